@@ -1,0 +1,11 @@
+/* Shared pieces of gllmctl's commands. */
+#ifndef GLLM_CTL_H
+#define GLLM_CTL_H
+
+#include "gllm/gllm.h"
+
+/* Connects, printing why not; returns 0, 1 (error) or 3 (daemon not running). */
+int ctl_connect(const char *socket_path, gllm_client **c);
+int ctl_bench(const char *socket_path, int argc, char **argv);
+
+#endif

@@ -1,0 +1,96 @@
+/* Arena checks and mapping: an unsealed or resized memfd could SIGBUS the daemon, so refuse it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "backend.h"
+#include "gllm/errors.h"
+
+int arena_map(int fd, uint64_t size, struct arena **out)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode))
+        return GLLM_ENOTMEMFD;
+    /* Only memfds (and shmem files) answer F_GET_SEALS; other files give EINVAL. */
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0)
+        return errno == EINVAL ? GLLM_ENOTMEMFD : -errno;
+    if (!(seals & F_SEAL_SHRINK))
+        return GLLM_EUNSEALED;
+    if (size == 0 || (uint64_t)st.st_size != size || size > SIZE_MAX)
+        return GLLM_EARENASIZE;
+    struct arena *a = calloc(1, sizeof *a);
+    if (!a)
+        return -ENOMEM;
+    void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        free(a);
+        return -e;
+    }
+    a->refs = 1;
+    a->base = p;
+    a->size = size;
+    *out = a;
+    return 0;
+}
+
+struct arena *arena_ref(struct arena *a)
+{
+    a->refs++;
+    return a;
+}
+
+void arena_unref(struct arena *a)
+{
+    if (!a || --a->refs > 0)
+        return;
+    if (a->pinned_by && a->pinned_by->iface->host_unregister)
+        a->pinned_by->iface->host_unregister(a->pinned_by, a->base);
+    munmap(a->base, (size_t)a->size);
+    free(a);
+}
+
+int arena_table_add(struct arena_table *t, struct arena *a, uint32_t limit)
+{
+    if (limit > ARENA_TABLE_MAX)
+        limit = ARENA_TABLE_MAX;
+    if (t->count >= limit)
+        return -ENOSPC;
+    for (uint32_t i = 0; i < ARENA_TABLE_MAX; i++) {
+        if (!t->slot[i]) {
+            a->id = ++t->next_id;   /* id 0 is never valid */
+            t->slot[i] = a;
+            t->count++;
+            return 0;
+        }
+    }
+    return -ENOSPC;
+}
+
+struct arena *arena_table_find(const struct arena_table *t, uint32_t id)
+{
+    for (uint32_t i = 0; id && i < ARENA_TABLE_MAX; i++)
+        if (t->slot[i] && t->slot[i]->id == id)
+            return t->slot[i];
+    return NULL;
+}
+
+struct arena *arena_table_remove(struct arena_table *t, uint32_t id)
+{
+    for (uint32_t i = 0; id && i < ARENA_TABLE_MAX; i++) {
+        if (t->slot[i] && t->slot[i]->id == id) {
+            struct arena *a = t->slot[i];
+            t->slot[i] = NULL;
+            t->count--;
+            return a;
+        }
+    }
+    return NULL;
+}

@@ -1,0 +1,41 @@
+/* Shared-memory arenas: checked, mapped client memfds, and the per-session table of them. */
+#ifndef GLLMD_ARENA_H
+#define GLLMD_ARENA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct backend;
+
+/* Reference counted: the session's table holds one reference and every job
+ * that names the arena holds one, so a release during a job unmaps after it.
+ * Touched only on the loop thread. */
+struct arena {
+    uint32_t id;
+    unsigned refs;
+    void *base;
+    uint64_t size;
+    struct backend *pinned_by;  /* backend that registered the mapping, or NULL */
+};
+
+/* Checks that fd is a memfd sealed against shrinking whose size is exactly
+ * size, then maps it shared read/write. Does not take ownership of fd. */
+int arena_map(int fd, uint64_t size, struct arena **out);
+struct arena *arena_ref(struct arena *a);
+void arena_unref(struct arena *a);
+
+#define ARENA_TABLE_MAX 256
+
+struct arena_table {
+    struct arena *slot[ARENA_TABLE_MAX];
+    uint32_t count;
+    uint32_t next_id;   /* ids are never reused within a session */
+};
+
+/* Takes the caller's reference; assigns a->id. -ENOSPC when full. */
+int arena_table_add(struct arena_table *t, struct arena *a, uint32_t limit);
+struct arena *arena_table_find(const struct arena_table *t, uint32_t id);
+/* Removes and returns the table's reference, or NULL if id is unknown. */
+struct arena *arena_table_remove(struct arena_table *t, uint32_t id);
+
+#endif

@@ -1,0 +1,66 @@
+/* The backend interface: one vtable every compute backend (cpu, cuda, hsa) implements. */
+#ifndef GLLMD_BACKEND_H
+#define GLLMD_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gllm/gllm.h"
+
+#define BACKEND_API_VERSION 1
+
+/* A validated attention job, in elements and raw pointers: a backend never
+ * sees sessions, arenas or the wire. Strides are in elements and index
+ * [b, h, s, d] (q, k, v, out) or [b, h, s] (lse). */
+struct attn_args {
+    gllm_dtype dtype;
+    int64_t B, Hq, Hkv, Sq, Skv, D;
+    const void *q, *k, *v;
+    void *out;
+    float *lse;                 /* NULL: not wanted */
+    int64_t q_st[4], k_st[4], v_st[4], o_st[4], lse_st[3];
+    bool causal;                /* bottom-right aligned: row i sees keys j <= i + Skv - Sq */
+    float scale;
+};
+
+struct backend_config {
+    int threads;                /* CPU worker threads; 0 = one per online CPU */
+};
+
+struct backend;
+
+/* Each backend fills one of these; optional entries may be NULL. */
+struct backend_iface {
+    int api_version;
+    const char *name;
+    /* Score for auto-selection: > 0 usable (higher wins), 0 not here. Writes
+     * a one-line reason into why when it returns 0. */
+    int (*probe)(char *why, size_t len);
+    int (*open)(const struct backend_config *cfg, struct backend **out);
+    void (*close)(struct backend *be);
+    int (*device_count)(struct backend *be);
+    int (*device_info)(struct backend *be, int dev, gllm_device_info *out);
+    uint32_t (*dtypes)(struct backend *be);          /* bit (1 << gllm_dtype) each */
+    int (*max_head_dim)(struct backend *be);
+    /* Optional: make host memory fast to copy from/to (pinning on GPUs). */
+    int (*host_register)(struct backend *be, void *p, size_t len);
+    void (*host_unregister)(struct backend *be, void *p);
+    /* Runs one job to completion on device dev; called from that device's
+     * worker thread only, so it may block. */
+    int (*attention)(struct backend *be, int dev, const struct attn_args *a);
+};
+
+struct backend {
+    const struct backend_iface *iface;
+    void *ctx;
+};
+
+extern const struct backend_iface cpu_backend_iface;
+
+/* Picks and opens a backend: name "auto" tries each in order of preference.
+ * On failure, why says what was tried. */
+int backend_select(const char *name, const struct backend_config *cfg, struct backend **out,
+                   char *why, size_t len);
+
+#endif

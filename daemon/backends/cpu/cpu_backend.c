@@ -1,0 +1,137 @@
+/* The CPU backend: one device, a thread pool, the reference attention kernel. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cpu_attention.h"
+#include "cpu_pool.h"
+
+struct cpu_ctx {
+    struct cpu_pool *pool;
+    struct cpu_attention *attn;
+    char model[96];
+};
+
+static int cpu_probe(char *why, size_t len)
+{
+    (void)why;
+    (void)len;
+    return 1; /* always usable, always last */
+}
+
+static void read_cpu_model(char *out, size_t len)
+{
+    snprintf(out, len, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "re");
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            colon += 2;
+            colon[strcspn(colon, "\n")] = '\0';
+            snprintf(out, len, "%s", colon);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static void cpu_close(struct backend *be)
+{
+    if (!be)
+        return;
+    struct cpu_ctx *c = be->ctx;
+    if (c) {
+        cpu_attention_destroy(c->attn);
+        cpu_pool_destroy(c->pool);
+        free(c);
+    }
+    free(be);
+}
+
+static int cpu_open(const struct backend_config *cfg, struct backend **out)
+{
+    int threads = cfg->threads;
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    struct backend *be = calloc(1, sizeof *be);
+    struct cpu_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return -ENOMEM;
+    }
+    be->iface = &cpu_backend_iface;
+    be->ctx = c;
+    int r = cpu_pool_create(threads, &c->pool);
+    if (r == 0)
+        r = cpu_attention_create(c->pool, &c->attn);
+    if (r < 0) {
+        cpu_close(be);
+        return r;
+    }
+    read_cpu_model(c->model, sizeof c->model);
+    *out = be;
+    return 0;
+}
+
+static int cpu_device_count(struct backend *be)
+{
+    (void)be;
+    return 1;
+}
+
+static int cpu_device_info(struct backend *be, int dev, gllm_device_info *out)
+{
+    struct cpu_ctx *c = be->ctx;
+    if (dev != 0)
+        return -ENODEV;
+    memset(out, 0, sizeof *out);
+    out->index = 0;
+    snprintf(out->name, sizeof out->name, "%s", c->model);
+    snprintf(out->kind, sizeof out->kind, "cpu");
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    out->memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    out->threads = cpu_pool_threads(c->pool);
+    return 0;
+}
+
+static uint32_t cpu_dtypes(struct backend *be)
+{
+    (void)be;
+    return 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16;
+}
+
+static int cpu_max_head_dim(struct backend *be)
+{
+    (void)be;
+    return CPU_MAX_HEAD_DIM;
+}
+
+static int cpu_attention(struct backend *be, int dev, const struct attn_args *a)
+{
+    struct cpu_ctx *c = be->ctx;
+    if (dev != 0)
+        return -ENODEV;
+    return cpu_attention_run(c->attn, a);
+}
+
+const struct backend_iface cpu_backend_iface = {
+    .api_version = BACKEND_API_VERSION,
+    .name = "cpu",
+    .probe = cpu_probe,
+    .open = cpu_open,
+    .close = cpu_close,
+    .device_count = cpu_device_count,
+    .device_info = cpu_device_info,
+    .dtypes = cpu_dtypes,
+    .max_head_dim = cpu_max_head_dim,
+    .attention = cpu_attention,
+};

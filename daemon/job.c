@@ -1,0 +1,203 @@
+/* Attention request validation: every tensor is resolved and bounds-checked before it is queued. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "job.h"
+
+uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct resolved {
+    const char *name;
+    const struct proto_tensor *t;
+    struct arena *arena;
+    uint64_t first, end;
+};
+
+static int resolve(struct resolved *r, const struct arena_table *arenas, char *err, size_t errlen)
+{
+    r->arena = arena_table_find(arenas, r->t->arena);
+    if (!r->arena) {
+        snprintf(err, errlen, "%s: no arena %u in this session", r->name, r->t->arena);
+        return GLLM_ENOARENA;
+    }
+    size_t esize = proto_dtype_size(r->t->dtype);
+    if (esize && r->t->offset % esize != 0) {
+        snprintf(err, errlen, "%s: offset %llu not a multiple of the element size %zu", r->name,
+                 (unsigned long long)r->t->offset, esize);
+        return GLLM_EPARAM;
+    }
+    int rc = proto_tensor_span(r->t, &r->first, &r->end);
+    if (rc == GLLM_EOVERFLOW) {
+        snprintf(err, errlen, "%s: offset plus extent overflows 64 bits", r->name);
+        return rc;
+    }
+    if (rc < 0) {
+        snprintf(err, errlen, "%s: negative dimension or stride", r->name);
+        return rc;
+    }
+    if (r->end > r->arena->size) {
+        snprintf(err, errlen, "%s: bytes [%llu, %llu) outside arena %u of %llu bytes", r->name,
+                 (unsigned long long)r->first, (unsigned long long)r->end, r->t->arena,
+                 (unsigned long long)r->arena->size);
+        return GLLM_EBOUNDS;
+    }
+    return 0;
+}
+
+static bool overlaps(const struct resolved *a, const struct resolved *b)
+{
+    return a->arena == b->arena && a->first < b->end && b->first < a->end && a->first != a->end &&
+           b->first != b->end;
+}
+
+/* True when no two index tuples of t address the same element, so parallel
+ * writers never race: sorted by stride, each stride must clear the extent of
+ * the dimensions inside it. */
+static bool injective(const struct proto_tensor *t)
+{
+    int idx[GLLM_MAX_RANK];
+    int n = 0;
+    for (uint32_t i = 0; i < t->rank; i++) {
+        if (t->shape[i] == 0)
+            return true;
+        if (t->shape[i] > 1)
+            idx[n++] = (int)i;
+    }
+    for (int i = 1; i < n; i++)           /* insertion sort by stride, n <= 8 */
+        for (int j = i; j > 0 && t->strides[idx[j]] < t->strides[idx[j - 1]]; j--) {
+            int tmp = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = tmp;
+        }
+    int64_t extent = 1;                   /* elements spanned by the inner dims */
+    for (int i = 0; i < n; i++) {
+        int64_t s = t->strides[idx[i]];
+        if (s < extent)
+            return false;
+        extent = s * (t->shape[idx[i]] - 1) + extent; /* cannot overflow: span was checked */
+    }
+    return true;
+}
+
+static void copy_strides(int64_t *dst, const struct proto_tensor *t)
+{
+    for (uint32_t i = 0; i < t->rank; i++)
+        dst[i] = t->strides[i];
+}
+
+int job_prepare_attention(struct job *job, const struct proto_attention *pa,
+                          const struct arena_table *arenas, const struct job_caps *caps,
+                          char *err, size_t errlen)
+{
+    struct resolved r[5] = {
+        {"q", &pa->q, NULL, 0, 0}, {"k", &pa->k, NULL, 0, 0}, {"v", &pa->v, NULL, 0, 0},
+        {"out", &pa->out, NULL, 0, 0}, {"lse", &pa->lse, NULL, 0, 0},
+    };
+    int n = pa->has_lse ? 5 : 4;
+    int rc;
+    for (int i = 0; i < n; i++)
+        if ((rc = resolve(&r[i], arenas, err, errlen)) < 0)
+            return rc;
+
+    const struct proto_tensor *q = &pa->q, *k = &pa->k, *v = &pa->v, *o = &pa->out;
+    for (int i = 0; i < 4; i++)
+        if (r[i].t->rank != 4) {
+            snprintf(err, errlen, "%s: rank %u, expected 4 [B, H, S, D]", r[i].name, r[i].t->rank);
+            return GLLM_ESHAPE;
+        }
+    if (k->dtype != q->dtype || v->dtype != q->dtype || o->dtype != q->dtype) {
+        snprintf(err, errlen, "q, k, v and out must share one dtype (got %s, %s, %s, %s)",
+                 proto_dtype_name(q->dtype), proto_dtype_name(k->dtype),
+                 proto_dtype_name(v->dtype), proto_dtype_name(o->dtype));
+        return GLLM_EDTYPE;
+    }
+    if (!(caps->dtypes & (1u << q->dtype))) {
+        snprintf(err, errlen, "dtype %s not supported by this backend", proto_dtype_name(q->dtype));
+        return GLLM_EDTYPE;
+    }
+    int64_t B = q->shape[0], Hq = q->shape[1], Sq = q->shape[2], D = q->shape[3];
+    int64_t Hkv = k->shape[1], Skv = k->shape[2];
+    if (k->shape[0] != B || k->shape[3] != D || memcmp(k->shape, v->shape, sizeof k->shape) != 0) {
+        snprintf(err, errlen, "k and v must both be [B=%lld, Hkv, Skv, D=%lld]", (long long)B,
+                 (long long)D);
+        return GLLM_ESHAPE;
+    }
+    if (memcmp(o->shape, q->shape, sizeof q->shape) != 0) {
+        snprintf(err, errlen, "out must have q's shape [B, Hq, Sq, D]");
+        return GLLM_ESHAPE;
+    }
+    if (Hkv == 0 ? Hq != 0 : Hq % Hkv != 0) {
+        snprintf(err, errlen, "Hq (%lld) must be a multiple of Hkv (%lld)", (long long)Hq,
+                 (long long)Hkv);
+        return GLLM_ESHAPE;
+    }
+    if (D < 1 || D > caps->max_head_dim) {
+        snprintf(err, errlen, "head dim %lld not in [1, %d]", (long long)D, caps->max_head_dim);
+        return GLLM_EHEADDIM;
+    }
+    if (pa->has_lse) {
+        const struct proto_tensor *l = &pa->lse;
+        if (l->dtype != GLLM_DTYPE_F32) {
+            snprintf(err, errlen, "lse must be f32");
+            return GLLM_EDTYPE;
+        }
+        if (l->rank != 3 || l->shape[0] != B || l->shape[1] != Hq || l->shape[2] != Sq) {
+            snprintf(err, errlen, "lse must be [B, Hq, Sq]");
+            return GLLM_ESHAPE;
+        }
+    }
+    for (int w = 3; w < n; w++) {
+        if (!injective(r[w].t)) {
+            snprintf(err, errlen, "%s: strides make elements overlap", r[w].name);
+            return GLLM_EALIAS;
+        }
+        for (int i = 0; i < n; i++)
+            if (i != w && overlaps(&r[w], &r[i])) {
+                snprintf(err, errlen, "%s overlaps %s", r[w].name, r[i].name);
+                return GLLM_EALIAS;
+            }
+    }
+
+    struct attn_args *a = &job->args;
+    memset(a, 0, sizeof *a);
+    a->dtype = q->dtype;
+    a->B = B, a->Hq = Hq, a->Hkv = Hkv, a->Sq = Sq, a->Skv = Skv, a->D = D;
+    a->q = (const char *)r[0].arena->base + q->offset;
+    a->k = (const char *)r[1].arena->base + k->offset;
+    a->v = (const char *)r[2].arena->base + v->offset;
+    a->out = (char *)r[3].arena->base + o->offset;
+    copy_strides(a->q_st, q);
+    copy_strides(a->k_st, k);
+    copy_strides(a->v_st, v);
+    copy_strides(a->o_st, o);
+    if (pa->has_lse) {
+        a->lse = (float *)(void *)((char *)r[4].arena->base + pa->lse.offset);
+        copy_strides(a->lse_st, &pa->lse);
+    }
+    a->causal = pa->causal;
+    a->scale = pa->has_scale ? (float)pa->scale : (float)(1.0 / sqrt((double)D));
+
+    job->narenas = 0;
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int j = 0; j < job->narenas; j++)
+            seen |= job->arenas[j] == r[i].arena;
+        if (!seen)
+            job->arenas[job->narenas++] = arena_ref(r[i].arena);
+    }
+    return 0;
+}
+
+void job_release_arenas(struct job *job)
+{
+    for (int i = 0; i < job->narenas; i++)
+        arena_unref(job->arenas[i]);
+    job->narenas = 0;
+}

@@ -1,0 +1,47 @@
+/* Jobs: a validated request bound to its arenas, queued on a device worker. */
+#ifndef GLLMD_JOB_H
+#define GLLMD_JOB_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "backend.h"
+#include "proto.h"
+
+#define JOB_MAX_ARENAS 5
+
+struct session;
+
+struct job {
+    struct job *next;             /* worker queue, then completion list */
+    uint64_t req_id;
+    struct session *session;      /* holds a reference */
+    int dev;
+    struct arena *arenas[JOB_MAX_ARENAS]; /* each holds a reference */
+    int narenas;
+    struct attn_args args;
+    const atomic_bool *cancel;    /* set when the session is gone: skip the work */
+    int status;
+    uint64_t t_submit, t_start, t_end;  /* CLOCK_MONOTONIC ns */
+};
+
+/* What a backend can do, as job validation needs it. */
+struct job_caps {
+    uint32_t dtypes;
+    int max_head_dim;
+};
+
+/* Resolves and checks every tensor of an attention request against the
+ * session's arenas and the backend's caps, fills job->args and takes a
+ * reference on each arena used. On failure writes a message into err and
+ * holds no reference. */
+int job_prepare_attention(struct job *job, const struct proto_attention *pa,
+                          const struct arena_table *arenas, const struct job_caps *caps,
+                          char *err, size_t errlen);
+void job_release_arenas(struct job *job);
+
+uint64_t now_ns(void);
+
+#endif

@@ -1,0 +1,269 @@
+/* Request handlers: hello, status, arena_register, arena_release, attention. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+#include "session.h"
+
+struct method {
+    const char *name;
+    void (*handle)(struct session *s, const struct proto_msg *m, int *fds, int nfds);
+    bool takes_fd;
+};
+
+static msgpack_packer *begin_result(struct session *s, uint64_t id)
+{
+    proto_buf_init(&s->srv->tx);
+    proto_pack_result(&s->srv->tx.pk, id);
+    return &s->srv->tx.pk;
+}
+
+static void end_result(struct session *s, uint64_t id)
+{
+    struct proto_buf *b = &s->srv->tx;
+    if (b->overflow) {
+        session_reply_error(s, (int64_t)id, GLLM_ETOOBIG, "reply exceeds the message limit");
+        return;
+    }
+    session_send(s, b->data, b->len);
+}
+
+static void pack_devices(msgpack_packer *pk, struct server *srv)
+{
+    proto_pack_str(pk, "devices");
+    msgpack_pack_array(pk, (size_t)srv->ndevices);
+    for (int i = 0; i < srv->ndevices; i++) {
+        gllm_device_info d;
+        if (srv->be->iface->device_info(srv->be, i, &d) < 0)
+            memset(&d, 0, sizeof d);
+        msgpack_pack_map(pk, 5);
+        proto_pack_kv_u64(pk, "index", (uint64_t)i);
+        proto_pack_kv_str(pk, "name", d.name);
+        proto_pack_kv_str(pk, "kind", d.kind);
+        proto_pack_kv_u64(pk, "memory_bytes", d.memory_bytes);
+        proto_pack_kv_u64(pk, "threads", (uint64_t)d.threads);
+    }
+}
+
+static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    struct server *srv = s->srv;
+    uint64_t version = 0;
+    if (proto_get_u64(m->params, "version", true, &version) < 0) {
+        session_reply_error(s, (int64_t)m->id, GLLM_EPARAM, "hello: 'version' (uint) required");
+        return;
+    }
+    if (version != GLLM_PROTOCOL_VERSION) {
+        session_reply_error(s, (int64_t)m->id, GLLM_EVERSION,
+                            "hello: protocol version %llu not supported (this daemon speaks %d)",
+                            (unsigned long long)version, GLLM_PROTOCOL_VERSION);
+        return;
+    }
+    s->hello_done = true;
+    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_pack_map(pk, 7);
+    proto_pack_kv_u64(pk, "version", GLLM_PROTOCOL_VERSION);
+    proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
+    proto_pack_kv_str(pk, "backend", srv->be->iface->name);
+    pack_devices(pk, srv);
+    proto_pack_str(pk, "dtypes");
+    int n = 0;
+    for (int d = 0; d < 3; d++)
+        n += !!(srv->caps.dtypes & (1u << d));
+    msgpack_pack_array(pk, (size_t)n);
+    for (int d = 0; d < 3; d++)
+        if (srv->caps.dtypes & (1u << d))
+            proto_pack_str(pk, proto_dtype_name((gllm_dtype)d));
+    proto_pack_kv_u64(pk, "max_head_dim", (uint64_t)srv->caps.max_head_dim);
+    proto_pack_str(pk, "limits");
+    msgpack_pack_map(pk, 5);
+    proto_pack_kv_u64(pk, "max_message_bytes", PROTO_MAX_MESSAGE);
+    proto_pack_kv_u64(pk, "max_arenas", srv->limits.max_arenas);
+    proto_pack_kv_u64(pk, "max_arena_bytes", srv->limits.max_arena_bytes);
+    proto_pack_kv_u64(pk, "max_inflight", srv->limits.max_inflight);
+    proto_pack_kv_u64(pk, "max_rank", GLLM_MAX_RANK);
+    end_result(s, m->id);
+}
+
+static void h_status(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    struct server *srv = s->srv;
+    const struct server_stats *st = &srv->stats;
+    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_pack_map(pk, 11);
+    proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
+    proto_pack_kv_f64(pk, "uptime_s", (double)(now_ns() - srv->start_ns) / 1e9);
+    proto_pack_kv_str(pk, "backend", srv->be->iface->name);
+    pack_devices(pk, srv);
+    proto_pack_kv_u64(pk, "clients", st->clients);
+    proto_pack_kv_u64(pk, "jobs_done", st->jobs_done);
+    proto_pack_kv_u64(pk, "jobs_failed", st->jobs_failed);
+    proto_pack_kv_u64(pk, "jobs_inflight", st->jobs_inflight);
+    proto_pack_kv_u64(pk, "bytes_mapped", st->bytes_mapped);
+    proto_pack_kv_u64(pk, "arenas", st->arenas);
+    proto_pack_kv_bool(pk, "draining", srv->draining);
+    end_result(s, m->id);
+}
+
+static void h_arena_register(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    struct server *srv = s->srv;
+    int64_t id = (int64_t)m->id;
+    uint64_t size = 0;
+    if (nfds != 1) {
+        session_reply_error(s, id, GLLM_ENOFD, "arena_register: needs exactly one fd, got %d",
+                            nfds);
+        return;
+    }
+    if (proto_get_u64(m->params, "size", true, &size) < 0) {
+        session_reply_error(s, id, GLLM_EPARAM, "arena_register: 'size' (uint) required");
+        return;
+    }
+    if (s->arenas.count >= srv->limits.max_arenas) {
+        session_reply_error(s, id, GLLM_EQUOTA, "arena_register: session has %u arenas (limit)",
+                            s->arenas.count);
+        return;
+    }
+    if (size > srv->limits.max_arena_bytes - s->arena_bytes) {
+        session_reply_error(s, id, GLLM_EQUOTA,
+                            "arena_register: %llu more bytes would pass the session limit %llu",
+                            (unsigned long long)size,
+                            (unsigned long long)srv->limits.max_arena_bytes);
+        return;
+    }
+    struct arena *a;
+    int r = arena_map(fds[0], size, &a);
+    if (r < 0) {
+        session_reply_error(s, id, r, "arena_register: %s", gllm_strerror(r));
+        return;
+    }
+    if (srv->be->iface->host_register && srv->be->iface->host_register(srv->be, a->base, size) == 0)
+        a->pinned_by = srv->be;
+    if ((r = arena_table_add(&s->arenas, a, srv->limits.max_arenas)) < 0) {
+        arena_unref(a);
+        session_reply_error(s, id, GLLM_EQUOTA, "arena_register: arena table full");
+        return;
+    }
+    s->arena_bytes += size;
+    srv->stats.bytes_mapped += size;
+    srv->stats.arenas++;
+    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_pack_map(pk, 2);
+    proto_pack_kv_u64(pk, "arena", a->id);
+    proto_pack_kv_u64(pk, "size", size);
+    end_result(s, m->id);
+}
+
+static void h_arena_release(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    uint64_t which = 0;
+    if (proto_get_u64(m->params, "arena", true, &which) < 0) {
+        session_reply_error(s, (int64_t)m->id, GLLM_EPARAM, "arena_release: 'arena' (uint) required");
+        return;
+    }
+    struct arena *a = which <= UINT32_MAX ? arena_table_remove(&s->arenas, (uint32_t)which) : NULL;
+    if (!a) {
+        session_reply_error(s, (int64_t)m->id, GLLM_ENOARENA, "arena_release: no arena %llu",
+                            (unsigned long long)which);
+        return;
+    }
+    s->arena_bytes -= a->size;
+    s->srv->stats.bytes_mapped -= a->size;
+    s->srv->stats.arenas--;
+    arena_unref(a);  /* jobs still using it keep it mapped until they finish */
+    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_pack_map(pk, 0);
+    end_result(s, m->id);
+}
+
+static void h_attention(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    struct server *srv = s->srv;
+    int64_t id = (int64_t)m->id;
+    if (srv->draining) {
+        session_reply_error(s, id, GLLM_ESHUTDOWN, "attention: daemon is shutting down");
+        return;
+    }
+    if (s->inflight >= srv->limits.max_inflight) {
+        session_reply_error(s, id, GLLM_EBUSY, "attention: %u jobs in flight (limit)", s->inflight);
+        return;
+    }
+    struct proto_attention pa;
+    int r = proto_decode_attention(m->params, &pa);
+    if (r < 0) {
+        session_reply_error(s, id, r, "attention: %s (fields q, k, v, out: tensors)",
+                            gllm_strerror(r));
+        return;
+    }
+    uint64_t dev = 0;
+    if (proto_get_u64(m->params, "device", false, &dev) < 0 || dev >= (uint64_t)srv->ndevices) {
+        session_reply_error(s, id, GLLM_EPARAM, "attention: 'device' must be below %d",
+                            srv->ndevices);
+        return;
+    }
+    struct job *job = calloc(1, sizeof *job);
+    if (!job) {
+        session_reply_error(s, id, -ENOMEM, "attention: out of memory");
+        return;
+    }
+    char err[PROTO_MAX_ERRMSG];
+    r = job_prepare_attention(job, &pa, &s->arenas, &srv->caps, err, sizeof err);
+    if (r < 0) {
+        free(job);
+        session_reply_error(s, id, r, "attention: %s", err);
+        return;
+    }
+    job->req_id = m->id;
+    job->dev = (int)dev;
+    job->session = session_ref(s);
+    job->cancel = &s->gone;
+    s->inflight++;
+    srv->stats.jobs_inflight++;
+    worker_submit(srv->workers[dev], &s->lanes[dev], job);
+}
+
+static const struct method methods[] = {
+    {"hello", h_hello, false},
+    {"status", h_status, false},
+    {"arena_register", h_arena_register, true},
+    {"arena_release", h_arena_release, false},
+    {"attention", h_attention, false},
+};
+
+void methods_dispatch(struct session *s, const void *buf, size_t len, int *fds, int nfds)
+{
+    struct proto_msg m;
+    int64_t id = -1;
+    int r = proto_decode(buf, len, &m, &id);
+    if (r < 0) {
+        session_reply_error(s, id, r, "%s", gllm_strerror(r));
+        return;
+    }
+    if (m.kind != PROTO_REQUEST) {
+        /* No notification is defined yet; a response from a client is a protocol error. */
+        if (m.kind == PROTO_RESPONSE)
+            session_reply_error(s, -1, GLLM_EMALFORMED, "clients send requests, not responses");
+        proto_msg_free(&m);
+        return;
+    }
+    const struct method *h = NULL;
+    for (size_t i = 0; i < sizeof methods / sizeof *methods; i++)
+        if (strcmp(methods[i].name, m.method) == 0)
+            h = &methods[i];
+    if (!h)
+        session_reply_error(s, id, GLLM_EMETHOD, "unknown method '%s'", m.method);
+    else if (!s->hello_done && h->handle != h_hello)
+        session_reply_error(s, id, GLLM_ENOHELLO, "%s: send hello first", m.method);
+    else if (!h->takes_fd && nfds > 0)
+        session_reply_error(s, id, GLLM_ENOFD, "%s: takes no file descriptor", m.method);
+    else
+        h->handle(s, &m, fds, nfds);
+    proto_msg_free(&m);
+}

@@ -1,0 +1,53 @@
+/* Sessions: one per client connection; packet I/O, reply queue, ownership of arenas and jobs. */
+#ifndef GLLMD_SESSION_H
+#define GLLMD_SESSION_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "arena.h"
+#include "worker.h"
+
+struct server;
+struct out_packet;
+
+struct session {
+    struct server *srv;
+    struct session *prev, *next;
+    uint64_t serial;             /* connection number, for logs */
+    int fd;
+    uv_poll_t poll;
+    int events;                  /* UV_READABLE / UV_WRITABLE currently polled */
+    unsigned refs;               /* the connection itself + one per job in flight */
+    atomic_bool gone;            /* read by workers: jobs of a dead session are skipped */
+    bool closed;
+    bool hello_done;
+    struct arena_table arenas;
+    uint64_t arena_bytes;
+    uint32_t inflight;
+    struct out_packet *out_head, *out_tail;
+    size_t out_bytes;
+    struct lane lanes[GLLM_MAX_DEVICES];
+};
+
+/* Takes ownership of a connected, non-blocking, close-on-exec fd. */
+int session_accept(struct server *srv, int fd);
+/* Sends or queues one packet; a peer that went away closes the session. */
+void session_send(struct session *s, const void *data, size_t len);
+void session_reply_error(struct session *s, int64_t id, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Closes the transport and releases the arenas; jobs in flight finish first
+ * and the memory goes when the last reference does. */
+void session_close(struct session *s);
+struct session *session_ref(struct session *s);
+void session_unref(struct session *s);
+bool session_idle(const struct session *s);  /* nothing in flight, nothing unsent */
+
+/* methods.c: decodes one request packet and answers it. fds: those that came
+ * with the packet; a handler that keeps one sets its slot to -1. */
+void methods_dispatch(struct session *s, const void *buf, size_t len, int *fds, int nfds);
+
+#endif

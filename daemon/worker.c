@@ -1,0 +1,155 @@
+/* Device worker thread: takes jobs fairly from session lanes, runs them, reports back via uv_async. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "worker.h"
+
+struct worker {
+    uv_loop_t *loop;
+    struct backend *be;
+    int dev;
+    worker_done_fn *done_fn;
+    void *done_arg;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    struct lane *ring_head, *ring_tail;   /* lanes with queued jobs */
+    bool stop;
+    struct job *done_head, *done_tail;    /* finished, not yet reported; under lock */
+    uv_async_t async;
+};
+
+static void ring_push(struct worker *w, struct lane *l)
+{
+    l->next = NULL;
+    l->in_ring = true;
+    if (w->ring_tail)
+        w->ring_tail->next = l;
+    else
+        w->ring_head = l;
+    w->ring_tail = l;
+}
+
+static struct job *take_job(struct worker *w)
+{
+    struct lane *l = w->ring_head;
+    w->ring_head = l->next;
+    if (!w->ring_head)
+        w->ring_tail = NULL;
+    l->in_ring = false;
+    struct job *j = l->head;
+    l->head = j->next;
+    if (!l->head)
+        l->tail = NULL;
+    else
+        ring_push(w, l);
+    j->next = NULL;
+    return j;
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        while (!w->ring_head && !w->stop)
+            pthread_cond_wait(&w->wake, &w->lock);
+        if (!w->ring_head)
+            break;
+        struct job *j = take_job(w);
+        pthread_mutex_unlock(&w->lock);
+
+        j->t_start = now_ns();
+        if (atomic_load_explicit(j->cancel, memory_order_acquire))
+            j->status = GLLM_EDISCONNECTED;
+        else
+            j->status = w->be->iface->attention(w->be, w->dev, &j->args);
+        j->t_end = now_ns();
+
+        pthread_mutex_lock(&w->lock);
+        if (w->done_tail)
+            w->done_tail->next = j;
+        else
+            w->done_head = j;
+        w->done_tail = j;
+        uv_async_send(&w->async);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+static void report_done(uv_async_t *h)
+{
+    struct worker *w = h->data;
+    pthread_mutex_lock(&w->lock);
+    struct job *j = w->done_head;
+    w->done_head = w->done_tail = NULL;
+    pthread_mutex_unlock(&w->lock);
+    while (j) {
+        struct job *next = j->next;
+        w->done_fn(j, w->done_arg);
+        j = next;
+    }
+}
+
+static void free_worker(uv_handle_t *h)
+{
+    struct worker *w = h->data;
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+}
+
+int worker_start(uv_loop_t *loop, struct backend *be, int dev, worker_done_fn *done, void *arg,
+                 struct worker **out)
+{
+    struct worker *w = calloc(1, sizeof *w);
+    if (!w)
+        return -ENOMEM;
+    *w = (struct worker){.loop = loop, .be = be, .dev = dev, .done_fn = done, .done_arg = arg};
+    int r = uv_async_init(loop, &w->async, report_done);
+    if (r < 0) {
+        free(w);
+        return r;
+    }
+    w->async.data = w;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    r = pthread_create(&w->thread, NULL, worker_main, w);
+    if (r != 0) {
+        uv_close((uv_handle_t *)&w->async, free_worker);
+        return -r;
+    }
+    *out = w;
+    return 0;
+}
+
+void worker_submit(struct worker *w, struct lane *lane, struct job *job)
+{
+    job->next = NULL;
+    job->t_submit = now_ns();
+    pthread_mutex_lock(&w->lock);
+    if (lane->tail)
+        lane->tail->next = job;
+    else
+        lane->head = job;
+    lane->tail = job;
+    if (!lane->in_ring)
+        ring_push(w, lane);
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+}
+
+void worker_stop(struct worker *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stop = true;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    report_done(&w->async);
+    uv_close((uv_handle_t *)&w->async, free_worker);
+}

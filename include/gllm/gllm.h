@@ -1,0 +1,164 @@
+/* libgllm-client: the public C API for talking to gllmd. */
+#ifndef GLLM_GLLM_H
+#define GLLM_GLLM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gllm/errors.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(GLLM_BUILDING_LIBRARY)
+#define GLLM_EXPORT __attribute__((visibility("default")))
+#else
+#define GLLM_EXPORT
+#endif
+
+/*
+ * Thread-safety: a gllm_client and the arenas made through it belong to one
+ * thread at a time. Use one client per thread, or serialise calls on a client
+ * with your own lock. Different clients are fully independent: the library
+ * has no global state and never logs.
+ *
+ * Errors: functions return 0 (or a count) on success and a negative code on
+ * failure (a negative errno or a GLLM_E* code, see gllm/errors.h); output
+ * parameters are left untouched on failure.
+ */
+
+#define GLLM_PROTOCOL_VERSION 1
+#define GLLM_MAX_RANK 8
+#define GLLM_MAX_DEVICES 16
+
+typedef enum gllm_dtype {
+    GLLM_DTYPE_F32 = 0,
+    GLLM_DTYPE_F16 = 1,
+    GLLM_DTYPE_BF16 = 2,
+} gllm_dtype;
+
+typedef struct gllm_client gllm_client;
+typedef struct gllm_arena gllm_arena;
+
+/* A view into an arena; strides are in elements, offset in bytes. */
+typedef struct gllm_tensor {
+    gllm_arena *arena;
+    uint64_t offset;
+    gllm_dtype dtype;
+    int rank;
+    int64_t shape[GLLM_MAX_RANK];
+    int64_t strides[GLLM_MAX_RANK];
+} gllm_tensor;
+
+typedef struct gllm_device_info {
+    int index;
+    char name[96];
+    char kind[16];          /* "cpu", "cuda", ... */
+    uint64_t memory_bytes;
+    int threads;            /* worker threads serving this device (CPU) */
+} gllm_device_info;
+
+typedef struct gllm_limits {
+    uint32_t max_message_bytes;
+    uint32_t max_arenas;
+    uint64_t max_arena_bytes;     /* all arenas of one session together */
+    uint32_t max_inflight;        /* requests in flight per session */
+    uint32_t max_rank;
+    uint32_t max_head_dim;
+} gllm_limits;
+
+typedef struct gllm_caps {
+    int protocol_version;
+    char daemon_version[32];
+    char backend[16];
+    int ndevices;
+    gllm_device_info devices[GLLM_MAX_DEVICES];
+    uint32_t dtypes;              /* bit (1 << gllm_dtype) per supported dtype */
+    gllm_limits limits;
+} gllm_caps;
+
+typedef struct gllm_status {
+    char daemon_version[32];
+    char backend[16];
+    double uptime_s;
+    uint32_t clients;
+    uint64_t jobs_done;
+    uint64_t jobs_failed;
+    uint64_t jobs_inflight;
+    uint64_t bytes_mapped;
+    uint32_t arenas;
+    int ndevices;
+    gllm_device_info devices[GLLM_MAX_DEVICES];
+} gllm_status;
+
+#define GLLM_ATTN_CAUSAL (1u << 0) /* mask aligned bottom-right: query i sees keys j <= i + Skv - Sq */
+#define GLLM_ATTN_SCALE  (1u << 1) /* use .scale instead of 1/sqrt(D) */
+#define GLLM_ATTN_LSE    (1u << 2) /* write log-sum-exp per row into .lse (f32, [B, Hq, Sq]) */
+
+/*
+ * out = softmax(scale * Q K^T + mask) V with Q [B,Hq,Sq,D], K and V [B,Hkv,Skv,D],
+ * out [B,Hq,Sq,D]; Hq must be a multiple of Hkv. Q, K, V and out share one
+ * dtype; accumulation is fp32. Set .size to sizeof(gllm_attention_params) so
+ * the struct can grow without breaking callers.
+ */
+typedef struct gllm_attention_params {
+    size_t size;
+    uint32_t flags;
+    float scale;
+    gllm_tensor q, k, v, out, lse;
+} gllm_attention_params;
+
+typedef struct gllm_job_result {
+    int status;              /* 0 or a negative error code */
+    uint64_t kernel_ns;      /* time the backend spent on the job */
+    uint64_t queue_ns;       /* time the job waited for its device */
+} gllm_job_result;
+
+/* Connection. path NULL: $GLLM_SOCKET, else $XDG_RUNTIME_DIR/gllm/gllmd.sock,
+ * else /run/gllm/gllmd.sock when root. Performs the hello exchange. */
+GLLM_EXPORT int gllm_connect(const char *path, gllm_client **out);
+GLLM_EXPORT void gllm_disconnect(gllm_client *c);
+/* Default socket path into buf; returns its length or -ENAMETOOLONG/-ENOENT. */
+GLLM_EXPORT int gllm_default_socket_path(char *buf, size_t len);
+/* Capabilities the daemon announced in hello. */
+GLLM_EXPORT const gllm_caps *gllm_client_caps(const gllm_client *c);
+/* The socket fd, readable when a reply is waiting: poll it from your event
+ * loop, then call gllm_job_poll(). Do not read or close it yourself. */
+GLLM_EXPORT int gllm_client_fd(const gllm_client *c);
+
+GLLM_EXPORT int gllm_status_get(gllm_client *c, gllm_status *out);
+
+/* Arenas: shared memory the daemon maps. Release unmaps it on both sides. */
+GLLM_EXPORT int gllm_arena_create(gllm_client *c, size_t size, gllm_arena **out);
+GLLM_EXPORT void *gllm_arena_data(const gllm_arena *a);
+GLLM_EXPORT size_t gllm_arena_size(const gllm_arena *a);
+GLLM_EXPORT int gllm_arena_release(gllm_arena *a);
+
+/* A contiguous (row-major) tensor at offset in arena. */
+GLLM_EXPORT int gllm_tensor_init(gllm_tensor *t, gllm_arena *a, uint64_t offset,
+                                 gllm_dtype dtype, int rank, const int64_t *shape);
+GLLM_EXPORT size_t gllm_dtype_size(gllm_dtype dtype);
+GLLM_EXPORT const char *gllm_dtype_name(gllm_dtype dtype);
+
+/* Attention, synchronously: returns the job's status. */
+GLLM_EXPORT int gllm_attention(gllm_client *c, const gllm_attention_params *p,
+                               gllm_job_result *res);
+/* Asynchronously: submit, then wait (blocking) or poll (-EAGAIN while running). */
+GLLM_EXPORT int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p,
+                                      uint64_t *job);
+GLLM_EXPORT int gllm_job_wait(gllm_client *c, uint64_t job, gllm_job_result *res);
+GLLM_EXPORT int gllm_job_poll(gllm_client *c, uint64_t job, gllm_job_result *res);
+
+/* The daemon's message for the last failed call or claimed failed job on c
+ * ("" if none): it names the field and the limit that was hit. */
+GLLM_EXPORT const char *gllm_client_last_error(const gllm_client *c);
+
+GLLM_EXPORT const char *gllm_strerror(int code);
+GLLM_EXPORT const char *gllm_error_name(int code);
+GLLM_EXPORT const char *gllm_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

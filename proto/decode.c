@@ -1,0 +1,331 @@
+/* Message decoding and typed field access for gllm's msgpack-rpc messages. */
+#include <math.h>
+#include <string.h>
+
+#include "proto.h"
+
+static bool str_eq(const msgpack_object *o, const char *s)
+{
+    size_t n = strlen(s);
+    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
+           memcmp(o->via.str.ptr, s, n) == 0;
+}
+
+static int copy_str(const msgpack_object *o, char *out, size_t cap)
+{
+    if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= cap)
+        return GLLM_EPARAM;
+    memcpy(out, o->via.str.ptr, o->via.str.size);
+    out[o->via.str.size] = '\0';
+    if (memchr(out, '\0', o->via.str.size))
+        return GLLM_EPARAM;
+    return 0;
+}
+
+static bool as_u64(const msgpack_object *o, uint64_t *out)
+{
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+        *out = o->via.u64;
+        return true;
+    }
+    return false;
+}
+
+static int decode_error(const msgpack_object *err, struct proto_msg *msg)
+{
+    /* {code: int, message: str}; anything else is still an error, code unknown. */
+    msg->error_code = GLLM_EMALFORMED;
+    msg->error_message[0] = '\0';
+    if (err->type != MSGPACK_OBJECT_MAP)
+        return 0;
+    int64_t code;
+    if (proto_get_i64(err, "code", true, &code) == 0 && code < 0 && code >= INT32_MIN)
+        msg->error_code = (int)code;
+    const msgpack_object *m = proto_map_get(err, "message");
+    if (m && m->type == MSGPACK_OBJECT_STR) {
+        size_t n = m->via.str.size < PROTO_MAX_ERRMSG ? m->via.str.size : PROTO_MAX_ERRMSG;
+        memcpy(msg->error_message, m->via.str.ptr, n);
+        msg->error_message[n] = '\0';
+    }
+    return 0;
+}
+
+static int decode_envelope(const msgpack_object *root, struct proto_msg *msg, int64_t *id_out)
+{
+    if (root->type != MSGPACK_OBJECT_ARRAY || root->via.array.size < 3)
+        return GLLM_EMALFORMED;
+    const msgpack_object *e = root->via.array.ptr;
+    uint64_t kind;
+    if (!as_u64(&e[0], &kind) || kind > PROTO_NOTIFY)
+        return GLLM_EMALFORMED;
+    msg->kind = (enum proto_kind)kind;
+
+    if (kind == PROTO_NOTIFY) {
+        if (root->via.array.size != 3 || copy_str(&e[1], msg->method, sizeof msg->method) < 0)
+            return GLLM_EMALFORMED;
+        msg->params = &e[2];
+        return e[2].type == MSGPACK_OBJECT_MAP ? 0 : GLLM_EPARAM;
+    }
+    if (root->via.array.size != 4 || !as_u64(&e[1], &msg->id) || msg->id > INT64_MAX)
+        return GLLM_EMALFORMED;
+    if (id_out)
+        *id_out = (int64_t)msg->id;
+    if (kind == PROTO_REQUEST) {
+        if (e[2].type != MSGPACK_OBJECT_STR)
+            return GLLM_EMALFORMED;
+        if (copy_str(&e[2], msg->method, sizeof msg->method) < 0)
+            return GLLM_EMETHOD;
+        msg->params = &e[3];
+        /* Params are a map (fields by name); an empty array is tolerated as "no params". */
+        if (e[3].type == MSGPACK_OBJECT_ARRAY && e[3].via.array.size == 0)
+            msg->params = NULL;
+        else if (e[3].type != MSGPACK_OBJECT_MAP)
+            return GLLM_EPARAM;
+        return 0;
+    }
+    msg->result = &e[3];
+    if (e[2].type == MSGPACK_OBJECT_NIL) {
+        msg->error_code = 0;
+        return 0;
+    }
+    return decode_error(&e[2], msg);
+}
+
+int proto_decode(const void *buf, size_t len, struct proto_msg *msg, int64_t *id_out)
+{
+    int r = proto_scan(buf, len);
+    if (r < 0)
+        return r;
+    memset(msg, 0, sizeof *msg);
+    msgpack_unpacked_init(&msg->unpacked);
+    size_t off = 0;
+    if (msgpack_unpack_next(&msg->unpacked, buf, len, &off) != MSGPACK_UNPACK_SUCCESS) {
+        msgpack_unpacked_destroy(&msg->unpacked);
+        return GLLM_EMALFORMED;
+    }
+    r = decode_envelope(&msg->unpacked.data, msg, id_out);
+    if (r < 0) {
+        msgpack_unpacked_destroy(&msg->unpacked);
+        return r;
+    }
+    return 0;
+}
+
+void proto_msg_free(struct proto_msg *msg)
+{
+    if (msg)
+        msgpack_unpacked_destroy(&msg->unpacked);
+}
+
+const msgpack_object *proto_map_get(const msgpack_object *map, const char *key)
+{
+    if (!map || map->type != MSGPACK_OBJECT_MAP)
+        return NULL;
+    for (uint32_t i = 0; i < map->via.map.size; i++)
+        if (str_eq(&map->via.map.ptr[i].key, key))
+            return &map->via.map.ptr[i].val;
+    return NULL;
+}
+
+int proto_get_u64(const msgpack_object *map, const char *key, bool required, uint64_t *out)
+{
+    const msgpack_object *o = proto_map_get(map, key);
+    if (!o)
+        return required ? GLLM_EPARAM : 0;
+    return as_u64(o, out) ? 0 : GLLM_EPARAM;
+}
+
+int proto_get_i64(const msgpack_object *map, const char *key, bool required, int64_t *out)
+{
+    const msgpack_object *o = proto_map_get(map, key);
+    if (!o)
+        return required ? GLLM_EPARAM : 0;
+    if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+        *out = o->via.i64;
+        return 0;
+    }
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= INT64_MAX) {
+        *out = (int64_t)o->via.u64;
+        return 0;
+    }
+    return GLLM_EPARAM;
+}
+
+int proto_get_f64(const msgpack_object *map, const char *key, bool required, double *out)
+{
+    const msgpack_object *o = proto_map_get(map, key);
+    if (!o)
+        return required ? GLLM_EPARAM : 0;
+    switch (o->type) {
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64: *out = o->via.f64; return 0;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER: *out = (double)o->via.u64; return 0;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER: *out = (double)o->via.i64; return 0;
+    default: return GLLM_EPARAM;
+    }
+}
+
+int proto_get_bool(const msgpack_object *map, const char *key, bool required, bool *out)
+{
+    const msgpack_object *o = proto_map_get(map, key);
+    if (!o)
+        return required ? GLLM_EPARAM : 0;
+    if (o->type != MSGPACK_OBJECT_BOOLEAN)
+        return GLLM_EPARAM;
+    *out = o->via.boolean;
+    return 0;
+}
+
+int proto_get_str(const msgpack_object *map, const char *key, bool required, char *out, size_t cap)
+{
+    const msgpack_object *o = proto_map_get(map, key);
+    if (!o)
+        return required ? GLLM_EPARAM : 0;
+    return copy_str(o, out, cap);
+}
+
+static const char *const dtype_names[] = {
+    [GLLM_DTYPE_F32] = "f32", [GLLM_DTYPE_F16] = "f16", [GLLM_DTYPE_BF16] = "bf16",
+};
+
+int proto_dtype_parse(const char *name, gllm_dtype *out)
+{
+    for (int i = 0; i < (int)(sizeof dtype_names / sizeof *dtype_names); i++)
+        if (strcmp(name, dtype_names[i]) == 0) {
+            *out = (gllm_dtype)i;
+            return 0;
+        }
+    return GLLM_EDTYPE;
+}
+
+size_t proto_dtype_size(gllm_dtype dtype)
+{
+    switch (dtype) {
+    case GLLM_DTYPE_F32: return 4;
+    case GLLM_DTYPE_F16:
+    case GLLM_DTYPE_BF16: return 2;
+    }
+    return 0;
+}
+
+const char *proto_dtype_name(gllm_dtype dtype)
+{
+    return (unsigned)dtype < sizeof dtype_names / sizeof *dtype_names ? dtype_names[dtype] : "?";
+}
+
+static int decode_dims(const msgpack_object *arr, uint32_t rank, int64_t *dims)
+{
+    if (arr->type != MSGPACK_OBJECT_ARRAY || arr->via.array.size != rank)
+        return GLLM_EPARAM;
+    for (uint32_t i = 0; i < rank; i++) {
+        uint64_t v;
+        if (!as_u64(&arr->via.array.ptr[i], &v) || v > INT64_MAX)
+            return GLLM_EPARAM;
+        dims[i] = (int64_t)v;
+    }
+    return 0;
+}
+
+int proto_decode_tensor(const msgpack_object *obj, struct proto_tensor *t)
+{
+    if (!obj || obj->type != MSGPACK_OBJECT_MAP)
+        return GLLM_EPARAM;
+    struct proto_tensor v = {0};
+    uint64_t arena = 0;
+    char dtype[8];
+    int r;
+    if ((r = proto_get_u64(obj, "arena", true, &arena)) < 0 ||
+        (r = proto_get_u64(obj, "offset", true, &v.offset)) < 0 ||
+        (r = proto_get_str(obj, "dtype", true, dtype, sizeof dtype)) < 0)
+        return r;
+    if (arena > UINT32_MAX)
+        return GLLM_ENOARENA;
+    v.arena = (uint32_t)arena;
+    if ((r = proto_dtype_parse(dtype, &v.dtype)) < 0)
+        return r;
+    const msgpack_object *shape = proto_map_get(obj, "shape");
+    if (!shape || shape->type != MSGPACK_OBJECT_ARRAY)
+        return GLLM_EPARAM;
+    if (shape->via.array.size > GLLM_MAX_RANK)
+        return GLLM_ELIMIT;
+    v.rank = shape->via.array.size;
+    if ((r = decode_dims(shape, v.rank, v.shape)) < 0)
+        return r;
+    const msgpack_object *strides = proto_map_get(obj, "strides");
+    if (strides && strides->type != MSGPACK_OBJECT_NIL) {
+        if ((r = decode_dims(strides, v.rank, v.strides)) < 0)
+            return r;
+    } else {
+        proto_tensor_contiguous(&v);
+    }
+    *t = v;
+    return 0;
+}
+
+int proto_decode_attention(const msgpack_object *params, struct proto_attention *a)
+{
+    struct proto_attention v = {0};
+    int r;
+    if ((r = proto_decode_tensor(proto_map_get(params, "q"), &v.q)) < 0 ||
+        (r = proto_decode_tensor(proto_map_get(params, "k"), &v.k)) < 0 ||
+        (r = proto_decode_tensor(proto_map_get(params, "v"), &v.v)) < 0 ||
+        (r = proto_decode_tensor(proto_map_get(params, "out"), &v.out)) < 0)
+        return r;
+    const msgpack_object *lse = proto_map_get(params, "lse");
+    if (lse && lse->type != MSGPACK_OBJECT_NIL) {
+        if ((r = proto_decode_tensor(lse, &v.lse)) < 0)
+            return r;
+        v.has_lse = true;
+    }
+    if ((r = proto_get_bool(params, "causal", false, &v.causal)) < 0)
+        return r;
+    const msgpack_object *scale = proto_map_get(params, "scale");
+    if (scale && scale->type != MSGPACK_OBJECT_NIL) {
+        if ((r = proto_get_f64(params, "scale", true, &v.scale)) < 0)
+            return r;
+        if (!isfinite(v.scale))
+            return GLLM_EPARAM;
+        v.has_scale = true;
+    }
+    *a = v;
+    return 0;
+}
+
+void proto_tensor_contiguous(struct proto_tensor *t)
+{
+    int64_t s = 1;
+    for (int i = (int)t->rank - 1; i >= 0; i--) {
+        t->strides[i] = s;
+        /* Saturate instead of overflowing: proto_tensor_span rejects such shapes. */
+        if (t->shape[i] > 0 && s > INT64_MAX / t->shape[i])
+            s = INT64_MAX;
+        else
+            s *= t->shape[i] > 0 ? t->shape[i] : 1;
+    }
+}
+
+int proto_tensor_span(const struct proto_tensor *t, uint64_t *first, uint64_t *end)
+{
+    size_t esize = proto_dtype_size(t->dtype);
+    if (esize == 0)
+        return GLLM_EDTYPE;
+    uint64_t last = 0; /* element offset of the last element */
+    for (uint32_t i = 0; i < t->rank; i++) {
+        if (t->shape[i] < 0 || t->strides[i] < 0)
+            return GLLM_EPARAM;
+        if (t->shape[i] == 0) {
+            *first = *end = t->offset;
+            return 0;
+        }
+        uint64_t step;
+        if (__builtin_mul_overflow((uint64_t)(t->shape[i] - 1), (uint64_t)t->strides[i], &step) ||
+            __builtin_add_overflow(last, step, &last))
+            return GLLM_EOVERFLOW;
+    }
+    uint64_t bytes;
+    if (__builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, esize, &bytes) ||
+        __builtin_add_overflow(t->offset, bytes, end))
+        return GLLM_EOVERFLOW;
+    *first = t->offset;
+    return 0;
+}

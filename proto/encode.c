@@ -1,0 +1,137 @@
+/* Message encoding into a fixed-capacity buffer: gllm's msgpack-rpc writers. */
+#include <string.h>
+
+#include "proto.h"
+
+static int buf_write(void *data, const char *src, size_t len)
+{
+    struct proto_buf *b = data;
+    if (b->overflow || len > sizeof b->data - b->len) {
+        b->overflow = true;
+        return -1;
+    }
+    memcpy(b->data + b->len, src, len);
+    b->len += len;
+    return 0;
+}
+
+void proto_buf_init(struct proto_buf *b)
+{
+    b->len = 0;
+    b->overflow = false;
+    msgpack_packer_init(&b->pk, b, buf_write);
+}
+
+void proto_pack_str(msgpack_packer *pk, const char *s)
+{
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+void proto_pack_kv_str(msgpack_packer *pk, const char *key, const char *val)
+{
+    proto_pack_str(pk, key);
+    proto_pack_str(pk, val);
+}
+
+void proto_pack_kv_u64(msgpack_packer *pk, const char *key, uint64_t val)
+{
+    proto_pack_str(pk, key);
+    msgpack_pack_uint64(pk, val);
+}
+
+void proto_pack_kv_i64(msgpack_packer *pk, const char *key, int64_t val)
+{
+    proto_pack_str(pk, key);
+    msgpack_pack_int64(pk, val);
+}
+
+void proto_pack_kv_f64(msgpack_packer *pk, const char *key, double val)
+{
+    proto_pack_str(pk, key);
+    msgpack_pack_double(pk, val);
+}
+
+void proto_pack_kv_bool(msgpack_packer *pk, const char *key, bool val)
+{
+    proto_pack_str(pk, key);
+    if (val)
+        msgpack_pack_true(pk);
+    else
+        msgpack_pack_false(pk);
+}
+
+void proto_pack_request(msgpack_packer *pk, uint64_t id, const char *method)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint8(pk, PROTO_REQUEST);
+    msgpack_pack_uint64(pk, id);
+    proto_pack_str(pk, method);
+}
+
+void proto_pack_result(msgpack_packer *pk, uint64_t id)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint8(pk, PROTO_RESPONSE);
+    msgpack_pack_uint64(pk, id);
+    msgpack_pack_nil(pk);
+}
+
+void proto_pack_error(msgpack_packer *pk, int64_t id, int code, const char *message)
+{
+    msgpack_pack_array(pk, 4);
+    msgpack_pack_uint8(pk, PROTO_RESPONSE);
+    if (id < 0)
+        msgpack_pack_nil(pk);
+    else
+        msgpack_pack_uint64(pk, (uint64_t)id);
+    msgpack_pack_map(pk, 2);
+    proto_pack_kv_i64(pk, "code", code);
+    char msg[PROTO_MAX_ERRMSG + 1];
+    size_t n = strlen(message);
+    if (n > PROTO_MAX_ERRMSG)
+        n = PROTO_MAX_ERRMSG;
+    memcpy(msg, message, n);
+    msg[n] = '\0';
+    proto_pack_kv_str(pk, "message", msg);
+    msgpack_pack_nil(pk);
+}
+
+static void pack_dims(msgpack_packer *pk, const char *key, uint32_t rank, const int64_t *dims)
+{
+    proto_pack_str(pk, key);
+    msgpack_pack_array(pk, rank);
+    for (uint32_t i = 0; i < rank; i++)
+        msgpack_pack_uint64(pk, (uint64_t)dims[i]);
+}
+
+void proto_pack_tensor(msgpack_packer *pk, const struct proto_tensor *t)
+{
+    msgpack_pack_map(pk, 5);
+    proto_pack_kv_u64(pk, "arena", t->arena);
+    proto_pack_kv_u64(pk, "offset", t->offset);
+    proto_pack_kv_str(pk, "dtype", proto_dtype_name(t->dtype));
+    pack_dims(pk, "shape", t->rank, t->shape);
+    pack_dims(pk, "strides", t->rank, t->strides);
+}
+
+void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a)
+{
+    msgpack_pack_map(pk, 5 + a->has_lse + a->has_scale);
+    proto_pack_str(pk, "q");
+    proto_pack_tensor(pk, &a->q);
+    proto_pack_str(pk, "k");
+    proto_pack_tensor(pk, &a->k);
+    proto_pack_str(pk, "v");
+    proto_pack_tensor(pk, &a->v);
+    proto_pack_str(pk, "out");
+    proto_pack_tensor(pk, &a->out);
+    if (a->has_lse) {
+        proto_pack_str(pk, "lse");
+        proto_pack_tensor(pk, &a->lse);
+    }
+    proto_pack_kv_bool(pk, "causal", a->causal);
+    if (a->has_scale)
+        proto_pack_kv_f64(pk, "scale", a->scale);
+}

@@ -1,0 +1,112 @@
+/* The gllm wire codec: bounded msgpack-rpc messages in, plain C structs out. No I/O. */
+#ifndef GLLM_PROTO_H
+#define GLLM_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <msgpack.h>
+
+#include "gllm/gllm.h"
+
+/*
+ * Limits every decoder enforces before msgpack-c allocates anything. With a
+ * 64 KiB packet, at most 16 levels and 256 entries per container, msgpack-c's
+ * zone for one message is bounded by a few MiB in the worst case.
+ */
+#define PROTO_MAX_MESSAGE   65536u
+#define PROTO_MAX_DEPTH     16u
+#define PROTO_MAX_CONTAINER 256u
+#define PROTO_MAX_STRING    4096u
+#define PROTO_MAX_METHOD    32u
+#define PROTO_MAX_ERRMSG    200u
+
+enum proto_kind { PROTO_REQUEST = 0, PROTO_RESPONSE = 1, PROTO_NOTIFY = 2 };
+
+/* A decoded message. Pointers refer into `unpacked` until proto_msg_free(). */
+struct proto_msg {
+    enum proto_kind kind;
+    uint64_t id;                       /* request, response */
+    char method[PROTO_MAX_METHOD + 1]; /* request, notify */
+    const msgpack_object *params;      /* request, notify: a map */
+    int error_code;                    /* response: 0 when it carries a result */
+    char error_message[PROTO_MAX_ERRMSG + 1];
+    const msgpack_object *result;      /* response */
+    msgpack_unpacked unpacked;
+};
+
+/* Checks the raw bytes against the limits above without allocating. */
+int proto_scan(const void *buf, size_t len);
+/* proto_scan(), then unpack into msg. On failure msg needs no freeing. When
+ * the id could be read, *id_out gets it (so the error can be answered). */
+int proto_decode(const void *buf, size_t len, struct proto_msg *msg, int64_t *id_out);
+void proto_msg_free(struct proto_msg *msg);
+
+/* Typed field access on a params/result map. Missing optional fields leave
+ * *out untouched and return 0; missing required ones return GLLM_EPARAM. */
+const msgpack_object *proto_map_get(const msgpack_object *map, const char *key);
+int proto_get_u64(const msgpack_object *map, const char *key, bool required, uint64_t *out);
+int proto_get_i64(const msgpack_object *map, const char *key, bool required, int64_t *out);
+int proto_get_f64(const msgpack_object *map, const char *key, bool required, double *out);
+int proto_get_bool(const msgpack_object *map, const char *key, bool required, bool *out);
+/* Copies a string field, NUL-terminated; GLLM_EPARAM if it does not fit. */
+int proto_get_str(const msgpack_object *map, const char *key, bool required, char *out, size_t cap);
+
+/* A tensor reference as it travels: arena id, byte offset, dtype, shape, strides. */
+struct proto_tensor {
+    uint32_t arena;
+    uint64_t offset;
+    gllm_dtype dtype;
+    uint32_t rank;
+    int64_t shape[GLLM_MAX_RANK];
+    int64_t strides[GLLM_MAX_RANK];
+};
+
+struct proto_attention {
+    struct proto_tensor q, k, v, out, lse;
+    bool has_lse;
+    bool causal;
+    bool has_scale;
+    double scale;
+};
+
+int proto_dtype_parse(const char *name, gllm_dtype *out);
+size_t proto_dtype_size(gllm_dtype dtype);
+const char *proto_dtype_name(gllm_dtype dtype);
+
+int proto_decode_tensor(const msgpack_object *obj, struct proto_tensor *t);
+int proto_decode_attention(const msgpack_object *params, struct proto_attention *a);
+/* Byte range [*first, *end) that the tensor touches, overflow-checked; an
+ * empty tensor gives first == end == offset. Strides must be non-negative. */
+int proto_tensor_span(const struct proto_tensor *t, uint64_t *first, uint64_t *end);
+/* Fills strides for a row-major layout. */
+void proto_tensor_contiguous(struct proto_tensor *t);
+
+/* A fixed-capacity output buffer behind a msgpack_packer: encoding never
+ * allocates and fails cleanly (overflow set) past PROTO_MAX_MESSAGE. */
+struct proto_buf {
+    size_t len;
+    bool overflow;
+    msgpack_packer pk;
+    char data[PROTO_MAX_MESSAGE];
+};
+void proto_buf_init(struct proto_buf *b);
+
+void proto_pack_str(msgpack_packer *pk, const char *s);
+void proto_pack_kv_str(msgpack_packer *pk, const char *key, const char *val);
+void proto_pack_kv_u64(msgpack_packer *pk, const char *key, uint64_t val);
+void proto_pack_kv_i64(msgpack_packer *pk, const char *key, int64_t val);
+void proto_pack_kv_f64(msgpack_packer *pk, const char *key, double val);
+void proto_pack_kv_bool(msgpack_packer *pk, const char *key, bool val);
+
+/* Headers: the caller packs the params/result object that completes the message. */
+void proto_pack_request(msgpack_packer *pk, uint64_t id, const char *method);
+void proto_pack_result(msgpack_packer *pk, uint64_t id);
+/* A complete error response; id -1 packs nil (the request's id was unreadable). */
+void proto_pack_error(msgpack_packer *pk, int64_t id, int code, const char *message);
+
+void proto_pack_tensor(msgpack_packer *pk, const struct proto_tensor *t);
+void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a);
+
+#endif
