@@ -66,10 +66,16 @@ static int decode_envelope(const msgpack_object *root, struct proto_msg *msg, in
         msg->params = &e[2];
         return e[2].type == MSGPACK_OBJECT_MAP ? 0 : GLLM_EPARAM;
     }
-    if (root->via.array.size != 4 || !as_u64(&e[1], &msg->id) || msg->id > INT64_MAX)
+    if (root->via.array.size != 4)
         return GLLM_EMALFORMED;
-    if (id_out)
+    if (kind == PROTO_RESPONSE && e[1].type == MSGPACK_OBJECT_NIL) {
+        /* An error about a request whose id could not be read. */
+        msg->id = PROTO_NO_ID;
+    } else if (!as_u64(&e[1], &msg->id) || msg->id > INT64_MAX) {
+        return GLLM_EMALFORMED;
+    } else if (id_out) {
         *id_out = (int64_t)msg->id;
+    }
     if (kind == PROTO_REQUEST) {
         if (e[2].type != MSGPACK_OBJECT_STR)
             return GLLM_EMALFORMED;

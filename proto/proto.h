@@ -22,12 +22,15 @@
 #define PROTO_MAX_METHOD    32u
 #define PROTO_MAX_ERRMSG    200u
 
+/* The id of a response to a request whose own id was unreadable (nil on the wire). */
+#define PROTO_NO_ID UINT64_MAX
+
 enum proto_kind { PROTO_REQUEST = 0, PROTO_RESPONSE = 1, PROTO_NOTIFY = 2 };
 
 /* A decoded message. Pointers refer into `unpacked` until proto_msg_free(). */
 struct proto_msg {
     enum proto_kind kind;
-    uint64_t id;                       /* request, response */
+    uint64_t id;                       /* request, response; PROTO_NO_ID: nil */
     char method[PROTO_MAX_METHOD + 1]; /* request, notify */
     const msgpack_object *params;      /* request, notify: a map */
     int error_code;                    /* response: 0 when it carries a result */

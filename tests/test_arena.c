@@ -1,0 +1,136 @@
+/* Arena checks: only a memfd sealed against shrinking, of the stated size, is ever mapped. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "arena.h"
+#include "gllm/errors.h"
+
+static int make_memfd(size_t size, unsigned seals)
+{
+    int fd = memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    if (seals)
+        assert_int_equal(fcntl(fd, F_ADD_SEALS, seals), 0);
+    return fd;
+}
+
+static void test_sealed_memfd_maps_and_shares(void **state)
+{
+    (void)state;
+    int fd = make_memfd(8192, F_SEAL_SHRINK);
+    struct arena *a;
+    assert_int_equal(arena_map(fd, 8192, &a), 0);
+    char *mine = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(mine != MAP_FAILED);
+    mine[4000] = 42;                         /* the client's writes are the daemon's reads */
+    assert_int_equal(((char *)a->base)[4000], 42);
+    /* Shrinking is now impossible, so the mapping can never SIGBUS. */
+    assert_int_equal(ftruncate(fd, 100), -1);
+    arena_unref(a);
+    munmap(mine, 8192);
+    close(fd);
+}
+
+static void test_refused_fds(void **state)
+{
+    (void)state;
+    struct arena *a = NULL;
+    int fd = make_memfd(4096, 0);
+    assert_int_equal(arena_map(fd, 4096, &a), GLLM_EUNSEALED);
+    close(fd);
+
+    fd = make_memfd(4096, F_SEAL_SHRINK);
+    assert_int_equal(arena_map(fd, 8192, &a), GLLM_EARENASIZE);   /* larger than the file */
+    assert_int_equal(arena_map(fd, 0, &a), GLLM_EARENASIZE);
+    close(fd);
+
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_int_equal(arena_map(p[0], 4096, &a), GLLM_ENOTMEMFD);
+    close(p[0]), close(p[1]);
+
+    int s[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, s), 0);
+    assert_int_equal(arena_map(s[0], 4096, &a), GLLM_ENOTMEMFD);
+    close(s[0]), close(s[1]);
+
+    fd = open("/dev/zero", O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(arena_map(fd, 4096, &a), GLLM_ENOTMEMFD);
+    close(fd);
+
+    char path[] = "/tmp/gllm-arena-XXXXXX";   /* a regular file cannot be sealed */
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    assert_int_equal(ftruncate(fd, 4096), 0);
+    assert_int_equal(arena_map(fd, 4096, &a), GLLM_ENOTMEMFD);
+    close(fd);
+    assert_null(a);
+}
+
+static struct arena *fake_arena(void)
+{
+    int fd = make_memfd(4096, F_SEAL_SHRINK);
+    struct arena *a;
+    assert_int_equal(arena_map(fd, 4096, &a), 0);
+    close(fd);
+    return a;
+}
+
+static void test_table(void **state)
+{
+    (void)state;
+    struct arena_table t = {0};
+    struct arena *a = fake_arena(), *b = fake_arena(), *c = fake_arena();
+    assert_int_equal(arena_table_add(&t, a, 2), 0);
+    assert_int_equal(arena_table_add(&t, b, 2), 0);
+    assert_int_equal(arena_table_add(&t, c, 2), -ENOSPC);        /* per-session limit */
+    assert_true(a->id != b->id && a->id != 0);
+    assert_ptr_equal(arena_table_find(&t, b->id), b);
+    assert_null(arena_table_find(&t, 0));
+    assert_null(arena_table_find(&t, 999));
+    uint32_t old = a->id;
+    assert_ptr_equal(arena_table_remove(&t, old), a);
+    assert_null(arena_table_remove(&t, old));                     /* twice: unknown */
+    assert_int_equal(arena_table_add(&t, c, 2), 0);
+    assert_true(c->id != old);                                    /* ids are never reused */
+    assert_null(arena_table_find(&t, old));
+    arena_unref(a);
+    arena_unref(arena_table_remove(&t, b->id));
+    arena_unref(arena_table_remove(&t, c->id));
+    assert_int_equal(t.count, 0);
+}
+
+static void test_refcount_keeps_mapping(void **state)
+{
+    (void)state;
+    struct arena *a = fake_arena();
+    arena_ref(a);                 /* a job holds it */
+    arena_unref(a);               /* the client released it */
+    ((char *)a->base)[0] = 1;     /* still mapped for the job (ASan would catch a use after free) */
+    assert_int_equal(a->refs, 1);
+    arena_unref(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sealed_memfd_maps_and_shares),
+        cmocka_unit_test(test_refused_fds),
+        cmocka_unit_test(test_table),
+        cmocka_unit_test(test_refcount_keeps_mapping),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

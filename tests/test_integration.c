@@ -1,0 +1,574 @@
+/* Integration: a real gllmd on a temporary socket, real client processes, real failures. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "proto.h"
+#include "testutil.h"
+
+static struct daemon gd;   /* shared by the tests of the main group */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    return daemon_start(&gd, NULL) == 0 ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    return daemon_stop(&gd) == 0 ? 0 : -1;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- a job with its reference, through the public API ---- */
+
+struct job_spec {
+    int64_t B, Hq, Hkv, Sq, Skv, D;
+    gllm_dtype dtype;
+    bool causal;
+};
+
+struct live_job {
+    struct job_spec s;
+    gllm_arena *arena;
+    gllm_attention_params p;
+    uint64_t id;
+};
+
+/* NaN over the output, so an element the daemon skipped cannot pass. */
+static void job_poison(struct live_job *j)
+{
+    size_t es = gllm_dtype_size(j->s.dtype);
+    size_t nq = (size_t)(j->s.B * j->s.Hq * j->s.Sq * j->s.D);
+    memset((char *)gllm_arena_data(j->arena) + j->p.out.offset, 0xff, nq * es);
+}
+
+static int job_setup(gllm_client *c, struct live_job *j, const struct job_spec *s, uint64_t seed)
+{
+    j->s = *s;
+    size_t es = gllm_dtype_size(s->dtype);
+    size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D), nk = (size_t)(s->B * s->Hkv * s->Skv * s->D);
+    int r = gllm_arena_create(c, (2 * nq + 2 * nk) * es, &j->arena);
+    if (r < 0)
+        return r;
+    char *base = gllm_arena_data(j->arena);
+    fill_random(base, s->dtype, nq + 2 * nk, &seed);
+    j->p = (gllm_attention_params){.size = sizeof j->p, .flags = s->causal ? GLLM_ATTN_CAUSAL : 0};
+    int64_t qs[4] = {s->B, s->Hq, s->Sq, s->D}, ks[4] = {s->B, s->Hkv, s->Skv, s->D};
+    gllm_tensor_init(&j->p.q, j->arena, 0, s->dtype, 4, qs);
+    gllm_tensor_init(&j->p.k, j->arena, nq * es, s->dtype, 4, ks);
+    gllm_tensor_init(&j->p.v, j->arena, (nq + nk) * es, s->dtype, 4, ks);
+    gllm_tensor_init(&j->p.out, j->arena, (nq + 2 * nk) * es, s->dtype, 4, qs);
+    job_poison(j);
+    return 0;
+}
+
+/* True when the output matches the float64 reference within the dtype's tolerance. */
+static bool job_output_ok(const struct live_job *j)
+{
+    const struct job_spec *s = &j->s;
+    size_t es = gllm_dtype_size(s->dtype);
+    size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D), nk = (size_t)(s->B * s->Hkv * s->Skv * s->D);
+    const char *base = gllm_arena_data(j->arena);
+    double *want = malloc(nq * sizeof *want), *got = malloc(nq * sizeof *got);
+    struct ref_view q = {base, s->dtype, {s->Hq * s->Sq * s->D, s->Sq * s->D, s->D, 1}};
+    struct ref_view k = {base + nq * es, s->dtype, {s->Hkv * s->Skv * s->D, s->Skv * s->D, s->D, 1}};
+    struct ref_view v = k;
+    v.data = base + (nq + nk) * es;
+    ref_attention(s->B, s->Hq, s->Hkv, s->Sq, s->Skv, s->D, q, k, v, s->causal,
+                  1.0 / sqrt((double)s->D), want, NULL);
+    for (size_t i = 0; i < nq; i++)
+        got[i] = elem_get(base + (nq + 2 * nk) * es, s->dtype, (int64_t)i);
+    double err = rel_error_max(got, want, nq);
+    free(want);
+    free(got);
+    double tol = s->dtype == GLLM_DTYPE_F32 ? 1e-5 : s->dtype == GLLM_DTYPE_F16 ? 3e-3 : 2e-2;
+    if (!(err <= tol))
+        fprintf(stderr, "pid %d: rel err %.3g > %.3g\n", (int)getpid(), err, tol);
+    return err <= tol;
+}
+
+static gllm_status status_of(const char *sock)
+{
+    gllm_client *c;
+    gllm_status st;
+    assert_int_equal(gllm_connect(sock, &c), 0);
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    gllm_disconnect(c);
+    return st;
+}
+
+/* Waits (bounded) until the daemon has let go of everything its clients held. */
+static gllm_status wait_quiet(const char *sock, uint32_t clients)
+{
+    gllm_status st = status_of(sock);
+    for (int i = 0; i < 3000 && (st.clients > clients + 1 || st.arenas || st.jobs_inflight); i++) {
+        sleep_ms(10);
+        st = status_of(sock);
+    }
+    return st;
+}
+
+/* ---- raw protocol access, for what the library would never send ---- */
+
+static int raw_connect(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+static void raw_send(int fd, const void *p, size_t n, int pass_fd)
+{
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctrl;
+    struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (pass_fd >= 0) {
+        memset(&ctrl, 0, sizeof ctrl);
+        mh.msg_control = ctrl.buf;
+        mh.msg_controllen = sizeof ctrl.buf;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    }
+    assert_int_equal(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)n);
+}
+
+static char rxbuf[PROTO_MAX_MESSAGE];
+
+/* Reads one reply; returns its error code (0 for a result) and its id. */
+static int raw_reply(int fd, int64_t *id, uint64_t *arena_out)
+{
+    ssize_t n = recv(fd, rxbuf, sizeof rxbuf, 0);
+    assert_true(n > 0);
+    struct proto_msg m;
+    assert_int_equal(proto_decode(rxbuf, (size_t)n, &m, NULL), 0);
+    assert_int_equal(m.kind, PROTO_RESPONSE);
+    *id = m.id == PROTO_NO_ID ? -1 : (int64_t)m.id;
+    int code = m.error_code;
+    if (code == 0 && arena_out)
+        proto_get_u64(m.result, "arena", false, arena_out);
+    if (code)
+        assert_true(m.error_message[0] != '\0');
+    proto_msg_free(&m);
+    return code;
+}
+
+static struct proto_buf tx;
+
+static msgpack_packer *req(uint64_t id, const char *method)
+{
+    proto_buf_init(&tx);
+    proto_pack_request(&tx.pk, id, method);
+    return &tx.pk;
+}
+
+/* Sends tx, expects an error with this code for this id (-1: nil id). */
+static void expect_error(int fd, int pass_fd, int64_t id, int code)
+{
+    raw_send(fd, tx.data, tx.len, pass_fd);
+    int64_t got_id;
+    int got = raw_reply(fd, &got_id, NULL);
+    if (got != code)
+        fail_msg("request %lld: got %s (%d), want %s (%d)", (long long)id, gllm_error_name(got),
+                 got, gllm_error_name(code), code);
+    assert_int_equal(got_id, id);
+}
+
+static void raw_hello(int fd)
+{
+    msgpack_packer *pk = req(1, "hello");
+    msgpack_pack_map(pk, 1);
+    proto_pack_kv_u64(pk, "version", GLLM_PROTOCOL_VERSION);
+    raw_send(fd, tx.data, tx.len, -1);
+    int64_t id;
+    assert_int_equal(raw_reply(fd, &id, NULL), 0);
+}
+
+static int sealed_memfd(size_t size, bool seal)
+{
+    int fd = memfd_create("raw", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
+    if (seal)
+        assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    return fd;
+}
+
+static uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id)
+{
+    msgpack_packer *pk = req(id, "arena_register");
+    msgpack_pack_map(pk, 1);
+    proto_pack_kv_u64(pk, "size", size);
+    raw_send(fd, tx.data, tx.len, memfd);
+    int64_t got_id;
+    uint64_t arena = 0;
+    assert_int_equal(raw_reply(fd, &got_id, &arena), 0);
+    assert_true(arena > 0);
+    return (uint32_t)arena;
+}
+
+/* q, k, v, out of [1, 2, S, 64] f32 back to back in one arena. */
+static struct proto_attention raw_job(uint32_t arena, int64_t S)
+{
+    struct proto_attention a = {0};
+    struct proto_tensor *t[4] = {&a.q, &a.k, &a.v, &a.out};
+    for (int i = 0; i < 4; i++) {
+        *t[i] = (struct proto_tensor){.arena = arena, .offset = (uint64_t)(i * 2 * S * 64 * 4),
+                                      .dtype = GLLM_DTYPE_F32, .rank = 4, .shape = {1, 2, S, 64}};
+        proto_tensor_contiguous(t[i]);
+    }
+    return a;
+}
+
+/* ---- the tests ---- */
+
+static void test_hello_and_status(void **state)
+{
+    (void)state;
+    gllm_client *c;
+    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    const gllm_caps *caps = gllm_client_caps(c);
+    assert_int_equal(caps->protocol_version, GLLM_PROTOCOL_VERSION);
+    assert_string_equal(caps->backend, "cpu");
+    assert_int_equal(caps->ndevices, 1);
+    assert_int_equal(caps->dtypes, 7);
+    assert_int_equal(caps->limits.max_message_bytes, PROTO_MAX_MESSAGE);
+    assert_true(caps->limits.max_head_dim >= 128);
+    gllm_status st;
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    assert_true(st.clients >= 1);
+    assert_string_equal(st.backend, "cpu");
+    gllm_disconnect(c);
+}
+
+/* Several client processes, each with several jobs in flight at once. */
+static void test_concurrent_pipelined_clients(void **state)
+{
+    (void)state;
+    enum { CLIENTS = 4, JOBS = 5 };
+    uint64_t done_before = status_of(gd.socket).jobs_done;
+    pid_t kids[CLIENTS];
+    for (int k = 0; k < CLIENTS; k++) {
+        kids[k] = fork();
+        assert_true(kids[k] >= 0);
+        if (kids[k] > 0)
+            continue;
+        gllm_client *c;
+        if (gllm_connect(gd.socket, &c) < 0)
+            _exit(10);
+        struct live_job jobs[JOBS];
+        for (int i = 0; i < JOBS; i++) {
+            struct job_spec s = {.B = 1 + i % 2, .Hq = 4, .Hkv = 1 + (i % 2), .Sq = 40 + 7 * i,
+                                 .Skv = 40 + 11 * k, .D = i % 2 ? 128 : 64,
+                                 .dtype = (gllm_dtype)((i + k) % 3), .causal = (i + k) % 2};
+            if (job_setup(c, &jobs[i], &s, (uint64_t)(k * 100 + i)) < 0 ||
+                gllm_attention_submit(c, &jobs[i].p, &jobs[i].id) < 0)
+                _exit(11);
+        }
+        /* Claim out of order: results must still land on the right job. */
+        for (int i = JOBS - 1; i >= 0; i--) {
+            gllm_job_result res;
+            if (gllm_job_wait(c, jobs[i].id, &res) != 0 || res.status != 0)
+                _exit(12);
+            if (!job_output_ok(&jobs[i]))
+                _exit(13);
+        }
+        gllm_job_result res;
+        if (gllm_job_wait(c, jobs[0].id, &res) != GLLM_ENOJOB)   /* claimed already */
+            _exit(14);
+        for (int i = 0; i < JOBS; i++)
+            gllm_arena_release(jobs[i].arena);
+        gllm_disconnect(c);
+        _exit(0);
+    }
+    for (int k = 0; k < CLIENTS; k++) {
+        int st;
+        assert_int_equal(waitpid(kids[k], &st, 0), kids[k]);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+    gllm_status st = wait_quiet(gd.socket, 0);
+    assert_int_equal(st.jobs_done - done_before, CLIENTS * JOBS);
+    assert_int_equal(st.arenas, 0);
+}
+
+/* One connection's jobs are answered in the order they were sent. */
+static void test_replies_in_submission_order(void **state)
+{
+    (void)state;
+    int fd = raw_connect(gd.socket);
+    raw_hello(fd);
+    size_t size = 4 * 2 * 256 * 64 * 4;
+    int mfd = sealed_memfd(size, true);
+    uint32_t arena = raw_register(fd, mfd, size, 2);
+    enum { N = 24 };
+    for (uint64_t id = 10; id < 10 + N; id++) {
+        /* Long and short jobs mixed: a short one must not overtake a long one. */
+        struct proto_attention a = raw_job(arena, id % 3 == 0 ? 256 : 8);
+        proto_pack_attention(req(id, "attention"), &a);
+        raw_send(fd, tx.data, tx.len, -1);
+    }
+    for (uint64_t id = 10; id < 10 + N; id++) {
+        int64_t got;
+        assert_int_equal(raw_reply(fd, &got, NULL), 0);
+        assert_int_equal(got, (int64_t)id);
+    }
+    close(mfd);
+    close(fd);
+}
+
+/* A child that keeps running good jobs while the parent misbehaves. */
+static pid_t start_good_client(int jobs)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid > 0)
+        return pid;
+    gllm_client *c;
+    if (gllm_connect(gd.socket, &c) < 0)
+        _exit(20);
+    struct live_job j;
+    struct job_spec s = {.B = 1, .Hq = 4, .Hkv = 2, .Sq = 64, .Skv = 96, .D = 64,
+                         .dtype = GLLM_DTYPE_F16, .causal = true};
+    if (job_setup(c, &j, &s, 5) < 0)
+        _exit(21);
+    for (int i = 0; i < jobs; i++) {
+        gllm_job_result res;
+        job_poison(&j);
+        if (gllm_attention(c, &j.p, &res) != 0 || !job_output_ok(&j))
+            _exit(22);
+    }
+    gllm_arena_release(j.arena);
+    gllm_disconnect(c);
+    _exit(0);
+}
+
+static void test_bad_requests_get_errors(void **state)
+{
+    (void)state;
+    pid_t good = start_good_client(40);
+    int fd = raw_connect(gd.socket);
+
+    proto_pack_attention(req(3, "attention"), &(struct proto_attention){0});
+    expect_error(fd, -1, 3, GLLM_ENOHELLO);
+    msgpack_pack_map(req(4, "hello"), 1), proto_pack_kv_u64(&tx.pk, "version", 99);
+    expect_error(fd, -1, 4, GLLM_EVERSION);
+    raw_hello(fd);
+
+    proto_buf_init(&tx);
+    tx.len = 2, tx.data[0] = (char)0xc1, tx.data[1] = (char)0xc1;          /* garbage bytes */
+    expect_error(fd, -1, -1, GLLM_EMALFORMED);
+    proto_buf_init(&tx);
+    msgpack_pack_map(&tx.pk, 0);                                            /* msgpack, not rpc */
+    expect_error(fd, -1, -1, GLLM_EMALFORMED);
+    proto_buf_init(&tx);
+    memset(tx.data, 0x91, 40), tx.data[40] = (char)0x90, tx.len = 41;      /* 41 levels deep */
+    expect_error(fd, -1, -1, GLLM_ELIMIT);
+    msgpack_pack_map(req(5, "no_such_method"), 0);
+    expect_error(fd, -1, 5, GLLM_EMETHOD);
+    msgpack_pack_int8(req(6, "status"), 3);                                 /* params not a map */
+    expect_error(fd, -1, 6, GLLM_EPARAM);
+    msgpack_pack_map(req(7, "status"), 0);
+    expect_error(fd, 0, 7, GLLM_ENOFD);                                     /* unexpected fd */
+    proto_buf_init(&tx);
+    proto_pack_result(&tx.pk, 8), msgpack_pack_nil(&tx.pk);                /* a response */
+    expect_error(fd, -1, -1, GLLM_EMALFORMED);
+
+    static char huge[PROTO_MAX_MESSAGE + 100];                              /* oversized packet */
+    memset(huge, 0x90, sizeof huge);
+    raw_send(fd, huge, sizeof huge, -1);
+    int64_t id;
+    assert_int_equal(raw_reply(fd, &id, NULL), GLLM_ETOOBIG);
+
+    msgpack_pack_map(req(9, "arena_register"), 1), proto_pack_kv_u64(&tx.pk, "size", 4096);
+    expect_error(fd, -1, 9, GLLM_ENOFD);
+    int unsealed = sealed_memfd(4096, false);
+    expect_error(fd, unsealed, 9, GLLM_EUNSEALED);
+    int sealed = sealed_memfd(4096, true);
+    msgpack_pack_map(req(10, "arena_register"), 1), proto_pack_kv_u64(&tx.pk, "size", 8192);
+    expect_error(fd, sealed, 10, GLLM_EARENASIZE);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    msgpack_pack_map(req(11, "arena_register"), 1), proto_pack_kv_u64(&tx.pk, "size", 4096);
+    expect_error(fd, p[0], 11, GLLM_ENOTMEMFD);
+    msgpack_pack_map(req(12, "arena_register"), 1), proto_pack_kv_str(&tx.pk, "size", "big");
+    expect_error(fd, sealed, 12, GLLM_EPARAM);
+    msgpack_pack_map(req(13, "arena_release"), 1), proto_pack_kv_u64(&tx.pk, "arena", 4242);
+    expect_error(fd, -1, 13, GLLM_ENOARENA);
+
+    size_t size = 4 * 2 * 16 * 64 * 4;
+    int mfd = sealed_memfd(size, true);
+    uint32_t arena = raw_register(fd, mfd, size, 14);
+    struct proto_attention a = raw_job(arena + 1000, 16);                   /* nobody's arena */
+    proto_pack_attention(req(15, "attention"), &a);
+    expect_error(fd, -1, 15, GLLM_ENOARENA);
+    a = raw_job(arena, 16), a.out.offset = size - 64;
+    proto_pack_attention(req(16, "attention"), &a);
+    expect_error(fd, -1, 16, GLLM_EBOUNDS);
+    a = raw_job(arena, 16), a.q.shape[2] = (int64_t)1 << 61;
+    proto_tensor_contiguous(&a.q);
+    proto_pack_attention(req(17, "attention"), &a);
+    expect_error(fd, -1, 17, GLLM_EOVERFLOW);
+    a = raw_job(arena, 16), a.k.shape[3] = 32;
+    proto_pack_attention(req(18, "attention"), &a);
+    expect_error(fd, -1, 18, GLLM_ESHAPE);
+    msgpack_pack_map(req(19, "attention"), 1), proto_pack_kv_str(&tx.pk, "q", "tensor");
+    expect_error(fd, -1, 19, GLLM_EPARAM);
+
+    a = raw_job(arena, 16);                   /* after all that, a good job still runs */
+    proto_pack_attention(req(20, "attention"), &a);
+    raw_send(fd, tx.data, tx.len, -1);
+    assert_int_equal(raw_reply(fd, &id, NULL), 0);
+    assert_int_equal(id, 20);
+
+    int st;
+    assert_int_equal(waitpid(good, &st, 0), good);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    close(unsealed), close(sealed), close(p[0]), close(p[1]), close(mfd), close(fd);
+}
+
+/* A client killed in the middle of a job frees all it held; others carry on. */
+static void test_client_killed_mid_job(void **state)
+{
+    (void)state;
+    gllm_status before = wait_quiet(gd.socket, 0);
+    for (int round = 0; round < 3; round++) {
+        int ready[2];
+        assert_int_equal(pipe(ready), 0);
+        pid_t kid = fork();
+        assert_true(kid >= 0);
+        if (kid == 0) {
+            gllm_client *c;
+            struct live_job j[3];
+            struct job_spec s = {.B = 1, .Hq = 8, .Hkv = 8, .Sq = 1024, .Skv = 1024, .D = 128,
+                                 .dtype = GLLM_DTYPE_F32};
+            if (gllm_connect(gd.socket, &c) < 0)
+                _exit(1);
+            for (int i = 0; i < 3; i++)
+                if (job_setup(c, &j[i], &s, 1) < 0 || gllm_attention_submit(c, &j[i].p, &j[i].id) < 0)
+                    _exit(2);
+            if (write(ready[1], "x", 1) != 1)
+                _exit(3);
+            pause();
+            _exit(4);
+        }
+        close(ready[1]);
+        char x;
+        assert_int_equal(read(ready[0], &x, 1), 1);
+        close(ready[0]);
+        if (round > 0)
+            sleep_ms(20 * round);         /* at different points of the job */
+        kill(kid, SIGKILL);
+        waitpid(kid, NULL, 0);
+    }
+    gllm_status after = wait_quiet(gd.socket, 0);
+    assert_int_equal(after.arenas, 0);
+    assert_int_equal(after.bytes_mapped, 0);
+    assert_int_equal(after.jobs_inflight, 0);
+    assert_int_equal(after.clients, before.clients);
+
+    pid_t good = start_good_client(3);
+    int st;
+    assert_int_equal(waitpid(good, &st, 0), good);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* SIGTERM with jobs in flight: every accepted job is answered, then exit 0. */
+static void test_sigterm_drains(void **state)
+{
+    (void)state;
+    struct daemon d;
+    assert_int_equal(daemon_start(&d, NULL), 0);
+    gllm_client *c, *watcher;
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    assert_int_equal(gllm_connect(d.socket, &watcher), 0);
+    enum { N = 4 };
+    struct live_job j[N];
+    struct job_spec s = {.B = 1, .Hq = 8, .Hkv = 4, .Sq = 512, .Skv = 512, .D = 128,
+                         .dtype = GLLM_DTYPE_BF16};
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(job_setup(c, &j[i], &s, (uint64_t)i), 0);
+        assert_int_equal(gllm_attention_submit(c, &j[i].p, &j[i].id), 0);
+    }
+    gllm_status st = {0};
+    for (int i = 0; i < 3000; i++) {      /* until the daemon has read them all */
+        assert_int_equal(gllm_status_get(watcher, &st), 0);
+        if (st.jobs_inflight + st.jobs_done >= N)
+            break;
+        sleep_ms(1);
+    }
+    assert_int_equal(kill(d.pid, SIGTERM), 0);
+    /* The watcher's connection stays open through the drain, but new jobs are refused. */
+    struct live_job late;
+    assert_int_equal(job_setup(watcher, &late, &s, 9), 0);
+    gllm_job_result res;
+    assert_int_equal(gllm_attention(watcher, &late.p, &res), GLLM_ESHUTDOWN);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(gllm_job_wait(c, j[i].id, &res), 0);
+        assert_true(job_output_ok(&j[i]));
+    }
+    gllm_disconnect(watcher);
+    gllm_disconnect(c);
+    int status;
+    assert_int_equal(waitpid(d.pid, &status, 0), d.pid);
+    d.pid = 0;
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_int_equal(access(d.socket, F_OK), -1);       /* socket removed */
+    daemon_stop(&d);
+}
+
+static void test_not_running(void **state)
+{
+    (void)state;
+    gllm_client *c;
+    assert_int_equal(gllm_connect("/nonexistent/gllmd.sock", &c), -ENOENT);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest shared[] = {
+        cmocka_unit_test(test_hello_and_status),
+        cmocka_unit_test(test_concurrent_pipelined_clients),
+        cmocka_unit_test(test_replies_in_submission_order),
+        cmocka_unit_test(test_bad_requests_get_errors),
+        cmocka_unit_test(test_client_killed_mid_job),
+    };
+    const struct CMUnitTest alone[] = {
+        cmocka_unit_test(test_sigterm_drains),
+        cmocka_unit_test(test_not_running),
+    };
+    int failed = cmocka_run_group_tests_name("integration", shared, group_setup, group_teardown);
+    failed += cmocka_run_group_tests_name("lifecycle", alone, NULL, NULL);
+    return failed;
+}

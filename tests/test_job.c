@@ -1,0 +1,193 @@
+/* Attention request validation: arenas, bounds, shapes, dtypes, head dims, aliasing. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "job.h"
+
+#define ARENA_BYTES (1u << 20)
+
+static struct arena_table table;
+static struct arena *arena1, *arena2;
+static const struct job_caps caps = {.dtypes = 7, .max_head_dim = 256};
+
+static struct arena *make_arena(void)
+{
+    int fd = memfd_create("t", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, ARENA_BYTES), 0);
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    struct arena *a;
+    assert_int_equal(arena_map(fd, ARENA_BYTES, &a), 0);
+    close(fd);
+    assert_int_equal(arena_table_add(&table, a, 8), 0);
+    return a;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&table, 0, sizeof table);
+    arena1 = make_arena();
+    arena2 = make_arena();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    arena_unref(arena_table_remove(&table, arena1->id));
+    arena_unref(arena_table_remove(&table, arena2->id));
+    return 0;
+}
+
+static struct proto_tensor tensor(struct arena *a, uint64_t offset, gllm_dtype dt, int64_t B,
+                                  int64_t H, int64_t S, int64_t D)
+{
+    struct proto_tensor t = {.arena = a->id, .offset = offset, .dtype = dt, .rank = 4,
+                             .shape = {B, H, S, D}};
+    proto_tensor_contiguous(&t);
+    return t;
+}
+
+/* A valid GQA job: q/out [1,8,64,64], k/v [1,2,64,64] in f16, 64 KiB each. */
+static struct proto_attention good_job(void)
+{
+    struct proto_attention a = {0};
+    a.q = tensor(arena1, 0, GLLM_DTYPE_F16, 1, 8, 64, 64);
+    a.k = tensor(arena1, 65536, GLLM_DTYPE_F16, 1, 2, 64, 64);
+    a.v = tensor(arena1, 2 * 65536, GLLM_DTYPE_F16, 1, 2, 64, 64);
+    a.out = tensor(arena2, 0, GLLM_DTYPE_F16, 1, 8, 64, 64);
+    return a;
+}
+
+static int prepare(const struct proto_attention *pa, struct job *job)
+{
+    char err[200];
+    memset(job, 0, sizeof *job);
+    int r = job_prepare_attention(job, pa, &table, &caps, err, sizeof err);
+    if (r == 0)
+        assert_true(job->narenas > 0);
+    else
+        assert_true(err[0] != '\0');   /* every refusal says why */
+    return r;
+}
+
+static void test_good_job_binds_arenas(void **state)
+{
+    (void)state;
+    struct proto_attention pa = good_job();
+    struct job job;
+    assert_int_equal(prepare(&pa, &job), 0);
+    assert_int_equal(job.narenas, 2);          /* each arena referenced once */
+    assert_int_equal(arena1->refs, 2);
+    assert_ptr_equal(job.args.q, arena1->base);
+    assert_ptr_equal(job.args.k, (char *)arena1->base + 65536);
+    assert_int_equal(job.args.Hq, 8);
+    assert_int_equal(job.args.Hkv, 2);
+    assert_true(job.args.scale == 0.125f);     /* 1/sqrt(64) by default */
+    job_release_arenas(&job);
+    assert_int_equal(arena1->refs, 1);
+}
+
+static void test_refusals(void **state)
+{
+    (void)state;
+    struct job job;
+    struct proto_attention pa;
+
+    pa = good_job(), pa.k.arena = 77;
+    assert_int_equal(prepare(&pa, &job), GLLM_ENOARENA);
+    pa = good_job(), pa.out.offset = ARENA_BYTES - 100;
+    assert_int_equal(prepare(&pa, &job), GLLM_EBOUNDS);
+    pa = good_job(), pa.q.offset = UINT64_MAX - 11;
+    assert_int_equal(prepare(&pa, &job), GLLM_EOVERFLOW);
+    pa = good_job(), pa.q.offset = 3;                                  /* misaligned f16 */
+    assert_int_equal(prepare(&pa, &job), GLLM_EPARAM);
+    pa = good_job(), pa.q.strides[1] = INT64_MAX / 2;                  /* 7 strides overflow */
+    assert_int_equal(prepare(&pa, &job), GLLM_EOVERFLOW);
+    pa = good_job(), pa.q.strides[1] = 1 << 20;                        /* far past the arena */
+    assert_int_equal(prepare(&pa, &job), GLLM_EBOUNDS);
+    pa = good_job(), pa.q.shape[2] = INT64_MAX / 4;
+    proto_tensor_contiguous(&pa.q);
+    assert_int_equal(prepare(&pa, &job), GLLM_EOVERFLOW);
+    pa = good_job(), pa.v.dtype = GLLM_DTYPE_BF16;
+    assert_int_equal(prepare(&pa, &job), GLLM_EDTYPE);
+    pa = good_job(), pa.v.shape[2] = 32;                               /* k and v lengths differ */
+    assert_int_equal(prepare(&pa, &job), GLLM_ESHAPE);
+    pa = good_job(), pa.out.shape[2] = 32;
+    assert_int_equal(prepare(&pa, &job), GLLM_ESHAPE);
+    pa = good_job(), pa.q.rank = 3;
+    assert_int_equal(prepare(&pa, &job), GLLM_ESHAPE);
+    pa = good_job();                                                   /* Hq 8 over Hkv 3 */
+    pa.k = tensor(arena1, 65536, GLLM_DTYPE_F16, 1, 3, 16, 64);
+    pa.v = tensor(arena1, 2 * 65536, GLLM_DTYPE_F16, 1, 3, 16, 64);
+    assert_int_equal(prepare(&pa, &job), GLLM_ESHAPE);
+    pa = good_job();                                                   /* D 512 */
+    pa.q = tensor(arena1, 0, GLLM_DTYPE_F16, 1, 1, 8, 512);
+    pa.k = tensor(arena1, 65536, GLLM_DTYPE_F16, 1, 1, 8, 512);
+    pa.v = tensor(arena1, 2 * 65536, GLLM_DTYPE_F16, 1, 1, 8, 512);
+    pa.out = tensor(arena2, 0, GLLM_DTYPE_F16, 1, 1, 8, 512);
+    assert_int_equal(prepare(&pa, &job), GLLM_EHEADDIM);
+    pa = good_job(), pa.out.arena = arena1->id, pa.out.offset = 4096; /* out over q */
+    assert_int_equal(prepare(&pa, &job), GLLM_EALIAS);
+    pa = good_job(), pa.out.strides[2] = 0;                            /* rows written twice */
+    assert_int_equal(prepare(&pa, &job), GLLM_EALIAS);
+    pa = good_job(), pa.has_lse = true;
+    pa.lse = (struct proto_tensor){.arena = arena2->id, .offset = 65536, .dtype = GLLM_DTYPE_F16,
+                                   .rank = 3, .shape = {1, 8, 64}};
+    proto_tensor_contiguous(&pa.lse);
+    assert_int_equal(prepare(&pa, &job), GLLM_EDTYPE);                 /* lse must be f32 */
+    pa.lse.dtype = GLLM_DTYPE_F32, pa.lse.shape[2] = 63;
+    proto_tensor_contiguous(&pa.lse);
+    assert_int_equal(prepare(&pa, &job), GLLM_ESHAPE);
+    pa.lse.shape[2] = 64;
+    proto_tensor_contiguous(&pa.lse);
+    assert_int_equal(prepare(&pa, &job), 0);
+    job_release_arenas(&job);
+    /* Nothing refused kept a reference. */
+    assert_int_equal(arena1->refs, 1);
+    assert_int_equal(arena2->refs, 1);
+}
+
+static void test_dtype_not_supported_by_backend(void **state)
+{
+    (void)state;
+    struct proto_attention pa = good_job();
+    struct job job;
+    char err[200];
+    const struct job_caps f32_only = {.dtypes = 1, .max_head_dim = 256};
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &f32_only, err, sizeof err),
+                     GLLM_EDTYPE);
+}
+
+static void test_strided_views_accepted(void **state)
+{
+    (void)state;
+    /* [B, S, H, D] memory viewed as [B, H, S, D]: legal, non-overlapping. */
+    struct proto_attention pa = good_job();
+    pa.q.strides[1] = 64, pa.q.strides[2] = 8 * 64;
+    pa.out.strides[1] = 64, pa.out.strides[2] = 8 * 64;
+    struct job job;
+    assert_int_equal(prepare(&pa, &job), 0);
+    assert_int_equal(job.args.o_st[2], 512);
+    job_release_arenas(&job);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_good_job_binds_arenas),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_dtype_not_supported_by_backend),
+        cmocka_unit_test(test_strided_views_accepted),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

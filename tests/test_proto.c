@@ -1,0 +1,342 @@
+/* Codec tests: round-trips, every malformed-input class, limits, tensor spans, fp16 conversions. */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "fp16.h"
+#include "proto.h"
+
+static struct proto_buf buf;
+
+static struct proto_tensor sample_tensor(uint32_t arena, gllm_dtype dt)
+{
+    struct proto_tensor t = {.arena = arena, .offset = 256, .dtype = dt, .rank = 4,
+                             .shape = {2, 8, 100, 64}};
+    proto_tensor_contiguous(&t);
+    return t;
+}
+
+static void test_request_round_trip(void **state)
+{
+    (void)state;
+    struct proto_attention a = {.q = sample_tensor(1, GLLM_DTYPE_F16), .k = sample_tensor(2, GLLM_DTYPE_F16),
+                                .v = sample_tensor(2, GLLM_DTYPE_F16), .out = sample_tensor(3, GLLM_DTYPE_F16),
+                                .lse = sample_tensor(3, GLLM_DTYPE_F32), .has_lse = true,
+                                .causal = true, .has_scale = true, .scale = 0.125};
+    a.lse.rank = 3;
+    a.k.strides[2] = 512;   /* a strided view survives the trip */
+    proto_buf_init(&buf);
+    proto_pack_request(&buf.pk, 77, "attention");
+    proto_pack_attention(&buf.pk, &a);
+    assert_false(buf.overflow);
+
+    struct proto_msg m;
+    int64_t id = -1;
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, &id), 0);
+    assert_int_equal(m.kind, PROTO_REQUEST);
+    assert_int_equal(id, 77);
+    assert_string_equal(m.method, "attention");
+    struct proto_attention b;
+    assert_int_equal(proto_decode_attention(m.params, &b), 0);
+    assert_memory_equal(&a.q, &b.q, sizeof a.q);
+    assert_memory_equal(&a.k, &b.k, sizeof a.k);
+    assert_memory_equal(&a.out, &b.out, sizeof a.out);
+    assert_int_equal(b.lse.rank, 3);
+    assert_true(b.has_lse && b.causal && b.has_scale);
+    assert_true(b.scale == 0.125);
+    proto_msg_free(&m);
+}
+
+static void test_response_round_trip(void **state)
+{
+    (void)state;
+    proto_buf_init(&buf);
+    proto_pack_result(&buf.pk, 5);
+    msgpack_pack_map(&buf.pk, 1);
+    proto_pack_kv_u64(&buf.pk, "kernel_ns", 123456789);
+    struct proto_msg m;
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, NULL), 0);
+    assert_int_equal(m.kind, PROTO_RESPONSE);
+    assert_int_equal(m.error_code, 0);
+    uint64_t ns = 0;
+    assert_int_equal(proto_get_u64(m.result, "kernel_ns", true, &ns), 0);
+    assert_int_equal(ns, 123456789);
+    proto_msg_free(&m);
+
+    proto_buf_init(&buf);
+    proto_pack_error(&buf.pk, 9, GLLM_EBOUNDS, "q: outside arena");
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, NULL), 0);
+    assert_int_equal(m.error_code, GLLM_EBOUNDS);
+    assert_string_equal(m.error_message, "q: outside arena");
+    proto_msg_free(&m);
+
+    proto_buf_init(&buf);
+    proto_pack_error(&buf.pk, -1, GLLM_EMALFORMED, "x");   /* no id: nil */
+    int64_t id = -1;
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, &id), 0);
+    assert_int_equal(id, -1);
+    assert_true(m.id == PROTO_NO_ID);
+    assert_int_equal(m.error_code, GLLM_EMALFORMED);
+    proto_msg_free(&m);
+}
+
+static int decode_bytes(const void *p, size_t n)
+{
+    struct proto_msg m;
+    int r = proto_decode(p, n, &m, NULL);
+    if (r == 0)
+        proto_msg_free(&m);
+    return r;
+}
+
+static void test_malformed(void **state)
+{
+    (void)state;
+    /* Each is a class of garbage a hostile or buggy client might send. */
+    assert_int_equal(decode_bytes("", 0), GLLM_EMALFORMED);
+    assert_int_equal(decode_bytes("\xc1", 1), GLLM_EMALFORMED);             /* never-used byte */
+    assert_int_equal(decode_bytes("\x94\x00\x01", 3), GLLM_EMALFORMED);     /* truncated array */
+    assert_int_equal(decode_bytes("\xda\xff\xff" "ab", 5), GLLM_ELIMIT);    /* string over the limit */
+    assert_int_equal(decode_bytes("\xd9\x05" "ab", 4), GLLM_EMALFORMED);    /* truncated string */
+    assert_int_equal(decode_bytes("\x90\x90", 2), GLLM_EMALFORMED);         /* trailing bytes */
+    assert_int_equal(decode_bytes("\x01", 1), GLLM_EMALFORMED);             /* not an array */
+    assert_int_equal(decode_bytes("\x92\x00\x01", 3), GLLM_EMALFORMED);     /* too short envelope */
+    assert_int_equal(decode_bytes("\x94\x07\x01\xa1x\x80", 6), GLLM_EMALFORMED); /* kind 7 */
+    assert_int_equal(decode_bytes("\x94\x00\xff\xa1x\x80", 6), GLLM_EMALFORMED); /* negative id */
+    assert_int_equal(decode_bytes("\x94\x00\x01\x05\x80", 5), GLLM_EMALFORMED);  /* method not str */
+    assert_int_equal(decode_bytes("\x94\x00\x01\xa1x\x05", 6), GLLM_EPARAM);     /* params not map */
+    assert_int_equal(decode_bytes("\x81\x01\x02", 3), GLLM_EMALFORMED);     /* non-string map key */
+    assert_int_equal(decode_bytes("\xdd\xff\xff\xff\xff", 5), GLLM_ELIMIT); /* 4G-entry array */
+    assert_int_equal(decode_bytes("\xdf\x00\x01\x00\x00", 5), GLLM_ELIMIT); /* 65536-entry map */
+    assert_int_equal(decode_bytes("\x94\x00\x01\xa1x\x80", 6), 0);          /* and a good one */
+}
+
+static void test_depth_and_size_limits(void **state)
+{
+    (void)state;
+    unsigned char deep[64];
+    memset(deep, 0x91, sizeof deep);   /* [[[[...]]]] */
+    deep[sizeof deep - 1] = 0x90;
+    assert_int_equal(proto_scan(deep, sizeof deep), GLLM_ELIMIT);
+    assert_int_equal(proto_scan(deep + sizeof deep - PROTO_MAX_DEPTH, PROTO_MAX_DEPTH), 0);
+
+    size_t big = PROTO_MAX_MESSAGE + 1;
+    unsigned char *p = calloc(1, big);
+    assert_non_null(p);
+    assert_int_equal(proto_scan(p, big), GLLM_ETOOBIG);
+    free(p);
+
+    /* The encoder refuses to produce what the decoder would refuse. */
+    proto_buf_init(&buf);
+    static char s[PROTO_MAX_MESSAGE];
+    memset(s, 'a', sizeof s - 1);
+    proto_pack_str(&buf.pk, s);
+    assert_true(buf.overflow);
+}
+
+static void test_method_name_limits(void **state)
+{
+    (void)state;
+    char name[PROTO_MAX_METHOD + 2];
+    memset(name, 'm', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    proto_buf_init(&buf);
+    proto_pack_request(&buf.pk, 3, name);
+    msgpack_pack_map(&buf.pk, 0);
+    struct proto_msg m;
+    int64_t id = -1;
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, &id), GLLM_EMETHOD);
+    assert_int_equal(id, 3);   /* still known, so the error can be answered */
+}
+
+static void test_field_types(void **state)
+{
+    (void)state;
+    proto_buf_init(&buf);
+    msgpack_pack_map(&buf.pk, 4);
+    proto_pack_kv_str(&buf.pk, "s", "text");
+    proto_pack_kv_i64(&buf.pk, "neg", -5);
+    proto_pack_kv_bool(&buf.pk, "b", true);
+    proto_pack_kv_f64(&buf.pk, "f", 2.5);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(msgpack_unpack_next(&u, buf.data, buf.len, NULL), MSGPACK_UNPACK_SUCCESS);
+    const msgpack_object *map = &u.data;
+    uint64_t x;
+    int64_t y;
+    bool b;
+    double f;
+    char s[3];
+    assert_int_equal(proto_get_u64(map, "neg", true, &x), GLLM_EPARAM);
+    assert_int_equal(proto_get_i64(map, "neg", true, &y), 0);
+    assert_int_equal(y, -5);
+    assert_int_equal(proto_get_u64(map, "missing", true, &x), GLLM_EPARAM);
+    assert_int_equal(proto_get_u64(map, "missing", false, &x), 0);
+    assert_int_equal(proto_get_bool(map, "s", true, &b), GLLM_EPARAM);
+    assert_int_equal(proto_get_f64(map, "f", true, &f), 0);
+    assert_true(f == 2.5);
+    assert_int_equal(proto_get_str(map, "s", true, s, sizeof s), GLLM_EPARAM); /* does not fit */
+    msgpack_unpacked_destroy(&u);
+}
+
+static int decode_tensor_map(void (*fill)(msgpack_packer *pk), struct proto_tensor *t)
+{
+    proto_buf_init(&buf);
+    fill(&buf.pk);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    msgpack_unpack_next(&u, buf.data, buf.len, NULL);
+    int r = proto_decode_tensor(&u.data, t);
+    msgpack_unpacked_destroy(&u);
+    return r;
+}
+
+static void tensor_bad_dtype(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 4);
+    proto_pack_kv_u64(pk, "arena", 1);
+    proto_pack_kv_u64(pk, "offset", 0);
+    proto_pack_kv_str(pk, "dtype", "f64");
+    proto_pack_str(pk, "shape");
+    msgpack_pack_array(pk, 0);
+}
+
+static void tensor_rank_9(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 4);
+    proto_pack_kv_u64(pk, "arena", 1);
+    proto_pack_kv_u64(pk, "offset", 0);
+    proto_pack_kv_str(pk, "dtype", "f32");
+    proto_pack_str(pk, "shape");
+    msgpack_pack_array(pk, 9);
+    for (int i = 0; i < 9; i++)
+        msgpack_pack_uint8(pk, 1);
+}
+
+static void tensor_stride_mismatch(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 5);
+    proto_pack_kv_u64(pk, "arena", 1);
+    proto_pack_kv_u64(pk, "offset", 0);
+    proto_pack_kv_str(pk, "dtype", "bf16");
+    proto_pack_str(pk, "shape");
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_uint8(pk, 2);
+    msgpack_pack_uint8(pk, 2);
+    proto_pack_str(pk, "strides");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_uint8(pk, 1);
+}
+
+static void tensor_negative_dim(msgpack_packer *pk)
+{
+    msgpack_pack_map(pk, 4);
+    proto_pack_kv_u64(pk, "arena", 1);
+    proto_pack_kv_u64(pk, "offset", 0);
+    proto_pack_kv_str(pk, "dtype", "f16");
+    proto_pack_str(pk, "shape");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_int8(pk, -3);
+}
+
+static void test_tensor_decoding(void **state)
+{
+    (void)state;
+    struct proto_tensor t;
+    assert_int_equal(decode_tensor_map(tensor_bad_dtype, &t), GLLM_EDTYPE);
+    assert_int_equal(decode_tensor_map(tensor_rank_9, &t), GLLM_ELIMIT);
+    assert_int_equal(decode_tensor_map(tensor_stride_mismatch, &t), GLLM_EPARAM);
+    assert_int_equal(decode_tensor_map(tensor_negative_dim, &t), GLLM_EPARAM);
+}
+
+static void test_tensor_span(void **state)
+{
+    (void)state;
+    struct proto_tensor t = {.offset = 100, .dtype = GLLM_DTYPE_F16, .rank = 2, .shape = {3, 4}};
+    proto_tensor_contiguous(&t);
+    uint64_t first, end;
+    assert_int_equal(proto_tensor_span(&t, &first, &end), 0);
+    assert_int_equal(first, 100);
+    assert_int_equal(end, 100 + 12 * 2);
+
+    t.strides[0] = 10;   /* padded rows: the last row ends at 2*10 + 3 + 1 elements */
+    assert_int_equal(proto_tensor_span(&t, &first, &end), 0);
+    assert_int_equal(end, 100 + 24 * 2);
+
+    t.shape[0] = 0;      /* empty: touches nothing */
+    assert_int_equal(proto_tensor_span(&t, &first, &end), 0);
+    assert_int_equal(end, first);
+
+    struct proto_tensor big = {.dtype = GLLM_DTYPE_F32, .rank = 4,
+                               .shape = {1 << 20, 1 << 20, 1 << 20, 1 << 20}};
+    proto_tensor_contiguous(&big);
+    assert_int_equal(proto_tensor_span(&big, &first, &end), GLLM_EOVERFLOW);
+    struct proto_tensor off = {.offset = UINT64_MAX - 2, .dtype = GLLM_DTYPE_F32, .rank = 1,
+                               .shape = {1}, .strides = {1}};
+    assert_int_equal(proto_tensor_span(&off, &first, &end), GLLM_EOVERFLOW);
+    struct proto_tensor huge_stride = {.dtype = GLLM_DTYPE_F32, .rank = 1, .shape = {3},
+                                       .strides = {INT64_MAX}};
+    assert_int_equal(proto_tensor_span(&huge_stride, &first, &end), GLLM_EOVERFLOW);
+}
+
+static void test_fp16_conversions(void **state)
+{
+    (void)state;
+    /* Every f16 value survives f16 -> f32 -> f16 (NaNs stay NaN). */
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = f16_to_f32((uint16_t)h);
+        uint16_t back = f32_to_f16(f);
+        if (isnan(f))
+            assert_true((back & 0x7c00) == 0x7c00 && (back & 0x3ff));
+        else
+            assert_int_equal(back, h);
+    }
+    assert_true(f16_to_f32(0x3c00) == 1.0f);
+    assert_true(f16_to_f32(0x0001) == ldexpf(1.0f, -24));      /* smallest subnormal */
+    assert_true(f16_to_f32(0xfbff) == -65504.0f);
+    assert_int_equal(f32_to_f16(65520.0f), 0x7c00);              /* rounds to Inf */
+    assert_int_equal(f32_to_f16(65519.0f), 0x7bff);
+    assert_int_equal(f32_to_f16(1.0f + ldexpf(1.0f, -11)), 0x3c00); /* tie to even */
+    assert_int_equal(f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)), 0x3c02);
+    assert_int_equal(f32_to_f16(ldexpf(1.0f, -25)), 0);          /* tie to even: zero */
+    assert_int_equal(f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(f32_to_bf16(fp_from_bits(0x3f808000)), 0x3f80); /* tie to even */
+    assert_int_equal(f32_to_bf16(fp_from_bits(0x3f818000)), 0x3f82);
+    assert_true(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+static void test_dtypes_and_errors(void **state)
+{
+    (void)state;
+    gllm_dtype d;
+    assert_int_equal(proto_dtype_parse("bf16", &d), 0);
+    assert_int_equal(d, GLLM_DTYPE_BF16);
+    assert_int_equal(proto_dtype_parse("F16", &d), GLLM_EDTYPE);
+    assert_string_equal(gllm_strerror(GLLM_EBOUNDS), "tensor lies outside its arena");
+    assert_string_equal(gllm_error_name(GLLM_EUNSEALED), "GLLM_EUNSEALED");
+    assert_string_equal(gllm_error_name(-ENOMEM), "ENOMEM");
+    assert_string_equal(gllm_strerror(-1999), "unknown error");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_round_trip),
+        cmocka_unit_test(test_response_round_trip),
+        cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_depth_and_size_limits),
+        cmocka_unit_test(test_method_name_limits),
+        cmocka_unit_test(test_field_types),
+        cmocka_unit_test(test_tensor_decoding),
+        cmocka_unit_test(test_tensor_span),
+        cmocka_unit_test(test_fp16_conversions),
+        cmocka_unit_test(test_dtypes_and_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
