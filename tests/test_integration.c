@@ -538,6 +538,9 @@ static void test_sigterm_drains(void **state)
     }
     gllm_disconnect(watcher);
     gllm_disconnect(c);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(gllm_arena_release(j[i].arena), 0);   /* detached: local unmap only */
+    assert_int_equal(gllm_arena_release(late.arena), 0);
     int status;
     assert_int_equal(waitpid(d.pid, &status, 0), d.pid);
     d.pid = 0;
