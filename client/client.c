@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -60,6 +61,9 @@ static int decode_job_reply(const struct proto_msg *m, gllm_job_result *res)
     if (m->error_code == 0) {
         proto_get_u64(m->result, "kernel_ns", false, &res->kernel_ns);
         proto_get_u64(m->result, "queue_ns", false, &res->queue_ns);
+        proto_get_u64(m->result, "job_ns", false, &res->job_ns);
+        proto_get_u64(m->result, "copy_ns", false, &res->copy_ns);
+        proto_get_u64(m->result, "copy_bytes", false, &res->copy_bytes);
     }
     return 0;
 }
@@ -222,6 +226,11 @@ static int decode_devices(const msgpack_object *res, gllm_device_info *devs, int
         o->index = (int)v;
         copy_field(d, "name", o->name, sizeof o->name);
         copy_field(d, "kind", o->kind, sizeof o->kind);
+        copy_field(d, "image", o->image, sizeof o->image);
+        char cc[16] = "";
+        copy_field(d, "compute_capability", cc, sizeof cc);
+        if (sscanf(cc, "%d.%d", &o->cc_major, &o->cc_minor) != 2)
+            o->cc_major = o->cc_minor = 0;
         proto_get_u64(d, "memory_bytes", false, &o->memory_bytes);
         v = 0;
         proto_get_u64(d, "threads", false, &v);

@@ -10,6 +10,13 @@
 
 #define BACKEND_API_VERSION 1
 
+/* What a backend may report about one job (zeros: not measured). */
+struct attn_timing {
+    uint64_t kernel_ns;         /* device time of the kernel alone */
+    uint64_t copy_ns;           /* device time of host<->device copies */
+    uint64_t copy_bytes;
+};
+
 /* A validated attention job, in elements and raw pointers: a backend never
  * sees sessions, arenas or the wire. Strides are in elements and index
  * [b, h, s, d] (q, k, v, out) or [b, h, s] (lse). */
@@ -22,6 +29,7 @@ struct attn_args {
     int64_t q_st[4], k_st[4], v_st[4], o_st[4], lse_st[3];
     bool causal;                /* bottom-right aligned: row i sees keys j <= i + Skv - Sq */
     float scale;
+    struct attn_timing *timing; /* out, optional */
 };
 
 struct backend_config {
@@ -46,6 +54,8 @@ struct backend_iface {
     /* Optional: make host memory fast to copy from/to (pinning on GPUs). */
     int (*host_register)(struct backend *be, void *p, size_t len);
     void (*host_unregister)(struct backend *be, void *p);
+    /* Optional: one line for --version (what is embedded, e.g. kernel images). */
+    const char *(*describe)(void);
     /* Runs one job to completion on device dev; called from that device's
      * worker thread only, so it may block. */
     int (*attention)(struct backend *be, int dev, const struct attn_args *a);
@@ -57,9 +67,17 @@ struct backend {
 };
 
 extern const struct backend_iface cpu_backend_iface;
+#ifdef GLLM_HAVE_CUDA
+extern const struct backend_iface cuda_backend_iface;
+#endif
 
-/* Picks and opens a backend: name "auto" tries each in order of preference.
- * On failure, why says what was tried. */
+/* Picks and opens a backend: name "auto" tries each in order of preference and
+ * falls back to the next when one fails to open. why says what was passed over
+ * and why (one line), on success as on failure. */
+/* Names of the compiled-in backends, for --version and error messages. */
+const char *backend_names(void);
+/* Writes each compiled-in backend's describe() line, separated by "; ". */
+void backend_describe(char *buf, size_t len);
 int backend_select(const char *name, const struct backend_config *cfg, struct backend **out,
                    char *why, size_t len);
 

@@ -24,6 +24,7 @@ struct job {
     struct attn_args args;
     const atomic_bool *cancel;    /* set when the session is gone: skip the work */
     int status;
+    struct attn_timing timing;    /* what the backend measured */
     uint64_t t_submit, t_start, t_end;  /* CLOCK_MONOTONIC ns */
 };
 

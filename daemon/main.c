@@ -19,7 +19,7 @@ static void usage(FILE *f)
             "  -s, --socket PATH     listen here (default: $GLLM_SOCKET, else\n"
             "                        $XDG_RUNTIME_DIR/gllm/gllmd.sock, or\n"
             "                        /run/gllm/gllmd.sock for root)\n"
-            "  -b, --backend NAME    auto (default) or cpu\n"
+            "  -b, --backend NAME    auto (default: cuda if usable, else cpu), cuda or cpu\n"
             "  -t, --threads N       CPU backend threads (default: one per online CPU)\n"
             "      --max-inflight N  jobs in flight per client (default 256)\n"
             "  -v, --verbose         log every connection\n"
@@ -78,9 +78,15 @@ int main(int argc, char **argv)
             limits.max_inflight = (uint32_t)v;
             break;
         case 'v': level = LOG_DEBUG; break;
-        case 'V': printf("gllmd %s (protocol %d; backends: cpu)\n", GLLM_VERSION,
-                         GLLM_PROTOCOL_VERSION);
-                  return 0;
+        case 'V': {
+            char desc[512];
+            backend_describe(desc, sizeof desc);
+            printf("gllmd %s (protocol %d; backends: %s)\n", GLLM_VERSION, GLLM_PROTOCOL_VERSION,
+                   backend_names());
+            if (desc[0])
+                printf("%s\n", desc);
+            return 0;
+        }
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -110,7 +116,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (why[0])
-        log_info("passed over: %s", why);
+        log_info("backend %s chosen; passed over %s", be->iface->name, why);
 
     uv_loop_t loop;
     uv_loop_init(&loop);
@@ -120,10 +126,18 @@ int main(int argc, char **argv)
                 r == -EADDRINUSE ? "another gllmd is already listening there" : gllm_strerror(r));
         return 1;
     }
-    gllm_device_info d;
-    be->iface->device_info(be, 0, &d);
-    log_info("gllmd %s ready: backend %s, %d device(s), device 0: %s (%d threads); socket %s",
-             GLLM_VERSION, be->iface->name, srv.ndevices, d.name, d.threads, socket_path);
+    log_info("gllmd %s ready: backend %s, %d device(s); socket %s", GLLM_VERSION,
+             be->iface->name, srv.ndevices, socket_path);
+    for (int i = 0; i < srv.ndevices; i++) {
+        gllm_device_info d;
+        if (be->iface->device_info(be, i, &d) < 0)
+            continue;
+        if (d.cc_major)
+            log_info("device %d: %s, compute capability %d.%d, %.1f GiB, kernels: %s", i, d.name,
+                     d.cc_major, d.cc_minor, (double)d.memory_bytes / (1ull << 30), d.image);
+        else
+            log_info("device %d: %s, %d threads", i, d.name, d.threads);
+    }
     r = server_run(&srv);
     be->iface->close(be);
     return r < 0 ? 1 : 0;

@@ -1,5 +1,6 @@
 /* Request handlers: hello, status, arena_register, arena_release, attention. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,7 +40,11 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
         gllm_device_info d;
         if (srv->be->iface->device_info(srv->be, i, &d) < 0)
             memset(&d, 0, sizeof d);
-        msgpack_pack_map(pk, 5);
+        char cc[16];
+        snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
+        msgpack_pack_map(pk, 7);
+        proto_pack_kv_str(pk, "compute_capability", d.cc_major ? cc : "");
+        proto_pack_kv_str(pk, "image", d.image);
         proto_pack_kv_u64(pk, "index", (uint64_t)i);
         proto_pack_kv_str(pk, "name", d.name);
         proto_pack_kv_str(pk, "kind", d.kind);

@@ -130,9 +130,13 @@ void server_job_done(struct job *job, void *arg)
             struct proto_buf *b = &srv->tx;
             proto_buf_init(b);
             proto_pack_result(&b->pk, job->req_id);
-            msgpack_pack_map(&b->pk, 2);
-            proto_pack_kv_u64(&b->pk, "kernel_ns", job->t_end - job->t_start);
+            uint64_t job_ns = job->t_end - job->t_start;
+            msgpack_pack_map(&b->pk, 5);
+            proto_pack_kv_u64(&b->pk, "kernel_ns", job->timing.kernel_ns ? job->timing.kernel_ns : job_ns);
             proto_pack_kv_u64(&b->pk, "queue_ns", job->t_start - job->t_submit);
+            proto_pack_kv_u64(&b->pk, "job_ns", job_ns);
+            proto_pack_kv_u64(&b->pk, "copy_ns", job->timing.copy_ns);
+            proto_pack_kv_u64(&b->pk, "copy_bytes", job->timing.copy_bytes);
             session_send(s, b->data, b->len);
         }
     }

@@ -61,6 +61,7 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&w->lock);
 
         j->t_start = now_ns();
+        j->args.timing = &j->timing;
         if (atomic_load_explicit(j->cancel, memory_order_acquire))
             j->status = GLLM_EDISCONNECTED;
         else

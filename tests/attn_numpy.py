@@ -50,7 +50,10 @@ def rel_err(got, want):
 class Daemon:
     def __init__(self, gllmd, tmp):
         self.socket = os.path.join(tmp, "gllmd.sock")
-        self.proc = subprocess.Popen([gllmd, "--socket", self.socket, "--threads", "2"])
+        backend = os.environ.get("GLLM_TEST_BACKEND") or "cpu"
+        self.backend = backend
+        self.proc = subprocess.Popen([gllmd, "--socket", self.socket, "--threads", "2",
+                                      "--backend", backend])
         for _ in range(1000):
             if os.path.exists(self.socket):
                 return
@@ -154,7 +157,7 @@ def main():
             failures.append(name)
 
     r = ctl("status", "--json")
-    ok = r.returncode == 0 and '"backend": "cpu"' in r.stdout
+    ok = r.returncode == 0 and f'"backend": "{d.backend}"' in r.stdout
     print(f"{'ok  ' if ok else 'FAIL'} status --json while running: exit {r.returncode}")
     passed += ok
     if not ok:

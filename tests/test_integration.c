@@ -257,7 +257,7 @@ static void test_hello_and_status(void **state)
     assert_int_equal(gllm_connect(gd.socket, &c), 0);
     const gllm_caps *caps = gllm_client_caps(c);
     assert_int_equal(caps->protocol_version, GLLM_PROTOCOL_VERSION);
-    assert_string_equal(caps->backend, "cpu");
+    assert_string_equal(caps->backend, test_backend());
     assert_int_equal(caps->ndevices, 1);
     assert_int_equal(caps->dtypes, 7);
     assert_int_equal(caps->limits.max_message_bytes, PROTO_MAX_MESSAGE);
@@ -265,7 +265,7 @@ static void test_hello_and_status(void **state)
     gllm_status st;
     assert_int_equal(gllm_status_get(c, &st), 0);
     assert_true(st.clients >= 1);
-    assert_string_equal(st.backend, "cpu");
+    assert_string_equal(st.backend, test_backend());
     gllm_disconnect(c);
 }
 

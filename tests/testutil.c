@@ -96,14 +96,24 @@ double rel_error_max(const double *got, const double *want, size_t n)
     return den > 0 ? num / den : num;
 }
 
+const char *test_backend(void)
+{
+    const char *b = getenv("GLLM_TEST_BACKEND");
+    return b && b[0] ? b : "cpu";
+}
+
 int daemon_start(struct daemon *d, const char *const *extra)
 {
     snprintf(d->dir, sizeof d->dir, "/tmp/gllm-test-XXXXXX");
     if (!mkdtemp(d->dir))
         return -errno;
     snprintf(d->socket, sizeof d->socket, "%s/gllmd.sock", d->dir);
-    const char *argv[32] = {GLLMD_PATH, "--socket", d->socket, "--threads", "2"};
-    int n = 5;
+    /* GLLMD_PATH and GLLM_TEST_BACKEND let scripts/gpu-check.sh run the same tests
+     * from a carried build against the CUDA backend. */
+    const char *path = getenv("GLLMD_PATH") ? getenv("GLLMD_PATH") : GLLMD_PATH;
+    const char *argv[32] = {path, "--socket", d->socket, "--threads", "2",
+                            "--backend", test_backend()};
+    int n = 7;
     for (int i = 0; extra && extra[i] && n < 31; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
@@ -111,7 +121,7 @@ int daemon_start(struct daemon *d, const char *const *extra)
     if (d->pid < 0)
         return -errno;
     if (d->pid == 0) {
-        execv(GLLMD_PATH, (char *const *)argv);
+        execv(path, (char *const *)argv);
         _exit(127);
     }
     /* Ready when a client can say hello; give up after 10 s. */

@@ -30,6 +30,9 @@ uint64_t rng_next(uint64_t *s);
 /* max |a - b| / max |b| over n elements: the figure the tolerances use. */
 double rel_error_max(const double *got, const double *want, size_t n);
 
+/* The backend the daemon under test runs: $GLLM_TEST_BACKEND, default "cpu". */
+const char *test_backend(void);
+
 /* Starts gllmd (path from GLLMD_PATH) on a fresh socket under a temp dir and
  * waits until it answers. extra: further argv entries, NULL-terminated. */
 struct daemon {

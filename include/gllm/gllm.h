@@ -57,6 +57,8 @@ typedef struct gllm_device_info {
     char kind[16];          /* "cpu", "cuda", ... */
     uint64_t memory_bytes;
     int threads;            /* worker threads serving this device (CPU) */
+    int cc_major, cc_minor; /* compute capability (GPUs), 0 otherwise */
+    char image[32];         /* kernel image loaded: "sm_90a SASS", "compute_80 PTX (JIT)", "" */
 } gllm_device_info;
 
 typedef struct gllm_limits {
@@ -111,8 +113,11 @@ typedef struct gllm_attention_params {
 
 typedef struct gllm_job_result {
     int status;              /* 0 or a negative error code */
-    uint64_t kernel_ns;      /* time the backend spent on the job */
+    uint64_t kernel_ns;      /* time of the kernel (GPU: device time) or of the whole job (CPU) */
     uint64_t queue_ns;       /* time the job waited for its device */
+    uint64_t job_ns;         /* time the worker spent on the job, copies included */
+    uint64_t copy_ns;        /* GPU: device time of the arena <-> device copies */
+    uint64_t copy_bytes;     /* GPU: bytes those copies moved */
 } gllm_job_result;
 
 /* Connection. path NULL: $GLLM_SOCKET, else $XDG_RUNTIME_DIR/gllm/gllmd.sock,

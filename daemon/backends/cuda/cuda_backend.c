@@ -1,0 +1,458 @@
+/* The CUDA backend: driver API through dlopen, embedded fatbin, one context and stream per GPU. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../kernels/cuda/attention_params.h"
+#include "backend.h"
+#include "cuda_driver.h"
+#include "fatbin.h"
+#include "log.h"
+
+enum { EV_COPY_IN, EV_KERNEL, EV_KERNEL_END, EV_COPY_OUT, EV_COUNT };
+
+struct cuda_dev {
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUstream stream;
+    CUevent ev[EV_COUNT];
+    CUfunction tc[2][2][2];        /* [bf16?][D == 128?][causal?] */
+    CUfunction generic[3];         /* by gllm_dtype */
+    CUdeviceptr scratch;           /* inputs and outputs of the running job */
+    size_t scratch_size;
+    gllm_device_info info;
+};
+
+struct cuda_ctx {
+    const struct cuda_driver *d;
+    int ndev;
+    struct cuda_dev dev[GLLM_MAX_DEVICES];
+};
+
+static char describe_line[160];
+
+static const char *cuda_describe(void)
+{
+    struct fatbin_image imgs[FATBIN_MAX_IMAGES];
+    int n = fatbin_images(fatbin_data(), fatbin_size(), imgs, FATBIN_MAX_IMAGES);
+    size_t used = (size_t)snprintf(describe_line, sizeof describe_line, "cuda kernels:");
+    for (int i = 0; i < n && used < sizeof describe_line; i++)
+        used += (size_t)snprintf(describe_line + used, sizeof describe_line - used, " %s_%d%s",
+                                 imgs[i].ptx ? "compute" : "sm", imgs[i].arch,
+                                 imgs[i].ptx ? " (PTX)" : imgs[i].arch == 90 ? "a" : "");
+    if (n < 0)
+        snprintf(describe_line, sizeof describe_line, "cuda kernels: embedded image unreadable");
+    return describe_line;
+}
+
+static int cuda_probe(char *why, size_t len)
+{
+    const struct cuda_driver *d = cuda_driver_load(why, len);
+    if (!d)
+        return 0;
+    char buf[128];
+    CUresult r = d->cuInit(0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(why, len, "cuInit: %s", cuda_error_text(d, r, buf, sizeof buf));
+        return 0;
+    }
+    int n = 0;
+    if ((r = d->cuDeviceGetCount(&n)) != CUDA_SUCCESS || n == 0) {
+        snprintf(why, len, "no CUDA device (%s)",
+                 r ? cuda_error_text(d, r, buf, sizeof buf) : "count is 0");
+        return 0;
+    }
+    return 100;
+}
+
+/* Maps a driver error to our codes, logging the driver's words once. */
+static int fail(const struct cuda_driver *d, CUresult r, const char *what)
+{
+    char buf[160];
+    log_err("cuda: %s: %s", what, cuda_error_text(d, r, buf, sizeof buf));
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : GLLM_EBACKEND;
+}
+
+static void close_dev(const struct cuda_driver *d, struct cuda_dev *x)
+{
+    if (!x->ctx)
+        return;
+    d->cuCtxSetCurrent(x->ctx);
+    if (x->scratch)
+        d->cuMemFree(x->scratch);
+    for (int i = 0; i < EV_COUNT; i++)
+        if (x->ev[i])
+            d->cuEventDestroy(x->ev[i]);
+    if (x->stream)
+        d->cuStreamDestroy(x->stream);
+    if (x->mod)
+        d->cuModuleUnload(x->mod);
+    d->cuDevicePrimaryCtxRelease(x->dev);
+    x->ctx = NULL;
+}
+
+static int open_dev(const struct cuda_driver *d, int ordinal, struct cuda_dev *x, char *why,
+                    size_t len)
+{
+    char buf[160];
+    CUresult r;
+    gllm_device_info *info = &x->info;
+    memset(info, 0, sizeof *info);
+    info->index = ordinal;
+    snprintf(info->kind, sizeof info->kind, "cuda");
+    size_t mem = 0;
+    if ((r = d->cuDeviceGet(&x->dev, ordinal)) ||
+        (r = d->cuDeviceGetName(info->name, sizeof info->name, x->dev)) ||
+        (r = d->cuDeviceTotalMem(&mem, x->dev)) ||
+        (r = d->cuDeviceGetAttribute(&info->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, x->dev)) ||
+        (r = d->cuDeviceGetAttribute(&info->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, x->dev))) {
+        snprintf(why, len, "GPU %d: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    info->memory_bytes = mem;
+    struct fatbin_image imgs[FATBIN_MAX_IMAGES];
+    int nimg = fatbin_images(fatbin_data(), fatbin_size(), imgs, FATBIN_MAX_IMAGES);
+    if (!fatbin_choose(imgs, nimg > 0 ? nimg : 0, info->cc_major, info->cc_minor, info->image,
+                       sizeof info->image)) {
+        snprintf(why, len, "GPU %d (%s, compute capability %d.%d): no kernel image for it in this "
+                 "gllmd (%s)", ordinal, info->name, info->cc_major, info->cc_minor, cuda_describe());
+        return GLLM_EBACKEND;
+    }
+    if ((r = d->cuDevicePrimaryCtxRetain(&x->ctx, x->dev))) {
+        x->ctx = NULL;
+        snprintf(why, len, "GPU %d: context: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    d->cuCtxSetCurrent(x->ctx);
+    if ((r = d->cuModuleLoadData(&x->mod, fatbin_data()))) {
+        x->mod = NULL;
+        if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INSUFFICIENT_DRIVER)
+            snprintf(why, len, "GPU %d (%s): the driver is too old for the embedded PTX (%s); "
+                     "update the NVIDIA driver", ordinal, info->name, cuda_error_text(d, r, buf, sizeof buf));
+        else if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
+            snprintf(why, len, "GPU %d (%s, %d.%d): no kernel image for this GPU", ordinal,
+                     info->name, info->cc_major, info->cc_minor);
+        else if (r == CUDA_ERROR_OUT_OF_MEMORY)
+            snprintf(why, len, "GPU %d (%s): out of device memory loading the kernels", ordinal,
+                     info->name);
+        else
+            snprintf(why, len, "GPU %d: loading kernels: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    static const char *const tnames[2] = {"f16", "bf16"};
+    static const int dims[2] = {64, 128};
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 2; k++)
+            for (int c = 0; c < 2; c++) {
+                char name[64];
+                snprintf(name, sizeof name, "gllm_attn_fwd_%s_d%d%s", tnames[t], dims[k],
+                         c ? "_causal" : "");
+                if ((r = d->cuModuleGetFunction(&x->tc[t][k][c], x->mod, name))) {
+                    snprintf(why, len, "kernel %s missing from the image", name);
+                    return GLLM_EBACKEND;
+                }
+                int smem = (GLLM_CUDA_TC_ROWS + 2 * GLLM_CUDA_TC_KEYS) * dims[k] * 2;
+                d->cuFuncSetAttribute(x->tc[t][k][c], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
+            }
+    static const char *const gnames[3] = {"gllm_attn_generic_f32", "gllm_attn_generic_f16",
+                                          "gllm_attn_generic_bf16"};
+    for (int t = 0; t < 3; t++)
+        if ((r = d->cuModuleGetFunction(&x->generic[t], x->mod, gnames[t]))) {
+            snprintf(why, len, "kernel %s missing from the image", gnames[t]);
+            return GLLM_EBACKEND;
+        }
+    if ((r = d->cuStreamCreate(&x->stream, CU_STREAM_NON_BLOCKING))) {
+        x->stream = NULL;
+        snprintf(why, len, "GPU %d: stream: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    for (int i = 0; i < EV_COUNT; i++)
+        if ((r = d->cuEventCreate(&x->ev[i], CU_EVENT_DEFAULT))) {
+            x->ev[i] = NULL;
+            snprintf(why, len, "GPU %d: event: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+            return GLLM_EBACKEND;
+        }
+    return 0;
+}
+
+static void cuda_close(struct backend *be)
+{
+    if (!be)
+        return;
+    struct cuda_ctx *c = be->ctx;
+    if (c) {
+        for (int i = 0; i < c->ndev; i++)
+            close_dev(c->d, &c->dev[i]);
+        free(c);
+    }
+    free(be);
+}
+
+static int cuda_open(const struct backend_config *cfg, struct backend **out)
+{
+    (void)cfg;
+    char why[256];
+    const struct cuda_driver *d = cuda_driver_load(why, sizeof why);
+    if (!d)
+        return -ENODEV;
+    int n = 0;
+    if (d->cuInit(0) || d->cuDeviceGetCount(&n) || n == 0)
+        return -ENODEV;
+    struct backend *be = calloc(1, sizeof *be);
+    struct cuda_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        return -ENOMEM;
+    }
+    be->iface = &cuda_backend_iface;
+    be->ctx = c;
+    c->d = d;
+    for (int i = 0; i < n && c->ndev < GLLM_MAX_DEVICES; i++) {
+        struct cuda_dev *x = &c->dev[c->ndev];
+        if (open_dev(d, i, x, why, sizeof why) < 0) {
+            log_warn("cuda: passing over %s", why);
+            close_dev(d, x);
+            memset(x, 0, sizeof *x);
+            continue;
+        }
+        x->info.index = c->ndev++;
+    }
+    if (c->ndev == 0) {
+        cuda_close(be);
+        return GLLM_EBACKEND;
+    }
+    *out = be;
+    return 0;
+}
+
+static int cuda_device_count(struct backend *be)
+{
+    return ((struct cuda_ctx *)be->ctx)->ndev;
+}
+
+static int cuda_device_info(struct backend *be, int dev, gllm_device_info *out)
+{
+    struct cuda_ctx *c = be->ctx;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    *out = c->dev[dev].info;
+    return 0;
+}
+
+static uint32_t cuda_dtypes(struct backend *be)
+{
+    (void)be;
+    return 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16;
+}
+
+static int cuda_max_head_dim(struct backend *be)
+{
+    (void)be;
+    return GLLM_CUDA_GENERIC_MAX_D;
+}
+
+/* Pinned host memory lets the copy engines read arenas at full DMA speed. */
+static int cuda_host_register(struct backend *be, void *p, size_t len)
+{
+    struct cuda_ctx *c = be->ctx;
+    c->d->cuCtxSetCurrent(c->dev[0].ctx);
+    CUresult r = c->d->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+    if (r != CUDA_SUCCESS) {
+        char buf[160];
+        log_warn("cuda: pinning a %zu-byte arena failed (%s); copies will be slower", len,
+                 cuda_error_text(c->d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    return 0;
+}
+
+static void cuda_host_unregister(struct backend *be, void *p)
+{
+    struct cuda_ctx *c = be->ctx;
+    c->d->cuCtxSetCurrent(c->dev[0].ctx);
+    c->d->cuMemHostUnregister(p);
+}
+
+/* Bytes from a tensor's first element to one past its last (strides >= 0, validated). */
+static size_t span_bytes(int rank, const int64_t *shape, const int64_t *st, size_t esize)
+{
+    int64_t last = 0;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] == 0)
+            return 0;
+        last += (shape[i] - 1) * st[i];
+    }
+    return (size_t)(last + 1) * esize;
+}
+
+static bool contiguous(int rank, const int64_t *shape, const int64_t *st)
+{
+    int64_t expect = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        if (shape[i] != 1 && st[i] != expect)
+            return false;
+        expect *= shape[i];
+    }
+    return true;
+}
+
+static size_t align256(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+static int ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need)
+{
+    if (need <= x->scratch_size)
+        return 0;
+    if (x->scratch)
+        d->cuMemFree(x->scratch);
+    x->scratch = 0;
+    x->scratch_size = 0;
+    size_t want = need + need / 4;     /* grow with headroom: fewer reallocations */
+    CUresult r = d->cuMemAlloc(&x->scratch, want);
+    if (r != CUDA_SUCCESS) {
+        x->scratch = 0;
+        char buf[160];
+        log_err("cuda: GPU %d: out of device memory for a %zu-byte job (%s)", x->info.index, need,
+                cuda_error_text(d, r, buf, sizeof buf));
+        return -ENOMEM;
+    }
+    x->scratch_size = want;
+    return 0;
+}
+
+static bool tc_eligible(const struct attn_args *a)
+{
+    if (a->dtype == GLLM_DTYPE_F32 || (a->D != 64 && a->D != 128))
+        return false;
+    const int64_t *st[4] = {a->q_st, a->k_st, a->v_st, a->o_st};
+    for (int i = 0; i < 4; i++) {
+        if (st[i][3] != 1)
+            return false;
+        for (int j = 0; j < 3; j++)
+            if (st[i][j] % 8 != 0)       /* 16-byte rows for cp.async */
+                return false;
+    }
+    return true;
+}
+
+static int cuda_attention(struct backend *be, int dev, const struct attn_args *a)
+{
+    struct cuda_ctx *c = be->ctx;
+    const struct cuda_driver *d = c->d;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    struct cuda_dev *x = &c->dev[dev];
+    if (a->D < 1 || a->D > GLLM_CUDA_GENERIC_MAX_D || a->Hkv < 1 || a->Hq % a->Hkv != 0)
+        return -EINVAL;
+    if (a->B == 0 || a->Hq == 0 || a->Sq == 0)
+        return 0;
+    if (a->B * a->Hq > 65535)
+        return -E2BIG;                   /* grid.y limit */
+    d->cuCtxSetCurrent(x->ctx);
+
+    size_t es = a->dtype == GLLM_DTYPE_F32 ? 4 : 2;
+    const void *host[5] = {a->q, a->k, a->v, a->out, a->lse};
+    size_t bytes[5] = {
+        span_bytes(4, (int64_t[]){a->B, a->Hq, a->Sq, a->D}, a->q_st, es),
+        span_bytes(4, (int64_t[]){a->B, a->Hkv, a->Skv, a->D}, a->k_st, es),
+        span_bytes(4, (int64_t[]){a->B, a->Hkv, a->Skv, a->D}, a->v_st, es),
+        span_bytes(4, (int64_t[]){a->B, a->Hq, a->Sq, a->D}, a->o_st, es),
+        a->lse ? span_bytes(3, (int64_t[]){a->B, a->Hq, a->Sq}, a->lse_st, 4) : 0,
+    };
+    /* An output view with gaps is copied in first, so the gaps go back unchanged. */
+    bool copy_in[5] = {true, true, true,
+                       !contiguous(4, (int64_t[]){a->B, a->Hq, a->Sq, a->D}, a->o_st),
+                       a->lse && !contiguous(3, (int64_t[]){a->B, a->Hq, a->Sq}, a->lse_st)};
+    size_t off[5], total = 0;
+    for (int i = 0; i < 5; i++) {
+        off[i] = total;
+        total += align256(bytes[i]);
+    }
+    int rc = ensure_scratch(d, x, total ? total : 256);
+    if (rc < 0)
+        return rc;
+
+    CUresult r;
+    uint64_t moved = 0;
+    d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
+    for (int i = 0; i < 5; i++) {
+        if (!bytes[i] || !copy_in[i])
+            continue;
+        if ((r = d->cuMemcpyHtoDAsync(x->scratch + off[i], host[i], bytes[i], x->stream)))
+            return fail(d, r, "copy to device");
+        moved += bytes[i];
+    }
+    d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
+
+    gllm_cuda_attn_params p = {
+        .q = (const void *)(uintptr_t)(x->scratch + off[0]),
+        .k = (const void *)(uintptr_t)(x->scratch + off[1]),
+        .v = (const void *)(uintptr_t)(x->scratch + off[2]),
+        .out = (void *)(uintptr_t)(x->scratch + off[3]),
+        .lse = a->lse ? (float *)(uintptr_t)(x->scratch + off[4]) : NULL,
+        .B = a->B, .Hq = a->Hq, .Hkv = a->Hkv, .Sq = a->Sq, .Skv = a->Skv, .D = a->D,
+        .scale = a->scale, .causal = a->causal,
+    };
+    memcpy(p.q_st, a->q_st, sizeof p.q_st);
+    memcpy(p.k_st, a->k_st, sizeof p.k_st);
+    memcpy(p.v_st, a->v_st, sizeof p.v_st);
+    memcpy(p.o_st, a->o_st, sizeof p.o_st);
+    memcpy(p.lse_st, a->lse_st, sizeof p.lse_st);
+    void *params[] = {&p};
+    if (tc_eligible(a)) {
+        CUfunction f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
+        unsigned smem = (unsigned)((GLLM_CUDA_TC_ROWS + 2 * GLLM_CUDA_TC_KEYS) * a->D * 2);
+        r = d->cuLaunchKernel(f, (unsigned)((a->Sq + GLLM_CUDA_TC_ROWS - 1) / GLLM_CUDA_TC_ROWS),
+                              (unsigned)(a->B * a->Hq), 1, GLLM_CUDA_TC_WARPS * 32, 1, 1, smem,
+                              x->stream, params, NULL);
+    } else {
+        r = d->cuLaunchKernel(x->generic[a->dtype],
+                              (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS),
+                              (unsigned)(a->B * a->Hq), 1, GLLM_CUDA_GENERIC_ROWS * 32, 1, 1, 0,
+                              x->stream, params, NULL);
+    }
+    if (r)
+        return fail(d, r, "kernel launch");
+    d->cuEventRecord(x->ev[EV_KERNEL_END], x->stream);
+    for (int i = 3; i < 5; i++) {
+        if (!bytes[i])
+            continue;
+        if ((r = d->cuMemcpyDtoHAsync((void *)host[i], x->scratch + off[i], bytes[i], x->stream)))
+            return fail(d, r, "copy from device");
+        moved += bytes[i];
+    }
+    d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
+    if ((r = d->cuStreamSynchronize(x->stream)))
+        return fail(d, r, "attention kernel");
+    if (a->timing) {
+        float in_ms = 0, k_ms = 0, out_ms = 0;
+        d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
+        d->cuEventElapsedTime(&k_ms, x->ev[EV_KERNEL], x->ev[EV_KERNEL_END]);
+        d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
+        a->timing->kernel_ns = (uint64_t)((double)k_ms * 1e6);
+        a->timing->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
+        a->timing->copy_bytes = moved;
+    }
+    return 0;
+}
+
+const struct backend_iface cuda_backend_iface = {
+    .api_version = BACKEND_API_VERSION,
+    .name = "cuda",
+    .probe = cuda_probe,
+    .open = cuda_open,
+    .close = cuda_close,
+    .device_count = cuda_device_count,
+    .device_info = cuda_device_info,
+    .dtypes = cuda_dtypes,
+    .max_head_dim = cuda_max_head_dim,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .describe = cuda_describe,
+    .attention = cuda_attention,
+};

@@ -1,0 +1,89 @@
+/* The CUDA driver API, declared here and resolved from libcuda.so.1 with dlopen at run time. */
+#ifndef GLLMD_CUDA_DRIVER_H
+#define GLLMD_CUDA_DRIVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Only what gllmd uses, with the driver's values; building needs no CUDA toolkit. */
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NO_DEVICE = 100,
+    CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
+    CUDA_ERROR_INSUFFICIENT_DRIVER = 35,
+};
+
+enum {
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+};
+
+#define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_STREAM_NON_BLOCKING 0x1
+#define CU_EVENT_DEFAULT 0x0
+
+/* X(return, name, symbol, args): the symbol is the versioned name the driver exports. */
+#define CUDA_DRIVER_FUNCS(X)                                                                \
+    X(CUresult, cuInit, "cuInit", (unsigned int flags))                                     \
+    X(CUresult, cuDriverGetVersion, "cuDriverGetVersion", (int *version))                   \
+    X(CUresult, cuGetErrorName, "cuGetErrorName", (CUresult e, const char **s))             \
+    X(CUresult, cuGetErrorString, "cuGetErrorString", (CUresult e, const char **s))         \
+    X(CUresult, cuDeviceGetCount, "cuDeviceGetCount", (int *count))                         \
+    X(CUresult, cuDeviceGet, "cuDeviceGet", (CUdevice * dev, int ordinal))                  \
+    X(CUresult, cuDeviceGetName, "cuDeviceGetName", (char *name, int len, CUdevice dev))    \
+    X(CUresult, cuDeviceTotalMem, "cuDeviceTotalMem_v2", (size_t * bytes, CUdevice dev))    \
+    X(CUresult, cuDeviceGetAttribute, "cuDeviceGetAttribute", (int *v, int attr, CUdevice dev)) \
+    X(CUresult, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext * c, CUdevice dev)) \
+    X(CUresult, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice dev))  \
+    X(CUresult, cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext c))                          \
+    X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule * m, const void *image))    \
+    X(CUresult, cuModuleUnload, "cuModuleUnload", (CUmodule m))                             \
+    X(CUresult, cuModuleGetFunction, "cuModuleGetFunction", (CUfunction * f, CUmodule m, const char *name)) \
+    X(CUresult, cuFuncSetAttribute, "cuFuncSetAttribute", (CUfunction f, int attr, int value)) \
+    X(CUresult, cuLaunchKernel, "cuLaunchKernel",                                           \
+      (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,       \
+       unsigned bz, unsigned smem, CUstream s, void **params, void **extra))                \
+    X(CUresult, cuStreamCreate, "cuStreamCreate", (CUstream * s, unsigned int flags))       \
+    X(CUresult, cuStreamDestroy, "cuStreamDestroy_v2", (CUstream s))                        \
+    X(CUresult, cuStreamSynchronize, "cuStreamSynchronize", (CUstream s))                   \
+    X(CUresult, cuEventCreate, "cuEventCreate", (CUevent * e, unsigned int flags))          \
+    X(CUresult, cuEventDestroy, "cuEventDestroy_v2", (CUevent e))                           \
+    X(CUresult, cuEventRecord, "cuEventRecord", (CUevent e, CUstream s))                    \
+    X(CUresult, cuEventElapsedTime, "cuEventElapsedTime", (float *ms, CUevent a, CUevent b)) \
+    X(CUresult, cuMemAlloc, "cuMemAlloc_v2", (CUdeviceptr * p, size_t bytes))               \
+    X(CUresult, cuMemFree, "cuMemFree_v2", (CUdeviceptr p))                                 \
+    X(CUresult, cuMemGetInfo, "cuMemGetInfo_v2", (size_t * free_bytes, size_t * total))     \
+    X(CUresult, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", (CUdeviceptr dst, const void *src, size_t n, CUstream s)) \
+    X(CUresult, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *dst, CUdeviceptr src, size_t n, CUstream s)) \
+    X(CUresult, cuMemHostRegister, "cuMemHostRegister_v2", (void *p, size_t n, unsigned int flags)) \
+    X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *p))
+
+struct cuda_driver {
+    void *handle;
+#define CUDA_DRIVER_FIELD_(ret, name, sym, args) ret(*name) args;
+    CUDA_DRIVER_FUNCS(CUDA_DRIVER_FIELD_)
+#undef CUDA_DRIVER_FIELD_
+};
+
+/* Opens libcuda.so.1 (once per process) and resolves every symbol. Returns NULL
+ * and a one-line reason when the driver is missing or lacks a symbol. */
+const struct cuda_driver *cuda_driver_load(char *why, size_t len);
+/* "CUDA_ERROR_OUT_OF_MEMORY: out of memory" style text for logs and replies. */
+const char *cuda_error_text(const struct cuda_driver *d, CUresult r, char *buf, size_t len);
+
+#endif

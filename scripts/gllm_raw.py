@@ -1,0 +1,68 @@
+"""A minimal gllmd client in Python, written from docs/PROTOCOL.md alone (msgpack + numpy)."""
+import fcntl
+import mmap
+import os
+import socket
+
+import msgpack
+import numpy as np
+
+DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}  # bf16 travels as raw bits
+
+
+class GllmError(Exception):
+    def __init__(self, code, message):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+class Arena:
+    def __init__(self, client, size):
+        self.size = size
+        self.fd = os.memfd_create("gllm-arena", os.MFD_ALLOW_SEALING | os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, size)
+        fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        self.map = mmap.mmap(self.fd, size)
+        self.id = client.call("arena_register", {"size": size}, fd=self.fd)["arena"]
+        os.close(self.fd)
+
+    def view(self, offset, dtype, shape):
+        n = int(np.prod(shape))
+        return np.frombuffer(self.map, dtype=DTYPES[dtype], count=n, offset=offset).reshape(shape)
+
+
+class Client:
+    def __init__(self, path):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.connect(path)
+        self.next_id = 0
+        self.caps = self.call("hello", {"version": 1, "client": "gllm_raw.py"})
+
+    def send(self, method, params, fd=None):
+        self.next_id += 1
+        data = msgpack.packb([0, self.next_id, method, params])
+        if fd is None:
+            self.sock.send(data)
+        else:
+            socket.send_fds(self.sock, [data], [fd])
+        return self.next_id
+
+    def recv(self):
+        kind, rid, err, result = msgpack.unpackb(self.sock.recv(65536), raw=False)
+        assert kind == 1
+        return rid, err, result
+
+    def call(self, method, params, fd=None):
+        rid = self.send(method, params, fd)
+        got, err, result = self.recv()
+        assert got == rid, (got, rid)
+        if err:
+            raise GllmError(err["code"], err["message"])
+        return result
+
+    @staticmethod
+    def tensor(arena, offset, dtype, shape, strides=None):
+        t = {"arena": arena.id, "offset": offset, "dtype": dtype, "shape": list(shape)}
+        if strides is not None:
+            t["strides"] = list(strides)
+        return t

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Every GPU check in one call, for the GPU machine: the test suite against the CUDA backend,
+# outputs against PyTorch SDPA in float64, speed against SDPA's FA2 and cuDNN backends, and
+# gllmctl bench. Usage: scripts/gpu-check.sh BUILD_DIR OUT_DIR   (BUILD_DIR from
+# scripts/build-gpu.sh). Full logs go to OUT_DIR; a short summary is printed last.
+set -uo pipefail
+build=$(cd "${1:?build dir}" && pwd)
+out=${2:?out dir}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GLLMD_PATH="$build/gllmd" GLLM_TEST_BACKEND=cuda PYTHONUNBUFFERED=1
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
+  "$build/gllmd" --version; } 2>&1 | tee "$out/env.txt"
+if ldd "$build/gllmd" | grep -qiE 'cuda|cudart'; then note "FAIL gllmd links a CUDA library"; fi
+
+fails=0
+for t in test_proto test_arena test_job test_fatbin test_cpu_attention test_integration; do
+  if "$build/tests/$t" > "$out/$t.log" 2>&1; then note "ok   $t (backend cuda)"
+  else note "FAIL $t (see $t.log)"; tail -30 "$out/$t.log"; fails=$((fails + 1)); fi
+done
+if python3 "$here/../tests/attn_numpy.py" --gllmd "$build/gllmd" --gllmctl "$build/gllmctl" \
+     > "$out/attn_numpy.log" 2>&1; then note "ok   gllmctl attn vs NumPy float64 (cuda)"
+else note "FAIL gllmctl attn vs NumPy (see attn_numpy.log)"; tail -20 "$out/attn_numpy.log"; fails=$((fails + 1)); fi
+
+sock=$(mktemp -d)/gllmd.sock
+"$build/gllmd" --socket "$sock" --backend cuda 2> "$out/gllmd.log" &
+pid=$!
+for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+python3 "$here/gpu_compare.py" --socket "$sock" --out "$out" ${GPU_CHECK_ARGS:-} 2>&1 | tee "$out/gpu_compare.log"
+[ "${PIPESTATUS[0]}" = 0 ] || { note "FAIL gpu_compare (see gpu_compare.log)"; fails=$((fails + 1)); }
+"$build/gllmctl" --socket "$sock" status > "$out/status.txt" 2>&1
+"$build/gllmctl" --socket "$sock" bench --iters 20 > "$out/gllmctl_bench.txt" 2>&1
+kill -TERM "$pid"; wait "$pid"; note "gllmd exit status after SIGTERM: $?"
+
+echo; echo "== summary"; cat "$out/status.txt"; cat "$out/gllmctl_bench.txt"
+printf '%s\n' "${summary[@]}"
+grep -A10 '^shape' "$out/gpu_compare.log" || true
+exit "$fails"

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""GPU check: gllmd's outputs against PyTorch SDPA in float64, then speed against SDPA's
+FLASH_ATTENTION (FA2) and CUDNN_ATTENTION backends in the same run.
+
+Usage: gpu_compare.py --socket PATH [--out DIR] [--iters N]
+Prints one line per case and a summary table last; writes JSON next to it.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gllm_raw import Arena, Client  # noqa: E402
+
+TOL = {"f16": 3e-3, "bf16": 2e-2, "f32": 1e-5}
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+
+
+def to_numpy_bits(t, dtype):
+    t = t.contiguous().cpu()
+    if dtype == "bf16":
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def from_numpy_bits(a, dtype):
+    if dtype == "bf16":
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
+def reference(q, k, v, causal, scale):
+    """float64 SDPA with GQA expanded and the bottom-right causal mask spelled out."""
+    q, k, v = (x.to(torch.float64) for x in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(g, dim=1)
+    v = v.repeat_interleave(g, dim=1)
+    mask = None
+    if causal:
+        sq, skv = q.shape[2], k.shape[2]
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(skv, device=q.device)[None, :]
+        mask = j <= i + (skv - sq)
+    with sdpa_kernel(SDPBackend.MATH):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    if causal:   # rows with no visible key: gllm defines them as zeros
+        empty = ~mask.any(dim=-1)
+        out[:, :, empty, :] = 0
+    return out
+
+
+class Job:
+    """q, k, v, out (and lse) of one shape in one arena."""
+
+    def __init__(self, client, B, Hq, Hkv, Sq, Skv, D, dtype):
+        self.shape_q, self.shape_k = (B, Hq, Sq, D), (B, Hkv, Skv, D)
+        self.dtype = dtype
+        es = np.dtype(np.float32 if dtype == "f32" else np.float16).itemsize
+        nq, nk = B * Hq * Sq * D, B * Hkv * Skv * D
+        self.off = [0, nq * es, (nq + nk) * es, (nq + 2 * nk) * es, (2 * nq + 2 * nk) * es]
+        size = self.off[4] + B * Hq * Sq * 4 + 4096
+        self.arena = Arena(client, size)
+        self.views = [self.arena.view(self.off[0], dtype, self.shape_q),
+                      self.arena.view(self.off[1], dtype, self.shape_k),
+                      self.arena.view(self.off[2], dtype, self.shape_k),
+                      self.arena.view(self.off[3], dtype, self.shape_q)]
+        self.lse = self.arena.view(self.off[4], "f32", (B, Hq, Sq))
+        self.params = {n: Client.tensor(self.arena, o, dtype, s) for n, o, s in
+                       zip("qkv", self.off, (self.shape_q, self.shape_k, self.shape_k))}
+        self.params["out"] = Client.tensor(self.arena, self.off[3], dtype, self.shape_q)
+        self.params["lse"] = Client.tensor(self.arena, self.off[4], "f32", (B, Hq, Sq))
+
+    def fill(self, q, k, v):
+        for view, t in zip(self.views, (q, k, v)):
+            view[...] = to_numpy_bits(t, self.dtype)
+
+    def poison(self):
+        self.views[3].view(np.uint8)[...] = 0xFF   # NaN in every float format
+        self.lse[...] = np.nan
+
+    def output(self):
+        return from_numpy_bits(self.views[3], self.dtype)
+
+
+def check(client, rng, B, Hq, Hkv, Sq, Skv, D, dtype, causal, results):
+    job = Job(client, B, Hq, Hkv, Sq, Skv, D, dtype)
+    q = torch.randn(B, Hq, Sq, D, generator=rng).to(TORCH[dtype])
+    k = torch.randn(B, Hkv, Skv, D, generator=rng).to(TORCH[dtype])
+    v = torch.randn(B, Hkv, Skv, D, generator=rng).to(TORCH[dtype])
+    job.fill(q, k, v)
+    job.poison()
+    scale = 1 / math.sqrt(D)
+    client.call("attention", dict(job.params, causal=causal))
+    got = job.output().to(torch.float64)
+    want = reference(q.cuda(), k.cuda(), v.cuda(), causal, scale).cpu()
+    written = not torch.isnan(got).any().item()
+    err = ((got - want).abs().max() / want.abs().max()).item() if written else float("inf")
+    ok = written and err <= TOL[dtype]
+    name = f"B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {dtype}{' causal' if causal else ''}"
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e} (tol {TOL[dtype]:.0e})"
+          f"{'' if written else ' UNWRITTEN OUTPUT'}", flush=True)
+    results.append({"case": name, "rel_err": err, "ok": ok})
+    return ok
+
+
+def time_torch(fn, iters):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return float(np.median(times))
+
+
+def bench(client, B, H, S, D, dtype, causal, iters, rows):
+    job = Job(client, B, H, H, S, S, D, dtype)
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(B, H, S, D, generator=g).to(TORCH[dtype]) for _ in range(3))
+    job.fill(q, k, v)
+    params = dict(job.params, causal=causal)
+    del params["lse"]
+    kern, e2e, copy_bw = [], [], []
+    client.call("attention", params)   # warm-up
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        r = client.call("attention", params)
+        e2e.append((time.perf_counter() - t0) * 1e3)
+        kern.append(r["kernel_ns"] / 1e6)
+        if r.get("copy_ns"):
+            copy_bw.append(r["copy_bytes"] / r["copy_ns"])
+    flops = 4 * B * H * S * S * D / (2 if causal else 1)
+    qd, kd, vd = q.cuda(), k.cuda(), v.cuda()
+    peers = {}
+    for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel(backend):
+                peers[name] = time_torch(lambda: F.scaled_dot_product_attention(
+                    qd, kd, vd, is_causal=causal), iters)
+        except RuntimeError as e:
+            print(f"  {name} unavailable: {e}".splitlines()[0])
+            peers[name] = float("nan")
+    ours = float(np.median(kern))
+    row = {
+        "shape": f"B{B} H{H} S{S} D{D} {dtype}{' causal' if causal else ''}",
+        "gllm_ms": ours, "gllm_tflops": flops / ours / 1e9, "e2e_ms": float(np.median(e2e)),
+        "fa2_tflops": flops / peers["fa2"] / 1e9, "cudnn_tflops": flops / peers["cudnn"] / 1e9,
+        "copy_gbps": float(np.median(copy_bw)) if copy_bw else float("nan"),
+    }
+    row["vs_fa2"] = row["gllm_tflops"] / row["fa2_tflops"]
+    row["vs_cudnn"] = row["gllm_tflops"] / row["cudnn_tflops"]
+    rows.append(row)
+    print(f"  {row['shape']}: gllm {row['gllm_tflops']:.0f} TFLOP/s ({ours:.3f} ms), "
+          f"FA2 {row['fa2_tflops']:.0f}, cuDNN {row['cudnn_tflops']:.0f}, "
+          f"e2e {row['e2e_ms']:.2f} ms, arena copies {row['copy_gbps']:.1f} GB/s", flush=True)
+
+
+def pinned_h2d_gbps(iters=10):
+    n = 256 << 20
+    src = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    dst = torch.empty(n, dtype=torch.uint8, device="cuda")
+    ms = time_torch(lambda: dst.copy_(src, non_blocking=True), iters)
+    return n / ms / 1e6
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--skip-bench", action="store_true")
+    args = ap.parse_args()
+    client = Client(args.socket)
+    dev = client.caps["devices"][0]
+    print(f"gllmd {client.caps['daemon']} backend {client.caps['backend']}: {dev['name']} "
+          f"cc {dev.get('compute_capability')} image {dev.get('image')}", flush=True)
+    rng = torch.Generator().manual_seed(int(time.time()))
+    results = []
+    cases = [
+        (1, 8, 8, 256, 256, 128, "f16", False), (1, 8, 8, 256, 256, 128, "f16", True),
+        (2, 8, 2, 200, 333, 128, "bf16", True), (2, 4, 4, 127, 127, 64, "f16", True),
+        (1, 16, 2, 64, 1000, 64, "bf16", False), (1, 8, 1, 300, 100, 128, "f16", True),
+        (3, 4, 4, 1, 513, 128, "bf16", False), (1, 4, 2, 77, 77, 96, "f16", True),
+        (1, 4, 4, 100, 130, 64, "f32", True), (2, 8, 4, 512, 512, 64, "bf16", True),
+    ]
+    for _ in range(6):   # fresh random shapes every run
+        r = [int(x) for x in torch.randint(1, 700, (2,), generator=rng)]
+        pick = [int(x) for x in torch.randint(0, 2, (4,), generator=rng)]
+        cases.append((1 + pick[0], 8, 2, r[0], r[1], (64, 128)[pick[1]], ("f16", "bf16")[pick[2]],
+                      bool(pick[3])))
+    passed = sum(check(client, rng, *c, results) for c in cases)
+    print(f"correctness: {passed} passed, {len(cases) - passed} failed", flush=True)
+
+    rows = []
+    h2d = float("nan")
+    if not args.skip_bench:
+        h2d = pinned_h2d_gbps()
+        print(f"PyTorch pinned host-to-device copy: {h2d:.1f} GB/s", flush=True)
+        for shape in ((4, 32, 2048, 128, "f16", False), (4, 32, 2048, 128, "f16", True),
+                      (2, 32, 4096, 128, "bf16", True), (8, 16, 1024, 64, "f16", False)):
+            bench(client, *shape, args.iters, rows)
+    with open(os.path.join(args.out, "gpu_compare.json"), "w") as f:
+        json.dump({"device": dev, "correctness": results, "bench": rows, "pinned_h2d_gbps": h2d}, f,
+                  indent=1)
+    if rows:
+        print(f"\n{'shape':30} {'gllm':>7} {'FA2':>7} {'cuDNN':>7} {'xFA2':>6} {'xcuDNN':>7} {'copy/pinned':>11}")
+        for r in rows:
+            print(f"{r['shape']:30} {r['gllm_tflops']:7.0f} {r['fa2_tflops']:7.0f} "
+                  f"{r['cudnn_tflops']:7.0f} {r['vs_fa2']:6.2f} {r['vs_cudnn']:7.2f} "
+                  f"{r['copy_gbps'] / h2d:11.2f}")
+    return 0 if passed == len(cases) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
