@@ -527,11 +527,16 @@ static void test_sigterm_drains(void **state)
         sleep_ms(1);
     }
     assert_int_equal(kill(d.pid, SIGTERM), 0);
-    /* The watcher's connection stays open through the drain, but new jobs are refused. */
-    struct live_job late;
-    assert_int_equal(job_setup(watcher, &late, &s, 9), 0);
+    /* A job sent after SIGTERM is refused while the daemon drains (SHUTDOWN), or finds
+     * it gone once it has drained (DISCONNECTED): it never runs. Which one depends on how
+     * fast the device finishes the accepted jobs. */
+    struct live_job late = {0};
     gllm_job_result res;
-    assert_int_equal(gllm_attention(watcher, &late.p, &res), GLLM_ESHUTDOWN);
+    int r = job_setup(watcher, &late, &s, 9);
+    if (r == 0)
+        r = gllm_attention(watcher, &late.p, &res);
+    if (r != GLLM_ESHUTDOWN && r != GLLM_EDISCONNECTED)
+        fail_msg("a job sent during the drain got %s", gllm_error_name(r));
     for (int i = 0; i < N; i++) {
         assert_int_equal(gllm_job_wait(c, j[i].id, &res), 0);
         assert_true(job_output_ok(&j[i]));
@@ -540,7 +545,8 @@ static void test_sigterm_drains(void **state)
     gllm_disconnect(c);
     for (int i = 0; i < N; i++)
         assert_int_equal(gllm_arena_release(j[i].arena), 0);   /* detached: local unmap only */
-    assert_int_equal(gllm_arena_release(late.arena), 0);
+    if (late.arena)
+        assert_int_equal(gllm_arena_release(late.arena), 0);
     int status;
     assert_int_equal(waitpid(d.pid, &status, 0), d.pid);
     d.pid = 0;

@@ -5,13 +5,13 @@
 // CUDA headers. Layout and semantics match daemon/backend.h's struct attn_args.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <float.h>
 #include <stdint.h>
 
 #include "attention_params.h"
 
 namespace {
 
-constexpr int BLOCK_N = GLLM_CUDA_TC_KEYS; // keys per tile
 constexpr float LOG2E = 1.4426950408889634f;
 
 // ---- element types ------------------------------------------------------------------------
@@ -78,7 +78,16 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int sr
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// ex2.approx: 2 ulp, one MUFU op; exp2f without fast-math is a multi-instruction sequence.
+__device__ __forceinline__ float fast_exp2(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
@@ -94,37 +103,66 @@ __device__ __forceinline__ int swz(int row, int chunk)
 }
 
 // Copies rows [row0, row0 + ROWS) of one head into a swizzled tile; rows >= nrows are zeros.
-template <int D, int ROWS, int THREADS, typename T>
-__device__ __forceinline__ void load_tile(T *tile, const T *base, int64_t row_stride, int row0,
-                                          int nrows)
-{
-    constexpr int CHUNKS = D / 8;
-    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
-        int r = i / CHUNKS, c = i % CHUNKS;
-        int row = row0 + r;
-        bool ok = row < nrows;
-        const T *src = base + (int64_t)(ok ? row : 0) * row_stride + c * 8;
-        cp_async16(smem_addr(tile + swz<D>(r, c)), src, ok ? 16 : 0);
-    }
-}
+// Each thread always copies the same 16-byte column of rows r0, r0 + STEP, ...: its shared
+// offsets differ by a constant and its swizzle (row % 8) is fixed, so the per-tile cost is
+// one add and one cp.async per chunk. This matters: the kernel is bound by issue slots.
+template <int D, int ROWS, int THREADS>
+struct TileCopier {
+    static constexpr int CHUNKS = D / 8;
+    static constexpr int STEP = THREADS / CHUNKS;     // rows per pass
+    static_assert(THREADS % CHUNKS == 0 && ROWS % STEP == 0 && STEP % 8 == 0, "tile shape");
+    int r0;            // first row this thread copies
+    uint32_t soff;     // its byte offset in the tile (pass 0)
 
-// One block: WARPS * 16 query rows of one (batch, head); each warp owns 16 rows and
-// keeps its Q fragments, scores and output accumulators in registers.
-template <typename T, int D, int WARPS, bool CAUSAL>
+    __device__ __forceinline__ TileCopier()
+    {
+        r0 = threadIdx.x / CHUNKS;
+        const int c = threadIdx.x % CHUNKS;
+        soff = (uint32_t)(r0 * D + ((c ^ (r0 & 7)) << 3)) * 2;
+    }
+
+    template <typename T>
+    __device__ __forceinline__ void copy(uint32_t tile, const T *base, int64_t row_stride, int row0,
+                                         int nrows) const
+    {
+        const T *src = base + (int64_t)(row0 + r0) * row_stride + (threadIdx.x % CHUNKS) * 8;
+        const int64_t step = (int64_t)STEP * row_stride;
+        if (row0 + ROWS <= nrows) {      // the common case: no bounds to check
+#pragma unroll
+            for (int it = 0; it < ROWS / STEP; it++)
+                cp_async16(tile + soff + it * STEP * D * 2, src + it * step, 16);
+        } else {
+#pragma unroll
+            for (int it = 0; it < ROWS / STEP; it++) {
+                const bool ok = row0 + r0 + it * STEP < nrows;
+                cp_async16(tile + soff + it * STEP * D * 2, ok ? src + it * step : base, ok ? 16 : 0);
+            }
+        }
+    }
+};
+
+// One block: WARPS * MT * 16 query rows of one (batch, head). Each warp owns MT m-tiles of
+// 16 rows and keeps their scores and output accumulators in registers; every K or V
+// fragment read from shared memory feeds 2 * MT tensor-core ops, so MT = 2 halves the
+// shared-memory traffic per flop. Q fragments are re-read from shared memory per tile
+// when MT > 1 (registers are short), kept in registers when MT == 1.
+template <typename T, int D, int WARPS, int MT, int BLOCK_N, bool CAUSAL>
 __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
 {
-    constexpr int BLOCK_M = WARPS * 16;
+    constexpr int BLOCK_M = WARPS * MT * 16;
     constexpr int THREADS = WARPS * 32;
     constexpr int DK = D / 16;          // k-steps over the head dim
     constexpr int DN = D / 8;           // n-tiles over the head dim (P V)
     constexpr int NN = BLOCK_N / 8;     // n-tiles over keys (Q K^T)
+    constexpr bool Q_IN_REGS = MT == 1;
     extern __shared__ __align__(128) unsigned char smem_raw[];
+    // Q, then two stages of (K, V): tile j+2 streams in while tile j+1 waits and j is used.
     T *sQ = reinterpret_cast<T *>(smem_raw);
-    T *sK = sQ + BLOCK_M * D;
-    T *sV = sK + BLOCK_N * D;
+    T *sK0 = sQ + BLOCK_M * D;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane >> 2, t = lane & 3;
+    const int lm = lane >> 3, lr = lane & 7;   // ldmatrix: which 8x8 matrix, which row of it
     const int num_m = (int)((p.Sq + BLOCK_M - 1) / BLOCK_M);
     const int m_block = num_m - 1 - (int)blockIdx.x;   // heaviest (causal) blocks first
     const int bh = blockIdx.y;
@@ -144,51 +182,84 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
         n_end = min(Skv, m0 + BLOCK_M + shift);
     const int n_tiles = n_end > 0 ? (n_end + BLOCK_N - 1) / BLOCK_N : 0;
 
-    load_tile<D, BLOCK_M, THREADS>(sQ, Q, p.q_st[2], m0, Sq);
-    if (n_tiles > 0)
-        load_tile<D, BLOCK_N, THREADS>(sK, K, p.k_st[2], 0, Skv);
-    cp_async_commit();
-    cp_async_wait_all();
+    auto stage_k = [&](int st) { return sK0 + st * 2 * BLOCK_N * D; };
+    auto stage_v = [&](int st) { return sK0 + st * 2 * BLOCK_N * D + BLOCK_N * D; };
+    const TileCopier<D, BLOCK_N, THREADS> kv_copier;
+    auto load_kv = [&](int tile) {
+        if (tile < n_tiles) {
+            kv_copier.copy(smem_addr(stage_k(tile & 1)), K, p.k_st[2], tile * BLOCK_N, Skv);
+            kv_copier.copy(smem_addr(stage_v(tile & 1)), V, p.v_st[2], tile * BLOCK_N, Skv);
+        }
+        cp_async_commit();   // empty groups keep the wait_group arithmetic uniform
+    };
+
+    TileCopier<D, BLOCK_M, THREADS>().copy(smem_addr(sQ), Q, p.q_st[2], m0, Sq);
+    load_kv(0);
+    load_kv(1);
+    cp_async_wait_1();
     __syncthreads();
 
-    // Q fragments of this warp's 16 rows, for every k-step of the head dim.
-    uint32_t qf[DK][4];
-    {
-        const int m = lane >> 3, r = lane & 7;
-        const int row = warp * 16 + r + 8 * (m & 1);
+    // Row of this lane's ldmatrix address within m-tile mi of this warp.
+    auto q_row = [&](int mi) { return (warp * MT + mi) * 16 + lr + 8 * (lm & 1); };
+    uint32_t qreg[Q_IN_REGS ? DK : 1][4];
+    if (Q_IN_REGS) {
 #pragma unroll
         for (int kk = 0; kk < DK; kk++)
-            ldmatrix_x4(qf[kk], smem_addr(sQ + swz<D>(row, kk * 2 + (m >> 1))));
+            ldmatrix_x4(qreg[kk], smem_addr(sQ + swz<D>(q_row(0), kk * 2 + (lm >> 1))));
     }
 
-    float o[DN][4];
+    float o[MT][DN][4];
 #pragma unroll
-    for (int i = 0; i < DN; i++)
-        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-    const float qk_scale = p.scale * LOG2E;
-    const int row_lo = m0 + warp * 16 + g;   // this thread's two rows: row_lo, row_lo + 8
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int i = 0; i < DN; i++)
+            o[mi][i][0] = o[mi][i][1] = o[mi][i][2] = o[mi][i][3] = 0.f;
+    float row_max[MT][2], row_sum[MT][2];
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+        row_max[mi][0] = row_max[mi][1] = -INFINITY, row_sum[mi][0] = row_sum[mi][1] = 0.f;
+    // A zero scale becomes the smallest normal float: the scores still vanish, but a masked
+    // score (+-inf) times it stays infinite instead of turning into NaN.
+    const float qk_scale = p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;
+    const bool pos_scale = qk_scale > 0.f;
+    // Masked raw scores: whatever the scale's sign, scaled they become -inf.
+    const float masked = pos_scale ? -INFINITY : INFINITY;
+    // This thread's rows: row_base(mi) and row_base(mi) + 8.
+    auto row_base = [&](int mi) { return m0 + (warp * MT + mi) * 16 + g; };
 
     for (int j = 0; j < n_tiles; j++) {
         const int n0 = j * BLOCK_N;
-        // V_j streams in while Q K_j^T runs.
-        load_tile<D, BLOCK_N, THREADS>(sV, V, p.v_st[2], n0, Skv);
-        cp_async_commit();
+        const T *sK = stage_k(j & 1), *sV = stage_v(j & 1);
 
-        float s[NN][4];
+        float s[MT][NN][4];
 #pragma unroll
-        for (int i = 0; i < NN; i++)
-            s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int i = 0; i < NN; i++)
+                s[mi][i][0] = s[mi][i][1] = s[mi][i][2] = s[mi][i][3] = 0.f;
 #pragma unroll
         for (int kk = 0; kk < DK; kk++) {
+            uint32_t qf[MT][4];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                if (Q_IN_REGS) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        qf[mi][e] = qreg[kk][e];
+                } else {
+                    ldmatrix_x4(qf[mi], smem_addr(sQ + swz<D>(q_row(mi), kk * 2 + (lm >> 1))));
+                }
+            }
 #pragma unroll
             for (int nn = 0; nn < NN; nn += 2) {
-                const int m = lane >> 3, r = lane & 7;
-                const int key = nn * 8 + r + 8 * (m >> 1);
+                const int key = nn * 8 + lr + 8 * (lm >> 1);
                 uint32_t kf[4];
-                ldmatrix_x4(kf, smem_addr(sK + swz<D>(key, kk * 2 + (m & 1))));
-                mma16816<T>(s[nn], qf[kk], kf);
-                mma16816<T>(s[nn + 1], qf[kk], kf + 2);
+                ldmatrix_x4(kf, smem_addr(sK + swz<D>(key, kk * 2 + (lm & 1))));
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    mma16816<T>(s[mi][nn], qf[mi], kf);
+                    mma16816<T>(s[mi][nn + 1], qf[mi], kf + 2);
+                }
             }
         }
 
@@ -196,94 +267,107 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
         const bool need_mask = n0 + BLOCK_N > Skv || (CAUSAL && n0 + BLOCK_N - 1 > m0 + shift);
         if (need_mask) {
 #pragma unroll
-            for (int nn = 0; nn < NN; nn++)
+            for (int mi = 0; mi < MT; mi++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = n0 + nn * 8 + 2 * t + (e & 1);
-                    const int row = row_lo + 8 * (e >> 1);
-                    if (key >= Skv || (CAUSAL && key > row + shift))
-                        s[nn][e] = -INFINITY;
-                }
+                for (int nn = 0; nn < NN; nn++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int key = n0 + nn * 8 + 2 * t + (e & 1);
+                        const int row = row_base(mi) + 8 * (e >> 1);
+                        if (key >= Skv || (CAUSAL && key > row + shift))
+                            s[mi][nn][e] = masked;
+                    }
         }
 
-        // Online softmax, base 2; each row is spread over the 4 threads of a quad.
-        float scale_o[2];
+        // Online softmax, base 2; each row is spread over the 4 threads of a quad. The
+        // probabilities are packed to 16 bits as soon as they exist: as tensor-core A
+        // fragments they take half the registers the fp32 scores did.
+        uint32_t pf[MT][BLOCK_N / 16][4];
 #pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            float mx = row_max[hr];
+        for (int mi = 0; mi < MT; mi++) {
+            float ref[2], sum[2] = {0.f, 0.f};
 #pragma unroll
-            for (int nn = 0; nn < NN; nn++)
-                mx = fmaxf(mx, fmaxf(s[nn][2 * hr], s[nn][2 * hr + 1]) * qk_scale);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
-            // A row that has seen only -inf so far keeps a finite reference point.
-            const float ref = mx == -INFINITY ? 0.f : mx;
-            scale_o[hr] = exp2f(row_max[hr] - ref);
-            row_max[hr] = mx;
-            float sum = 0.f;
+            for (int hr = 0; hr < 2; hr++) {
+                // The largest scaled score: the largest raw score times a positive scale,
+                // the smallest times a negative one (scale is the caller's to choose).
+                float raw = s[mi][0][2 * hr];
+#pragma unroll
+                for (int nn = 0; nn < NN; nn++)
+                    raw = pos_scale ? fmaxf(raw, fmaxf(s[mi][nn][2 * hr], s[mi][nn][2 * hr + 1]))
+                                    : fminf(raw, fminf(s[mi][nn][2 * hr], s[mi][nn][2 * hr + 1]));
+                raw = pos_scale ? fmaxf(raw, __shfl_xor_sync(0xffffffff, raw, 1))
+                                : fminf(raw, __shfl_xor_sync(0xffffffff, raw, 1));
+                raw = pos_scale ? fmaxf(raw, __shfl_xor_sync(0xffffffff, raw, 2))
+                                : fminf(raw, __shfl_xor_sync(0xffffffff, raw, 2));
+                const float mx = fmaxf(row_max[mi][hr], raw * qk_scale);
+                // A row that has seen only -inf so far keeps a finite reference point.
+                ref[hr] = mx == -INFINITY ? 0.f : mx;
+                const float scale_o = fast_exp2(row_max[mi][hr] - ref[hr]);
+                row_max[mi][hr] = mx;
+                row_sum[mi][hr] *= scale_o;
+#pragma unroll
+                for (int dn = 0; dn < DN; dn++)
+                    o[mi][dn][2 * hr] *= scale_o, o[mi][dn][2 * hr + 1] *= scale_o;
+            }
 #pragma unroll
             for (int nn = 0; nn < NN; nn++) {
-                s[nn][2 * hr] = exp2f(s[nn][2 * hr] * qk_scale - ref);
-                s[nn][2 * hr + 1] = exp2f(s[nn][2 * hr + 1] * qk_scale - ref);
-                sum += s[nn][2 * hr] + s[nn][2 * hr + 1];
+                const float e0 = fast_exp2(fmaf(s[mi][nn][0], qk_scale, -ref[0]));
+                const float e1 = fast_exp2(fmaf(s[mi][nn][1], qk_scale, -ref[0]));
+                const float e2 = fast_exp2(fmaf(s[mi][nn][2], qk_scale, -ref[1]));
+                const float e3 = fast_exp2(fmaf(s[mi][nn][3], qk_scale, -ref[1]));
+                sum[0] += e0 + e1;
+                sum[1] += e2 + e3;
+                // n-tile nn holds keys 8nn..8nn+7: the low or high half of k-step nn / 2.
+                pf[mi][nn / 2][(nn & 1) * 2] = Elem<T>::pack(e0, e1);
+                pf[mi][nn / 2][(nn & 1) * 2 + 1] = Elem<T>::pack(e2, e3);
             }
-            row_sum[hr] = row_sum[hr] * scale_o[hr] + sum;   // quad-partial; reduced at the end
-        }
-#pragma unroll
-        for (int dn = 0; dn < DN; dn++) {
-            o[dn][0] *= scale_o[0], o[dn][1] *= scale_o[0];
-            o[dn][2] *= scale_o[1], o[dn][3] *= scale_o[1];
+            row_sum[mi][0] += sum[0];     // quad-partial; reduced at the end
+            row_sum[mi][1] += sum[1];
         }
 
-        cp_async_wait_all();
-        __syncthreads();                  // V_j landed; everyone is done reading K_j
-        if (j + 1 < n_tiles) {
-            load_tile<D, BLOCK_N, THREADS>(sK, K, p.k_st[2], n0 + BLOCK_N, Skv);
-            cp_async_commit();
-        }
-
-        // O += P V_j: P comes straight from the score registers.
+        // O += P V_j.
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; kk++) {
-            uint32_t pf[4];
-            pf[0] = Elem<T>::pack(s[2 * kk][0], s[2 * kk][1]);
-            pf[1] = Elem<T>::pack(s[2 * kk][2], s[2 * kk][3]);
-            pf[2] = Elem<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pf[3] = Elem<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
             for (int dn = 0; dn < DN; dn += 2) {
-                const int m = lane >> 3, r = lane & 7;
-                const int key = kk * 16 + r + 8 * (m & 1);
+                const int key = kk * 16 + lr + 8 * (lm & 1);
                 uint32_t vf[4];
-                ldmatrix_x4_trans(vf, smem_addr(sV + swz<D>(key, dn + (m >> 1))));
-                mma16816<T>(o[dn], pf, vf);
-                mma16816<T>(o[dn + 1], pf, vf + 2);
+                ldmatrix_x4_trans(vf, smem_addr(sV + swz<D>(key, dn + (lm >> 1))));
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    mma16816<T>(o[mi][dn], pf[mi][kk], vf);
+                    mma16816<T>(o[mi][dn + 1], pf[mi][kk], vf + 2);
+                }
             }
         }
-        cp_async_wait_all();
-        __syncthreads();                  // K_{j+1} landed; everyone is done reading V_j
+        __syncthreads();                  // every warp is done with stage j & 1
+        load_kv(j + 2);
+        cp_async_wait_1();                // tile j + 1 has landed
+        __syncthreads();
     }
 
     // Normalise and store. Rows that saw no key are zeros with lse = -inf.
 #pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        float sum = row_sum[hr];
-        sum += __shfl_xor_sync(0xffffffff, sum, 1);
-        sum += __shfl_xor_sync(0xffffffff, sum, 2);
-        const int row = row_lo + 8 * hr;
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        if (row < Sq) {
-            T *orow = O + (int64_t)row * p.o_st[2];
+    for (int mi = 0; mi < MT; mi++)
 #pragma unroll
-            for (int dn = 0; dn < DN; dn++) {
-                uint32_t v = Elem<T>::pack(o[dn][2 * hr] * inv, o[dn][2 * hr + 1] * inv);
-                *reinterpret_cast<uint32_t *>(orow + dn * 8 + 2 * t) = v;
+        for (int hr = 0; hr < 2; hr++) {
+            float sum = row_sum[mi][hr];
+            sum += __shfl_xor_sync(0xffffffff, sum, 1);
+            sum += __shfl_xor_sync(0xffffffff, sum, 2);
+            const int row = row_base(mi) + 8 * hr;
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            if (row < Sq) {
+                T *orow = O + (int64_t)row * p.o_st[2];
+#pragma unroll
+                for (int dn = 0; dn < DN; dn++) {
+                    uint32_t v = Elem<T>::pack(o[mi][dn][2 * hr] * inv, o[mi][dn][2 * hr + 1] * inv);
+                    *reinterpret_cast<uint32_t *>(orow + dn * 8 + 2 * t) = v;
+                }
+                if (p.lse && t == 0)
+                    p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
+                        sum > 0.f ? (row_max[mi][hr] + log2f(sum)) / LOG2E : -INFINITY;
             }
-            if (p.lse && t == 0)
-                p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
-                    sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
         }
-    }
 }
 
 // Any dtype, any head dim up to 256, any strides: one warp per query row. The fallback
@@ -354,7 +438,8 @@ __device__ __forceinline__ void attention_fwd_generic(const gllm_cuda_attn_param
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_TC_WARPS * 32)                      \
         gllm_attn_fwd_##tname##_d##D##suffix(const gllm_cuda_attn_params p)                    \
     {                                                                                          \
-        attention_fwd_tc<T, D, GLLM_CUDA_TC_WARPS, CAUSAL>(p);                                 \
+        attention_fwd_tc<T, D, GLLM_CUDA_TC_WARPS, GLLM_CUDA_TC_MTILES, GLLM_CUDA_TC_KEYS(D),  \
+                         CAUSAL>(p);                                                           \
     }
 #define TC_ENTRIES(T, tname, D) TC_ENTRY(T, tname, D, false, ) TC_ENTRY(T, tname, D, true, _causal)
 TC_ENTRIES(__half, f16, 64)

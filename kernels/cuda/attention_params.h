@@ -18,11 +18,13 @@ typedef struct gllm_cuda_attn_params {
 
 /* Tensor-core kernels gllm_attn_fwd_{f16,bf16}_d{64,128}[_causal]: grid
  * (ceil(Sq / GLLM_CUDA_TC_ROWS), B * Hq), block GLLM_CUDA_TC_WARPS * 32 threads, dynamic
- * shared memory (GLLM_CUDA_TC_ROWS + 2 * 64) * D * 2 bytes. Need d-stride 1, the other
- * strides and the base addresses 16-byte aligned. */
+ * shared memory GLLM_CUDA_TC_SMEM(D) bytes (Q plus two stages of K and V). Need d-stride
+ * 1, the other strides and the base addresses 16-byte aligned. */
 #define GLLM_CUDA_TC_WARPS 4
-#define GLLM_CUDA_TC_ROWS (GLLM_CUDA_TC_WARPS * 16)
-#define GLLM_CUDA_TC_KEYS 64
+#define GLLM_CUDA_TC_MTILES 2      /* 16-row tiles per warp */
+#define GLLM_CUDA_TC_ROWS (GLLM_CUDA_TC_WARPS * GLLM_CUDA_TC_MTILES * 16)
+#define GLLM_CUDA_TC_KEYS(D) 64   /* keys per tile: registers bound it */
+#define GLLM_CUDA_TC_SMEM(D) ((GLLM_CUDA_TC_ROWS + 4 * GLLM_CUDA_TC_KEYS(D)) * (D) * 2)
 
 /* Generic kernels gllm_attn_generic_{f32,f16,bf16}: any strides, D <= 256; grid
  * (ceil(Sq / GLLM_CUDA_GENERIC_ROWS), B * Hq), block GLLM_CUDA_GENERIC_ROWS * 32. */

@@ -153,8 +153,13 @@ static int open_dev(const struct cuda_driver *d, int ordinal, struct cuda_dev *x
                     snprintf(why, len, "kernel %s missing from the image", name);
                     return GLLM_EBACKEND;
                 }
-                int smem = (GLLM_CUDA_TC_ROWS + 2 * GLLM_CUDA_TC_KEYS) * dims[k] * 2;
-                d->cuFuncSetAttribute(x->tc[t][k][c], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
+                int smem = GLLM_CUDA_TC_SMEM(dims[k]);
+                if ((r = d->cuFuncSetAttribute(x->tc[t][k][c],
+                                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))) {
+                    snprintf(why, len, "GPU %d: %s needs %d bytes of shared memory: %s", ordinal,
+                             name, smem, cuda_error_text(d, r, buf, sizeof buf));
+                    return GLLM_EBACKEND;
+                }
             }
     static const char *const gnames[3] = {"gllm_attn_generic_f32", "gllm_attn_generic_f16",
                                           "gllm_attn_generic_bf16"};
@@ -406,7 +411,7 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     void *params[] = {&p};
     if (tc_eligible(a)) {
         CUfunction f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
-        unsigned smem = (unsigned)((GLLM_CUDA_TC_ROWS + 2 * GLLM_CUDA_TC_KEYS) * a->D * 2);
+        unsigned smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
         r = d->cuLaunchKernel(f, (unsigned)((a->Sq + GLLM_CUDA_TC_ROWS - 1) / GLLM_CUDA_TC_ROWS),
                               (unsigned)(a->B * a->Hq), 1, GLLM_CUDA_TC_WARPS * 32, 1, 1, smem,
                               x->stream, params, NULL);
