@@ -203,6 +203,8 @@ def main():
         (3, 4, 4, 1, 513, 128, "bf16", False), (1, 4, 2, 77, 77, 96, "f16", True),
         (1, 4, 4, 100, 130, 64, "f32", True), (2, 8, 4, 512, 512, 64, "bf16", True),
         (1, 4, 4, 100, 100, 64, "f16", True, -0.3), (1, 4, 2, 70, 90, 128, "bf16", True, 0.0),
+        # wide score range: the running max keeps growing across tiles
+        (1, 4, 4, 600, 600, 128, "f16", False, 1.0), (1, 4, 2, 300, 900, 64, "bf16", True, 2.0),
     ]
     for _ in range(6):   # fresh random shapes every run
         r = [int(x) for x in torch.randint(1, 700, (2,), generator=rng)]

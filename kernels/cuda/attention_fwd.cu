@@ -13,6 +13,7 @@
 namespace {
 
 constexpr float LOG2E = 1.4426950408889634f;
+constexpr float RESCALE_SLACK = 8.f;       // see the online softmax in attention_fwd_tc
 
 // ---- element types ------------------------------------------------------------------------
 
@@ -285,11 +286,14 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
         uint32_t pf[MT][BLOCK_N / 16][4];
 #pragma unroll
         for (int mi = 0; mi < MT; mi++) {
-            float ref[2], sum[2] = {0.f, 0.f};
+            // row_max is the reference the sums and outputs are relative to. It moves only
+            // when a row's true maximum passes it by more than RESCALE_SLACK (log2 units), and
+            // then for the whole warp at once: until then probabilities may reach
+            // 2^RESCALE_SLACK, harmless in fp32 sums and in f16/bf16 P, and the 2 * D
+            // multiplies of a rescale are skipped on most tiles.
+            float sum[2] = {0.f, 0.f}, tile_max[2];
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
-                // The largest scaled score: the largest raw score times a positive scale,
-                // the smallest times a negative one (scale is the caller's to choose).
                 float raw = s[mi][0][2 * hr];
 #pragma unroll
                 for (int nn = 0; nn < NN; nn++)
@@ -299,16 +303,26 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
                                 : fminf(raw, __shfl_xor_sync(0xffffffff, raw, 1));
                 raw = pos_scale ? fmaxf(raw, __shfl_xor_sync(0xffffffff, raw, 2))
                                 : fminf(raw, __shfl_xor_sync(0xffffffff, raw, 2));
-                const float mx = fmaxf(row_max[mi][hr], raw * qk_scale);
-                // A row that has seen only -inf so far keeps a finite reference point.
-                ref[hr] = mx == -INFINITY ? 0.f : mx;
-                const float scale_o = fast_exp2(row_max[mi][hr] - ref[hr]);
-                row_max[mi][hr] = mx;
-                row_sum[mi][hr] *= scale_o;
-#pragma unroll
-                for (int dn = 0; dn < DN; dn++)
-                    o[mi][dn][2 * hr] *= scale_o, o[mi][dn][2 * hr + 1] *= scale_o;
+                tile_max[hr] = raw * qk_scale;    // largest scaled score of the tile (or -inf)
             }
+            const bool grow = tile_max[0] > row_max[mi][0] + RESCALE_SLACK ||
+                              tile_max[1] > row_max[mi][1] + RESCALE_SLACK;
+            if (__any_sync(0xffffffff, grow)) {
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const float mx = fmaxf(row_max[mi][hr], tile_max[hr]);
+                    // 0 when the row had seen nothing; 1 for a row that still sees nothing.
+                    const float scale_o = mx == -INFINITY ? 1.f : fast_exp2(row_max[mi][hr] - mx);
+                    row_max[mi][hr] = mx;
+                    row_sum[mi][hr] *= scale_o;
+#pragma unroll
+                    for (int dn = 0; dn < DN; dn++)
+                        o[mi][dn][2 * hr] *= scale_o, o[mi][dn][2 * hr + 1] *= scale_o;
+                }
+            }
+            // A row that has seen only masked keys keeps a finite reference point.
+            const float ref[2] = {row_max[mi][0] == -INFINITY ? 0.f : row_max[mi][0],
+                                  row_max[mi][1] == -INFINITY ? 0.f : row_max[mi][1]};
 #pragma unroll
             for (int nn = 0; nn < NN; nn++) {
                 const float e0 = fast_exp2(fmaf(s[mi][nn][0], qk_scale, -ref[0]));
