@@ -88,7 +88,7 @@ __device__ __forceinline__ float fast_exp2(float x)
     return y;
 }
 
-__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
@@ -157,7 +157,7 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
     constexpr int NN = BLOCK_N / 8;     // n-tiles over keys (Q K^T)
     constexpr bool Q_IN_REGS = MT == 1;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    // Q, then two stages of (K, V): tile j+2 streams in while tile j+1 waits and j is used.
+    // Q, then two stages of (K, V): tile j+1 streams in while tile j is used.
     T *sQ = reinterpret_cast<T *>(smem_raw);
     T *sK0 = sQ + BLOCK_M * D;
 
@@ -196,8 +196,7 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
 
     TileCopier<D, BLOCK_M, THREADS>().copy(smem_addr(sQ), Q, p.q_st[2], m0, Sq);
     load_kv(0);
-    load_kv(1);
-    cp_async_wait_1();
+    cp_async_wait_all();
     __syncthreads();
 
     // Row of this lane's ldmatrix address within m-tile mi of this warp.
@@ -231,6 +230,9 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
     for (int j = 0; j < n_tiles; j++) {
         const int n0 = j * BLOCK_N;
         const T *sK = stage_k(j & 1), *sV = stage_v(j & 1);
+        // Tile j is in; every warp is past tile j - 1, so its stage takes tile j + 1 while
+        // this one is used. One barrier per tile.
+        load_kv(j + 1);
 
         float s[MT][NN][4];
 #pragma unroll
@@ -354,10 +356,8 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
                 }
             }
         }
-        __syncthreads();                  // every warp is done with stage j & 1
-        load_kv(j + 2);
-        cp_async_wait_1();                // tile j + 1 has landed
-        __syncthreads();
+        cp_async_wait_all();              // tile j + 1 has landed (for this thread)
+        __syncthreads();                  // ... for all, and all are done with tile j
     }
 
     // Normalise and store. Rows that saw no key are zeros with lse = -inf.
@@ -449,10 +449,11 @@ __device__ __forceinline__ void attention_fwd_generic(const gllm_cuda_attn_param
 
 // Entry points, looked up by name with cuModuleGetFunction (attention_params.h lists them).
 #define TC_ENTRY(T, tname, D, CAUSAL, suffix)                                                  \
-    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_TC_WARPS * 32)                      \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_TC_WARPS(D) * 32,                  \
+                                                 D == 64 ? 3 : 8 / GLLM_CUDA_TC_WARPS(D))      \
         gllm_attn_fwd_##tname##_d##D##suffix(const gllm_cuda_attn_params p)                    \
     {                                                                                          \
-        attention_fwd_tc<T, D, GLLM_CUDA_TC_WARPS, GLLM_CUDA_TC_MTILES, GLLM_CUDA_TC_KEYS(D),  \
+        attention_fwd_tc<T, D, GLLM_CUDA_TC_WARPS(D), GLLM_CUDA_TC_MTILES, GLLM_CUDA_TC_KEYS(D), \
                          CAUSAL>(p);                                                           \
     }
 #define TC_ENTRIES(T, tname, D) TC_ENTRY(T, tname, D, false, ) TC_ENTRY(T, tname, D, true, _causal)

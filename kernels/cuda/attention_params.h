@@ -20,11 +20,11 @@ typedef struct gllm_cuda_attn_params {
  * (ceil(Sq / GLLM_CUDA_TC_ROWS), B * Hq), block GLLM_CUDA_TC_WARPS * 32 threads, dynamic
  * shared memory GLLM_CUDA_TC_SMEM(D) bytes (Q plus two stages of K and V). Need d-stride
  * 1, the other strides and the base addresses 16-byte aligned. */
-#define GLLM_CUDA_TC_WARPS 4
+#define GLLM_CUDA_TC_WARPS(D) 4
 #define GLLM_CUDA_TC_MTILES 2      /* 16-row tiles per warp */
-#define GLLM_CUDA_TC_ROWS (GLLM_CUDA_TC_WARPS * GLLM_CUDA_TC_MTILES * 16)
-#define GLLM_CUDA_TC_KEYS(D) 64   /* keys per tile: registers bound it */
-#define GLLM_CUDA_TC_SMEM(D) ((GLLM_CUDA_TC_ROWS + 4 * GLLM_CUDA_TC_KEYS(D)) * (D) * 2)
+#define GLLM_CUDA_TC_ROWS(D) (GLLM_CUDA_TC_WARPS(D) * GLLM_CUDA_TC_MTILES * 16)
+#define GLLM_CUDA_TC_KEYS(D) 64
+#define GLLM_CUDA_TC_SMEM(D) ((GLLM_CUDA_TC_ROWS(D) + 4 * GLLM_CUDA_TC_KEYS(D)) * (D) * 2)
 
 /* Generic kernels gllm_attn_generic_{f32,f16,bf16}: any strides, D <= 256; grid
  * (ceil(Sq / GLLM_CUDA_GENERIC_ROWS), B * Hq), block GLLM_CUDA_GENERIC_ROWS * 32. */

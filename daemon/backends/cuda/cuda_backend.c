@@ -412,8 +412,9 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     if (tc_eligible(a)) {
         CUfunction f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
         unsigned smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
-        r = d->cuLaunchKernel(f, (unsigned)((a->Sq + GLLM_CUDA_TC_ROWS - 1) / GLLM_CUDA_TC_ROWS),
-                              (unsigned)(a->B * a->Hq), 1, GLLM_CUDA_TC_WARPS * 32, 1, 1, smem,
+        const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
+        r = d->cuLaunchKernel(f, (unsigned)((a->Sq + rows - 1) / rows), (unsigned)(a->B * a->Hq),
+                              1, (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), 1, 1, smem,
                               x->stream, params, NULL);
     } else {
         r = d->cuLaunchKernel(x->generic[a->dtype],
