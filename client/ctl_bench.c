@@ -61,7 +61,9 @@ static void fill_random(void *p, gllm_dtype dt, size_t n, uint64_t *state)
     }
 }
 
-static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json, bool first)
+/* unit: 1 prints GFLOP/s, 1000 TFLOP/s (the header says which). */
+static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json, bool first,
+                     double unit)
 {
     size_t es = gllm_dtype_size(s->dtype);
     size_t nq = (size_t)(s->B * s->Hq * s->S * s->D), nk = (size_t)(s->B * s->Hkv * s->S * s->D);
@@ -83,8 +85,10 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
     gllm_tensor_init(&p.out, a, (nq + 2 * nk) * es, s->dtype, 4, qs);
 
     uint64_t *kern = calloc((size_t)iters, sizeof *kern), *e2e = calloc((size_t)iters, sizeof *e2e);
+    uint64_t *added = calloc((size_t)iters, sizeof *added);
+    double copy_gbps = 0;
     int rc = 1;
-    if (!kern || !e2e)
+    if (!kern || !e2e || !added)
         goto out;
     gllm_job_result res;
     if ((r = gllm_attention(c, &p, &res)) < 0)   /* warm-up: first touch of the pages */
@@ -95,11 +99,15 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
             goto fail;
         e2e[i] = mono_ns() - t0;
         kern[i] = res.kernel_ns;
+        /* What the daemon and the copies add to the kernel, as the client sees it. */
+        added[i] = e2e[i] > res.kernel_ns ? e2e[i] - res.kernel_ns : 0;
+        if (res.copy_ns)
+            copy_gbps += (double)res.copy_bytes / (double)res.copy_ns / iters;
     }
     double flops = 4.0 * (double)(s->B * s->Hq) * (double)s->S * (double)s->S * (double)s->D;
     if (s->causal)
         flops /= 2;
-    uint64_t mk = median(kern, iters), me = median(e2e, iters);
+    uint64_t mk = median(kern, iters), me = median(e2e, iters), ma = median(added, iters);
     double gk = flops / (double)mk, ge = flops / (double)me;   /* GFLOP/s */
     char name[96];
     snprintf(name, sizeof name, "B%lld Hq%lld Hkv%lld S%lld D%lld %s%s", (long long)s->B,
@@ -107,11 +115,15 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
              gllm_dtype_name(s->dtype), s->causal ? " causal" : "");
     if (json)
         printf("%s{\"shape\": \"%s\", \"iters\": %d, \"kernel_ms\": %.4f, \"e2e_ms\": %.4f, "
-               "\"kernel_gflops\": %.2f, \"e2e_gflops\": %.2f}",
-               first ? "" : ",\n ", name, iters, mk / 1e6, me / 1e6, gk, ge);
-    else
-        printf("%-38s %10.3f %10.3f %12.1f %12.1f\n", name, mk / 1e6, me / 1e6,
-               gk >= 1000 ? gk / 1000 : gk, ge >= 1000 ? ge / 1000 : ge);
+               "\"added_ms\": %.4f, \"kernel_gflops\": %.2f, \"e2e_gflops\": %.2f, "
+               "\"copy_gbps\": %.2f}",
+               first ? "" : ",\n ", name, iters, mk / 1e6, me / 1e6, ma / 1e6, gk, ge, copy_gbps);
+    else if (copy_gbps > 0)
+        printf("%-38s %10.3f %10.3f %12.1f %12.1f %9.1f\n", name, mk / 1e6, me / 1e6, gk / unit,
+               ge / unit, copy_gbps);
+    else   /* the CPU backend works in the arenas: nothing is copied */
+        printf("%-38s %10.3f %10.3f %12.1f %12.1f %9s\n", name, mk / 1e6, me / 1e6, gk / unit,
+               ge / unit, "-");
     rc = 0;
     goto out;
 fail:
@@ -120,6 +132,7 @@ fail:
 out:
     free(kern);
     free(e2e);
+    free(added);
     gllm_arena_release(a);
     return rc;
 }
@@ -154,13 +167,14 @@ int ctl_bench(const char *socket_path, int argc, char **argv)
         printf("{\"backend\": \"%s\", \"device\": \"%s\", \"results\": [", caps->backend,
                caps->ndevices ? caps->devices[0].name : "");
     else
-        printf("backend %s, device %s, median of %d runs\n%-38s %10s %10s %12s %12s\n",
+        printf("backend %s, device %s, median of %d runs (e2e: client submit to reply, "
+               "tensors in arenas)\n%-38s %10s %10s %12s %12s %9s\n",
                caps->backend, caps->ndevices ? caps->devices[0].name : "?", iters, "shape",
                "kernel ms", "e2e ms", cpu ? "kern GFLOP/s" : "kern TFLOP/s",
-               cpu ? "e2e GFLOP/s" : "e2e TFLOP/s");
+               cpu ? "e2e GFLOP/s" : "e2e TFLOP/s", "copy GB/s");
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        rc = run_shape(c, &shapes[i], iters, json, i == 0);
+        rc = run_shape(c, &shapes[i], iters, json, i == 0, cpu ? 1 : 1000);
     if (json)
         printf("]}\n");
     gllm_disconnect(c);

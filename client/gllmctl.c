@@ -96,17 +96,26 @@ static int cmd_status(const char *sock, int argc, char **argv)
             json_str(st.devices[i].kind);
             printf(", \"name\": ");
             json_str(st.devices[i].name);
-            printf(", \"memory_bytes\": %llu, \"threads\": %d}",
-                   (unsigned long long)st.devices[i].memory_bytes, st.devices[i].threads);
+            printf(", \"memory_bytes\": %llu, \"threads\": %d, \"compute_capability\": \"%d.%d\", "
+                   "\"image\": ", (unsigned long long)st.devices[i].memory_bytes,
+                   st.devices[i].threads, st.devices[i].cc_major, st.devices[i].cc_minor);
+            json_str(st.devices[i].image);
+            printf("}");
         }
         printf("]}\n");
         return 0;
     }
     printf("gllmd %s, up %.0f s, backend %s\n", st.daemon_version, st.uptime_s, st.backend);
-    for (int i = 0; i < st.ndevices; i++)
-        printf("  device %d: %s (%s), %.1f GiB, %d threads\n", st.devices[i].index,
-               st.devices[i].name, st.devices[i].kind,
-               (double)st.devices[i].memory_bytes / (1ull << 30), st.devices[i].threads);
+    for (int i = 0; i < st.ndevices; i++) {
+        const gllm_device_info *d = &st.devices[i];
+        if (d->cc_major)
+            printf("  device %d: %s (%s), compute capability %d.%d, %.1f GiB, kernels: %s\n",
+                   d->index, d->name, d->kind, d->cc_major, d->cc_minor,
+                   (double)d->memory_bytes / (1ull << 30), d->image);
+        else
+            printf("  device %d: %s (%s), %.1f GiB, %d threads\n", d->index, d->name, d->kind,
+                   (double)d->memory_bytes / (1ull << 30), d->threads);
+    }
     printf("clients: %u   arenas: %u (%.1f MiB mapped)\n", st.clients, st.arenas,
            (double)st.bytes_mapped / (1 << 20));
     printf("jobs: %llu done, %llu failed, %llu in flight\n", (unsigned long long)st.jobs_done,
