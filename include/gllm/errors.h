@@ -34,7 +34,8 @@
     X(DISCONNECTED, -1020, "connection to gllmd closed")                         \
     X(NOJOB,        -1021, "no such job")                                        \
     X(QUOTA,        -1022, "session resource limit reached")                     \
-    X(ALIAS,        -1023, "output tensor overlaps an input")
+    X(ALIAS,        -1023, "output tensor overlaps an input")                    \
+    X(DEVMEM,       -1024, "out of device memory")
 
 enum gllm_error {
 #define GLLM_ERROR_ENUM_(name, code, text) GLLM_E##name = (code),

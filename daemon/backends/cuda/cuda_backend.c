@@ -72,7 +72,7 @@ static int fail(const struct cuda_driver *d, CUresult r, const char *what)
 {
     char buf[160];
     log_err("cuda: %s: %s", what, cuda_error_text(d, r, buf, sizeof buf));
-    return r == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : GLLM_EBACKEND;
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? GLLM_EDEVMEM : GLLM_EBACKEND;
 }
 
 static void close_dev(const struct cuda_driver *d, struct cuda_dev *x)
@@ -324,7 +324,7 @@ static int ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_
         char buf[160];
         log_err("cuda: GPU %d: out of device memory for a %zu-byte job (%s)", x->info.index, need,
                 cuda_error_text(d, r, buf, sizeof buf));
-        return -ENOMEM;
+        return GLLM_EDEVMEM;
     }
     x->scratch_size = want;
     return 0;
