@@ -374,6 +374,20 @@ int gllm_status_get(gllm_client *c, gllm_status *out)
     proto_get_u64(res, "arenas", false, &x);
     st.arenas = (uint32_t)x;
     r = decode_devices(res, st.devices, &st.ndevices);
+    const msgpack_object *list = proto_map_get(res, "client_list");
+    for (uint32_t i = 0; list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size &&
+                        st.nlisted < GLLM_MAX_LISTED_CLIENTS; i++) {
+        const msgpack_object *e = &list->via.array.ptr[i];
+        gllm_client_info *ci = &st.client_list[st.nlisted++];
+        uint64_t v = 0;
+        proto_get_u64(e, "pid", false, &v), ci->pid = (int)v, v = 0;
+        proto_get_u64(e, "uid", false, &v), ci->uid = (uint32_t)v, v = 0;
+        proto_get_u64(e, "gid", false, &v), ci->gid = (uint32_t)v, v = 0;
+        proto_get_u64(e, "arenas", false, &v), ci->arenas = (uint32_t)v, v = 0;
+        proto_get_u64(e, "inflight", false, &v), ci->inflight = (uint32_t)v;
+        proto_get_u64(e, "arena_bytes", false, &ci->arena_bytes);
+        copy_field(e, "comm", ci->comm, sizeof ci->comm);
+    }
     end_call(c);
     if (r == 0)
         *out = st;

@@ -102,6 +102,15 @@ static int cmd_status(const char *sock, int argc, char **argv)
             json_str(st.devices[i].image);
             printf("}");
         }
+        printf("], \"client_list\": [");
+        for (int i = 0; i < st.nlisted; i++) {
+            const gllm_client_info *ci = &st.client_list[i];
+            printf("%s{\"pid\": %d, \"uid\": %u, \"gid\": %u, \"comm\": ", i ? ", " : "",
+                   ci->pid, ci->uid, ci->gid);
+            json_str(ci->comm);
+            printf(", \"arenas\": %u, \"arena_bytes\": %llu, \"inflight\": %u}", ci->arenas,
+                   (unsigned long long)ci->arena_bytes, ci->inflight);
+        }
         printf("]}\n");
         return 0;
     }
@@ -120,6 +129,14 @@ static int cmd_status(const char *sock, int argc, char **argv)
            (double)st.bytes_mapped / (1 << 20));
     printf("jobs: %llu done, %llu failed, %llu in flight\n", (unsigned long long)st.jobs_done,
            (unsigned long long)st.jobs_failed, (unsigned long long)st.jobs_inflight);
+    if (st.nlisted)
+        printf("\n  %8s %6s %-16s %7s %12s %8s\n", "PID", "UID", "COMMAND", "ARENAS", "MAPPED",
+               "IN FLIGHT");
+    for (int i = 0; i < st.nlisted; i++) {
+        const gllm_client_info *ci = &st.client_list[i];
+        printf("  %8d %6u %-16s %7u %10.1f M %8u\n", ci->pid, ci->uid, ci->comm, ci->arenas,
+               (double)ci->arena_bytes / (1 << 20), ci->inflight);
+    }
     return 0;
 }
 

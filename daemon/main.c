@@ -1,13 +1,17 @@
-/* gllmd: command line, backend selection, and the server's lifetime. */
+/* gllmd: command line and configuration, backend selection, the server's lifetime. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include "backend.h"
+#include "config.h"
 #include "log.h"
 #include "server.h"
 
@@ -16,15 +20,20 @@ static void usage(FILE *f)
     fprintf(f,
             "Usage: gllmd [OPTIONS]\n"
             "Serve attention jobs to local clients over a Unix socket.\n\n"
+            "  -c, --config PATH     configuration file (default " CONFIG_DEFAULT_PATH ",\n"
+            "                        used when it exists)\n"
+            "      --check-config    validate the configuration, print it, and exit\n"
             "  -s, --socket PATH     listen here (default: $GLLM_SOCKET, else\n"
-            "                        $XDG_RUNTIME_DIR/gllm/gllmd.sock, or\n"
-            "                        /run/gllm/gllmd.sock for root)\n"
+            "                        /run/gllm/gllmd.sock for root, else\n"
+            "                        $XDG_RUNTIME_DIR/gllm/gllmd.sock); ignored when systemd\n"
+            "                        passes a listening socket\n"
             "  -b, --backend NAME    auto (default: cuda if usable, else cpu), cuda or cpu\n"
             "  -t, --threads N       CPU backend threads (default: one per online CPU)\n"
             "      --max-inflight N  jobs in flight per client (default 256)\n"
-            "  -v, --verbose         log every connection\n"
-            "  -V, --version         print the version and exit\n"
-            "  -h, --help            print this help and exit\n");
+            "  -v, --verbose         log at debug level\n"
+            "  -V, --version         print the version and the embedded kernels, and exit\n"
+            "  -h, --help            print this help and exit\n\n"
+            "Flags override the file. SIGHUP re-reads the file; SIGTERM drains and exits.\n");
 }
 
 static int parse_uint(const char *s, long max, long *out)
@@ -38,12 +47,80 @@ static int parse_uint(const char *s, long max, long *out)
     return 0;
 }
 
+struct options {
+    const char *config_path;
+    bool config_required;
+    struct config_overrides over;
+};
+
 static struct server srv;   /* large (packet buffers): not on the stack */
+
+/* defaults < file < flags */
+static int effective_config(const struct options *o, struct config *cfg, char *err, size_t len)
+{
+    config_defaults(cfg);
+    int r = config_load(cfg, o->config_path, o->config_required, err, len);
+    if (r < 0)
+        return r;
+    config_apply_overrides(cfg, &o->over);
+    return 0;
+}
+
+static int reload(struct server *s, void *arg)
+{
+    const struct options *o = arg;
+    struct config cfg;
+    char err[256];
+    if (effective_config(o, &cfg, err, sizeof err) < 0) {
+        log_err("reload: %s; keeping the running configuration", err);
+        return -EINVAL;
+    }
+    if (cfg.threads != 0 || strcmp(cfg.backend, "auto") != 0 || cfg.socket_path[0])
+        log_info("reload: socket, backend and threads take effect at the next start");
+    server_apply_config(s, &cfg);
+    return 0;
+}
+
+static void print_config(const struct config *c, const char *socket_path)
+{
+    printf("socket = %s\nbackend = %s\nthreads = %d\nlog_level = %d\n", socket_path, c->backend,
+           c->threads, c->log_level);
+    printf("max_connections = %u\nmax_arenas = %u\nmax_arena_bytes = %llu\nmax_inflight = %u\n"
+           "max_outq_bytes = %u\ndrain_timeout_s = %u\nstatus_interval_s = %u\n",
+           c->limits.max_connections, c->limits.max_arenas,
+           (unsigned long long)c->limits.max_arena_bytes, c->limits.max_inflight,
+           c->limits.max_outq_bytes, c->drain_timeout_s, c->status_interval_s);
+    printf("allow_users =");
+    for (int i = 0; i < c->policy.nuids; i++)
+        printf("%s%u", i ? ", " : " ", (unsigned)c->policy.uids[i]);
+    printf("\nallow_groups =");
+    for (int i = 0; i < c->policy.ngids; i++)
+        printf("%s%u", i ? ", " : " ", (unsigned)c->policy.gids[i]);
+    printf("\n");
+}
+
+/* The socket systemd passed (gllmd.socket), or -1 to bind our own. */
+static int activated_socket(void)
+{
+    int n = sd_listen_fds(1);
+    if (n <= 0)
+        return -1;
+    if (n > 1)
+        log_warn("systemd passed %d sockets; using the first", n);
+    if (sd_is_socket_unix(SD_LISTEN_FDS_START, SOCK_SEQPACKET, 1, NULL, 0) <= 0) {
+        log_err("the socket systemd passed is not a listening SOCK_SEQPACKET Unix socket "
+                "(ListenSequentialPacket= in gllmd.socket)");
+        return -2;
+    }
+    return SD_LISTEN_FDS_START;
+}
 
 int main(int argc, char **argv)
 {
-    enum { OPT_MAX_INFLIGHT = 256 };
+    enum { OPT_MAX_INFLIGHT = 256, OPT_CHECK_CONFIG };
     static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
         {"socket", required_argument, NULL, 's'},
         {"backend", required_argument, NULL, 'b'},
         {"threads", required_argument, NULL, 't'},
@@ -53,31 +130,47 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {0},
     };
-    const char *socket_path = NULL, *backend_name = "auto";
-    struct backend_config cfg = {0};
-    struct limits limits = LIMITS_DEFAULT;
-    int level = LOG_INFO;
+    static struct options o = {.config_path = CONFIG_DEFAULT_PATH};
+    bool check_only = false;
     int c;
     long v;
-    while ((c = getopt_long(argc, argv, "s:b:t:vVh", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "c:s:b:t:vVh", opts, NULL)) != -1) {
         switch (c) {
-        case 's': socket_path = optarg; break;
-        case 'b': backend_name = optarg; break;
+        case 'c': o.config_path = optarg; o.config_required = true; break;
+        case OPT_CHECK_CONFIG: check_only = true; break;
+        case 's':
+            if (optarg[0] != '/' && optarg[0] != '.' ) {
+                fprintf(stderr, "gllmd: --socket wants a path\n");
+                return 2;
+            }
+            snprintf(o.over.values.socket_path, sizeof o.over.values.socket_path, "%s", optarg);
+            o.over.socket_path = true;
+            break;
+        case 'b':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "gllmd: --backend wants auto, cuda or cpu\n");
+                return 2;
+            }
+            snprintf(o.over.values.backend, sizeof o.over.values.backend, "%s", optarg);
+            o.over.backend = true;
+            break;
         case 't':
             if (parse_uint(optarg, 1024, &v) < 0) {
                 fprintf(stderr, "gllmd: --threads wants a number from 0 to 1024\n");
                 return 2;
             }
-            cfg.threads = (int)v;
+            o.over.values.threads = (int)v;
+            o.over.threads = true;
             break;
         case OPT_MAX_INFLIGHT:
             if (parse_uint(optarg, 1 << 20, &v) < 0 || v == 0) {
                 fprintf(stderr, "gllmd: --max-inflight wants a number from 1 to 1048576\n");
                 return 2;
             }
-            limits.max_inflight = (uint32_t)v;
+            o.over.values.limits.max_inflight = (uint32_t)v;
+            o.over.max_inflight = true;
             break;
-        case 'v': level = LOG_DEBUG; break;
+        case 'v': o.over.values.log_level = LOG_DEBUG; o.over.log_level = true; break;
         case 'V': {
             char desc[512];
             backend_describe(desc, sizeof desc);
@@ -95,24 +188,41 @@ int main(int argc, char **argv)
         fprintf(stderr, "gllmd: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    log_init(level);
-    signal(SIGPIPE, SIG_IGN);
 
+    struct config cfg;
+    char err[256];
+    if (effective_config(&o, &cfg, err, sizeof err) < 0) {
+        fprintf(stderr, "gllmd: %s\n", err);
+        return 1;
+    }
     char path[108];
-    if (!socket_path) {
-        int r = gllm_default_socket_path(path, sizeof path);
-        if (r < 0) {
-            log_err("no socket path: pass --socket, or set XDG_RUNTIME_DIR or GLLM_SOCKET");
+    const char *socket_path = cfg.socket_path;
+    if (!socket_path[0]) {
+        if (gllm_default_socket_path(path, sizeof path) < 0) {
+            fprintf(stderr, "gllmd: no socket path: pass --socket, or set XDG_RUNTIME_DIR or "
+                            "GLLM_SOCKET\n");
             return 1;
         }
         socket_path = path;
     }
+    if (check_only) {
+        print_config(&cfg, socket_path);
+        printf("# configuration OK\n");
+        return 0;
+    }
+    log_init(cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+
+    int listen_fd = activated_socket();
+    if (listen_fd == -2)
+        return 1;
 
     struct backend *be;
     char why[512];
-    int r = backend_select(backend_name, &cfg, &be, why, sizeof why);
+    struct backend_config bcfg = {.threads = cfg.threads};
+    int r = backend_select(cfg.backend, &bcfg, &be, why, sizeof why);
     if (r < 0) {
-        log_err("backend '%s': %s", backend_name, why[0] ? why : gllm_strerror(r));
+        log_err("backend '%s': %s", cfg.backend, why[0] ? why : gllm_strerror(r));
         return 1;
     }
     if (why[0])
@@ -120,14 +230,17 @@ int main(int argc, char **argv)
 
     uv_loop_t loop;
     uv_loop_init(&loop);
-    r = server_init(&srv, &loop, be, &limits, socket_path);
+    r = server_init(&srv, &loop, be, &cfg, socket_path, listen_fd);
     if (r < 0) {
         log_err("cannot serve on %s: %s", socket_path,
                 r == -EADDRINUSE ? "another gllmd is already listening there" : gllm_strerror(r));
         return 1;
     }
-    log_info("gllmd %s ready: backend %s, %d device(s); socket %s", GLLM_VERSION,
-             be->iface->name, srv.ndevices, socket_path);
+    srv.reload = reload;
+    srv.reload_arg = &o;
+    log_info("gllmd %s ready: backend %s, %d device(s); socket %s%s", GLLM_VERSION,
+             be->iface->name, srv.ndevices, socket_path,
+             listen_fd >= 0 ? " (from systemd)" : "");
     for (int i = 0; i < srv.ndevices; i++) {
         gllm_device_info d;
         if (be->iface->device_info(be, i, &d) < 0)

@@ -100,7 +100,7 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     struct server *srv = s->srv;
     const struct server_stats *st = &srv->stats;
     msgpack_packer *pk = begin_result(s, m->id);
-    msgpack_pack_map(pk, 11);
+    msgpack_pack_map(pk, 12);
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_f64(pk, "uptime_s", (double)(now_ns() - srv->start_ns) / 1e9);
     proto_pack_kv_str(pk, "backend", srv->be->iface->name);
@@ -112,6 +112,23 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     proto_pack_kv_u64(pk, "bytes_mapped", st->bytes_mapped);
     proto_pack_kv_u64(pk, "arenas", st->arenas);
     proto_pack_kv_bool(pk, "draining", srv->draining);
+    /* Who holds what: at most 64 entries so the reply stays within one packet. */
+    uint32_t n = 0;
+    for (struct session *c = srv->sessions; c && n < 64; c = c->next)
+        n++;
+    proto_pack_str(pk, "client_list");
+    msgpack_pack_array(pk, n);
+    struct session *c = srv->sessions;
+    for (uint32_t i = 0; i < n; i++, c = c->next) {
+        msgpack_pack_map(pk, 7);
+        proto_pack_kv_u64(pk, "pid", (uint64_t)c->pid);
+        proto_pack_kv_u64(pk, "uid", (uint64_t)c->uid);
+        proto_pack_kv_u64(pk, "gid", (uint64_t)c->gid);
+        proto_pack_kv_str(pk, "comm", c->comm);
+        proto_pack_kv_u64(pk, "arenas", c->arenas.count);
+        proto_pack_kv_u64(pk, "arena_bytes", c->arena_bytes);
+        proto_pack_kv_u64(pk, "inflight", c->inflight);
+    }
     end_result(s, m->id);
 }
 
@@ -229,6 +246,7 @@ static void h_attention(struct session *s, const struct proto_msg *m, int *fds, 
     job->dev = (int)dev;
     job->session = session_ref(s);
     job->cancel = &s->gone;
+    job->abort = &srv->abort_jobs;
     s->inflight++;
     srv->stats.jobs_inflight++;
     worker_submit(srv->workers[dev], &s->lanes[dev], job);
@@ -249,6 +267,14 @@ void methods_dispatch(struct session *s, const void *buf, size_t len, int *fds, 
     int r = proto_decode(buf, len, &m, &id);
     if (r < 0) {
         session_reply_error(s, id, r, "%s", gllm_strerror(r));
+        return;
+    }
+    if (s->denied) {
+        session_reply_error(s, m.kind == PROTO_REQUEST ? id : -1, GLLM_EDENIED,
+                            "uid %u is not allowed by this daemon's access policy",
+                            (unsigned)s->uid);
+        proto_msg_free(&m);
+        session_close_when_flushed(s);
         return;
     }
     if (m.kind != PROTO_REQUEST) {

@@ -7,7 +7,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <systemd/sd-daemon.h>
 
 #include "log.h"
 #include "server.h"
@@ -152,7 +155,9 @@ static void stop_listening(struct server *srv)
     srv->listening = false;
     uv_close((uv_handle_t *)&srv->listen_poll, NULL);
     close(srv->listen_fd);
-    unlink(srv->socket_path);
+    /* A socket systemd made stays with systemd, which keeps listening for the restart. */
+    if (!srv->activated)
+        unlink(srv->socket_path);
 }
 
 /* Every accepted job answered and every reply sent (or its client gone): finish. */
@@ -169,11 +174,25 @@ static void drain_check(uv_timer_t *t)
     for (int i = 0; i < srv->ndevices; i++)
         worker_stop(srv->workers[i]);
     uv_timer_stop(t);
-    uv_close((uv_handle_t *)&srv->drain_timer, NULL);
-    uv_close((uv_handle_t *)&srv->sig_int, NULL);
-    uv_close((uv_handle_t *)&srv->sig_term, NULL);
+    uv_handle_t *handles[] = {
+        (uv_handle_t *)&srv->drain_timer, (uv_handle_t *)&srv->deadline_timer,
+        (uv_handle_t *)&srv->status_timer, (uv_handle_t *)&srv->watchdog_timer,
+        (uv_handle_t *)&srv->sig_int, (uv_handle_t *)&srv->sig_term, (uv_handle_t *)&srv->sig_hup,
+    };
+    for (size_t i = 0; i < sizeof handles / sizeof *handles; i++)
+        uv_close(handles[i], NULL);
     log_info("drained: %llu jobs done, %llu failed; exiting",
              (unsigned long long)srv->stats.jobs_done, (unsigned long long)srv->stats.jobs_failed);
+}
+
+/* Past the deadline, jobs still queued are answered with SHUTDOWN instead of run: the
+ * stop must finish before systemd's TimeoutStopSec kills us and drops every reply. */
+static void drain_deadline(uv_timer_t *t)
+{
+    struct server *srv = t->data;
+    log_warn("drain deadline (%u s) passed: cancelling %llu queued jobs", srv->drain_timeout_s,
+             (unsigned long long)srv->stats.jobs_inflight);
+    atomic_store(&srv->abort_jobs, true);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -181,20 +200,78 @@ static void on_signal(uv_signal_t *h, int signum)
     struct server *srv = h->data;
     if (srv->draining)
         return;
+    sd_notify(0, "STOPPING=1\nSTATUS=draining");
     log_info("%s: no new connections or jobs; finishing %llu in flight",
              signum == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)srv->stats.jobs_inflight);
     srv->draining = true;
     stop_listening(srv);
+    uv_timer_stop(&srv->status_timer);
     uv_timer_start(&srv->drain_timer, drain_check, 0, DRAIN_POLL_MS);
+    uv_timer_start(&srv->deadline_timer, drain_deadline, (uint64_t)srv->drain_timeout_s * 1000, 0);
+}
+
+static void notify_status(uv_timer_t *t)
+{
+    struct server *srv = t->data;
+    uint64_t now = now_ns();
+    double dt = (double)(now - srv->status_ns_last) / 1e9;
+    double rate = dt > 0 ? (double)(srv->stats.jobs_done - srv->status_jobs_last) / dt : 0;
+    srv->status_ns_last = now;
+    srv->status_jobs_last = srv->stats.jobs_done;
+    sd_notifyf(0, "STATUS=%u clients, %.1f jobs/s, %llu in flight, %llu done, %llu failed, "
+               "%.1f MiB mapped", srv->stats.clients, rate,
+               (unsigned long long)srv->stats.jobs_inflight, (unsigned long long)srv->stats.jobs_done,
+               (unsigned long long)srv->stats.jobs_failed,
+               (double)srv->stats.bytes_mapped / (1 << 20));
+}
+
+/* From the loop itself: a loop that stops turning stops the pings, and systemd restarts us. */
+static void notify_watchdog(uv_timer_t *t)
+{
+    (void)t;
+    sd_notify(0, "WATCHDOG=1");
+}
+
+static void on_hup(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    struct server *srv = h->data;
+    if (srv->draining || !srv->reload)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+               (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+    int r = srv->reload(srv, srv->reload_arg);
+    sd_notify(0, "READY=1");
+    notify_status(&srv->status_timer);
+    log_info("SIGHUP: configuration %s", r == 0 ? "reloaded" : "kept (reload failed)");
+}
+
+void server_apply_config(struct server *srv, const struct config *cfg)
+{
+    srv->limits = cfg->limits;
+    srv->policy = cfg->policy;
+    srv->drain_timeout_s = cfg->drain_timeout_s;
+    if (srv->status_interval_s != cfg->status_interval_s && uv_is_active((uv_handle_t *)&srv->status_timer)) {
+        uint64_t ms = (uint64_t)cfg->status_interval_s * 1000;
+        uv_timer_start(&srv->status_timer, notify_status, ms, ms);
+    }
+    srv->status_interval_s = cfg->status_interval_s;
+    log_init(cfg->log_level);
 }
 
 int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
-                const struct limits *limits, const char *socket_path)
+                const struct config *cfg, const char *socket_path, int listen_fd)
 {
     srv->loop = loop;
     srv->be = be;
-    srv->limits = *limits;
-    srv->start_ns = now_ns();
+    srv->limits = cfg->limits;
+    srv->policy = cfg->policy;
+    srv->drain_timeout_s = cfg->drain_timeout_s;
+    srv->status_interval_s = cfg->status_interval_s;
+    atomic_init(&srv->abort_jobs, false);
+    srv->start_ns = srv->status_ns_last = now_ns();
     srv->caps.dtypes = be->iface->dtypes(be);
     srv->caps.max_head_dim = be->iface->max_head_dim(be);
     srv->ndevices = be->iface->device_count(be);
@@ -204,9 +281,17 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
         (int)sizeof srv->socket_path)
         return -ENAMETOOLONG;
 
-    int fd = bind_socket(socket_path);
-    if (fd < 0)
+    int fd = listen_fd;
+    if (fd >= 0) {
+        srv->activated = true;
+        /* systemd's socket may be blocking; accept4 must not be. */
+        int fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+            fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+            return -errno;
+    } else if ((fd = bind_socket(socket_path)) < 0) {
         return fd;
+    }
     srv->listen_fd = fd;
     int r;
     for (int i = 0; i < srv->ndevices; i++)
@@ -216,18 +301,41 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->listen_poll.data = srv;
     uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
     srv->listening = true;
-    uv_timer_init(loop, &srv->drain_timer);
-    srv->drain_timer.data = srv;
-    uv_signal_init(loop, &srv->sig_int);
-    uv_signal_init(loop, &srv->sig_term);
-    srv->sig_int.data = srv->sig_term.data = srv;
+    uv_timer_t *timers[] = {&srv->drain_timer, &srv->deadline_timer, &srv->status_timer,
+                            &srv->watchdog_timer};
+    for (size_t i = 0; i < sizeof timers / sizeof *timers; i++) {
+        uv_timer_init(loop, timers[i]);
+        timers[i]->data = srv;
+    }
+    uv_signal_t *sigs[] = {&srv->sig_int, &srv->sig_term, &srv->sig_hup};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        uv_signal_init(loop, sigs[i]);
+        sigs[i]->data = srv;
+    }
     uv_signal_start(&srv->sig_int, on_signal, SIGINT);
     uv_signal_start(&srv->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&srv->sig_hup, on_hup, SIGHUP);
     return 0;
+}
+
+/* Tells systemd we are up and starts the status and watchdog pings. */
+static void notify_ready(struct server *srv)
+{
+    sd_notifyf(0, "READY=1\nMAINPID=%lu", (unsigned long)getpid());
+    notify_status(&srv->status_timer);
+    uint64_t ms = (uint64_t)srv->status_interval_s * 1000;
+    uv_timer_start(&srv->status_timer, notify_status, ms, ms);
+    uint64_t usec = 0;
+    if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
+        uint64_t every = usec / 2000 ? usec / 2000 : 1;   /* twice per period, in ms */
+        uv_timer_start(&srv->watchdog_timer, notify_watchdog, 0, every);
+        log_debug("watchdog: pinging every %llu ms", (unsigned long long)every);
+    }
 }
 
 int server_run(struct server *srv)
 {
+    notify_ready(srv);
     uv_run(srv->loop, UV_RUN_DEFAULT);
     return uv_loop_close(srv->loop) == 0 ? 0 : -EBUSY;
 }

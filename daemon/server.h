@@ -2,11 +2,13 @@
 #ifndef GLLMD_SERVER_H
 #define GLLMD_SERVER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
 
 #include "backend.h"
+#include "config.h"
 #include "job.h"
 #include "server_limits.h"
 #include "proto.h"
@@ -30,13 +32,21 @@ struct server {
     struct worker *workers[GLLM_MAX_DEVICES];
     struct job_caps caps;
     struct limits limits;
+    struct access_policy policy;
+    unsigned drain_timeout_s, status_interval_s;
     char socket_path[108];
     int listen_fd;
+    bool activated;               /* listen_fd came from systemd: not ours to unlink */
     uv_poll_t listen_poll;
     bool listening;
-    uv_signal_t sig_int, sig_term;
-    uv_timer_t drain_timer;
+    uv_signal_t sig_int, sig_term, sig_hup;
+    uv_timer_t drain_timer, deadline_timer, status_timer, watchdog_timer;
     bool draining;
+    atomic_bool abort_jobs;       /* past the drain deadline: queued jobs are cancelled */
+    /* SIGHUP: re-reads the configuration; returns 0 or logs why not. */
+    int (*reload)(struct server *srv, void *arg);
+    void *reload_arg;
+    uint64_t status_jobs_last, status_ns_last;
     struct session *sessions;
     struct server_stats stats;
     uint64_t start_ns;
@@ -45,9 +55,12 @@ struct server {
     struct proto_buf tx;
 };
 
-/* Binds the socket (creating its directory) and starts the device workers. */
+/* Listens on listen_fd (socket activation) or, when it is -1, binds socket_path
+ * (creating its directory); then starts the device workers. */
 int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
-                const struct limits *limits, const char *socket_path);
+                const struct config *cfg, const char *socket_path, int listen_fd);
+/* Applies what a reload may change: limits, policy, timeouts. */
+void server_apply_config(struct server *srv, const struct config *cfg);
 /* Serves until SIGINT/SIGTERM, then drains: stops accepting, answers every
  * accepted request, closes everything. Returns 0 after a clean drain. */
 int server_run(struct server *srv);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -38,6 +39,38 @@ static void update_poll(struct session *s)
         uv_poll_stop(&s->poll);
 }
 
+/* Who is on the other end, from the kernel (SO_PEERCRED), and whether the policy lets
+ * them in. A peer the kernel cannot name is refused. */
+static void identify_peer(struct session *s)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(s->fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0) {
+        s->denied = true;
+        return;
+    }
+    s->pid = cred.pid;
+    s->uid = cred.uid;
+    s->gid = cred.gid;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)cred.pid);
+    FILE *f = fopen(path, "re");
+    if (f) {
+        if (fgets(s->comm, sizeof s->comm, f))
+            s->comm[strcspn(s->comm, "\n")] = '\0';
+        fclose(f);
+    }
+    gid_t groups[64];
+    socklen_t glen = sizeof groups;
+    int ngroups = 0;
+    if (getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0)
+        ngroups = (int)(glen / sizeof(gid_t));
+    s->denied = !config_policy_allows(&s->srv->policy, cred.uid, cred.gid, groups, ngroups);
+    if (s->denied)
+        log_warn("client %llu (pid %d, uid %u, %s) refused by the access policy",
+                 (unsigned long long)s->serial, (int)s->pid, (unsigned)s->uid, s->comm);
+}
+
 int session_accept(struct server *srv, int fd)
 {
     struct session *s = calloc(1, sizeof *s);
@@ -59,8 +92,10 @@ int session_accept(struct server *srv, int fd)
         srv->sessions->prev = s;
     srv->sessions = s;
     srv->stats.clients++;
+    identify_peer(s);
     update_poll(s);
-    log_debug("client %llu connected", (unsigned long long)s->serial);
+    log_debug("client %llu connected: pid %d, uid %u, gid %u, %s", (unsigned long long)s->serial,
+              (int)s->pid, (unsigned)s->uid, (unsigned)s->gid, s->comm);
     return 0;
 }
 
@@ -123,6 +158,14 @@ void session_close(struct session *s)
     log_debug("client %llu closed (%u jobs still running)", (unsigned long long)s->serial,
               s->inflight);
     session_unref(s);
+}
+
+void session_close_when_flushed(struct session *s)
+{
+    if (!s->out_head)
+        session_close(s);
+    else
+        s->close_when_flushed = true;
 }
 
 bool session_idle(const struct session *s)
@@ -208,6 +251,10 @@ static void flush(struct session *s)
             s->out_tail = NULL;
         s->out_bytes -= p->len;
         free(p);
+    }
+    if (!s->out_head && s->close_when_flushed) {
+        session_close(s);
+        return;
     }
     update_poll(s);
 }

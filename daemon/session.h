@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "arena.h"
@@ -25,6 +26,12 @@ struct session {
     atomic_bool gone;            /* read by workers: jobs of a dead session are skipped */
     bool closed;
     bool hello_done;
+    bool denied;                 /* outside the access policy: answered, then closed */
+    bool close_when_flushed;
+    pid_t pid;                   /* SO_PEERCRED at accept */
+    uid_t uid;
+    gid_t gid;
+    char comm[16];
     struct arena_table arenas;
     uint64_t arena_bytes;
     uint32_t inflight;
@@ -42,6 +49,8 @@ void session_reply_error(struct session *s, int64_t id, int code, const char *fm
 /* Closes the transport and releases the arenas; jobs in flight finish first
  * and the memory goes when the last reference does. */
 void session_close(struct session *s);
+/* Closes once every queued reply has been sent (at once if none is queued). */
+void session_close_when_flushed(struct session *s);
 struct session *session_ref(struct session *s);
 void session_unref(struct session *s);
 bool session_idle(const struct session *s);  /* nothing in flight, nothing unsent */

@@ -64,6 +64,8 @@ static void *worker_main(void *arg)
         j->args.timing = &j->timing;
         if (atomic_load_explicit(j->cancel, memory_order_acquire))
             j->status = GLLM_EDISCONNECTED;
+        else if (j->abort && atomic_load_explicit(j->abort, memory_order_acquire))
+            j->status = GLLM_ESHUTDOWN;
         else
             j->status = w->be->iface->attention(w->be, w->dev, &j->args);
         j->t_end = now_ns();

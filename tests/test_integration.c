@@ -266,6 +266,11 @@ static void test_hello_and_status(void **state)
     assert_int_equal(gllm_status_get(c, &st), 0);
     assert_true(st.clients >= 1);
     assert_string_equal(st.backend, test_backend());
+    bool found = false;   /* the daemon names us: our pid and uid, from SO_PEERCRED */
+    for (int i = 0; i < st.nlisted; i++)
+        found |= st.client_list[i].pid == getpid() && st.client_list[i].uid == getuid() &&
+                 strcmp(st.client_list[i].comm, "test_integratio") == 0;
+    assert_true(found);
     gllm_disconnect(c);
 }
 

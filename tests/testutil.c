@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -102,7 +104,24 @@ const char *test_backend(void)
     return b && b[0] ? b : "cpu";
 }
 
+/* Up when its socket accepts a connection (hello may still be refused by policy). */
+static bool socket_answers(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
 int daemon_start(struct daemon *d, const char *const *extra)
+{
+    return daemon_start_env(d, extra, NULL);
+}
+
+int daemon_start_env(struct daemon *d, const char *const *extra, const char *const *env)
 {
     snprintf(d->dir, sizeof d->dir, "/tmp/gllm-test-XXXXXX");
     if (!mkdtemp(d->dir))
@@ -121,24 +140,26 @@ int daemon_start(struct daemon *d, const char *const *extra)
     if (d->pid < 0)
         return -errno;
     if (d->pid == 0) {
+        for (int i = 0; env && env[i]; i++)
+            putenv((char *)env[i]);
         execv(path, (char *const *)argv);
         _exit(127);
     }
-    /* Ready when a client can say hello; give up after 10 s. */
+    /* Ready when the socket answers; give up after 10 s. */
     for (int i = 0; i < 1000; i++) {
-        gllm_client *c;
-        if (gllm_connect(d->socket, &c) == 0) {
-            gllm_disconnect(c);
+        if (socket_answers(d->socket))
             return 0;
-        }
         int status;
-        if (waitpid(d->pid, &status, WNOHANG) == d->pid)
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            d->pid = 0;   /* reaped: never signal that pid again */
             return -ECHILD;
+        }
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
     kill(d->pid, SIGKILL);
     waitpid(d->pid, NULL, 0);
+    d->pid = 0;
     return -ETIMEDOUT;
 }
 

@@ -41,6 +41,8 @@ struct daemon {
     char socket[108];
 };
 int daemon_start(struct daemon *d, const char *const *extra);
+/* The same with "NAME=VALUE" entries added to gllmd's environment (NULL-terminated). */
+int daemon_start_env(struct daemon *d, const char *const *extra, const char *const *env);
 /* SIGTERM, wait; returns the exit status (or -1). */
 int daemon_stop(struct daemon *d);
 

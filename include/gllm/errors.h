@@ -35,7 +35,8 @@
     X(NOJOB,        -1021, "no such job")                                        \
     X(QUOTA,        -1022, "session resource limit reached")                     \
     X(ALIAS,        -1023, "output tensor overlaps an input")                    \
-    X(DEVMEM,       -1024, "out of device memory")
+    X(DEVMEM,       -1024, "out of device memory")                               \
+    X(DENIED,       -1025, "not allowed by the daemon's access policy")
 
 enum gllm_error {
 #define GLLM_ERROR_ENUM_(name, code, text) GLLM_E##name = (code),

@@ -80,6 +80,17 @@ typedef struct gllm_caps {
     gllm_limits limits;
 } gllm_caps;
 
+#define GLLM_MAX_LISTED_CLIENTS 64
+
+typedef struct gllm_client_info {
+    int pid;                /* from the kernel (SO_PEERCRED) when the client connected */
+    uint32_t uid, gid;
+    char comm[16];          /* the process's command name */
+    uint32_t arenas;
+    uint64_t arena_bytes;
+    uint32_t inflight;      /* jobs queued or running */
+} gllm_client_info;
+
 typedef struct gllm_status {
     char daemon_version[32];
     char backend[16];
@@ -92,6 +103,8 @@ typedef struct gllm_status {
     uint32_t arenas;
     int ndevices;
     gllm_device_info devices[GLLM_MAX_DEVICES];
+    int nlisted;            /* entries in client_list (the first 64 clients) */
+    gllm_client_info client_list[GLLM_MAX_LISTED_CLIENTS];
 } gllm_status;
 
 #define GLLM_ATTN_CAUSAL (1u << 0) /* mask aligned bottom-right: query i sees keys j <= i + Skv - Sq */

@@ -1,0 +1,51 @@
+/* gllmd's configuration: defaults, then /etc/gllm/gllmd.conf (key = value), then flags. */
+#ifndef GLLMD_CONFIG_H
+#define GLLMD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "server_limits.h"
+
+#define CONFIG_DEFAULT_PATH "/etc/gllm/gllmd.conf"
+#define CONFIG_MAX_IDS 32
+
+/* Who may use the daemon once connected (the socket's mode decides who may connect).
+ * Both lists empty: everyone who can connect. Otherwise a peer is let in when its uid
+ * is listed or its primary or a supplementary group is. */
+struct access_policy {
+    uid_t uids[CONFIG_MAX_IDS];
+    int nuids;
+    gid_t gids[CONFIG_MAX_IDS];
+    int ngids;
+};
+
+struct config {
+    char socket_path[108];        /* "" = the default for this user */
+    char backend[16];
+    int threads;
+    struct limits limits;
+    int log_level;                /* syslog priority: 3 err .. 7 debug */
+    struct access_policy policy;
+    unsigned drain_timeout_s;     /* SIGTERM: then queued jobs are cancelled */
+    unsigned status_interval_s;   /* sd_notify STATUS= refresh */
+};
+
+/* Which fields the command line set, so a reload keeps them over the file's. */
+struct config_overrides {
+    bool socket_path, backend, threads, max_inflight, log_level;
+    struct config values;
+};
+
+void config_defaults(struct config *cfg);
+/* Reads path into cfg (over what cfg holds). A missing file is an error only when
+ * required. On error, err holds "PATH:LINE: what is wrong". */
+int config_load(struct config *cfg, const char *path, bool required, char *err, size_t errlen);
+void config_apply_overrides(struct config *cfg, const struct config_overrides *o);
+/* True when the policy lets a peer with these credentials in. */
+bool config_policy_allows(const struct access_policy *p, uid_t uid, gid_t gid, const gid_t *groups,
+                          int ngroups);
+
+#endif

@@ -1,0 +1,382 @@
+/* Lifecycle: sd_notify messages, SIGHUP reload, access policy, socket activation, drain. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "testutil.h"
+
+/* A NOTIFY_SOCKET of our own: the datagram socket systemd would listen on. */
+struct notify {
+    int fd;
+    char path[108];
+    char env[140];
+};
+
+static void notify_open(struct notify *n)
+{
+    snprintf(n->path, sizeof n->path, "/tmp/gllm-notify-%d-%ld", (int)getpid(), (long)random());
+    n->fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    assert_true(n->fd >= 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", n->path);
+    unlink(n->path);
+    assert_int_equal(bind(n->fd, (struct sockaddr *)&a, sizeof a), 0);
+    snprintf(n->env, sizeof n->env, "NOTIFY_SOCKET=%s", n->path);
+}
+
+static void notify_close(struct notify *n)
+{
+    close(n->fd);
+    unlink(n->path);
+}
+
+/* Reads datagrams until one contains `want`; returns it (static buffer) or NULL after
+ * timeout_ms. Every datagram read is appended to log when given. */
+static const char *notify_wait(struct notify *n, const char *want, int timeout_ms)
+{
+    static char buf[4096];
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int left = timeout_ms - (int)((now.tv_sec - start.tv_sec) * 1000 +
+                                      (now.tv_nsec - start.tv_nsec) / 1000000);
+        if (left <= 0)
+            return NULL;
+        struct pollfd p = {.fd = n->fd, .events = POLLIN};
+        if (poll(&p, 1, left) <= 0)
+            continue;
+        ssize_t len = recv(n->fd, buf, sizeof buf - 1, 0);
+        if (len <= 0)
+            continue;
+        buf[len] = '\0';
+        if (strstr(buf, want))
+            return buf;
+    }
+}
+
+static void write_config(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static int wait_exit(pid_t pid)
+{
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_notify_ready_status_watchdog_reload_stopping(void **state)
+{
+    (void)state;
+    struct notify n;
+    notify_open(&n);
+    struct daemon d;
+    const char *env[] = {n.env, "WATCHDOG_USEC=200000", NULL};
+    const char *args[] = {"--config", "/nonexistent-is-refused", NULL};
+    /* A config file named on the command line must exist: refused, exit 1. */
+    assert_int_equal(daemon_start_env(&d, args, env), -ECHILD);
+    daemon_stop(&d);
+
+    assert_int_equal(daemon_start_env(&d, NULL, env), 0);
+    const char *m = notify_wait(&n, "READY=1", 5000);
+    assert_non_null(m);
+    assert_non_null(strstr(m, "MAINPID="));
+    m = notify_wait(&n, "STATUS=", 5000);
+    assert_non_null(m);
+    assert_non_null(strstr(m, "clients"));
+    assert_non_null(notify_wait(&n, "WATCHDOG=1", 5000));     /* from the loop, every 100 ms */
+    assert_non_null(notify_wait(&n, "WATCHDOG=1", 5000));
+
+    kill(d.pid, SIGHUP);
+    m = notify_wait(&n, "RELOADING=1", 5000);
+    assert_non_null(m);
+    assert_non_null(strstr(m, "MONOTONIC_USEC="));
+    assert_non_null(notify_wait(&n, "READY=1", 5000));
+
+    kill(d.pid, SIGTERM);
+    assert_non_null(notify_wait(&n, "STOPPING=1", 5000));
+    assert_int_equal(wait_exit(d.pid), 0);
+    d.pid = 0;
+    daemon_stop(&d);
+    notify_close(&n);
+}
+
+static void test_reload_applies_limits(void **state)
+{
+    (void)state;
+    char conf[] = "/tmp/gllm-conf-XXXXXX";
+    int fd = mkstemp(conf);
+    assert_true(fd >= 0);
+    close(fd);
+    write_config(conf, "max_inflight = 7\n");
+    struct notify n;
+    notify_open(&n);
+    const char *env[] = {n.env, NULL};
+    const char *args[] = {"--config", conf, NULL};
+    struct daemon d;
+    assert_int_equal(daemon_start_env(&d, args, env), 0);
+    assert_non_null(notify_wait(&n, "READY=1", 5000));
+    gllm_client *c;
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    assert_int_equal(gllm_client_caps(c)->limits.max_inflight, 7);
+    gllm_disconnect(c);
+
+    write_config(conf, "max_inflight = 11\nlog_level = debug\n");
+    kill(d.pid, SIGHUP);
+    assert_non_null(notify_wait(&n, "RELOADING=1", 5000));
+    assert_non_null(notify_wait(&n, "READY=1", 5000));
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    assert_int_equal(gllm_client_caps(c)->limits.max_inflight, 11);
+    gllm_disconnect(c);
+
+    /* A broken file is refused at reload and the running configuration stays. */
+    write_config(conf, "max_inflight = many\n");
+    kill(d.pid, SIGHUP);
+    assert_non_null(notify_wait(&n, "READY=1", 5000));
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    assert_int_equal(gllm_client_caps(c)->limits.max_inflight, 11);
+    gllm_disconnect(c);
+
+    assert_int_equal(daemon_stop(&d), 0);
+    notify_close(&n);
+    unlink(conf);
+}
+
+static void test_policy_refuses_peer(void **state)
+{
+    (void)state;
+    char conf[] = "/tmp/gllm-conf-XXXXXX";
+    int fd = mkstemp(conf);
+    assert_true(fd >= 0);
+    close(fd);
+    char text[128];
+    snprintf(text, sizeof text, "allow_users = %u\n", (unsigned)getuid() + 1);  /* not us */
+    write_config(conf, text);
+    const char *args[] = {"--config", conf, NULL};
+    struct daemon d;
+    assert_int_equal(daemon_start(&d, args), 0);
+    gllm_client *c;
+    assert_int_equal(gllm_connect(d.socket, &c), GLLM_EDENIED);
+
+    snprintf(text, sizeof text, "allow_users = %u\n", (unsigned)getuid());        /* us */
+    write_config(conf, text);
+    kill(d.pid, SIGHUP);
+    int r = GLLM_EDENIED;
+    for (int i = 0; i < 500 && r == GLLM_EDENIED; i++) {   /* until the reload is in */
+        r = gllm_connect(d.socket, &c);
+        if (r == GLLM_EDENIED) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    assert_int_equal(r, 0);
+    gllm_status st;
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    gllm_disconnect(c);
+    assert_int_equal(daemon_stop(&d), 0);
+    unlink(conf);
+}
+
+/* systemd-socket-activate makes the listening socket and execs gllmd with LISTEN_FDS. */
+static void test_socket_activation(void **state)
+{
+    (void)state;
+    if (access("/usr/bin/systemd-socket-activate", X_OK) != 0) {
+        fprintf(stderr, "SKIPPED: systemd-socket-activate not installed (package systemd)\n");
+        skip();
+    }
+    char dir[] = "/tmp/gllm-sa-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char sock[108], listen_arg[128];
+    snprintf(sock, sizeof sock, "%s/gllmd.sock", dir);
+    snprintf(listen_arg, sizeof listen_arg, "--listen=%s", sock);
+    const char *gllmd = getenv("GLLMD_PATH") ? getenv("GLLMD_PATH") : GLLMD_PATH;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        execl("/usr/bin/systemd-socket-activate", "systemd-socket-activate", "--seqpacket",
+              listen_arg, gllmd, "--backend", test_backend(), "--threads", "2", (char *)NULL);
+        _exit(127);
+    }
+    gllm_client *c = NULL;
+    int r = -1;
+    for (int i = 0; i < 500 && r != 0; i++) {
+        r = gllm_connect(sock, &c);
+        if (r != 0) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    assert_int_equal(r, 0);
+    gllm_status st;
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    assert_string_equal(st.backend, test_backend());
+    gllm_disconnect(c);
+    kill(pid, SIGTERM);
+    assert_int_equal(wait_exit(pid), 0);
+    /* The socket belongs to whoever made it (systemd): gllmd leaves it in place. */
+    assert_int_equal(access(sock, F_OK), 0);
+    unlink(sock);
+    rmdir(dir);
+}
+
+/* Several clients with jobs in flight at SIGTERM: every accepted job is answered. */
+static void test_sigterm_with_several_clients(void **state)
+{
+    (void)state;
+    struct daemon d;
+    assert_int_equal(daemon_start(&d, NULL), 0);
+    enum { CLIENTS = 3, JOBS = 3 };
+    int ready[2], go[2];
+    assert_int_equal(pipe(ready), 0);
+    assert_int_equal(pipe(go), 0);
+    pid_t kids[CLIENTS];
+    for (int k = 0; k < CLIENTS; k++) {
+        kids[k] = fork();
+        assert_true(kids[k] >= 0);
+        if (kids[k] > 0)
+            continue;
+        close(ready[0]);
+        close(go[1]);
+        gllm_client *c;
+        if (gllm_connect(d.socket, &c) < 0)
+            _exit(10);
+        size_t n = 1 * 4 * 256 * 64;
+        gllm_arena *a;
+        if (gllm_arena_create(c, 4 * n * 4 * JOBS, &a) < 0)
+            _exit(11);
+        uint64_t seed = (uint64_t)k;
+        fill_random(gllm_arena_data(a), GLLM_DTYPE_F32, 4 * n * JOBS, &seed);
+        uint64_t ids[JOBS];
+        int64_t shape[4] = {1, 4, 256, 64};
+        for (int j = 0; j < JOBS; j++) {
+            gllm_attention_params p = {.size = sizeof p};
+            uint64_t base = (uint64_t)j * 4 * n * 4;
+            gllm_tensor_init(&p.q, a, base, GLLM_DTYPE_F32, 4, shape);
+            gllm_tensor_init(&p.k, a, base + n * 4, GLLM_DTYPE_F32, 4, shape);
+            gllm_tensor_init(&p.v, a, base + 2 * n * 4, GLLM_DTYPE_F32, 4, shape);
+            gllm_tensor_init(&p.out, a, base + 3 * n * 4, GLLM_DTYPE_F32, 4, shape);
+            if (gllm_attention_submit(c, &p, &ids[j]) < 0)
+                _exit(12);
+        }
+        gllm_status st;       /* a round trip: the jobs before it have been read */
+        if (gllm_status_get(c, &st) < 0 || write(ready[1], "r", 1) != 1)
+            _exit(13);
+        char x;
+        if (read(go[0], &x, 1) != 1)
+            _exit(14);
+        for (int j = 0; j < JOBS; j++) {
+            gllm_job_result res;
+            if (gllm_job_wait(c, ids[j], &res) != 0)
+                _exit(15);
+        }
+        gllm_arena_release(a);
+        gllm_disconnect(c);
+        _exit(0);
+    }
+    close(ready[1]);
+    close(go[0]);
+    for (int k = 0; k < CLIENTS; k++) {
+        char x;
+        assert_int_equal(read(ready[0], &x, 1), 1);
+    }
+    assert_int_equal(kill(d.pid, SIGTERM), 0);
+    for (int k = 0; k < CLIENTS; k++)
+        assert_int_equal(write(go[1], "g", 1), 1);
+    for (int k = 0; k < CLIENTS; k++)
+        assert_int_equal(wait_exit(kids[k]), 0);
+    assert_int_equal(wait_exit(d.pid), 0);
+    d.pid = 0;
+    daemon_stop(&d);
+    close(ready[0]);
+    close(go[1]);
+}
+
+/* Past drain_timeout_s, jobs still queued are answered with SHUTDOWN, not dropped. */
+static void test_drain_deadline_cancels_queued_jobs(void **state)
+{
+    (void)state;
+    char conf[] = "/tmp/gllm-conf-XXXXXX";
+    int fd = mkstemp(conf);
+    assert_true(fd >= 0);
+    close(fd);
+    write_config(conf, "drain_timeout_s = 0\n");     /* cancel at once */
+    const char *args[] = {"--config", conf, NULL};
+    struct daemon d;
+    assert_int_equal(daemon_start(&d, args), 0);
+    gllm_client *c;
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    enum { JOBS = 12 };
+    size_t n = 1 * 8 * 512 * 128;
+    gllm_arena *a;
+    assert_int_equal(gllm_arena_create(c, 4 * n * 4, &a), 0);
+    uint64_t seed = 1;
+    fill_random(gllm_arena_data(a), GLLM_DTYPE_F32, 3 * n, &seed);
+    int64_t shape[4] = {1, 8, 512, 128};
+    gllm_attention_params p = {.size = sizeof p};
+    gllm_tensor_init(&p.q, a, 0, GLLM_DTYPE_F32, 4, shape);
+    gllm_tensor_init(&p.k, a, n * 4, GLLM_DTYPE_F32, 4, shape);
+    gllm_tensor_init(&p.v, a, 2 * n * 4, GLLM_DTYPE_F32, 4, shape);
+    gllm_tensor_init(&p.out, a, 3 * n * 4, GLLM_DTYPE_F32, 4, shape);
+    uint64_t ids[JOBS];
+    for (int j = 0; j < JOBS; j++)
+        assert_int_equal(gllm_attention_submit(c, &p, &ids[j]), 0);
+    gllm_status st;
+    assert_int_equal(gllm_status_get(c, &st), 0);     /* all read by the daemon */
+    assert_int_equal(kill(d.pid, SIGTERM), 0);
+    int done = 0, cancelled = 0;
+    for (int j = 0; j < JOBS; j++) {
+        gllm_job_result res;
+        int r = gllm_job_wait(c, ids[j], &res);       /* every job gets an answer */
+        if (r == 0)
+            done++;
+        else if (r == GLLM_ESHUTDOWN)
+            cancelled++;
+        else
+            fail_msg("job %d: %s", j, gllm_error_name(r));
+    }
+    assert_int_equal(done + cancelled, JOBS);
+    if (strcmp(test_backend(), "cpu") == 0)
+        assert_true(cancelled > 0);   /* 12 jobs of ~1 GFLOP cannot all finish in 0 s */
+    gllm_disconnect(c);
+    gllm_arena_release(a);
+    assert_int_equal(wait_exit(d.pid), 0);
+    d.pid = 0;
+    daemon_stop(&d);
+    unlink(conf);
+    fprintf(stderr, "drain deadline: %d jobs finished, %d cancelled\n", done, cancelled);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    srandom((unsigned)getpid());
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_notify_ready_status_watchdog_reload_stopping),
+        cmocka_unit_test(test_reload_applies_limits),
+        cmocka_unit_test(test_policy_refuses_peer),
+        cmocka_unit_test(test_socket_activation),
+        cmocka_unit_test(test_sigterm_with_several_clients),
+        cmocka_unit_test(test_drain_deadline_cancels_queued_jobs),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
