@@ -54,6 +54,8 @@ struct backend_iface {
     /* Optional: make host memory fast to copy from/to (pinning on GPUs). */
     int (*host_register)(struct backend *be, void *p, size_t len);
     void (*host_unregister)(struct backend *be, void *p);
+    /* Optional: device memory in use and in all (GPUs), for status lines. */
+    int (*memory_info)(struct backend *be, int dev, uint64_t *used, uint64_t *total);
     /* Optional: one line for --version (what is embedded, e.g. kernel images). */
     const char *(*describe)(void);
     /* Runs one job to completion on device dev; called from that device's

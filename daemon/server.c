@@ -218,11 +218,20 @@ static void notify_status(uv_timer_t *t)
     double rate = dt > 0 ? (double)(srv->stats.jobs_done - srv->status_jobs_last) / dt : 0;
     srv->status_ns_last = now;
     srv->status_jobs_last = srv->stats.jobs_done;
+    char mem[160] = "";
+    size_t used_len = 0;
+    for (int i = 0; srv->be->iface->memory_info && i < srv->ndevices && used_len < sizeof mem; i++) {
+        uint64_t used, total;
+        if (srv->be->iface->memory_info(srv->be, i, &used, &total) == 0)
+            used_len += (size_t)snprintf(mem + used_len, sizeof mem - used_len,
+                                         ", GPU%d %.1f/%.1f GiB", i, (double)used / (1ull << 30),
+                                         (double)total / (1ull << 30));
+    }
     sd_notifyf(0, "STATUS=%u clients, %.1f jobs/s, %llu in flight, %llu done, %llu failed, "
-               "%.1f MiB mapped", srv->stats.clients, rate,
+               "%.1f MiB mapped%s", srv->stats.clients, rate,
                (unsigned long long)srv->stats.jobs_inflight, (unsigned long long)srv->stats.jobs_done,
                (unsigned long long)srv->stats.jobs_failed,
-               (double)srv->stats.bytes_mapped / (1 << 20));
+               (double)srv->stats.bytes_mapped / (1 << 20), mem);
 }
 
 /* From the loop itself: a loop that stops turning stops the pings, and systemd restarts us. */

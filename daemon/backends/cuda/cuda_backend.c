@@ -259,6 +259,20 @@ static int cuda_max_head_dim(struct backend *be)
     return GLLM_CUDA_GENERIC_MAX_D;
 }
 
+static int cuda_memory_info(struct backend *be, int dev, uint64_t *used, uint64_t *total)
+{
+    struct cuda_ctx *c = be->ctx;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    size_t free_b = 0, total_b = 0;
+    c->d->cuCtxSetCurrent(c->dev[dev].ctx);
+    if (c->d->cuMemGetInfo(&free_b, &total_b) != CUDA_SUCCESS)
+        return GLLM_EBACKEND;
+    *used = total_b - free_b;
+    *total = total_b;
+    return 0;
+}
+
 /* Pinned host memory lets the copy engines read arenas at full DMA speed. */
 static int cuda_host_register(struct backend *be, void *p, size_t len)
 {
@@ -459,6 +473,7 @@ const struct backend_iface cuda_backend_iface = {
     .max_head_dim = cuda_max_head_dim,
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
+    .memory_info = cuda_memory_info,
     .describe = cuda_describe,
     .attention = cuda_attention,
 };
