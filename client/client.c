@@ -207,7 +207,8 @@ static void copy_field(const msgpack_object *map, const char *key, char *out, si
     if (!o || o->type != MSGPACK_OBJECT_STR)
         return;
     size_t n = o->via.str.size < cap - 1 ? o->via.str.size : cap - 1;
-    memcpy(out, o->via.str.ptr, n);
+    if (n)                         /* an empty string's pointer is NULL */
+        memcpy(out, o->via.str.ptr, n);
     out[n] = '\0';
 }
 
@@ -265,7 +266,8 @@ static int hello(gllm_client *c)
         char name[8];
         gllm_dtype d;
         if (o->type == MSGPACK_OBJECT_STR && o->via.str.size < sizeof name) {
-            memcpy(name, o->via.str.ptr, o->via.str.size);
+            if (o->via.str.size)
+                memcpy(name, o->via.str.ptr, o->via.str.size);
             name[o->via.str.size] = '\0';
             if (proto_dtype_parse(name, &d) == 0)
                 caps->dtypes |= 1u << d;
@@ -279,6 +281,8 @@ static int hello(gllm_client *c)
     LIMIT_(max_arenas);
     LIMIT_(max_arena_bytes);
     LIMIT_(max_inflight);
+    LIMIT_(max_inflight_total);
+    LIMIT_(max_elements);
     LIMIT_(max_rank);
 #undef LIMIT_
     x = 0;
@@ -370,6 +374,9 @@ int gllm_status_get(gllm_client *c, gllm_status *out)
     proto_get_u64(res, "jobs_failed", false, &st.jobs_failed);
     proto_get_u64(res, "jobs_inflight", false, &st.jobs_inflight);
     proto_get_u64(res, "bytes_mapped", false, &st.bytes_mapped);
+    proto_get_u64(res, "requests", false, &st.requests);
+    proto_get_u64(res, "errors", false, &st.errors);
+    proto_get_u64(res, "limit_violations", false, &st.limit_violations);
     x = 0;
     proto_get_u64(res, "arenas", false, &x);
     st.arenas = (uint32_t)x;

@@ -87,10 +87,12 @@ static int cmd_status(const char *sock, int argc, char **argv)
         printf(", \"backend\": ");
         json_str(st.backend);
         printf(", \"uptime_s\": %.3f, \"clients\": %u, \"jobs_done\": %llu, \"jobs_failed\": %llu, "
-               "\"jobs_inflight\": %llu, \"arenas\": %u, \"bytes_mapped\": %llu, \"devices\": [",
+               "\"jobs_inflight\": %llu, \"arenas\": %u, \"bytes_mapped\": %llu, \"requests\": %llu, "
+               "\"errors\": %llu, \"limit_violations\": %llu, \"devices\": [",
                st.uptime_s, st.clients, (unsigned long long)st.jobs_done,
                (unsigned long long)st.jobs_failed, (unsigned long long)st.jobs_inflight, st.arenas,
-               (unsigned long long)st.bytes_mapped);
+               (unsigned long long)st.bytes_mapped, (unsigned long long)st.requests,
+               (unsigned long long)st.errors, (unsigned long long)st.limit_violations);
         for (int i = 0; i < st.ndevices; i++) {
             printf("%s{\"index\": %d, \"kind\": ", i ? ", " : "", st.devices[i].index);
             json_str(st.devices[i].kind);
@@ -129,6 +131,9 @@ static int cmd_status(const char *sock, int argc, char **argv)
            (double)st.bytes_mapped / (1 << 20));
     printf("jobs: %llu done, %llu failed, %llu in flight\n", (unsigned long long)st.jobs_done,
            (unsigned long long)st.jobs_failed, (unsigned long long)st.jobs_inflight);
+    printf("requests: %llu, error replies: %llu (limits hit: %llu)\n",
+           (unsigned long long)st.requests, (unsigned long long)st.errors,
+           (unsigned long long)st.limit_violations);
     if (st.nlisted)
         printf("\n  %8s %6s %-16s %7s %12s %8s\n", "PID", "UID", "COMMAND", "ARENAS", "MAPPED",
                "IN FLIGHT");

@@ -20,7 +20,8 @@ struct resolved {
     uint64_t first, end;
 };
 
-static int resolve(struct resolved *r, const struct arena_table *arenas, char *err, size_t errlen)
+static int resolve(struct resolved *r, const struct arena_table *arenas, uint64_t caps_max_elements,
+                   char *err, size_t errlen)
 {
     r->arena = arena_table_find(arenas, r->t->arena);
     if (!r->arena) {
@@ -41,6 +42,17 @@ static int resolve(struct resolved *r, const struct arena_table *arenas, char *e
     if (rc < 0) {
         snprintf(err, errlen, "%s: negative dimension or stride", r->name);
         return rc;
+    }
+    if (caps_max_elements) {
+        uint64_t n = 1;
+        for (uint32_t i = 0; i < r->t->rank; i++)
+            if (__builtin_mul_overflow(n, (uint64_t)r->t->shape[i], &n))
+                n = UINT64_MAX;
+        if (n > caps_max_elements) {
+            snprintf(err, errlen, "%s: %llu elements (limit %llu)", r->name, (unsigned long long)n,
+                     (unsigned long long)caps_max_elements);
+            return GLLM_ELIMIT;
+        }
     }
     if (r->end > r->arena->size) {
         snprintf(err, errlen, "%s: bytes [%llu, %llu) outside arena %u of %llu bytes", r->name,
@@ -103,7 +115,7 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
     int n = pa->has_lse ? 5 : 4;
     int rc;
     for (int i = 0; i < n; i++)
-        if ((rc = resolve(&r[i], arenas, err, errlen)) < 0)
+        if ((rc = resolve(&r[i], arenas, caps->max_elements, err, errlen)) < 0)
             return rc;
 
     const struct proto_tensor *q = &pa->q, *k = &pa->k, *v = &pa->v, *o = &pa->out;

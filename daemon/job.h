@@ -33,6 +33,7 @@ struct job {
 struct job_caps {
     uint32_t dtypes;
     int max_head_dim;
+    uint64_t max_elements;        /* per tensor; 0 = no limit */
 };
 
 /* Resolves and checks every tensor of an attention request against the

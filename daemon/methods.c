@@ -85,8 +85,10 @@ static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int 
             proto_pack_str(pk, proto_dtype_name((gllm_dtype)d));
     proto_pack_kv_u64(pk, "max_head_dim", (uint64_t)srv->caps.max_head_dim);
     proto_pack_str(pk, "limits");
-    msgpack_pack_map(pk, 5);
+    msgpack_pack_map(pk, 7);
     proto_pack_kv_u64(pk, "max_message_bytes", PROTO_MAX_MESSAGE);
+    proto_pack_kv_u64(pk, "max_inflight_total", srv->limits.max_inflight_total);
+    proto_pack_kv_u64(pk, "max_elements", srv->limits.max_elements);
     proto_pack_kv_u64(pk, "max_arenas", srv->limits.max_arenas);
     proto_pack_kv_u64(pk, "max_arena_bytes", srv->limits.max_arena_bytes);
     proto_pack_kv_u64(pk, "max_inflight", srv->limits.max_inflight);
@@ -100,7 +102,7 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     struct server *srv = s->srv;
     const struct server_stats *st = &srv->stats;
     msgpack_packer *pk = begin_result(s, m->id);
-    msgpack_pack_map(pk, 12);
+    msgpack_pack_map(pk, 15);
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_f64(pk, "uptime_s", (double)(now_ns() - srv->start_ns) / 1e9);
     proto_pack_kv_str(pk, "backend", srv->be->iface->name);
@@ -112,6 +114,9 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     proto_pack_kv_u64(pk, "bytes_mapped", st->bytes_mapped);
     proto_pack_kv_u64(pk, "arenas", st->arenas);
     proto_pack_kv_bool(pk, "draining", srv->draining);
+    proto_pack_kv_u64(pk, "requests", st->requests);
+    proto_pack_kv_u64(pk, "errors", st->errors);
+    proto_pack_kv_u64(pk, "limit_violations", st->limit_violations);
     /* Who holds what: at most 64 entries so the reply stays within one packet. */
     uint32_t n = 0;
     for (struct session *c = srv->sessions; c && n < 64; c = c->next)
@@ -214,7 +219,13 @@ static void h_attention(struct session *s, const struct proto_msg *m, int *fds, 
         return;
     }
     if (s->inflight >= srv->limits.max_inflight) {
-        session_reply_error(s, id, GLLM_EBUSY, "attention: %u jobs in flight (limit)", s->inflight);
+        session_reply_error(s, id, GLLM_EBUSY, "attention: %u jobs in flight on this connection "
+                            "(limit)", s->inflight);
+        return;
+    }
+    if (srv->stats.jobs_inflight >= srv->limits.max_inflight_total) {
+        session_reply_error(s, id, GLLM_EBUSY, "attention: %llu jobs in flight in all (limit)",
+                            (unsigned long long)srv->stats.jobs_inflight);
         return;
     }
     struct proto_attention pa;

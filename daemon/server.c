@@ -260,6 +260,7 @@ static void on_hup(uv_signal_t *h, int signum)
 void server_apply_config(struct server *srv, const struct config *cfg)
 {
     srv->limits = cfg->limits;
+    srv->caps.max_elements = cfg->limits.max_elements;
     srv->policy = cfg->policy;
     srv->drain_timeout_s = cfg->drain_timeout_s;
     if (srv->status_interval_s != cfg->status_interval_s && uv_is_active((uv_handle_t *)&srv->status_timer)) {
@@ -283,6 +284,7 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->start_ns = srv->status_ns_last = now_ns();
     srv->caps.dtypes = be->iface->dtypes(be);
     srv->caps.max_head_dim = be->iface->max_head_dim(be);
+    srv->caps.max_elements = cfg->limits.max_elements;
     srv->ndevices = be->iface->device_count(be);
     if (srv->ndevices > GLLM_MAX_DEVICES)
         srv->ndevices = GLLM_MAX_DEVICES;

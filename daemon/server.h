@@ -21,6 +21,7 @@ struct server_stats {
     uint64_t connections;     /* accepted since start */
     uint64_t jobs_done, jobs_failed, jobs_inflight;
     uint64_t requests, errors;
+    uint64_t limit_violations;    /* replies TOOBIG, LIMIT, QUOTA or BUSY */
     uint64_t bytes_mapped;
     uint32_t arenas;
 };

@@ -232,6 +232,8 @@ void session_reply_error(struct session *s, int64_t id, int code, const char *fm
     proto_buf_init(b);
     proto_pack_error(&b->pk, id, code, msg);
     s->srv->stats.errors++;
+    if (code == GLLM_ETOOBIG || code == GLLM_ELIMIT || code == GLLM_EQUOTA || code == GLLM_EBUSY)
+        s->srv->stats.limit_violations++;
     session_send(s, b->data, b->len);
 }
 
@@ -300,7 +302,10 @@ static void read_packets(struct session *s)
                 memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
         }
         srv->stats.requests++;
-        if (mh.msg_flags & MSG_TRUNC)
+        if (!s->hello_done && !s->denied && (size_t)len > srv->limits.max_prehello_bytes)
+            session_reply_error(s, -1, GLLM_ETOOBIG, "packet of %zd bytes before hello (limit %u)",
+                                len, srv->limits.max_prehello_bytes);
+        else if (mh.msg_flags & MSG_TRUNC)
             session_reply_error(s, -1, GLLM_ETOOBIG, "packet larger than %u bytes",
                                 PROTO_MAX_MESSAGE);
         else if (mh.msg_flags & MSG_CTRUNC)

@@ -7,15 +7,17 @@
 static bool str_eq(const msgpack_object *o, const char *s)
 {
     size_t n = strlen(s);
+    /* msgpack-c gives an empty string a NULL pointer: memcmp must not see it. */
     return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-           memcmp(o->via.str.ptr, s, n) == 0;
+           (n == 0 || memcmp(o->via.str.ptr, s, n) == 0);
 }
 
 static int copy_str(const msgpack_object *o, char *out, size_t cap)
 {
     if (o->type != MSGPACK_OBJECT_STR || o->via.str.size >= cap)
         return GLLM_EPARAM;
-    memcpy(out, o->via.str.ptr, o->via.str.size);
+    if (o->via.str.size)          /* an empty string's pointer is NULL */
+        memcpy(out, o->via.str.ptr, o->via.str.size);
     out[o->via.str.size] = '\0';
     if (memchr(out, '\0', o->via.str.size))
         return GLLM_EPARAM;
@@ -44,7 +46,8 @@ static int decode_error(const msgpack_object *err, struct proto_msg *msg)
     const msgpack_object *m = proto_map_get(err, "message");
     if (m && m->type == MSGPACK_OBJECT_STR) {
         size_t n = m->via.str.size < PROTO_MAX_ERRMSG ? m->via.str.size : PROTO_MAX_ERRMSG;
-        memcpy(msg->error_message, m->via.str.ptr, n);
+        if (n)
+            memcpy(msg->error_message, m->via.str.ptr, n);
         msg->error_message[n] = '\0';
     }
     return 0;

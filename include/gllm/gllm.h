@@ -65,7 +65,9 @@ typedef struct gllm_limits {
     uint32_t max_message_bytes;
     uint32_t max_arenas;
     uint64_t max_arena_bytes;     /* all arenas of one session together */
-    uint32_t max_inflight;        /* requests in flight per session */
+    uint32_t max_inflight;        /* jobs in flight per session */
+    uint32_t max_inflight_total;  /* jobs in flight in all sessions */
+    uint64_t max_elements;        /* elements of one tensor */
     uint32_t max_rank;
     uint32_t max_head_dim;
 } gllm_limits;
@@ -101,6 +103,9 @@ typedef struct gllm_status {
     uint64_t jobs_inflight;
     uint64_t bytes_mapped;
     uint32_t arenas;
+    uint64_t requests;          /* packets received since start */
+    uint64_t errors;            /* error replies sent */
+    uint64_t limit_violations;  /* of which TOOBIG, LIMIT, QUOTA or BUSY */
     int ndevices;
     gllm_device_info devices[GLLM_MAX_DEVICES];
     int nlisted;            /* entries in client_list (the first 64 clients) */

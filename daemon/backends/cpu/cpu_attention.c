@@ -25,7 +25,9 @@ typedef float v8 __attribute__((vector_size(32)));
 
 /* Build a clone per ISA and pick at load time (ifunc), so a generic build
  * still runs AVX2/AVX-512 code where the CPU has it. */
-#if defined(__x86_64__) && defined(__has_attribute)
+/* GCC only: clang refuses to pass 256-bit vectors between a clone and the always-inline
+ * helpers, and clang builds here are the sanitizer and fuzzing ones anyway. */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(__clang__)
 #if __has_attribute(target_clones) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define HOT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #endif

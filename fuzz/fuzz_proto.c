@@ -1,0 +1,54 @@
+/* libFuzzer harness for the wire codec: raw packets into proto_decode and the field readers. */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    struct proto_msg m;
+    int64_t id = -1;
+    if (proto_decode(data, size, &m, &id) < 0)
+        return 0;
+    const msgpack_object *map = m.kind == PROTO_RESPONSE ? m.result : m.params;
+    uint64_t u;
+    int64_t i;
+    double f;
+    bool b;
+    char s[64];
+    static const char *const keys[] = {"version", "size", "arena", "scale", "causal", "device",
+                                       "client", "code", "message", "kernel_ns"};
+    for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
+        proto_get_u64(map, keys[k], false, &u);
+        proto_get_i64(map, keys[k], false, &i);
+        proto_get_f64(map, keys[k], false, &f);
+        proto_get_bool(map, keys[k], false, &b);
+        proto_get_str(map, keys[k], false, s, sizeof s);
+    }
+    struct proto_attention a;
+    if (proto_decode_attention(map, &a) == 0) {
+        uint64_t first, end;
+        proto_tensor_span(&a.q, &first, &end);
+        proto_tensor_span(&a.out, &first, &end);
+        /* What decodes must encode again within the limits. */
+        struct proto_buf *out = malloc(sizeof *out);
+        if (out) {
+            proto_buf_init(out);
+            proto_pack_request(&out->pk, 1, "attention");
+            proto_pack_attention(&out->pk, &a);
+            if (!out->overflow) {
+                struct proto_msg again;
+                if (proto_decode(out->data, out->len, &again, NULL) != 0)
+                    __builtin_trap();
+                proto_msg_free(&again);
+            }
+            free(out);
+        }
+    }
+    proto_msg_free(&m);
+    return 0;
+}

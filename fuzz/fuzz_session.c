@@ -1,0 +1,132 @@
+/* libFuzzer harness for the daemon's request path: one session on a real server (CPU
+ * backend) fed arbitrary packets through a socketpair, then disconnected.
+ *
+ * Input: a sequence of records [flags:1][len:2 little-endian][len bytes]. flags bit 0
+ * attaches a sealed 64 KiB memfd to the packet, bit 1 an unsealed one, bit 2 a pipe.
+ * Unless the first record has flags bit 7, a valid hello goes first, so the fuzzer spends
+ * its time past the handshake. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "server.h"
+#include "session.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static struct server *srv;
+static uv_loop_t loop;
+
+static void setup(void)
+{
+    static struct backend *be;
+    struct backend_config bcfg = {.threads = 1};
+    char why[256];
+    if (backend_select("cpu", &bcfg, &be, why, sizeof why) < 0)
+        abort();
+    log_init(LOG_CRIT);          /* the harness is about crashes, not log lines */
+    uv_loop_init(&loop);
+    srv = calloc(1, sizeof *srv);
+    struct config cfg;
+    config_defaults(&cfg);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/gllm-fuzz-%d.sock", (int)getpid());
+    if (!srv || server_init(srv, &loop, be, &cfg, path, -1) < 0)
+        abort();
+    unlink(path);                /* never connected to: the pair below is the client */
+}
+
+static void send_packet(int fd, const uint8_t *p, size_t n, int flags)
+{
+    int pass = -1;
+    if (flags & 1 || flags & 2) {
+        pass = memfd_create("fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+        if (pass >= 0 && ftruncate(pass, 65536) == 0 && (flags & 1))
+            fcntl(pass, F_ADD_SEALS, F_SEAL_SHRINK);
+    } else if (flags & 4) {
+        int pp[2];
+        if (pipe2(pp, O_CLOEXEC) == 0) {
+            pass = pp[0];
+            close(pp[1]);
+        }
+    }
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctrl;
+    struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (pass >= 0) {
+        memset(&ctrl, 0, sizeof ctrl);
+        mh.msg_control = ctrl.buf;
+        mh.msg_controllen = sizeof ctrl.buf;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &pass, sizeof(int));
+    }
+    sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (pass >= 0)
+        close(pass);
+}
+
+/* Turns the loop until the daemon has nothing left to do for this client. */
+static void settle(int peer)
+{
+    char buf[65536];
+    for (int i = 0; i < 10000; i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        while (recv(peer, buf, sizeof buf, MSG_DONTWAIT) > 0)
+            ;
+        if (srv->stats.jobs_inflight == 0 && i > 4)
+            break;
+        usleep(50);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!srv)
+        setup();
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0)
+        return 0;
+    if (session_accept(srv, sv[0]) < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        return 0;
+    }
+    if (!(size > 0 && (data[0] & 0x80))) {
+        static const uint8_t hello[] = {0x94, 0x00, 0x00, 0xa5, 'h', 'e', 'l', 'l', 'o',
+                                        0x81, 0xa7, 'v', 'e', 'r', 's', 'i', 'o', 'n', 0x01};
+        send_packet(sv[1], hello, sizeof hello, 0);
+    }
+    size_t off = 0;
+    int sent = 0;
+    while (off + 3 <= size && sent < 64) {
+        int flags = data[off];
+        size_t len = (size_t)data[off + 1] | (size_t)data[off + 2] << 8;
+        off += 3;
+        if (len > size - off)
+            len = size - off;
+        if (len > 0)
+            send_packet(sv[1], data + off, len, flags);
+        off += len;
+        sent++;
+        if (sent % 8 == 0)
+            settle(sv[1]);
+    }
+    settle(sv[1]);
+    close(sv[1]);                /* the client goes away: everything it held must go */
+    settle(-1);
+    for (int i = 0; i < 1000 && (srv->sessions || srv->stats.jobs_inflight); i++) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(50);
+    }
+    if (srv->stats.arenas != 0 || srv->stats.bytes_mapped != 0)
+        __builtin_trap();        /* a disconnected client left memory mapped */
+    return 0;
+}
