@@ -201,9 +201,11 @@ static void attn_task(void *ctx, int64_t task, int thread)
                 int64_t last = q0 + i + shift - k0;   /* last visible column of this row */
                 visible = last < 0 ? 0 : last + 1 < cols ? (int)(last + 1) : cols;
             }
+            /* A NaN score makes the row's maximum NaN, so it reaches the output as NaN
+             * instead of being skipped as "nothing visible". */
             float mx = t->m[i];
             for (int j = 0; j < visible; j++)
-                mx = s[j] > mx ? s[j] : mx;
+                mx = s[j] > mx || s[j] != s[j] ? s[j] : mx;
             float sum = 0.0f;
             if (mx == -INFINITY) {
                 /* Nothing visible yet (or all -inf): contributes nothing. */

@@ -1,0 +1,379 @@
+/* Fault and abuse: clients killed mid-job hundreds of times, hostile fds, floods, odd data. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "proto.h"
+#include "testutil.h"
+
+static struct daemon gd;
+
+static int setup(void **state)
+{
+    (void)state;
+    return daemon_start(&gd, NULL) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return daemon_stop(&gd) == 0 ? 0 : -1;
+}
+
+static void sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* The daemon's resident memory (KiB) and open fds, from /proc. */
+static long daemon_rss_kib(void)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)gd.pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+static int daemon_fds(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)gd.pid);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static gllm_status status_now(void)
+{
+    gllm_client *c;
+    gllm_status st;
+    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    gllm_disconnect(c);
+    return st;
+}
+
+/* Until everything the killed clients held is gone (bounded wait, not a timing test). */
+static gllm_status settle(uint32_t clients)
+{
+    gllm_status st = status_now();
+    for (int i = 0; i < 3000 && (st.clients > clients + 1 || st.arenas || st.jobs_inflight); i++) {
+        sleep_us(10000);
+        st = status_now();
+    }
+    return st;
+}
+
+struct small_job {
+    gllm_arena *arena;
+    gllm_attention_params p;
+};
+
+static int small_job(gllm_client *c, struct small_job *j, int64_t S, gllm_dtype dt, uint64_t seed)
+{
+    size_t es = gllm_dtype_size(dt), n = (size_t)(2 * S * 64);
+    int r = gllm_arena_create(c, 4 * n * es + 2 * S * 4, &j->arena);
+    if (r < 0)
+        return r;
+    fill_random(gllm_arena_data(j->arena), dt, 3 * n, &seed);
+    int64_t shape[4] = {1, 2, S, 64};
+    j->p = (gllm_attention_params){.size = sizeof j->p, .flags = GLLM_ATTN_CAUSAL};
+    gllm_tensor_init(&j->p.q, j->arena, 0, dt, 4, shape);
+    gllm_tensor_init(&j->p.k, j->arena, n * es, dt, 4, shape);
+    gllm_tensor_init(&j->p.v, j->arena, 2 * n * es, dt, 4, shape);
+    gllm_tensor_init(&j->p.out, j->arena, 3 * n * es, dt, 4, shape);
+    return 0;
+}
+
+/* A child that runs good jobs until told to stop, exiting non-zero on any failure. */
+static pid_t bystander(int stop_fd)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid > 0)
+        return pid;
+    gllm_client *c;
+    struct small_job j;
+    if (gllm_connect(gd.socket, &c) < 0 || small_job(c, &j, 64, GLLM_DTYPE_F16, 9) < 0)
+        _exit(30);
+    int ok = 0;
+    for (;;) {
+        gllm_job_result res;
+        if (gllm_attention(c, &j.p, &res) != 0)
+            _exit(31);
+        ok++;
+        char x;
+        if (read(stop_fd, &x, 1) == 1 || ok > 1000000)
+            break;
+    }
+    gllm_arena_release(j.arena);
+    gllm_disconnect(c);
+    _exit(ok > 0 ? 0 : 32);
+}
+
+static void test_clients_killed_hundreds_of_times(void **state)
+{
+    (void)state;
+    gllm_status before = settle(0);
+    sleep_us(50000);                                /* let our status connection close */
+    long rss_before = daemon_rss_kib();
+    int fds_before = daemon_fds();
+    int stop[2];
+    assert_int_equal(pipe2(stop, O_NONBLOCK), 0);
+    pid_t good = bystander(stop[0]);
+
+    enum { KILLS = 200 };
+    uint64_t rng = 77;
+    for (int k = 0; k < KILLS; k++) {
+        pid_t kid = fork();
+        assert_true(kid >= 0);
+        if (kid == 0) {
+            /* Dies wherever the kill finds it: connecting, registering, submitting, waiting. */
+            gllm_client *c;
+            if (gllm_connect(gd.socket, &c) < 0)
+                _exit(1);
+            struct small_job j[3];
+            for (int i = 0; i < 3; i++) {
+                if (small_job(c, &j[i], 32 + 32 * i, (gllm_dtype)(i % 3), (uint64_t)k) < 0)
+                    _exit(2);
+                uint64_t id;
+                gllm_attention_submit(c, &j[i].p, &id);
+            }
+            pause();
+            _exit(3);
+        }
+        sleep_us((long)(rng_next(&rng) % 3000));
+        kill(kid, SIGKILL);
+        waitpid(kid, NULL, 0);
+    }
+    assert_int_equal(write(stop[1], "s", 1), 1);
+    int st;
+    assert_int_equal(waitpid(good, &st, 0), good);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);          /* the bystander never saw a failure */
+
+    gllm_status after = settle(0);
+    assert_int_equal(after.arenas, 0);
+    assert_int_equal(after.bytes_mapped, 0);
+    assert_int_equal(after.jobs_inflight, 0);
+    assert_int_equal(after.clients, before.clients);
+    /* No fd leaked. (Our own status connections close asynchronously: wait, bounded.) */
+    for (int i = 0; i < 300 && daemon_fds() != fds_before; i++)
+        sleep_us(10000);
+    assert_int_equal(daemon_fds(), fds_before);
+    long rss_after = daemon_rss_kib();
+    fprintf(stderr, "after %d kills: RSS %ld -> %ld KiB, fds %d -> %d, jobs done %llu\n", KILLS,
+            rss_before, rss_after, fds_before, daemon_fds(),
+            (unsigned long long)after.jobs_done);
+    assert_true(rss_after - rss_before < 64 * 1024); /* nothing per client survives */
+    close(stop[0]);
+    close(stop[1]);
+}
+
+static int raw_connect(void)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", gd.socket);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+/* A peer that floods requests and never reads: its replies pile up only to a bound, the
+ * daemon stops reading it, and everyone else is served. */
+static void test_flood_without_reading(void **state)
+{
+    (void)state;
+    long rss_before = daemon_rss_kib();
+    int fd = raw_connect();
+    static struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 1, "hello");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "version", 1);
+    assert_true(send(fd, b.data, b.len, 0) > 0);
+    int sent = 0;
+    bool stalled = false;
+    for (int i = 0; i < 200000 && !stalled; i++) {
+        proto_buf_init(&b);
+        proto_pack_request(&b.pk, (uint64_t)i + 2, "status");
+        msgpack_pack_map(&b.pk, 0);
+        while (send(fd, b.data, b.len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+            assert_true(errno == EAGAIN || errno == EWOULDBLOCK);
+            /* Two seconds without room: the daemon has stopped reading us. */
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            if (poll(&p, 1, 2000) == 0) {
+                stalled = true;
+                break;
+            }
+        }
+        sent += !stalled;
+    }
+    assert_true(stalled);                           /* back-pressure reached the sender */
+    gllm_status st = status_now();                  /* others are still served */
+    assert_true(st.clients >= 2);
+    long rss_flood = daemon_rss_kib();
+    fprintf(stderr, "flood: %d requests sent before back-pressure, RSS %ld -> %ld KiB\n", sent,
+            rss_before, rss_flood);
+    assert_true(rss_flood - rss_before < 64 * 1024);
+    close(fd);
+    st = settle(0);
+    assert_int_equal(st.arenas, 0);
+}
+
+/* Garbage of every size, and truncated messages cut from a valid one. */
+static void test_garbage_and_truncation(void **state)
+{
+    (void)state;
+    int fd = raw_connect();
+    uint64_t rng = 5;
+    static unsigned char buf[2048];
+    int answered = 0;
+    for (int i = 0; i < 300; i++) {
+        size_t n = 1 + (size_t)(rng_next(&rng) % 1000);
+        for (size_t k = 0; k < n; k++)
+            buf[k] = (unsigned char)rng_next(&rng);
+        assert_true(send(fd, buf, n, MSG_NOSIGNAL) > 0);
+        ssize_t r = recv(fd, buf, sizeof buf, 0);   /* every packet is answered */
+        assert_true(r > 0);
+        answered++;
+    }
+    static struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 7, "hello");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "version", 1);
+    for (size_t cut = 1; cut < b.len; cut++) {     /* every proper prefix */
+        assert_true(send(fd, b.data, cut, MSG_NOSIGNAL) > 0);
+        ssize_t r = recv(fd, buf, sizeof buf, 0);
+        assert_true(r > 0);
+        struct proto_msg m;
+        assert_int_equal(proto_decode(buf, (size_t)r, &m, NULL), 0);
+        assert_true(m.error_code == GLLM_EMALFORMED || m.error_code == GLLM_ENOHELLO);
+        proto_msg_free(&m);
+        answered++;
+    }
+    assert_true(send(fd, b.data, b.len, MSG_NOSIGNAL) > 0);   /* and the whole works */
+    ssize_t r = recv(fd, buf, sizeof buf, 0);
+    struct proto_msg m;
+    assert_int_equal(proto_decode(buf, (size_t)r, &m, NULL), 0);
+    assert_int_equal(m.error_code, 0);
+    proto_msg_free(&m);
+    close(fd);
+    fprintf(stderr, "garbage: %d bad packets answered\n", answered);
+}
+
+/* A sealed arena cannot shrink under the daemon; growing it is harmless. */
+static void test_arena_resized_after_registration(void **state)
+{
+    (void)state;
+    gllm_client *c;
+    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    struct small_job j;
+    assert_int_equal(small_job(c, &j, 64, GLLM_DTYPE_F32, 3), 0);
+    /* The library seals with F_SEAL_SEAL too; a hostile client would use its own fd: */
+    int fd = memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 1 << 16), 0);
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    assert_int_equal(ftruncate(fd, 4096), -1);      /* the seal holds */
+    assert_int_equal(errno, EPERM);
+    assert_int_equal(ftruncate(fd, 1 << 20), 0);    /* growing is allowed, and harmless */
+    close(fd);
+    gllm_job_result res;
+    assert_int_equal(gllm_attention(c, &j.p, &res), 0);
+    gllm_arena_release(j.arena);
+    gllm_disconnect(c);
+}
+
+/* Empty tensors run and touch nothing; oversized ones are refused by the element limit;
+ * NaN and Inf propagate to the rows they touch and nowhere else. */
+static void test_zero_huge_and_nan(void **state)
+{
+    (void)state;
+    gllm_client *c;
+    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    struct small_job j;
+    assert_int_equal(small_job(c, &j, 64, GLLM_DTYPE_F32, 4), 0);
+    gllm_job_result res;
+    gllm_attention_params p = j.p;
+    p.q.shape[2] = p.out.shape[2] = 0;              /* Sq = 0 */
+    assert_int_equal(gllm_attention(c, &p, &res), 0);
+    p = j.p;
+    p.q.shape[0] = p.k.shape[0] = p.v.shape[0] = p.out.shape[0] = 0;   /* B = 0 */
+    assert_int_equal(gllm_attention(c, &p, &res), 0);
+    p = j.p;
+    int64_t huge[4] = {1 << 20, 1 << 10, 1 << 10, 64};   /* 2^46 elements, strides 0 */
+    for (int i = 0; i < 4; i++) {
+        p.q.shape[i] = p.k.shape[i] = p.v.shape[i] = p.out.shape[i] = huge[i];
+        p.q.strides[i] = p.k.strides[i] = p.v.strides[i] = 0;
+    }
+    assert_int_equal(gllm_attention(c, &p, &res), GLLM_ELIMIT);
+
+    float *q = gllm_arena_data(j.arena);
+    size_t n = 2 * 64 * 64;
+    q[5 * 64 + 3] = NAN;                              /* head 0, query row 5 */
+    float *v = q + 2 * n;
+    v[(64 + 40) * 64] = INFINITY;                     /* head 1, key 40's value */
+    assert_int_equal(gllm_attention(c, &j.p, &res), 0);
+    const float *out = q + 3 * n;
+    for (int h = 0; h < 2; h++)
+        for (int i = 0; i < 64; i++) {
+            bool bad = false;
+            for (int d = 0; d < 64; d++)
+                bad |= !isfinite(out[(h * 64 + i) * 64 + d]);
+            /* Row 5 of head 0 has a NaN query; rows of head 1 that see key 40 (causal:
+             * i >= 40) mix in an infinite value. Head 0's other rows stay finite. Head 1's
+             * earlier rows are left open: a masked probability is 0 and 0 * inf is NaN
+             * wherever a tile holds both (PyTorch's matmul-based SDPA does the same). */
+            if (h == 1 && i < 40)
+                continue;
+            bool expect = (h == 0 && i == 5) || h == 1;
+            if (expect != bad)
+                fail_msg("head %d row %d: %s expected", h, i, expect ? "non-finite" : "finite");
+        }
+    gllm_arena_release(j.arena);
+    gllm_disconnect(c);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_clients_killed_hundreds_of_times),
+        cmocka_unit_test(test_flood_without_reading),
+        cmocka_unit_test(test_garbage_and_truncation),
+        cmocka_unit_test(test_arena_resized_after_registration),
+        cmocka_unit_test(test_zero_huge_and_nan),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
