@@ -130,10 +130,23 @@ int daemon_start_env(struct daemon *d, const char *const *extra, const char *con
     /* GLLMD_PATH and GLLM_TEST_BACKEND let scripts/gpu-check.sh run the same tests
      * from a carried build against the CUDA backend. */
     const char *path = getenv("GLLMD_PATH") ? getenv("GLLMD_PATH") : GLLMD_PATH;
-    const char *argv[32] = {path, "--socket", d->socket, "--threads", "2",
-                            "--backend", test_backend()};
-    int n = 7;
-    for (int i = 0; extra && extra[i] && n < 31; i++)
+    /* GLLMD_WRAPPER runs gllmd under a tool, e.g. "valgrind --error-exitcode=99". */
+    const char *argv[48];
+    int n = 0;
+    static char wrapper[512];
+    const char *w = getenv("GLLMD_WRAPPER");
+    if (w && w[0]) {
+        snprintf(wrapper, sizeof wrapper, "%s", w);
+        for (char *save = NULL, *tok = strtok_r(wrapper, " ", &save); tok && n < 16;
+             tok = strtok_r(NULL, " ", &save))
+            argv[n++] = tok;
+    }
+    const char *exe = n ? argv[0] : path;
+    const char *base[] = {path, "--socket", d->socket, "--threads", "2", "--backend",
+                          test_backend()};
+    for (size_t i = 0; i < sizeof base / sizeof *base; i++)
+        argv[n++] = base[i];
+    for (int i = 0; extra && extra[i] && n < 47; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
     d->pid = fork();
@@ -142,11 +155,11 @@ int daemon_start_env(struct daemon *d, const char *const *extra, const char *con
     if (d->pid == 0) {
         for (int i = 0; env && env[i]; i++)
             putenv((char *)env[i]);
-        execv(path, (char *const *)argv);
+        execvp(exe, (char *const *)argv);
         _exit(127);
     }
-    /* Ready when the socket answers; give up after 10 s. */
-    for (int i = 0; i < 1000; i++) {
+    /* Ready when the socket answers; give up after 10 s (60 s under a wrapper). */
+    for (int i = 0; i < (n && w && w[0] ? 6000 : 1000); i++) {
         if (socket_answers(d->socket))
             return 0;
         int status;
