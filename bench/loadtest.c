@@ -168,10 +168,13 @@ static int run_client(const char *sock, int index, int njobs, int depth, float *
     gllm_arena *a = NULL;
     struct slot *slots = calloc((size_t)depth, sizeof *slots);
     uint64_t start = mono_ns();
-    int submitted = 0, done = 0;
+    int submitted = 0, done = 0, churn_at = 500;
     while (done < njobs) {
-        /* Churn: a new arena every 500 jobs, once the pipeline is empty. */
-        if (!a || (submitted % 500 == 0 && submitted == done && submitted > 0 && !slots[0].busy)) {
+        /* Churn: every 500 jobs, let the pipeline empty and swap in a new arena. */
+        bool churn = submitted >= churn_at;
+        if (!a || (churn && submitted == done)) {
+            churn_at = submitted + 500;
+            churn = false;
             if (a)
                 gllm_arena_release(a);
             if ((r = gllm_arena_create(c, arena_bytes, &a)) < 0) {
@@ -181,7 +184,7 @@ static int run_client(const char *sock, int index, int njobs, int depth, float *
             memcpy(gllm_arena_data(a), inputs, in_total);
             res->arenas_made++;
         }
-        for (int d = 0; d < depth && submitted < njobs; d++) {
+        for (int d = 0; d < depth && submitted < njobs && !churn; d++) {
             if (slots[d].busy)
                 continue;
             int si = (int)(splitmix(&rng) % NSETS);

@@ -18,7 +18,7 @@ note() { summary+=("$*"); echo "== $*"; }
 if ldd "$build/gllmd" | grep -qiE 'cuda|cudart'; then note "FAIL gllmd links a CUDA library"; fi
 
 fails=0
-for t in test_proto test_arena test_job test_fatbin test_cpu_attention test_integration test_lifecycle; do
+for t in test_proto test_arena test_job test_fatbin test_cpu_attention test_integration test_lifecycle test_abuse; do
   if "$build/tests/$t" > "$out/$t.log" 2>&1; then note "ok   $t (backend cuda)"
   else note "FAIL $t (see $t.log)"; tail -30 "$out/$t.log"; fails=$((fails + 1)); fi
 done
@@ -34,6 +34,9 @@ python3 "$here/gpu_compare.py" --socket "$sock" --out "$out" ${GPU_CHECK_ARGS:-}
 [ "${PIPESTATUS[0]}" = 0 ] || { note "FAIL gpu_compare (see gpu_compare.log)"; fails=$((fails + 1)); }
 "$build/gllmctl" --socket "$sock" status > "$out/status.txt" 2>&1
 "$build/gllmctl" --socket "$sock" bench --iters 20 > "$out/gllmctl_bench.txt" 2>&1
+if "$build/gllm_loadtest" --socket "$sock" --clients 64 --jobs 2000 --depth 8 > "$out/loadtest.txt" 2>&1
+then note "ok   load test: $(cat "$out/loadtest.txt")"
+else note "FAIL load test: $(tail -3 "$out/loadtest.txt")"; fails=$((fails + 1)); fi
 kill -TERM "$pid"; wait "$pid"; note "gllmd exit status after SIGTERM: $?"
 
 echo; echo "== summary"; cat "$out/status.txt"; cat "$out/gllmctl_bench.txt"
