@@ -365,6 +365,41 @@ static void test_zero_huge_and_nan(void **state)
     gllm_disconnect(c);
 }
 
+/* Fairness: a client with a deep queue does not hold up another's single job behind it.
+ * The worker takes jobs round-robin across connections, so the small job runs after at
+ * most one of the deep client's. */
+static void test_deep_queue_does_not_starve_others(void **state)
+{
+    (void)state;
+    gllm_client *deep, *small;
+    assert_int_equal(gllm_connect(gd.socket, &deep), 0);
+    assert_int_equal(gllm_connect(gd.socket, &small), 0);
+    struct small_job dj, sj;
+    assert_int_equal(small_job(deep, &dj, 256, GLLM_DTYPE_F32, 1), 0);
+    assert_int_equal(small_job(small, &sj, 16, GLLM_DTYPE_F32, 2), 0);
+    enum { DEEP = 64 };
+    uint64_t ids[DEEP];
+    for (int i = 0; i < DEEP; i++)
+        assert_int_equal(gllm_attention_submit(deep, &dj.p, &ids[i]), 0);
+    gllm_status st;
+    assert_int_equal(gllm_status_get(deep, &st), 0);   /* all 64 are queued now */
+    gllm_job_result res;
+    assert_int_equal(gllm_attention(small, &sj.p, &res), 0);
+    assert_int_equal(gllm_status_get(small, &st), 0);
+    uint32_t deep_left = 0;
+    for (int i = 0; i < st.nlisted; i++)
+        deep_left += st.client_list[i].inflight;
+    fprintf(stderr, "fairness: the small job finished with %u of the deep client's %d still queued\n",
+            deep_left, DEEP);
+    assert_true(deep_left > DEEP / 2);
+    for (int i = 0; i < DEEP; i++)
+        assert_int_equal(gllm_job_wait(deep, ids[i], &res), 0);
+    gllm_arena_release(dj.arena);
+    gllm_arena_release(sj.arena);
+    gllm_disconnect(deep);
+    gllm_disconnect(small);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -374,6 +409,7 @@ int main(void)
         cmocka_unit_test(test_garbage_and_truncation),
         cmocka_unit_test(test_arena_resized_after_registration),
         cmocka_unit_test(test_zero_huge_and_nan),
+        cmocka_unit_test(test_deep_queue_does_not_starve_others),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
