@@ -15,6 +15,7 @@
 #include "log.h"
 #include "server.h"
 #include "session.h"
+#include "testutil.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -44,9 +45,7 @@ static void send_packet(int fd, const uint8_t *p, size_t n, int flags)
 {
     int pass = -1;
     if (flags & 1 || flags & 2) {
-        pass = memfd_create("fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-        if (pass >= 0 && ftruncate(pass, 65536) == 0 && (flags & 1))
-            fcntl(pass, F_ADD_SEALS, F_SEAL_SHRINK);
+        pass = make_memfd(65536, (flags & 1) ? F_SEAL_SHRINK : 0);
     } else if (flags & 4) {
         int pp[2];
         if (pipe2(pp, O_CLOEXEC) == 0) {
@@ -54,21 +53,7 @@ static void send_packet(int fd, const uint8_t *p, size_t n, int flags)
             close(pp[1]);
         }
     }
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (pass >= 0) {
-        memset(&ctrl, 0, sizeof ctrl);
-        mh.msg_control = ctrl.buf;
-        mh.msg_controllen = sizeof ctrl.buf;
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &pass, sizeof(int));
-    }
-    sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+    send_packet_fd(fd, p, n, pass, MSG_DONTWAIT);
     if (pass >= 0)
         close(pass);
 }

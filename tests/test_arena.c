@@ -14,21 +14,19 @@
 
 #include "arena.h"
 #include "gllm/errors.h"
+#include "testutil.h"
 
-static int make_memfd(size_t size, unsigned seals)
+static int memfd_of(size_t size, unsigned seals)
 {
-    int fd = memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = make_memfd(size, seals);
     assert_true(fd >= 0);
-    assert_int_equal(ftruncate(fd, (off_t)size), 0);
-    if (seals)
-        assert_int_equal(fcntl(fd, F_ADD_SEALS, seals), 0);
     return fd;
 }
 
 static void test_sealed_memfd_maps_and_shares(void **state)
 {
     (void)state;
-    int fd = make_memfd(8192, F_SEAL_SHRINK);
+    int fd = memfd_of(8192, F_SEAL_SHRINK);
     struct arena *a;
     assert_int_equal(arena_map(fd, 8192, &a), 0);
     char *mine = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -46,11 +44,11 @@ static void test_refused_fds(void **state)
 {
     (void)state;
     struct arena *a = NULL;
-    int fd = make_memfd(4096, 0);
+    int fd = memfd_of(4096, 0);
     assert_int_equal(arena_map(fd, 4096, &a), GLLM_EUNSEALED);
     close(fd);
 
-    fd = make_memfd(4096, F_SEAL_SHRINK);
+    fd = memfd_of(4096, F_SEAL_SHRINK);
     assert_int_equal(arena_map(fd, 8192, &a), GLLM_EARENASIZE);   /* larger than the file */
     assert_int_equal(arena_map(fd, 0, &a), GLLM_EARENASIZE);
     close(fd);
@@ -82,7 +80,7 @@ static void test_refused_fds(void **state)
 
 static struct arena *fake_arena(void)
 {
-    int fd = make_memfd(4096, F_SEAL_SHRINK);
+    int fd = memfd_of(4096, F_SEAL_SHRINK);
     struct arena *a;
     assert_int_equal(arena_map(fd, 4096, &a), 0);
     close(fd);

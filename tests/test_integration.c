@@ -144,21 +144,7 @@ static int raw_connect(const char *path)
 
 static void raw_send(int fd, const void *p, size_t n, int pass_fd)
 {
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (pass_fd >= 0) {
-        memset(&ctrl, 0, sizeof ctrl);
-        mh.msg_control = ctrl.buf;
-        mh.msg_controllen = sizeof ctrl.buf;
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET, cm->cmsg_type = SCM_RIGHTS, cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-    }
-    assert_int_equal(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)n);
+    assert_int_equal(send_packet_fd(fd, p, n, pass_fd, 0), (ssize_t)n);
 }
 
 static char rxbuf[PROTO_MAX_MESSAGE];
@@ -214,11 +200,8 @@ static void raw_hello(int fd)
 
 static int sealed_memfd(size_t size, bool seal)
 {
-    int fd = memfd_create("raw", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int fd = make_memfd(size, seal ? F_SEAL_SHRINK : 0);
     assert_true(fd >= 0);
-    assert_int_equal(ftruncate(fd, (off_t)size), 0);
-    if (seal)
-        assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
     return fd;
 }
 

@@ -30,6 +30,12 @@ uint64_t rng_next(uint64_t *s);
 /* max |a - b| / max |b| over n elements: the figure the tolerances use. */
 double rel_error_max(const double *got, const double *want, size_t n);
 
+/* Sends one packet on a SOCK_SEQPACKET socket, with fd attached as SCM_RIGHTS when
+ * fd >= 0; returns what sendmsg returns. */
+ssize_t send_packet_fd(int sock, const void *p, size_t n, int fd, int flags);
+/* A memfd of size bytes with seals added (0: none); -errno on failure. */
+int make_memfd(size_t size, unsigned seals);
+
 /* The backend the daemon under test runs: $GLLM_TEST_BACKEND, default "cpu". */
 const char *test_backend(void);
 
