@@ -7,5 +7,7 @@
 /* Connects, printing why not; returns 0, 1 (error) or 3 (daemon not running). */
 int ctl_connect(const char *socket_path, gllm_client **c);
 int ctl_bench(const char *socket_path, int argc, char **argv);
+/* Prints s as a JSON string literal, escaped. */
+void json_str(const char *s);
 
 #endif

@@ -44,7 +44,7 @@ int ctl_connect(const char *socket_path, gllm_client **c)
     return 1;
 }
 
-static void json_str(const char *s)
+void json_str(const char *s)
 {
     putchar('"');
     for (; *s; s++) {
@@ -98,9 +98,12 @@ static int cmd_status(const char *sock, int argc, char **argv)
             json_str(st.devices[i].kind);
             printf(", \"name\": ");
             json_str(st.devices[i].name);
-            printf(", \"memory_bytes\": %llu, \"threads\": %d, \"compute_capability\": \"%d.%d\", "
+            char cc[16] = "";
+            if (st.devices[i].cc_major)
+                snprintf(cc, sizeof cc, "%d.%d", st.devices[i].cc_major, st.devices[i].cc_minor);
+            printf(", \"memory_bytes\": %llu, \"threads\": %d, \"compute_capability\": \"%s\", "
                    "\"image\": ", (unsigned long long)st.devices[i].memory_bytes,
-                   st.devices[i].threads, st.devices[i].cc_major, st.devices[i].cc_minor);
+                   st.devices[i].threads, cc);
             json_str(st.devices[i].image);
             printf("}");
         }
