@@ -156,7 +156,9 @@ static void h_arena_register(struct session *s, const struct proto_msg *m, int *
                             s->arenas.count);
         return;
     }
-    if (size > srv->limits.max_arena_bytes - s->arena_bytes) {
+    /* A reload may have lowered the limit below what the session already holds. */
+    if (s->arena_bytes > srv->limits.max_arena_bytes ||
+        size > srv->limits.max_arena_bytes - s->arena_bytes) {
         session_reply_error(s, id, GLLM_EQUOTA,
                             "arena_register: %llu more bytes would pass the session limit %llu",
                             (unsigned long long)size,

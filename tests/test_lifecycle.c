@@ -156,6 +156,20 @@ static void test_reload_applies_limits(void **state)
     assert_int_equal(gllm_client_caps(c)->limits.max_inflight, 11);
     gllm_disconnect(c);
 
+    /* A limit lowered below what a session already holds refuses its next arena. */
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    gllm_arena *a, *b;
+    assert_int_equal(gllm_arena_create(c, 1 << 16, &a), 0);
+    write_config(conf, "max_arena_bytes = 8K\n");
+    kill(d.pid, SIGHUP);
+    assert_non_null(notify_wait(&n, "RELOADING=1", 5000));
+    assert_non_null(notify_wait(&n, "READY=1", 5000));
+    assert_int_equal(gllm_arena_create(c, 4096, &b), GLLM_EQUOTA);
+    assert_int_equal(gllm_arena_release(a), 0);
+    assert_int_equal(gllm_arena_create(c, 4096, &b), 0);   /* room again once released */
+    assert_int_equal(gllm_arena_release(b), 0);
+    gllm_disconnect(c);
+
     assert_int_equal(daemon_stop(&d), 0);
     notify_close(&n);
     unlink(conf);

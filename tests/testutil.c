@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -189,6 +190,8 @@ int daemon_start_env(struct daemon *d, const char *const *extra, const char *con
     if (d->pid < 0)
         return -errno;
     if (d->pid == 0) {
+        /* A test that fails half way never leaves a daemon behind. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         for (int i = 0; env && env[i]; i++)
             putenv((char *)env[i]);
         execvp(exe, (char *const *)argv);
