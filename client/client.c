@@ -27,6 +27,7 @@ struct gllm_client {
     struct job_slot *jobs;
     size_t njobs, capjobs;
     struct gllm_arena *arenas;   /* live arenas, detached on disconnect */
+    struct gllm_dtensor *dtensors;  /* live device tensors, likewise */
     /* The reply to the synchronous call in progress. */
     uint64_t call_id;
     bool call_done;
@@ -36,6 +37,14 @@ struct gllm_client {
     char last_error[PROTO_MAX_ERRMSG + 1];
     char rx[PROTO_MAX_MESSAGE];
     struct proto_buf tx;
+};
+
+struct gllm_dtensor {
+    gllm_client *c;              /* NULL once the client is gone */
+    struct gllm_dtensor *prev, *next;
+    uint32_t id;
+    size_t size;
+    int device;
 };
 
 struct gllm_arena {
@@ -280,6 +289,8 @@ static int hello(gllm_client *c)
     LIMIT_(max_message_bytes);
     LIMIT_(max_arenas);
     LIMIT_(max_arena_bytes);
+    LIMIT_(max_device_bytes);
+    LIMIT_(max_device_bytes_total);
     LIMIT_(max_inflight);
     LIMIT_(max_inflight_total);
     LIMIT_(max_elements);
@@ -332,6 +343,8 @@ void gllm_disconnect(gllm_client *c)
         return;
     for (struct gllm_arena *a = c->arenas; a; a = a->next)
         a->c = NULL;    /* the daemon unmaps its side when the connection closes */
+    for (struct gllm_dtensor *t = c->dtensors; t; t = t->next)
+        t->c = NULL;    /* and frees the device tensors */
     end_call(c);
     close(c->fd);
     free(c->jobs);
@@ -374,6 +387,10 @@ int gllm_status_get(gllm_client *c, gllm_status *out)
     proto_get_u64(res, "jobs_failed", false, &st.jobs_failed);
     proto_get_u64(res, "jobs_inflight", false, &st.jobs_inflight);
     proto_get_u64(res, "bytes_mapped", false, &st.bytes_mapped);
+    proto_get_u64(res, "device_bytes", false, &st.device_bytes);
+    x = 0;
+    proto_get_u64(res, "dtensors", false, &x);
+    st.dtensors = (uint32_t)x;
     proto_get_u64(res, "requests", false, &st.requests);
     proto_get_u64(res, "errors", false, &st.errors);
     proto_get_u64(res, "limit_violations", false, &st.limit_violations);
@@ -393,6 +410,7 @@ int gllm_status_get(gllm_client *c, gllm_status *out)
         proto_get_u64(e, "arenas", false, &v), ci->arenas = (uint32_t)v, v = 0;
         proto_get_u64(e, "inflight", false, &v), ci->inflight = (uint32_t)v;
         proto_get_u64(e, "arena_bytes", false, &ci->arena_bytes);
+        proto_get_u64(e, "device_bytes", false, &ci->device_bytes);
         copy_field(e, "comm", ci->comm, sizeof ci->comm);
     }
     end_call(c);
@@ -493,6 +511,122 @@ int gllm_arena_release(gllm_arena *a)
     return r;
 }
 
+int gllm_dtensor_create(gllm_client *c, size_t bytes, int device, gllm_dtensor **out)
+{
+    if (bytes == 0 || device < 0)
+        return -EINVAL;
+    gllm_dtensor *t = calloc(1, sizeof *t);
+    if (!t)
+        return -ENOMEM;
+    uint64_t id;
+    msgpack_packer *pk = begin_request(c, "dtensor_create", &id);
+    msgpack_pack_map(pk, 2);
+    proto_pack_kv_u64(pk, "bytes", bytes);
+    proto_pack_kv_u64(pk, "device", (uint64_t)device);
+    int r = call(c, id, -1);
+    uint64_t tid = 0;
+    if (r == 0) {
+        r = proto_get_u64(c->call_msg.result, "dtensor", true, &tid);
+        end_call(c);
+        if (r < 0 || tid == 0 || tid > UINT32_MAX)
+            r = GLLM_EMALFORMED;
+    }
+    if (r < 0) {
+        free(t);
+        return r;
+    }
+    *t = (gllm_dtensor){.c = c, .id = (uint32_t)tid, .size = bytes, .device = device,
+                        .next = c->dtensors};
+    if (c->dtensors)
+        c->dtensors->prev = t;
+    c->dtensors = t;
+    *out = t;
+    return 0;
+}
+
+size_t gllm_dtensor_size(const gllm_dtensor *t)
+{
+    return t->size;
+}
+
+/* Device tensors die with the connection: after gllm_disconnect only the handle is freed. */
+int gllm_dtensor_free(gllm_dtensor *t)
+{
+    if (!t)
+        return 0;
+    int r = 0;
+    gllm_client *c = t->c;
+    if (c) {
+        uint64_t id;
+        msgpack_packer *pk = begin_request(c, "dtensor_free", &id);
+        msgpack_pack_map(pk, 1);
+        proto_pack_kv_u64(pk, "dtensor", t->id);
+        r = call(c, id, -1);
+        end_call(c);
+        if (t->prev)
+            t->prev->next = t->next;
+        else
+            c->dtensors = t->next;
+        if (t->next)
+            t->next->prev = t->prev;
+    }
+    free(t);
+    return r;
+}
+
+static int dtensor_copy(gllm_client *c, gllm_dtensor *t, uint64_t offset, gllm_arena *a,
+                        uint64_t arena_offset, uint64_t bytes, bool to_device)
+{
+    if (!t || !a || t->c != c || a->c != c)
+        return -EINVAL;
+    uint64_t id;
+    msgpack_packer *pk = begin_request(c, "dtensor_copy", &id);
+    msgpack_pack_map(pk, 6);
+    proto_pack_kv_u64(pk, "dtensor", t->id);
+    proto_pack_kv_u64(pk, "offset", offset);
+    proto_pack_kv_u64(pk, "arena", a->id);
+    proto_pack_kv_u64(pk, "arena_offset", arena_offset);
+    proto_pack_kv_u64(pk, "bytes", bytes);
+    proto_pack_kv_bool(pk, "to_device", to_device);
+    /* A copy is a job: its reply comes in order with the connection's other jobs. */
+    if (c->njobs == c->capjobs) {
+        size_t cap = c->capjobs ? c->capjobs * 2 : 16;
+        struct job_slot *n = realloc(c->jobs, cap * sizeof *n);
+        if (!n)
+            return -ENOMEM;
+        c->jobs = n;
+        c->capjobs = cap;
+    }
+    c->jobs[c->njobs++] = (struct job_slot){.id = id};
+    int r = send_packet(c, c->tx.data, c->tx.len, -1);
+    if (r < 0) {
+        c->njobs--;
+        return r;
+    }
+    return gllm_job_wait(c, id, NULL);
+}
+
+int gllm_dtensor_write(gllm_client *c, gllm_dtensor *t, uint64_t offset, gllm_arena *a,
+                       uint64_t arena_offset, uint64_t bytes)
+{
+    return dtensor_copy(c, t, offset, a, arena_offset, bytes, true);
+}
+
+int gllm_dtensor_read(gllm_client *c, gllm_dtensor *t, uint64_t offset, gllm_arena *a,
+                      uint64_t arena_offset, uint64_t bytes)
+{
+    return dtensor_copy(c, t, offset, a, arena_offset, bytes, false);
+}
+
+int gllm_tensor_init_device(gllm_tensor *out, gllm_dtensor *t, uint64_t offset, gllm_dtype dtype,
+                            int rank, const int64_t *shape)
+{
+    int r = gllm_tensor_init(out, NULL, offset, dtype, rank, shape);
+    if (r == 0)
+        out->dtensor = t;
+    return r;
+}
+
 int gllm_tensor_init(gllm_tensor *t, gllm_arena *a, uint64_t offset, gllm_dtype dtype, int rank,
                      const int64_t *shape)
 {
@@ -514,9 +648,19 @@ int gllm_tensor_init(gllm_tensor *t, gllm_arena *a, uint64_t offset, gllm_dtype 
 
 static int to_wire(gllm_client *c, const gllm_tensor *t, struct proto_tensor *w)
 {
-    if (!t->arena || t->arena->c != c || t->rank < 0 || t->rank > GLLM_MAX_RANK)
+    if (t->rank < 0 || t->rank > GLLM_MAX_RANK)
         return -EINVAL;
-    w->arena = t->arena->id;
+    if (t->dtensor) {
+        if (t->dtensor->c != c)
+            return -EINVAL;
+        w->device = true;
+        w->arena = t->dtensor->id;
+    } else {
+        if (!t->arena || t->arena->c != c)
+            return -EINVAL;
+        w->device = false;
+        w->arena = t->arena->id;
+    }
     w->offset = t->offset;
     w->dtype = t->dtype;
     w->rank = (uint32_t)t->rank;

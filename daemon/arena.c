@@ -41,6 +41,29 @@ int arena_map(int fd, uint64_t size, struct arena **out)
     return 0;
 }
 
+int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **out)
+{
+    if (!be->iface->dev_alloc)
+        return -ENOTSUP;
+    if (size == 0 || size > SIZE_MAX)
+        return GLLM_EPARAM;
+    struct arena *a = calloc(1, sizeof *a);
+    if (!a)
+        return -ENOMEM;
+    int r = be->iface->dev_alloc(be, dev, (size_t)size, &a->base);
+    if (r < 0) {
+        free(a);
+        return r;
+    }
+    a->refs = 1;
+    a->size = size;
+    a->device = true;
+    a->owner = be;
+    a->dev = dev;
+    *out = a;
+    return 0;
+}
+
 struct arena *arena_ref(struct arena *a)
 {
     a->refs++;
@@ -51,6 +74,11 @@ void arena_unref(struct arena *a)
 {
     if (!a || --a->refs > 0)
         return;
+    if (a->device) {
+        a->owner->iface->dev_free(a->owner, a->dev, a->base);
+        free(a);
+        return;
+    }
     if (a->pinned_by && a->pinned_by->iface->host_unregister)
         a->pinned_by->iface->host_unregister(a->pinned_by, a->base);
     munmap(a->base, (size_t)a->size);

@@ -2,6 +2,7 @@
 #ifndef GLLMD_ARENA_H
 #define GLLMD_ARENA_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -16,11 +17,16 @@ struct arena {
     void *base;
     uint64_t size;
     struct backend *pinned_by;  /* backend that registered the mapping, or NULL */
+    bool device;                /* a device tensor: base is the backend's pointer */
+    struct backend *owner;      /* device tensors: the backend that allocated base */
+    int dev;
 };
 
 /* Checks that fd is a memfd sealed against shrinking whose size is exactly
  * size, then maps it shared read/write. Does not take ownership of fd. */
 int arena_map(int fd, uint64_t size, struct arena **out);
+/* A device tensor of size bytes on device dev of be (contents undefined until written). */
+int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **out);
 struct arena *arena_ref(struct arena *a);
 void arena_unref(struct arena *a);
 

@@ -30,6 +30,16 @@ struct attn_args {
     bool causal;                /* bottom-right aligned: row i sees keys j <= i + Skv - Sq */
     float scale;
     struct attn_timing *timing; /* out, optional */
+    uint32_t device_mask;       /* bit i: tensor i (q, k, v, out, lse) is in device memory */
+};
+
+/* A copy between host memory (an arena) and device memory (a device tensor). */
+struct copy_args {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    bool to_device;             /* host -> device, else device -> host */
+    struct attn_timing *timing; /* out, optional: copy_ns, copy_bytes */
 };
 
 struct backend_config {
@@ -54,6 +64,12 @@ struct backend_iface {
     /* Optional: make host memory fast to copy from/to (pinning on GPUs). */
     int (*host_register)(struct backend *be, void *p, size_t len);
     void (*host_unregister)(struct backend *be, void *p);
+    /* Device memory for device tensors (host memory on the CPU backend). The pointer is
+     * opaque to the daemon: only the backend dereferences it. */
+    int (*dev_alloc)(struct backend *be, int dev, size_t bytes, void **out);
+    void (*dev_free)(struct backend *be, int dev, void *p);
+    /* Runs on the device's worker thread, like attention. */
+    int (*copy)(struct backend *be, int dev, const struct copy_args *c);
     /* Optional: device memory in use and in all (GPUs), for status lines. */
     int (*memory_info)(struct backend *be, int dev, uint64_t *used, uint64_t *total);
     /* Optional: one line for --version (what is embedded, e.g. kernel images). */

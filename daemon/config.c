@@ -119,6 +119,8 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
     UINT_KEY("max_connections", c->limits.max_connections, 1, 65536)
     UINT_KEY("max_arenas", c->limits.max_arenas, 1, 256)
     UINT_KEY("max_arena_bytes", c->limits.max_arena_bytes, 4096, 1ull << 50)
+    UINT_KEY("max_device_bytes", c->limits.max_device_bytes, 4096, 1ull << 50)
+    UINT_KEY("max_device_bytes_total", c->limits.max_device_bytes_total, 4096, 1ull << 50)
     UINT_KEY("max_inflight", c->limits.max_inflight, 1, 1 << 20)
     UINT_KEY("max_inflight_total", c->limits.max_inflight_total, 1, 1 << 24)
     UINT_KEY("max_prehello_bytes", c->limits.max_prehello_bytes, 64, 65536)

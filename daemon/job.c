@@ -24,8 +24,9 @@ static int resolve(struct resolved *r, const struct arena_table *arenas, uint64_
                    char *err, size_t errlen)
 {
     r->arena = arena_table_find(arenas, r->t->arena);
-    if (!r->arena) {
-        snprintf(err, errlen, "%s: no arena %u in this session", r->name, r->t->arena);
+    if (!r->arena || r->arena->device != r->t->device) {
+        snprintf(err, errlen, "%s: no %s %u in this session", r->name,
+                 r->t->device ? "device tensor" : "arena", r->t->arena);
         return GLLM_ENOARENA;
     }
     size_t esize = proto_dtype_size(r->t->dtype);
@@ -193,6 +194,9 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
         a->lse = (float *)(void *)((char *)r[4].arena->base + pa->lse.offset);
         copy_strides(a->lse_st, &pa->lse);
     }
+    for (int i = 0; i < n; i++)
+        if (r[i].arena->device)
+            a->device_mask |= 1u << i;
     a->causal = pa->causal;
     a->scale = pa->has_scale ? (float)pa->scale : (float)(1.0 / sqrt((double)D));
 
@@ -204,6 +208,42 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
         if (!seen)
             job->arenas[job->narenas++] = arena_ref(r[i].arena);
     }
+    return 0;
+}
+
+int job_prepare_copy(struct job *job, const struct arena_table *regions, uint32_t dtensor,
+                     uint64_t dt_offset, uint32_t arena, uint64_t arena_offset, uint64_t bytes,
+                     bool to_device, char *err, size_t errlen)
+{
+    struct arena *d = arena_table_find(regions, dtensor), *h = arena_table_find(regions, arena);
+    if (!d || !d->device) {
+        snprintf(err, errlen, "no device tensor %u in this session", dtensor);
+        return GLLM_ENOARENA;
+    }
+    if (!h || h->device) {
+        snprintf(err, errlen, "no arena %u in this session", arena);
+        return GLLM_ENOARENA;
+    }
+    uint64_t dend, hend;
+    if (__builtin_add_overflow(dt_offset, bytes, &dend) ||
+        __builtin_add_overflow(arena_offset, bytes, &hend)) {
+        snprintf(err, errlen, "offset plus bytes overflows 64 bits");
+        return GLLM_EOVERFLOW;
+    }
+    if (dend > d->size || hend > h->size) {
+        snprintf(err, errlen, "%llu bytes at %llu/%llu pass the end of device tensor %u (%llu bytes) "
+                 "or arena %u (%llu bytes)", (unsigned long long)bytes,
+                 (unsigned long long)dt_offset, (unsigned long long)arena_offset, dtensor,
+                 (unsigned long long)d->size, arena, (unsigned long long)h->size);
+        return GLLM_EBOUNDS;
+    }
+    job->kind = JOB_COPY;
+    char *dp = (char *)d->base + dt_offset, *hp = (char *)h->base + arena_offset;
+    job->copy = (struct copy_args){.dst = to_device ? dp : hp, .src = to_device ? hp : dp,
+                                   .bytes = (size_t)bytes, .to_device = to_device};
+    job->arenas[0] = arena_ref(d);
+    job->arenas[1] = arena_ref(h);
+    job->narenas = 2;
     return 0;
 }
 

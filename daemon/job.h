@@ -14,14 +14,18 @@
 
 struct session;
 
+enum job_kind { JOB_ATTENTION, JOB_COPY };
+
 struct job {
     struct job *next;             /* worker queue, then completion list */
+    enum job_kind kind;
     uint64_t req_id;
     struct session *session;      /* holds a reference */
     int dev;
     struct arena *arenas[JOB_MAX_ARENAS]; /* each holds a reference */
     int narenas;
-    struct attn_args args;
+    struct attn_args args;        /* JOB_ATTENTION */
+    struct copy_args copy;        /* JOB_COPY */
     const atomic_bool *cancel;    /* set when the session is gone: skip the work */
     const atomic_bool *abort;     /* set past the shutdown deadline: skip the work */
     int status;
@@ -43,6 +47,10 @@ struct job_caps {
 int job_prepare_attention(struct job *job, const struct proto_attention *pa,
                           const struct arena_table *arenas, const struct job_caps *caps,
                           char *err, size_t errlen);
+/* A copy of bytes between an arena and a device tensor, both bounds-checked. */
+int job_prepare_copy(struct job *job, const struct arena_table *regions, uint32_t dtensor,
+                     uint64_t dt_offset, uint32_t arena, uint64_t arena_offset, uint64_t bytes,
+                     bool to_device, char *err, size_t errlen);
 void job_release_arenas(struct job *job);
 
 uint64_t now_ns(void);

@@ -85,8 +85,10 @@ static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int 
             proto_pack_str(pk, proto_dtype_name((gllm_dtype)d));
     proto_pack_kv_u64(pk, "max_head_dim", (uint64_t)srv->caps.max_head_dim);
     proto_pack_str(pk, "limits");
-    msgpack_pack_map(pk, 7);
+    msgpack_pack_map(pk, 9);
     proto_pack_kv_u64(pk, "max_message_bytes", PROTO_MAX_MESSAGE);
+    proto_pack_kv_u64(pk, "max_device_bytes", srv->limits.max_device_bytes);
+    proto_pack_kv_u64(pk, "max_device_bytes_total", srv->limits.max_device_bytes_total);
     proto_pack_kv_u64(pk, "max_inflight_total", srv->limits.max_inflight_total);
     proto_pack_kv_u64(pk, "max_elements", srv->limits.max_elements);
     proto_pack_kv_u64(pk, "max_arenas", srv->limits.max_arenas);
@@ -102,7 +104,7 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     struct server *srv = s->srv;
     const struct server_stats *st = &srv->stats;
     msgpack_packer *pk = begin_result(s, m->id);
-    msgpack_pack_map(pk, 15);
+    msgpack_pack_map(pk, 17);
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_f64(pk, "uptime_s", (double)(now_ns() - srv->start_ns) / 1e9);
     proto_pack_kv_str(pk, "backend", srv->be->iface->name);
@@ -113,6 +115,8 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     proto_pack_kv_u64(pk, "jobs_inflight", st->jobs_inflight);
     proto_pack_kv_u64(pk, "bytes_mapped", st->bytes_mapped);
     proto_pack_kv_u64(pk, "arenas", st->arenas);
+    proto_pack_kv_u64(pk, "device_bytes", st->device_bytes);
+    proto_pack_kv_u64(pk, "dtensors", st->dtensors);
     proto_pack_kv_bool(pk, "draining", srv->draining);
     proto_pack_kv_u64(pk, "requests", st->requests);
     proto_pack_kv_u64(pk, "errors", st->errors);
@@ -125,13 +129,14 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     msgpack_pack_array(pk, n);
     struct session *c = srv->sessions;
     for (uint32_t i = 0; i < n; i++, c = c->next) {
-        msgpack_pack_map(pk, 7);
+        msgpack_pack_map(pk, 8);
         proto_pack_kv_u64(pk, "pid", (uint64_t)c->pid);
         proto_pack_kv_u64(pk, "uid", (uint64_t)c->uid);
         proto_pack_kv_u64(pk, "gid", (uint64_t)c->gid);
         proto_pack_kv_str(pk, "comm", c->comm);
-        proto_pack_kv_u64(pk, "arenas", c->arenas.count);
+        proto_pack_kv_u64(pk, "arenas", c->narenas);
         proto_pack_kv_u64(pk, "arena_bytes", c->arena_bytes);
+        proto_pack_kv_u64(pk, "device_bytes", c->device_bytes);
         proto_pack_kv_u64(pk, "inflight", c->inflight);
     }
     end_result(s, m->id);
@@ -151,9 +156,9 @@ static void h_arena_register(struct session *s, const struct proto_msg *m, int *
         session_reply_error(s, id, GLLM_EPARAM, "arena_register: 'size' (uint) required");
         return;
     }
-    if (s->arenas.count >= srv->limits.max_arenas) {
+    if (s->narenas >= srv->limits.max_arenas) {
         session_reply_error(s, id, GLLM_EQUOTA, "arena_register: session has %u arenas (limit)",
-                            s->arenas.count);
+                            s->narenas);
         return;
     }
     /* A reload may have lowered the limit below what the session already holds. */
@@ -173,11 +178,12 @@ static void h_arena_register(struct session *s, const struct proto_msg *m, int *
     }
     if (srv->be->iface->host_register && srv->be->iface->host_register(srv->be, a->base, size) == 0)
         a->pinned_by = srv->be;
-    if ((r = arena_table_add(&s->arenas, a, srv->limits.max_arenas)) < 0) {
+    if ((r = arena_table_add(&s->arenas, a, ARENA_TABLE_MAX)) < 0) {
         arena_unref(a);
         session_reply_error(s, id, GLLM_EQUOTA, "arena_register: arena table full");
         return;
     }
+    s->narenas++;
     s->arena_bytes += size;
     srv->stats.bytes_mapped += size;
     srv->stats.arenas++;
@@ -196,12 +202,17 @@ static void h_arena_release(struct session *s, const struct proto_msg *m, int *f
         session_reply_error(s, (int64_t)m->id, GLLM_EPARAM, "arena_release: 'arena' (uint) required");
         return;
     }
-    struct arena *a = which <= UINT32_MAX ? arena_table_remove(&s->arenas, (uint32_t)which) : NULL;
+    struct arena *a = which <= UINT32_MAX ? arena_table_find(&s->arenas, (uint32_t)which) : NULL;
+    if (a && !a->device)
+        arena_table_remove(&s->arenas, (uint32_t)which);
+    else
+        a = NULL;              /* a device tensor is freed with dtensor_free */
     if (!a) {
         session_reply_error(s, (int64_t)m->id, GLLM_ENOARENA, "arena_release: no arena %llu",
                             (unsigned long long)which);
         return;
     }
+    s->narenas--;
     s->arena_bytes -= a->size;
     s->srv->stats.bytes_mapped -= a->size;
     s->srv->stats.arenas--;
@@ -211,25 +222,165 @@ static void h_arena_release(struct session *s, const struct proto_msg *m, int *f
     end_result(s, m->id);
 }
 
+/* Queues a job on the session's lane of device dev; the reply comes when it is done. */
+static void submit(struct session *s, struct job *job, uint64_t req_id, int dev)
+{
+    struct server *srv = s->srv;
+    job->req_id = req_id;
+    job->dev = dev;
+    job->session = session_ref(s);
+    job->cancel = &s->gone;
+    job->abort = &srv->abort_jobs;
+    s->inflight++;
+    srv->stats.jobs_inflight++;
+    worker_submit(srv->workers[dev], &s->lanes[dev], job);
+}
+
+/* Room for one more job, or an error reply and false. */
+static bool admit(struct session *s, int64_t id, const char *method)
+{
+    struct server *srv = s->srv;
+    if (srv->draining) {
+        session_reply_error(s, id, GLLM_ESHUTDOWN, "%s: daemon is shutting down", method);
+        return false;
+    }
+    if (s->inflight >= srv->limits.max_inflight) {
+        session_reply_error(s, id, GLLM_EBUSY, "%s: %u jobs in flight on this connection (limit)",
+                            method, s->inflight);
+        return false;
+    }
+    if (srv->stats.jobs_inflight >= srv->limits.max_inflight_total) {
+        session_reply_error(s, id, GLLM_EBUSY, "%s: %llu jobs in flight in all (limit)", method,
+                            (unsigned long long)srv->stats.jobs_inflight);
+        return false;
+    }
+    return true;
+}
+
+static bool get_device(struct session *s, const struct proto_msg *m, const char *method,
+                       uint64_t *dev)
+{
+    *dev = 0;
+    if (proto_get_u64(m->params, "device", false, dev) < 0 || *dev >= (uint64_t)s->srv->ndevices) {
+        session_reply_error(s, (int64_t)m->id, GLLM_EPARAM, "%s: 'device' must be below %d",
+                            method, s->srv->ndevices);
+        return false;
+    }
+    return true;
+}
+
+static void h_dtensor_create(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    struct server *srv = s->srv;
+    int64_t id = (int64_t)m->id;
+    uint64_t bytes = 0, dev;
+    if (proto_get_u64(m->params, "bytes", true, &bytes) < 0 || bytes == 0) {
+        session_reply_error(s, id, GLLM_EPARAM, "dtensor_create: 'bytes' (uint > 0) required");
+        return;
+    }
+    if (!get_device(s, m, "dtensor_create", &dev))
+        return;
+    const struct limits *l = &srv->limits;
+    if (s->device_bytes > l->max_device_bytes || bytes > l->max_device_bytes - s->device_bytes ||
+        srv->stats.device_bytes > l->max_device_bytes_total ||
+        bytes > l->max_device_bytes_total - srv->stats.device_bytes) {
+        session_reply_error(s, id, GLLM_EQUOTA,
+                            "dtensor_create: %llu more bytes would pass the device-memory limit "
+                            "(%llu per connection, %llu in all)", (unsigned long long)bytes,
+                            (unsigned long long)l->max_device_bytes,
+                            (unsigned long long)l->max_device_bytes_total);
+        return;
+    }
+    struct arena *a;
+    int r = arena_new_device(srv->be, (int)dev, bytes, &a);
+    if (r == 0 && (r = arena_table_add(&s->arenas, a, ARENA_TABLE_MAX)) < 0) {
+        arena_unref(a);
+        r = GLLM_EQUOTA;
+    }
+    if (r < 0) {
+        session_reply_error(s, id, r, "dtensor_create: %s", gllm_strerror(r));
+        return;
+    }
+    s->device_bytes += bytes;
+    srv->stats.device_bytes += bytes;
+    srv->stats.dtensors++;
+    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_pack_map(pk, 2);
+    proto_pack_kv_u64(pk, "dtensor", a->id);
+    proto_pack_kv_u64(pk, "bytes", bytes);
+    end_result(s, m->id);
+}
+
+static void h_dtensor_free(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    uint64_t which = 0;
+    struct arena *a = NULL;
+    if (proto_get_u64(m->params, "dtensor", true, &which) == 0 && which <= UINT32_MAX) {
+        a = arena_table_find(&s->arenas, (uint32_t)which);
+        if (a && a->device)
+            arena_table_remove(&s->arenas, (uint32_t)which);
+        else
+            a = NULL;
+    }
+    if (!a) {
+        session_reply_error(s, (int64_t)m->id, GLLM_ENOARENA, "dtensor_free: no device tensor %llu",
+                            (unsigned long long)which);
+        return;
+    }
+    s->device_bytes -= a->size;
+    s->srv->stats.device_bytes -= a->size;
+    s->srv->stats.dtensors--;
+    arena_unref(a);   /* jobs still using it keep it until they finish */
+    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_pack_map(pk, 0);
+    end_result(s, m->id);
+}
+
+static void h_dtensor_copy(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    int64_t id = (int64_t)m->id;
+    uint64_t dt = 0, dt_off = 0, ar = 0, ar_off = 0, bytes = 0;
+    bool to_device = true;
+    if (proto_get_u64(m->params, "dtensor", true, &dt) < 0 ||
+        proto_get_u64(m->params, "offset", false, &dt_off) < 0 ||
+        proto_get_u64(m->params, "arena", true, &ar) < 0 ||
+        proto_get_u64(m->params, "arena_offset", false, &ar_off) < 0 ||
+        proto_get_u64(m->params, "bytes", true, &bytes) < 0 ||
+        proto_get_bool(m->params, "to_device", true, &to_device) < 0 || dt > UINT32_MAX ||
+        ar > UINT32_MAX) {
+        session_reply_error(s, id, GLLM_EPARAM, "dtensor_copy: needs dtensor, arena, bytes (uint) "
+                            "and to_device (bool); offset and arena_offset optional");
+        return;
+    }
+    if (!admit(s, id, "dtensor_copy"))
+        return;
+    struct arena *d = arena_table_find(&s->arenas, (uint32_t)dt);
+    struct job *job = calloc(1, sizeof *job);
+    if (!job) {
+        session_reply_error(s, id, -ENOMEM, "dtensor_copy: out of memory");
+        return;
+    }
+    char err[PROTO_MAX_ERRMSG];
+    int r = job_prepare_copy(job, &s->arenas, (uint32_t)dt, dt_off, (uint32_t)ar, ar_off, bytes,
+                             to_device, err, sizeof err);
+    if (r < 0) {
+        free(job);
+        session_reply_error(s, id, r, "dtensor_copy: %s", err);
+        return;
+    }
+    submit(s, job, m->id, d->dev);
+}
+
 static void h_attention(struct session *s, const struct proto_msg *m, int *fds, int nfds)
 {
     (void)fds, (void)nfds;
     struct server *srv = s->srv;
     int64_t id = (int64_t)m->id;
-    if (srv->draining) {
-        session_reply_error(s, id, GLLM_ESHUTDOWN, "attention: daemon is shutting down");
+    if (!admit(s, id, "attention"))
         return;
-    }
-    if (s->inflight >= srv->limits.max_inflight) {
-        session_reply_error(s, id, GLLM_EBUSY, "attention: %u jobs in flight on this connection "
-                            "(limit)", s->inflight);
-        return;
-    }
-    if (srv->stats.jobs_inflight >= srv->limits.max_inflight_total) {
-        session_reply_error(s, id, GLLM_EBUSY, "attention: %llu jobs in flight in all (limit)",
-                            (unsigned long long)srv->stats.jobs_inflight);
-        return;
-    }
     struct proto_attention pa;
     int r = proto_decode_attention(m->params, &pa);
     if (r < 0) {
@@ -237,12 +388,9 @@ static void h_attention(struct session *s, const struct proto_msg *m, int *fds, 
                             gllm_strerror(r));
         return;
     }
-    uint64_t dev = 0;
-    if (proto_get_u64(m->params, "device", false, &dev) < 0 || dev >= (uint64_t)srv->ndevices) {
-        session_reply_error(s, id, GLLM_EPARAM, "attention: 'device' must be below %d",
-                            srv->ndevices);
+    uint64_t dev;
+    if (!get_device(s, m, "attention", &dev))
         return;
-    }
     struct job *job = calloc(1, sizeof *job);
     if (!job) {
         session_reply_error(s, id, -ENOMEM, "attention: out of memory");
@@ -255,14 +403,7 @@ static void h_attention(struct session *s, const struct proto_msg *m, int *fds, 
         session_reply_error(s, id, r, "attention: %s", err);
         return;
     }
-    job->req_id = m->id;
-    job->dev = (int)dev;
-    job->session = session_ref(s);
-    job->cancel = &s->gone;
-    job->abort = &srv->abort_jobs;
-    s->inflight++;
-    srv->stats.jobs_inflight++;
-    worker_submit(srv->workers[dev], &s->lanes[dev], job);
+    submit(s, job, m->id, (int)dev);
 }
 
 static const struct method methods[] = {
@@ -271,6 +412,9 @@ static const struct method methods[] = {
     {"arena_register", h_arena_register, true},
     {"arena_release", h_arena_release, false},
     {"attention", h_attention, false},
+    {"dtensor_create", h_dtensor_create, false},
+    {"dtensor_free", h_dtensor_free, false},
+    {"dtensor_copy", h_dtensor_copy, false},
 };
 
 void methods_dispatch(struct session *s, const void *buf, size_t len, int *fds, int nfds)

@@ -24,6 +24,8 @@ struct server_stats {
     uint64_t limit_violations;    /* replies TOOBIG, LIMIT, QUOTA or BUSY */
     uint64_t bytes_mapped;
     uint32_t arenas;
+    uint64_t device_bytes;        /* in device tensors */
+    uint32_t dtensors;
 };
 
 struct server {

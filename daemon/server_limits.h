@@ -11,6 +11,8 @@ struct limits {
     uint32_t max_prehello_bytes;  /* packet size before a connection's hello */
     uint32_t max_arenas;          /* arenas per session */
     uint64_t max_arena_bytes;     /* bytes of arenas per session */
+    uint64_t max_device_bytes;    /* bytes of device tensors per session */
+    uint64_t max_device_bytes_total; /* ... in all sessions together */
     uint32_t max_inflight;        /* jobs queued or running per session */
     uint32_t max_inflight_total;  /* ... in all sessions together */
     uint64_t max_elements;        /* elements of one tensor */
@@ -20,7 +22,9 @@ struct limits {
 #define LIMITS_DEFAULT                                                                   \
     {                                                                                    \
         .max_connections = 256, .max_prehello_bytes = 1024, .max_arenas = 64,            \
-        .max_arena_bytes = 64ull << 30, .max_inflight = 256, .max_inflight_total = 4096,  \
+        .max_arena_bytes = 64ull << 30, .max_device_bytes = 16ull << 30,                 \
+        .max_device_bytes_total = 64ull << 30, .max_inflight = 256,                     \
+        .max_inflight_total = 4096,                                                      \
         .max_elements = 1ull << 36, .max_outq_bytes = 1u << 20,                          \
     }
 

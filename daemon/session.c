@@ -134,8 +134,13 @@ void session_close(struct session *s)
         struct arena *a = s->arenas.slot[i];
         if (a) {
             s->arenas.slot[i] = NULL;
-            srv->stats.bytes_mapped -= a->size;
-            srv->stats.arenas--;
+            if (a->device) {
+                srv->stats.device_bytes -= a->size;
+                srv->stats.dtensors--;
+            } else {
+                srv->stats.bytes_mapped -= a->size;
+                srv->stats.arenas--;
+            }
             arena_unref(a);
         }
     }

@@ -33,7 +33,9 @@ struct session {
     gid_t gid;
     char comm[16];
     struct arena_table arenas;
+    uint32_t narenas;            /* shared-memory arenas (the table also holds device tensors) */
     uint64_t arena_bytes;
+    uint64_t device_bytes;
     uint32_t inflight;
     struct out_packet *out_head, *out_tail;
     size_t out_bytes;

@@ -66,7 +66,10 @@ static void *worker_main(void *arg)
             j->status = GLLM_EDISCONNECTED;
         else if (j->abort && atomic_load_explicit(j->abort, memory_order_acquire))
             j->status = GLLM_ESHUTDOWN;
-        else
+        else if (j->kind == JOB_COPY) {
+            j->copy.timing = &j->timing;
+            j->status = w->be->iface->copy(w->be, w->dev, &j->copy);
+        } else
             j->status = w->be->iface->attention(w->be, w->dev, &j->args);
         j->t_end = now_ns();
 

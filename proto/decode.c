@@ -243,7 +243,10 @@ int proto_decode_tensor(const msgpack_object *obj, struct proto_tensor *t)
     uint64_t arena = 0;
     char dtype[8];
     int r;
-    if ((r = proto_get_u64(obj, "arena", true, &arena)) < 0 ||
+    v.device = proto_map_get(obj, "dtensor") != NULL;
+    if (v.device && proto_map_get(obj, "arena"))
+        return GLLM_EPARAM;              /* one region, not two */
+    if ((r = proto_get_u64(obj, v.device ? "dtensor" : "arena", true, &arena)) < 0 ||
         (r = proto_get_u64(obj, "offset", true, &v.offset)) < 0 ||
         (r = proto_get_str(obj, "dtype", true, dtype, sizeof dtype)) < 0)
         return r;

@@ -109,7 +109,7 @@ static void pack_dims(msgpack_packer *pk, const char *key, uint32_t rank, const 
 void proto_pack_tensor(msgpack_packer *pk, const struct proto_tensor *t)
 {
     msgpack_pack_map(pk, 5);
-    proto_pack_kv_u64(pk, "arena", t->arena);
+    proto_pack_kv_u64(pk, t->device ? "dtensor" : "arena", t->arena);
     proto_pack_kv_u64(pk, "offset", t->offset);
     proto_pack_kv_str(pk, "dtype", proto_dtype_name(t->dtype));
     pack_dims(pk, "shape", t->rank, t->shape);

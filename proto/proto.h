@@ -56,9 +56,11 @@ int proto_get_bool(const msgpack_object *map, const char *key, bool required, bo
 /* Copies a string field, NUL-terminated; GLLM_EPARAM if it does not fit. */
 int proto_get_str(const msgpack_object *map, const char *key, bool required, char *out, size_t cap);
 
-/* A tensor reference as it travels: arena id, byte offset, dtype, shape, strides. */
+/* A tensor reference as it travels: region id, byte offset, dtype, shape, strides. The
+ * region is a shared-memory arena ("arena": id) or a device tensor ("dtensor": id). */
 struct proto_tensor {
     uint32_t arena;
+    bool device;
     uint64_t offset;
     gllm_dtype dtype;
     uint32_t rank;

@@ -123,7 +123,8 @@ static gllm_status status_of(const char *sock)
 static gllm_status wait_quiet(const char *sock, uint32_t clients)
 {
     gllm_status st = status_of(sock);
-    for (int i = 0; i < 3000 && (st.clients > clients + 1 || st.arenas || st.jobs_inflight); i++) {
+    for (int i = 0; i < 3000 && (st.clients > clients + 1 || st.arenas || st.dtensors ||
+                                 st.jobs_inflight); i++) {
         sleep_ms(10);
         st = status_of(sock);
     }
@@ -544,6 +545,68 @@ static void test_sigterm_drains(void **state)
     daemon_stop(&d);
 }
 
+/* Device tensors: copies in, attention on them (alone and mixed with arenas), copies out,
+ * the errors, and the memory going away with the connection. */
+static void test_device_tensors(void **state)
+{
+    (void)state;
+    gllm_client *c;
+    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    struct live_job j;
+    struct job_spec s = {.B = 1, .Hq = 4, .Hkv = 2, .Sq = 96, .Skv = 160, .D = 64,
+                         .dtype = GLLM_DTYPE_F16, .causal = true};
+    assert_int_equal(job_setup(c, &j, &s, 31), 0);
+    uint64_t in_bytes = j.p.out.offset;                 /* q, k, v back to back */
+    uint64_t out_bytes = (uint64_t)(s.B * s.Hq * s.Sq * s.D) * 2;
+    gllm_dtensor *dt;
+    assert_int_equal(gllm_dtensor_create(c, in_bytes + out_bytes, 0, &dt), 0);
+    assert_int_equal(gllm_dtensor_write(c, dt, 0, j.arena, 0, in_bytes), 0);
+    gllm_status st;
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    assert_int_equal(st.device_bytes, in_bytes + out_bytes);
+
+    /* Everything on the device; the output comes back by a read. */
+    gllm_attention_params p = j.p;
+    gllm_tensor *ts[4] = {&p.q, &p.k, &p.v, &p.out};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(gllm_tensor_init_device(ts[i], dt, ts[i]->offset, ts[i]->dtype, 4,
+                                                 ts[i]->shape), 0);
+    gllm_job_result res;
+    assert_int_equal(gllm_attention(c, &p, &res), 0);
+    assert_int_equal(gllm_dtensor_read(c, dt, j.p.out.offset, j.arena, j.p.out.offset, out_bytes), 0);
+    assert_true(job_output_ok(&j));
+
+    /* Mixed: q and out in the arena, k and v on the device. */
+    job_poison(&j);
+    p = j.p;
+    assert_int_equal(gllm_tensor_init_device(&p.k, dt, j.p.k.offset, s.dtype, 4, j.p.k.shape), 0);
+    assert_int_equal(gllm_tensor_init_device(&p.v, dt, j.p.v.offset, s.dtype, 4, j.p.v.shape), 0);
+    assert_int_equal(gllm_attention(c, &p, &res), 0);
+    assert_true(job_output_ok(&j));
+
+    /* Past the end of either side, and more than the per-connection limit. */
+    assert_int_equal(gllm_dtensor_read(c, dt, in_bytes, j.arena, 0, out_bytes + 2), GLLM_EBOUNDS);
+    assert_int_equal(gllm_dtensor_write(c, dt, 0, j.arena, gllm_arena_size(j.arena), 2),
+                     GLLM_EBOUNDS);
+    gllm_dtensor *huge;
+    assert_int_equal(gllm_dtensor_create(c, (size_t)1 << 50, 0, &huge), GLLM_EQUOTA);
+    assert_int_equal(gllm_dtensor_create(c, 4096, 99, &huge), GLLM_EPARAM);
+    assert_int_equal(gllm_dtensor_free(dt), 0);
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    assert_int_equal(st.dtensors, 0);
+    assert_int_equal(st.device_bytes, 0);
+
+    /* A connection that ends frees its device tensors. */
+    gllm_dtensor *left;
+    assert_int_equal(gllm_dtensor_create(c, 1 << 20, 0, &left), 0);
+    gllm_arena_release(j.arena);
+    gllm_disconnect(c);
+    assert_int_equal(gllm_dtensor_free(left), 0);                    /* only the handle */
+    st = wait_quiet(gd.socket, 0);
+    assert_int_equal(st.device_bytes, 0);
+    assert_int_equal(st.dtensors, 0);
+}
+
 static void test_not_running(void **state)
 {
     (void)state;
@@ -560,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_replies_in_submission_order),
         cmocka_unit_test(test_bad_requests_get_errors),
         cmocka_unit_test(test_client_killed_mid_job),
+        cmocka_unit_test(test_device_tensors),
     };
     const struct CMUnitTest alone[] = {
         cmocka_unit_test(test_sigterm_drains),

@@ -40,10 +40,13 @@ typedef enum gllm_dtype {
 
 typedef struct gllm_client gllm_client;
 typedef struct gllm_arena gllm_arena;
+typedef struct gllm_dtensor gllm_dtensor;
 
-/* A view into an arena; strides are in elements, offset in bytes. */
+/* A view into an arena or, when .dtensor is set, into a device tensor; strides are in
+ * elements, offset in bytes. */
 typedef struct gllm_tensor {
     gllm_arena *arena;
+    gllm_dtensor *dtensor;
     uint64_t offset;
     gllm_dtype dtype;
     int rank;
@@ -65,6 +68,8 @@ typedef struct gllm_limits {
     uint32_t max_message_bytes;
     uint32_t max_arenas;
     uint64_t max_arena_bytes;     /* all arenas of one session together */
+    uint64_t max_device_bytes;    /* all device tensors of one session together */
+    uint64_t max_device_bytes_total; /* ... of all sessions */
     uint32_t max_inflight;        /* jobs in flight per session */
     uint32_t max_inflight_total;  /* jobs in flight in all sessions */
     uint64_t max_elements;        /* elements of one tensor */
@@ -90,6 +95,7 @@ typedef struct gllm_client_info {
     char comm[16];          /* the process's command name */
     uint32_t arenas;
     uint64_t arena_bytes;
+    uint64_t device_bytes;  /* in device tensors */
     uint32_t inflight;      /* jobs queued or running */
 } gllm_client_info;
 
@@ -103,6 +109,8 @@ typedef struct gllm_status {
     uint64_t jobs_inflight;
     uint64_t bytes_mapped;
     uint32_t arenas;
+    uint64_t device_bytes;      /* in device tensors, all clients */
+    uint32_t dtensors;
     uint64_t requests;          /* packets received since start */
     uint64_t errors;            /* error replies sent */
     uint64_t limit_violations;  /* of which TOOBIG, LIMIT, QUOTA or BUSY */
@@ -157,6 +165,21 @@ GLLM_EXPORT int gllm_arena_create(gllm_client *c, size_t size, gllm_arena **out)
 GLLM_EXPORT void *gllm_arena_data(const gllm_arena *a);
 GLLM_EXPORT size_t gllm_arena_size(const gllm_arena *a);
 GLLM_EXPORT int gllm_arena_release(gllm_arena *a);
+
+/* Device tensors: daemon-owned memory on a device (GPU memory; host memory on the CPU
+ * backend), freed with gllm_dtensor_free or when the connection closes. Copies to and from
+ * arenas are jobs: they run in order with the connection's attention jobs on that device. */
+GLLM_EXPORT int gllm_dtensor_create(gllm_client *c, size_t bytes, int device, gllm_dtensor **out);
+GLLM_EXPORT size_t gllm_dtensor_size(const gllm_dtensor *t);
+GLLM_EXPORT int gllm_dtensor_free(gllm_dtensor *t);
+/* bytes from the arena at arena_offset to the device tensor at offset (write), or back (read). */
+GLLM_EXPORT int gllm_dtensor_write(gllm_client *c, gllm_dtensor *t, uint64_t offset,
+                                   gllm_arena *a, uint64_t arena_offset, uint64_t bytes);
+GLLM_EXPORT int gllm_dtensor_read(gllm_client *c, gllm_dtensor *t, uint64_t offset,
+                                  gllm_arena *a, uint64_t arena_offset, uint64_t bytes);
+/* A contiguous tensor at offset in device tensor t. */
+GLLM_EXPORT int gllm_tensor_init_device(gllm_tensor *out, gllm_dtensor *t, uint64_t offset,
+                                        gllm_dtype dtype, int rank, const int64_t *shape);
 
 /* A contiguous (row-major) tensor at offset in arena. */
 GLLM_EXPORT int gllm_tensor_init(gllm_tensor *t, gllm_arena *a, uint64_t offset,

@@ -123,6 +123,39 @@ static int cpu_attention(struct backend *be, int dev, const struct attn_args *a)
     return cpu_attention_run(c->attn, a);
 }
 
+/* On the CPU, "device" memory is host memory the daemon owns. */
+static int cpu_dev_alloc(struct backend *be, int dev, size_t bytes, void **out)
+{
+    (void)be;
+    if (dev != 0)
+        return -ENODEV;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (rounded < bytes)
+        return -ENOMEM;
+    void *p = aligned_alloc(64, rounded);
+    if (!p)
+        return -ENOMEM;
+    *out = p;
+    return 0;
+}
+
+static void cpu_dev_free(struct backend *be, int dev, void *p)
+{
+    (void)be, (void)dev;
+    free(p);
+}
+
+static int cpu_copy(struct backend *be, int dev, const struct copy_args *c)
+{
+    (void)be;
+    if (dev != 0)
+        return -ENODEV;
+    memcpy(c->dst, c->src, c->bytes);
+    if (c->timing)
+        c->timing->copy_bytes = c->bytes;
+    return 0;
+}
+
 const struct backend_iface cpu_backend_iface = {
     .api_version = BACKEND_API_VERSION,
     .name = "cpu",
@@ -133,5 +166,8 @@ const struct backend_iface cpu_backend_iface = {
     .device_info = cpu_device_info,
     .dtypes = cpu_dtypes,
     .max_head_dim = cpu_max_head_dim,
+    .dev_alloc = cpu_dev_alloc,
+    .dev_free = cpu_dev_free,
+    .copy = cpu_copy,
     .attention = cpu_attention,
 };

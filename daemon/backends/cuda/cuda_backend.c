@@ -349,14 +349,69 @@ static bool tc_eligible(const struct attn_args *a)
     if (a->dtype == GLLM_DTYPE_F32 || (a->D != 64 && a->D != 128))
         return false;
     const int64_t *st[4] = {a->q_st, a->k_st, a->v_st, a->o_st};
+    const void *ptr[4] = {a->q, a->k, a->v, a->out};
     for (int i = 0; i < 4; i++) {
         if (st[i][3] != 1)
+            return false;
+        /* Staged tensors start 256-byte aligned; device tensors wherever their offset is. */
+        if ((a->device_mask & (1u << i)) && (uintptr_t)ptr[i] % 16 != 0)
             return false;
         for (int j = 0; j < 3; j++)
             if (st[i][j] % 8 != 0)       /* 16-byte rows for cp.async */
                 return false;
     }
     return true;
+}
+
+static int cuda_dev_alloc(struct backend *be, int dev, size_t bytes, void **out)
+{
+    struct cuda_ctx *c = be->ctx;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    c->d->cuCtxSetCurrent(c->dev[dev].ctx);
+    CUdeviceptr p = 0;
+    CUresult r = c->d->cuMemAlloc(&p, bytes);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return GLLM_EDEVMEM;
+    if (r != CUDA_SUCCESS)
+        return fail(c->d, r, "device tensor allocation");
+    *out = (void *)(uintptr_t)p;
+    return 0;
+}
+
+static void cuda_dev_free(struct backend *be, int dev, void *p)
+{
+    struct cuda_ctx *c = be->ctx;
+    c->d->cuCtxSetCurrent(c->dev[dev].ctx);
+    c->d->cuMemFree((CUdeviceptr)(uintptr_t)p);
+}
+
+static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
+{
+    struct cuda_ctx *c = be->ctx;
+    const struct cuda_driver *d = c->d;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    struct cuda_dev *x = &c->dev[dev];
+    d->cuCtxSetCurrent(x->ctx);
+    CUresult r;
+    d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
+    if (cp->to_device)
+        r = d->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)cp->dst, cp->src, cp->bytes, x->stream);
+    else
+        r = d->cuMemcpyDtoHAsync(cp->dst, (CUdeviceptr)(uintptr_t)cp->src, cp->bytes, x->stream);
+    if (r)
+        return fail(d, r, "device tensor copy");
+    d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
+    if ((r = d->cuStreamSynchronize(x->stream)))
+        return fail(d, r, "device tensor copy");
+    if (cp->timing) {
+        float ms = 0;
+        d->cuEventElapsedTime(&ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
+        cp->timing->copy_ns = (uint64_t)((double)ms * 1e6);
+        cp->timing->copy_bytes = cp->bytes;
+    }
+    return 0;
 }
 
 static int cuda_attention(struct backend *be, int dev, const struct attn_args *a)
@@ -387,9 +442,12 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     bool copy_in[5] = {true, true, true,
                        !contiguous(4, (int64_t[]){a->B, a->Hq, a->Sq, a->D}, a->o_st),
                        a->lse && !contiguous(3, (int64_t[]){a->B, a->Hq, a->Sq}, a->lse_st)};
+    /* Device tensors are used where they are; arena tensors are staged in scratch. */
     size_t off[5], total = 0;
     for (int i = 0; i < 5; i++) {
         off[i] = total;
+        if (a->device_mask & (1u << i))
+            continue;
         total += align256(bytes[i]);
     }
     int rc = ensure_scratch(d, x, total ? total : 256);
@@ -399,8 +457,11 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     CUresult r;
     uint64_t moved = 0;
     d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
+    CUdeviceptr dptr[5];
+    for (int i = 0; i < 5; i++)
+        dptr[i] = (a->device_mask & (1u << i)) ? (CUdeviceptr)(uintptr_t)host[i] : x->scratch + off[i];
     for (int i = 0; i < 5; i++) {
-        if (!bytes[i] || !copy_in[i])
+        if (!bytes[i] || !copy_in[i] || (a->device_mask & (1u << i)))
             continue;
         if ((r = d->cuMemcpyHtoDAsync(x->scratch + off[i], host[i], bytes[i], x->stream)))
             return fail(d, r, "copy to device");
@@ -409,11 +470,11 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
 
     gllm_cuda_attn_params p = {
-        .q = (const void *)(uintptr_t)(x->scratch + off[0]),
-        .k = (const void *)(uintptr_t)(x->scratch + off[1]),
-        .v = (const void *)(uintptr_t)(x->scratch + off[2]),
-        .out = (void *)(uintptr_t)(x->scratch + off[3]),
-        .lse = a->lse ? (float *)(uintptr_t)(x->scratch + off[4]) : NULL,
+        .q = (const void *)(uintptr_t)dptr[0],
+        .k = (const void *)(uintptr_t)dptr[1],
+        .v = (const void *)(uintptr_t)dptr[2],
+        .out = (void *)(uintptr_t)dptr[3],
+        .lse = a->lse ? (float *)(uintptr_t)dptr[4] : NULL,
         .B = a->B, .Hq = a->Hq, .Hkv = a->Hkv, .Sq = a->Sq, .Skv = a->Skv, .D = a->D,
         .scale = a->scale, .causal = a->causal,
     };
@@ -440,7 +501,7 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
         return fail(d, r, "kernel launch");
     d->cuEventRecord(x->ev[EV_KERNEL_END], x->stream);
     for (int i = 3; i < 5; i++) {
-        if (!bytes[i])
+        if (!bytes[i] || (a->device_mask & (1u << i)))
             continue;
         if ((r = d->cuMemcpyDtoHAsync((void *)host[i], x->scratch + off[i], bytes[i], x->stream)))
             return fail(d, r, "copy from device");
@@ -474,6 +535,9 @@ const struct backend_iface cuda_backend_iface = {
     .host_register = cuda_host_register,
     .host_unregister = cuda_host_unregister,
     .memory_info = cuda_memory_info,
+    .dev_alloc = cuda_dev_alloc,
+    .dev_free = cuda_dev_free,
+    .copy = cuda_copy,
     .describe = cuda_describe,
     .attention = cuda_attention,
 };
