@@ -87,11 +87,13 @@ static int cmd_status(const char *sock, int argc, char **argv)
         printf(", \"backend\": ");
         json_str(st.backend);
         printf(", \"uptime_s\": %.3f, \"clients\": %u, \"jobs_done\": %llu, \"jobs_failed\": %llu, "
-               "\"jobs_inflight\": %llu, \"arenas\": %u, \"bytes_mapped\": %llu, \"requests\": %llu, "
+               "\"jobs_inflight\": %llu, \"arenas\": %u, \"bytes_mapped\": %llu, \"dtensors\": %u, "
+               "\"device_bytes\": %llu, \"requests\": %llu, "
                "\"errors\": %llu, \"limit_violations\": %llu, \"devices\": [",
                st.uptime_s, st.clients, (unsigned long long)st.jobs_done,
                (unsigned long long)st.jobs_failed, (unsigned long long)st.jobs_inflight, st.arenas,
-               (unsigned long long)st.bytes_mapped, (unsigned long long)st.requests,
+               (unsigned long long)st.bytes_mapped, st.dtensors,
+               (unsigned long long)st.device_bytes, (unsigned long long)st.requests,
                (unsigned long long)st.errors, (unsigned long long)st.limit_violations);
         for (int i = 0; i < st.ndevices; i++) {
             printf("%s{\"index\": %d, \"kind\": ", i ? ", " : "", st.devices[i].index);
@@ -113,8 +115,9 @@ static int cmd_status(const char *sock, int argc, char **argv)
             printf("%s{\"pid\": %d, \"uid\": %u, \"gid\": %u, \"comm\": ", i ? ", " : "",
                    ci->pid, ci->uid, ci->gid);
             json_str(ci->comm);
-            printf(", \"arenas\": %u, \"arena_bytes\": %llu, \"inflight\": %u}", ci->arenas,
-                   (unsigned long long)ci->arena_bytes, ci->inflight);
+            printf(", \"arenas\": %u, \"arena_bytes\": %llu, \"device_bytes\": %llu, "
+                   "\"inflight\": %u}", ci->arenas, (unsigned long long)ci->arena_bytes,
+                   (unsigned long long)ci->device_bytes, ci->inflight);
         }
         printf("]}\n");
         return 0;
@@ -130,20 +133,22 @@ static int cmd_status(const char *sock, int argc, char **argv)
             printf("  device %d: %s (%s), %.1f GiB, %d threads\n", d->index, d->name, d->kind,
                    (double)d->memory_bytes / (1ull << 30), d->threads);
     }
-    printf("clients: %u   arenas: %u (%.1f MiB mapped)\n", st.clients, st.arenas,
-           (double)st.bytes_mapped / (1 << 20));
+    printf("clients: %u   arenas: %u (%.1f MiB mapped)   device tensors: %u (%.1f MiB)\n",
+           st.clients, st.arenas, (double)st.bytes_mapped / (1 << 20), st.dtensors,
+           (double)st.device_bytes / (1 << 20));
     printf("jobs: %llu done, %llu failed, %llu in flight\n", (unsigned long long)st.jobs_done,
            (unsigned long long)st.jobs_failed, (unsigned long long)st.jobs_inflight);
     printf("requests: %llu, error replies: %llu (limits hit: %llu)\n",
            (unsigned long long)st.requests, (unsigned long long)st.errors,
            (unsigned long long)st.limit_violations);
     if (st.nlisted)
-        printf("\n  %8s %6s %-16s %7s %12s %8s\n", "PID", "UID", "COMMAND", "ARENAS", "MAPPED",
-               "IN FLIGHT");
+        printf("\n  %8s %6s %-16s %7s %12s %12s %8s\n", "PID", "UID", "COMMAND", "ARENAS",
+               "MAPPED", "DEVICE", "IN FLIGHT");
     for (int i = 0; i < st.nlisted; i++) {
         const gllm_client_info *ci = &st.client_list[i];
-        printf("  %8d %6u %-16s %7u %10.1f M %8u\n", ci->pid, ci->uid, ci->comm, ci->arenas,
-               (double)ci->arena_bytes / (1 << 20), ci->inflight);
+        printf("  %8d %6u %-16s %7u %10.1f M %10.1f M %8u\n", ci->pid, ci->uid, ci->comm,
+               ci->arenas, (double)ci->arena_bytes / (1 << 20),
+               (double)ci->device_bytes / (1 << 20), ci->inflight);
     }
     return 0;
 }

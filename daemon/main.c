@@ -85,6 +85,9 @@ static void print_config(const struct config *c, const char *socket_path)
 {
     printf("socket = %s\nbackend = %s\nthreads = %d\nlog_level = %d\n", socket_path, c->backend,
            c->threads, c->log_level);
+    printf("max_device_bytes = %llu\nmax_device_bytes_total = %llu\n",
+           (unsigned long long)c->limits.max_device_bytes,
+           (unsigned long long)c->limits.max_device_bytes_total);
     printf("max_connections = %u\nmax_prehello_bytes = %u\nmax_arenas = %u\n"
            "max_arena_bytes = %llu\nmax_inflight = %u\nmax_inflight_total = %u\n"
            "max_elements = %llu\nmax_outq_bytes = %u\ndrain_timeout_s = %u\n"
