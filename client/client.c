@@ -511,6 +511,26 @@ int gllm_arena_release(gllm_arena *a)
     return r;
 }
 
+/* Sends the job request in c->tx, registered first: its reply may be read while we send. */
+static int send_job(gllm_client *c, uint64_t id)
+{
+    if (c->tx.overflow)
+        return GLLM_ETOOBIG;
+    if (c->njobs == c->capjobs) {
+        size_t cap = c->capjobs ? c->capjobs * 2 : 16;
+        struct job_slot *n = realloc(c->jobs, cap * sizeof *n);
+        if (!n)
+            return -ENOMEM;
+        c->jobs = n;
+        c->capjobs = cap;
+    }
+    c->jobs[c->njobs++] = (struct job_slot){.id = id};
+    int r = send_packet(c, c->tx.data, c->tx.len, -1);
+    if (r < 0)
+        c->njobs--;
+    return r;
+}
+
 int gllm_dtensor_create(gllm_client *c, size_t bytes, int device, gllm_dtensor **out)
 {
     if (bytes == 0 || device < 0)
@@ -589,21 +609,8 @@ static int dtensor_copy(gllm_client *c, gllm_dtensor *t, uint64_t offset, gllm_a
     proto_pack_kv_u64(pk, "bytes", bytes);
     proto_pack_kv_bool(pk, "to_device", to_device);
     /* A copy is a job: its reply comes in order with the connection's other jobs. */
-    if (c->njobs == c->capjobs) {
-        size_t cap = c->capjobs ? c->capjobs * 2 : 16;
-        struct job_slot *n = realloc(c->jobs, cap * sizeof *n);
-        if (!n)
-            return -ENOMEM;
-        c->jobs = n;
-        c->capjobs = cap;
-    }
-    c->jobs[c->njobs++] = (struct job_slot){.id = id};
-    int r = send_packet(c, c->tx.data, c->tx.len, -1);
-    if (r < 0) {
-        c->njobs--;
-        return r;
-    }
-    return gllm_job_wait(c, id, NULL);
+    int r = send_job(c, id);
+    return r < 0 ? r : gllm_job_wait(c, id, NULL);
 }
 
 int gllm_dtensor_write(gllm_client *c, gllm_dtensor *t, uint64_t offset, gllm_arena *a,
@@ -686,26 +693,11 @@ int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p, uint64
     a.causal = p->flags & GLLM_ATTN_CAUSAL;
     a.has_scale = p->flags & GLLM_ATTN_SCALE;
     a.scale = p->scale;
-    if (c->njobs == c->capjobs) {
-        size_t cap = c->capjobs ? c->capjobs * 2 : 16;
-        struct job_slot *n = realloc(c->jobs, cap * sizeof *n);
-        if (!n)
-            return -ENOMEM;
-        c->jobs = n;
-        c->capjobs = cap;
-    }
     uint64_t id;
     msgpack_packer *pk = begin_request(c, "attention", &id);
     proto_pack_attention(pk, &a);
-    if (c->tx.overflow)
-        return GLLM_ETOOBIG;
-    /* Registered before sending: the reply may be read while we send. */
-    c->jobs[c->njobs++] = (struct job_slot){.id = id};
-    r = send_packet(c, c->tx.data, c->tx.len, -1);
-    if (r < 0) {
-        c->njobs--;
+    if ((r = send_job(c, id)) < 0)
         return r;
-    }
     *job = id;
     return 0;
 }
