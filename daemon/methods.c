@@ -178,15 +178,11 @@ static void h_arena_register(struct session *s, const struct proto_msg *m, int *
     }
     if (srv->be->iface->host_register && srv->be->iface->host_register(srv->be, a->base, size) == 0)
         a->pinned_by = srv->be;
-    if ((r = arena_table_add(&s->arenas, a, ARENA_TABLE_MAX)) < 0) {
+    if ((r = session_region_add(s, a)) < 0) {
         arena_unref(a);
         session_reply_error(s, id, GLLM_EQUOTA, "arena_register: arena table full");
         return;
     }
-    s->narenas++;
-    s->arena_bytes += size;
-    srv->stats.bytes_mapped += size;
-    srv->stats.arenas++;
     msgpack_packer *pk = begin_result(s, m->id);
     msgpack_pack_map(pk, 2);
     proto_pack_kv_u64(pk, "arena", a->id);
@@ -202,20 +198,13 @@ static void h_arena_release(struct session *s, const struct proto_msg *m, int *f
         session_reply_error(s, (int64_t)m->id, GLLM_EPARAM, "arena_release: 'arena' (uint) required");
         return;
     }
-    struct arena *a = which <= UINT32_MAX ? arena_table_find(&s->arenas, (uint32_t)which) : NULL;
-    if (a && !a->device)
-        arena_table_remove(&s->arenas, (uint32_t)which);
-    else
-        a = NULL;              /* a device tensor is freed with dtensor_free */
+    /* A device tensor's id is refused here: those go with dtensor_free. */
+    struct arena *a = session_region_take(s, which, false);
     if (!a) {
         session_reply_error(s, (int64_t)m->id, GLLM_ENOARENA, "arena_release: no arena %llu",
                             (unsigned long long)which);
         return;
     }
-    s->narenas--;
-    s->arena_bytes -= a->size;
-    s->srv->stats.bytes_mapped -= a->size;
-    s->srv->stats.arenas--;
     arena_unref(a);  /* jobs still using it keep it mapped until they finish */
     msgpack_packer *pk = begin_result(s, m->id);
     msgpack_pack_map(pk, 0);
@@ -294,7 +283,7 @@ static void h_dtensor_create(struct session *s, const struct proto_msg *m, int *
     }
     struct arena *a;
     int r = arena_new_device(srv->be, (int)dev, bytes, &a);
-    if (r == 0 && (r = arena_table_add(&s->arenas, a, ARENA_TABLE_MAX)) < 0) {
+    if (r == 0 && (r = session_region_add(s, a)) < 0) {
         arena_unref(a);
         r = GLLM_EQUOTA;
     }
@@ -302,9 +291,6 @@ static void h_dtensor_create(struct session *s, const struct proto_msg *m, int *
         session_reply_error(s, id, r, "dtensor_create: %s", gllm_strerror(r));
         return;
     }
-    s->device_bytes += bytes;
-    srv->stats.device_bytes += bytes;
-    srv->stats.dtensors++;
     msgpack_packer *pk = begin_result(s, m->id);
     msgpack_pack_map(pk, 2);
     proto_pack_kv_u64(pk, "dtensor", a->id);
@@ -317,21 +303,13 @@ static void h_dtensor_free(struct session *s, const struct proto_msg *m, int *fd
     (void)fds, (void)nfds;
     uint64_t which = 0;
     struct arena *a = NULL;
-    if (proto_get_u64(m->params, "dtensor", true, &which) == 0 && which <= UINT32_MAX) {
-        a = arena_table_find(&s->arenas, (uint32_t)which);
-        if (a && a->device)
-            arena_table_remove(&s->arenas, (uint32_t)which);
-        else
-            a = NULL;
-    }
+    if (proto_get_u64(m->params, "dtensor", true, &which) == 0)
+        a = session_region_take(s, which, true);
     if (!a) {
         session_reply_error(s, (int64_t)m->id, GLLM_ENOARENA, "dtensor_free: no device tensor %llu",
                             (unsigned long long)which);
         return;
     }
-    s->device_bytes -= a->size;
-    s->srv->stats.device_bytes -= a->size;
-    s->srv->stats.dtensors--;
     arena_unref(a);   /* jobs still using it keep it until they finish */
     msgpack_packer *pk = begin_result(s, m->id);
     msgpack_pack_map(pk, 0);

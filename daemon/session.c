@@ -130,21 +130,9 @@ void session_close(struct session *s)
     shutdown(s->fd, SHUT_RDWR);
 
     struct server *srv = s->srv;
-    for (uint32_t i = 0; i < ARENA_TABLE_MAX; i++) {
-        struct arena *a = s->arenas.slot[i];
-        if (a) {
-            s->arenas.slot[i] = NULL;
-            if (a->device) {
-                srv->stats.device_bytes -= a->size;
-                srv->stats.dtensors--;
-            } else {
-                srv->stats.bytes_mapped -= a->size;
-                srv->stats.arenas--;
-            }
-            arena_unref(a);
-        }
-    }
-    s->arenas.count = 0;
+    for (uint32_t i = 0; i < ARENA_TABLE_MAX; i++)
+        if (s->arenas.slot[i])
+            arena_unref(session_region_take(s, s->arenas.slot[i]->id, s->arenas.slot[i]->device));
     while (s->out_head) {
         struct out_packet *p = s->out_head;
         s->out_head = p->next;
@@ -163,6 +151,41 @@ void session_close(struct session *s)
     log_debug("client %llu closed (%u jobs still running)", (unsigned long long)s->serial,
               s->inflight);
     session_unref(s);
+}
+
+/* Adds (sign 1) or removes (sign -1) a region's bytes from the counters. */
+static void account(struct session *s, const struct arena *a, int sign)
+{
+    struct server_stats *st = &s->srv->stats;
+    uint64_t n = a->size;
+    if (a->device) {
+        s->device_bytes = sign > 0 ? s->device_bytes + n : s->device_bytes - n;
+        st->device_bytes = sign > 0 ? st->device_bytes + n : st->device_bytes - n;
+        st->dtensors += (uint32_t)sign;
+    } else {
+        s->narenas += (uint32_t)sign;
+        s->arena_bytes = sign > 0 ? s->arena_bytes + n : s->arena_bytes - n;
+        st->bytes_mapped = sign > 0 ? st->bytes_mapped + n : st->bytes_mapped - n;
+        st->arenas += (uint32_t)sign;
+    }
+}
+
+int session_region_add(struct session *s, struct arena *a)
+{
+    int r = arena_table_add(&s->arenas, a, ARENA_TABLE_MAX);
+    if (r == 0)
+        account(s, a, 1);
+    return r;
+}
+
+struct arena *session_region_take(struct session *s, uint64_t id, bool device)
+{
+    struct arena *a = id <= UINT32_MAX ? arena_table_find(&s->arenas, (uint32_t)id) : NULL;
+    if (!a || a->device != device)
+        return NULL;
+    arena_table_remove(&s->arenas, (uint32_t)id);
+    account(s, a, -1);
+    return a;
 }
 
 void session_close_when_flushed(struct session *s)

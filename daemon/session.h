@@ -51,6 +51,13 @@ void session_reply_error(struct session *s, int64_t id, int code, const char *fm
 /* Closes the transport and releases the arenas; jobs in flight finish first
  * and the memory goes when the last reference does. */
 void session_close(struct session *s);
+/* Arenas and device tensors share the session's table; these keep the session's and the
+ * server's counters in step with it. add takes the caller's reference (-ENOSPC when the
+ * table is full); take removes the region of that kind and returns the table's reference,
+ * or NULL when the session has no such region. */
+int session_region_add(struct session *s, struct arena *a);
+struct arena *session_region_take(struct session *s, uint64_t id, bool device);
+
 /* Closes once every queued reply has been sent (at once if none is queued). */
 void session_close_when_flushed(struct session *s);
 struct session *session_ref(struct session *s);
