@@ -702,6 +702,71 @@ int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p, uint64
     return 0;
 }
 
+static int paged_kv_to_wire(gllm_client *c, const gllm_paged_kv *kv, struct proto_paged *w)
+{
+    int r;
+    if ((r = to_wire(c, &kv->k_cache, &w->k_cache)) < 0 ||
+        (r = to_wire(c, &kv->v_cache, &w->v_cache)) < 0 ||
+        (r = to_wire(c, &kv->indptr, &w->kv_indptr)) < 0 ||
+        (r = to_wire(c, &kv->indices, &w->kv_indices)) < 0)
+        return r;
+    return to_wire(c, &kv->last_page_len, &w->kv_last_page_len);
+}
+
+static int paged_submit(gllm_client *c, const char *method, const struct proto_paged *w,
+                        uint64_t *job)
+{
+    uint64_t id;
+    msgpack_packer *pk = begin_request(c, method, &id);
+    proto_pack_paged(pk, w);
+    int r = send_job(c, id);
+    if (r < 0)
+        return r;
+    *job = id;
+    return 0;
+}
+
+int gllm_kv_append_submit(gllm_client *c, const gllm_kv_append_params *p, uint64_t *job)
+{
+    if (!p || p->size < sizeof *p)
+        return -EINVAL;
+    struct proto_paged w = {.op = PROTO_KV_APPEND};
+    int r;
+    if ((r = paged_kv_to_wire(c, &p->kv, &w)) < 0 || (r = to_wire(c, &p->k, &w.k)) < 0 ||
+        (r = to_wire(c, &p->v, &w.v)) < 0 || (r = to_wire(c, &p->append_indptr, &w.append_indptr)) < 0)
+        return r;
+    return paged_submit(c, "kv_append", &w, job);
+}
+
+static int paged_attention_submit(gllm_client *c, const gllm_paged_attention_params *p,
+                                  enum proto_paged_op op, uint64_t *job)
+{
+    if (!p || p->size < sizeof *p || (p->flags & ~GLLM_ATTN_SCALE))
+        return -EINVAL;
+    struct proto_paged w = {.op = op};
+    int r;
+    if ((r = paged_kv_to_wire(c, &p->kv, &w)) < 0 || (r = to_wire(c, &p->q, &w.q)) < 0 ||
+        (r = to_wire(c, &p->out, &w.out)) < 0)
+        return r;
+    if (op == PROTO_PREFILL && (r = to_wire(c, &p->qo_indptr, &w.qo_indptr)) < 0)
+        return r;
+    w.has_scale = p->flags & GLLM_ATTN_SCALE;
+    w.scale = p->scale;
+    return paged_submit(c, op == PROTO_DECODE ? "attention_decode" : "attention_prefill", &w, job);
+}
+
+int gllm_attention_decode_submit(gllm_client *c, const gllm_paged_attention_params *p,
+                                 uint64_t *job)
+{
+    return paged_attention_submit(c, p, PROTO_DECODE, job);
+}
+
+int gllm_attention_prefill_submit(gllm_client *c, const gllm_paged_attention_params *p,
+                                  uint64_t *job)
+{
+    return paged_attention_submit(c, p, PROTO_PREFILL, job);
+}
+
 static int claim(gllm_client *c, struct job_slot *j, gllm_job_result *res)
 {
     gllm_job_result out = j->res;
@@ -743,11 +808,15 @@ int gllm_job_wait(gllm_client *c, uint64_t job, gllm_job_result *res)
     return claim(c, j, res);
 }
 
-int gllm_attention(gllm_client *c, const gllm_attention_params *p, gllm_job_result *res)
-{
-    uint64_t job;
-    int r = gllm_attention_submit(c, p, &job);
-    if (r < 0)
-        return r;
-    return gllm_job_wait(c, job, res);
-}
+/* The synchronous forms: submit, then wait. */
+#define GLLM_SYNC_(name, ptype)                                                          \
+    int name(gllm_client *c, const ptype *p, gllm_job_result *res)                       \
+    {                                                                                    \
+        uint64_t job;                                                                    \
+        int r = name##_submit(c, p, &job);                                               \
+        return r < 0 ? r : gllm_job_wait(c, job, res);                                   \
+    }
+GLLM_SYNC_(gllm_attention, gllm_attention_params)
+GLLM_SYNC_(gllm_kv_append, gllm_kv_append_params)
+GLLM_SYNC_(gllm_attention_decode, gllm_paged_attention_params)
+GLLM_SYNC_(gllm_attention_prefill, gllm_paged_attention_params)

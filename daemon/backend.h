@@ -42,6 +42,33 @@ struct copy_args {
     struct attn_timing *timing; /* out, optional: copy_ns, copy_bytes */
 };
 
+/* A validated paged-KV job. The page table arrays are the daemon's own checked copies in
+ * host memory (every index is in range, every length consistent); tensors are row-major:
+ * caches [num_pages, page_size, Hkv, D], q/out [nq, Hq, D], k_new/v_new [nnew, Hkv, D]. */
+enum paged_op { PAGED_APPEND, PAGED_ATTEND };
+enum paged_tensor { PG_KCACHE, PG_VCACHE, PG_Q, PG_OUT, PG_KNEW, PG_VNEW, PG_COUNT };
+struct paged_args {
+    enum paged_op op;
+    gllm_dtype dtype;
+    int64_t B, Hq, Hkv, D, page_size, num_pages;
+    void *k_cache, *v_cache;
+    const void *q;              /* attend */
+    void *out;
+    int64_t nq;
+    const void *k_new, *v_new;  /* append */
+    int64_t nnew;
+    const int32_t *kv_indptr;   /* [B + 1] */
+    const int32_t *kv_indices;  /* [kv_indptr[B]] */
+    const int32_t *kv_len;      /* [B] tokens in each sequence, derived */
+    const int32_t *q_indptr;    /* [B + 1] attend: the queries of each sequence (its last
+                                 * tokens); append: the new tokens of each sequence */
+    int32_t max_kv_len, max_q_len;
+    float scale;
+    bool causal;                /* attend: always true (decode sees the whole sequence) */
+    uint32_t device_mask;       /* bit (1 << enum paged_tensor): in device memory */
+    struct attn_timing *timing; /* out, optional */
+};
+
 struct backend_config {
     int threads;                /* CPU worker threads; 0 = one per online CPU */
 };
@@ -77,6 +104,10 @@ struct backend_iface {
     /* Runs one job to completion on device dev; called from that device's
      * worker thread only, so it may block. */
     int (*attention)(struct backend *be, int dev, const struct attn_args *a);
+    /* Paged KV cache jobs. paged_check runs on the event loop before a job is queued: 0 when
+     * this backend can run it, else a code and a one-line reason. paged runs on the worker. */
+    int (*paged_check)(struct backend *be, const struct paged_args *p, char *why, size_t len);
+    int (*paged)(struct backend *be, int dev, const struct paged_args *p);
 };
 
 struct backend {

@@ -126,6 +126,7 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
     UINT_KEY("max_prehello_bytes", c->limits.max_prehello_bytes, 64, 65536)
     UINT_KEY("max_elements", c->limits.max_elements, 1, 1ull << 50)
     UINT_KEY("max_outq_bytes", c->limits.max_outq_bytes, 65536, 1u << 30)
+    UINT_KEY("max_page_entries", c->limits.max_page_entries, 1, 1u << 28)
     UINT_KEY("drain_timeout_s", c->drain_timeout_s, 0, 3600)
     UINT_KEY("status_interval_s", c->status_interval_s, 1, 3600)
 #undef UINT_KEY

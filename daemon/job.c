@@ -1,5 +1,6 @@
 /* Attention request validation: every tensor is resolved and bounds-checked before it is queued. */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -13,14 +14,7 @@ uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-struct resolved {
-    const char *name;
-    const struct proto_tensor *t;
-    struct arena *arena;
-    uint64_t first, end;
-};
-
-static int resolve(struct resolved *r, const struct arena_table *arenas, uint64_t caps_max_elements,
+int job_resolve(struct resolved *r, const struct arena_table *arenas, uint64_t caps_max_elements,
                    char *err, size_t errlen)
 {
     r->arena = arena_table_find(arenas, r->t->arena);
@@ -64,7 +58,7 @@ static int resolve(struct resolved *r, const struct arena_table *arenas, uint64_
     return 0;
 }
 
-static bool overlaps(const struct resolved *a, const struct resolved *b)
+bool job_overlaps(const struct resolved *a, const struct resolved *b)
 {
     return a->arena == b->arena && a->first < b->end && b->first < a->end && a->first != a->end &&
            b->first != b->end;
@@ -73,7 +67,7 @@ static bool overlaps(const struct resolved *a, const struct resolved *b)
 /* True when no two index tuples of t address the same element, so parallel
  * writers never race: sorted by stride, each stride must clear the extent of
  * the dimensions inside it. */
-static bool injective(const struct proto_tensor *t)
+bool job_injective(const struct proto_tensor *t)
 {
     int idx[GLLM_MAX_RANK];
     int n = 0;
@@ -116,7 +110,7 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
     int n = pa->has_lse ? 5 : 4;
     int rc;
     for (int i = 0; i < n; i++)
-        if ((rc = resolve(&r[i], arenas, caps->max_elements, err, errlen)) < 0)
+        if ((rc = job_resolve(&r[i], arenas, caps->max_elements, err, errlen)) < 0)
             return rc;
 
     const struct proto_tensor *q = &pa->q, *k = &pa->k, *v = &pa->v, *o = &pa->out;
@@ -167,12 +161,12 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
         }
     }
     for (int w = 3; w < n; w++) {
-        if (!injective(r[w].t)) {
+        if (!job_injective(r[w].t)) {
             snprintf(err, errlen, "%s: strides make elements overlap", r[w].name);
             return GLLM_EALIAS;
         }
         for (int i = 0; i < n; i++)
-            if (i != w && overlaps(&r[w], &r[i])) {
+            if (i != w && job_overlaps(&r[w], &r[i])) {
                 snprintf(err, errlen, "%s overlaps %s", r[w].name, r[i].name);
                 return GLLM_EALIAS;
             }
@@ -200,14 +194,7 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
     a->causal = pa->causal;
     a->scale = pa->has_scale ? (float)pa->scale : (float)(1.0 / sqrt((double)D));
 
-    job->narenas = 0;
-    for (int i = 0; i < n; i++) {
-        bool seen = false;
-        for (int j = 0; j < job->narenas; j++)
-            seen |= job->arenas[j] == r[i].arena;
-        if (!seen)
-            job->arenas[job->narenas++] = arena_ref(r[i].arena);
-    }
+    job_hold(job, r, n);
     return 0;
 }
 
@@ -252,4 +239,19 @@ void job_release_arenas(struct job *job)
     for (int i = 0; i < job->narenas; i++)
         arena_unref(job->arenas[i]);
     job->narenas = 0;
+    free(job->tables);
+    job->tables = NULL;
+}
+
+/* Takes one reference per distinct region among r[0..n). */
+void job_hold(struct job *job, const struct resolved *r, int n)
+{
+    job->narenas = 0;
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+        for (int j = 0; j < job->narenas; j++)
+            seen |= job->arenas[j] == r[i].arena;
+        if (!seen)
+            job->arenas[job->narenas++] = arena_ref(r[i].arena);
+    }
 }

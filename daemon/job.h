@@ -10,11 +10,11 @@
 #include "backend.h"
 #include "proto.h"
 
-#define JOB_MAX_ARENAS 5
+#define JOB_MAX_ARENAS 10
 
 struct session;
 
-enum job_kind { JOB_ATTENTION, JOB_COPY };
+enum job_kind { JOB_ATTENTION, JOB_COPY, JOB_PAGED };
 
 struct job {
     struct job *next;             /* worker queue, then completion list */
@@ -26,6 +26,8 @@ struct job {
     int narenas;
     struct attn_args args;        /* JOB_ATTENTION */
     struct copy_args copy;        /* JOB_COPY */
+    struct paged_args paged;      /* JOB_PAGED */
+    int32_t *tables;              /* JOB_PAGED: the checked copy of its page table (owned) */
     const atomic_bool *cancel;    /* set when the session is gone: skip the work */
     const atomic_bool *abort;     /* set past the shutdown deadline: skip the work */
     int status;
@@ -38,7 +40,21 @@ struct job_caps {
     uint32_t dtypes;
     int max_head_dim;
     uint64_t max_elements;        /* per tensor; 0 = no limit */
+    uint32_t max_page_entries;    /* page-table entries, queries or new tokens of a paged job */
 };
+
+/* Shared by the job_prepare_* functions: a tensor reference resolved to its region. */
+struct resolved {
+    const char *name;
+    const struct proto_tensor *t;
+    struct arena *arena;
+    uint64_t first, end;          /* byte range in the region */
+};
+int job_resolve(struct resolved *r, const struct arena_table *arenas, uint64_t max_elements,
+                char *err, size_t errlen);
+bool job_overlaps(const struct resolved *a, const struct resolved *b);
+bool job_injective(const struct proto_tensor *t);
+void job_hold(struct job *job, const struct resolved *r, int n);
 
 /* Resolves and checks every tensor of an attention request against the
  * session's arenas and the backend's caps, fills job->args and takes a
@@ -51,6 +67,13 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
 int job_prepare_copy(struct job *job, const struct arena_table *regions, uint32_t dtensor,
                      uint64_t dt_offset, uint32_t arena, uint64_t arena_offset, uint64_t bytes,
                      bool to_device, char *err, size_t errlen);
+/* A paged KV cache job: resolves the tensors, copies the page table out of its arenas and
+ * checks every entry of that copy (which is what the backend then reads), so a client
+ * changing its arena afterwards cannot put a bad index in front of a kernel. */
+int job_prepare_paged(struct job *job, const struct proto_paged *pp,
+                      const struct arena_table *arenas, const struct job_caps *caps,
+                      char *err, size_t errlen);
+/* Drops the arena references and frees what the job owns. */
 void job_release_arenas(struct job *job);
 
 uint64_t now_ns(void);

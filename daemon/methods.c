@@ -1,4 +1,4 @@
-/* Request handlers: hello, status, arena_register, arena_release, attention. */
+/* Request handlers: hello, status, arenas, device tensors, attention and the paged KV cache. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -384,6 +384,65 @@ static void h_attention(struct session *s, const struct proto_msg *m, int *fds, 
     submit(s, job, m->id, (int)dev);
 }
 
+/* kv_append, attention_decode and attention_prefill: validated like attention, plus the
+ * backend's own say on shapes it can run. */
+static void paged(struct session *s, const struct proto_msg *m, enum proto_paged_op op,
+                  const char *method)
+{
+    struct server *srv = s->srv;
+    int64_t id = (int64_t)m->id;
+    if (!admit(s, id, method))
+        return;
+    struct proto_paged pp;
+    int r = proto_decode_paged(m->params, op, &pp);
+    if (r < 0) {
+        session_reply_error(s, id, r, "%s: %s (see docs/PROTOCOL.md for its fields)", method,
+                            gllm_strerror(r));
+        return;
+    }
+    uint64_t dev;
+    if (!get_device(s, m, method, &dev))
+        return;
+    struct job *job = calloc(1, sizeof *job);
+    if (!job) {
+        session_reply_error(s, id, -ENOMEM, "%s: out of memory", method);
+        return;
+    }
+    char err[PROTO_MAX_ERRMSG];
+    r = job_prepare_paged(job, &pp, &s->arenas, &srv->caps, err, sizeof err);
+    if (r == 0 && !srv->be->iface->paged) {
+        snprintf(err, sizeof err, "not supported by the %s backend", srv->be->iface->name);
+        r = GLLM_EMETHOD;
+    } else if (r == 0 && srv->be->iface->paged_check) {
+        r = srv->be->iface->paged_check(srv->be, &job->paged, err, sizeof err);
+    }
+    if (r < 0) {
+        job_release_arenas(job);
+        free(job);
+        session_reply_error(s, id, r, "%s: %s", method, err);
+        return;
+    }
+    submit(s, job, m->id, (int)dev);
+}
+
+static void h_kv_append(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    paged(s, m, PROTO_KV_APPEND, "kv_append");
+}
+
+static void h_attention_decode(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    paged(s, m, PROTO_DECODE, "attention_decode");
+}
+
+static void h_attention_prefill(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    (void)fds, (void)nfds;
+    paged(s, m, PROTO_PREFILL, "attention_prefill");
+}
+
 static const struct method methods[] = {
     {"hello", h_hello, false},
     {"status", h_status, false},
@@ -393,6 +452,9 @@ static const struct method methods[] = {
     {"dtensor_create", h_dtensor_create, false},
     {"dtensor_free", h_dtensor_free, false},
     {"dtensor_copy", h_dtensor_copy, false},
+    {"kv_append", h_kv_append, false},
+    {"attention_decode", h_attention_decode, false},
+    {"attention_prefill", h_attention_prefill, false},
 };
 
 void methods_dispatch(struct session *s, const void *buf, size_t len, int *fds, int nfds)

@@ -261,6 +261,7 @@ void server_apply_config(struct server *srv, const struct config *cfg)
 {
     srv->limits = cfg->limits;
     srv->caps.max_elements = cfg->limits.max_elements;
+    srv->caps.max_page_entries = cfg->limits.max_page_entries;
     srv->policy = cfg->policy;
     srv->drain_timeout_s = cfg->drain_timeout_s;
     if (srv->status_interval_s != cfg->status_interval_s && uv_is_active((uv_handle_t *)&srv->status_timer)) {
@@ -285,6 +286,7 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->caps.dtypes = be->iface->dtypes(be);
     srv->caps.max_head_dim = be->iface->max_head_dim(be);
     srv->caps.max_elements = cfg->limits.max_elements;
+    srv->caps.max_page_entries = cfg->limits.max_page_entries;
     srv->ndevices = be->iface->device_count(be);
     if (srv->ndevices > GLLM_MAX_DEVICES)
         srv->ndevices = GLLM_MAX_DEVICES;

@@ -17,6 +17,7 @@ struct limits {
     uint32_t max_inflight_total;  /* ... in all sessions together */
     uint64_t max_elements;        /* elements of one tensor */
     uint32_t max_outq_bytes;      /* unsent replies before we stop reading a client */
+    uint32_t max_page_entries;    /* page-table entries, queries or new tokens of a paged job */
 };
 
 #define LIMITS_DEFAULT                                                                   \
@@ -26,6 +27,7 @@ struct limits {
         .max_device_bytes_total = 64ull << 30, .max_inflight = 256,                     \
         .max_inflight_total = 4096,                                                      \
         .max_elements = 1ull << 36, .max_outq_bytes = 1u << 20,                          \
+        .max_page_entries = 1u << 22,                                                    \
     }
 
 #endif

@@ -69,6 +69,9 @@ static void *worker_main(void *arg)
         else if (j->kind == JOB_COPY) {
             j->copy.timing = &j->timing;
             j->status = w->be->iface->copy(w->be, w->dev, &j->copy);
+        } else if (j->kind == JOB_PAGED) {
+            j->paged.timing = &j->timing;
+            j->status = w->be->iface->paged(w->be, w->dev, &j->paged);
         } else
             j->status = w->be->iface->attention(w->be, w->dev, &j->args);
         j->t_end = now_ns();

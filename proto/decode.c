@@ -195,6 +195,7 @@ int proto_get_str(const msgpack_object *map, const char *key, bool required, cha
 
 static const char *const dtype_names[] = {
     [GLLM_DTYPE_F32] = "f32", [GLLM_DTYPE_F16] = "f16", [GLLM_DTYPE_BF16] = "bf16",
+    [GLLM_DTYPE_I32] = "i32",
 };
 
 int proto_dtype_parse(const char *name, gllm_dtype *out)
@@ -210,7 +211,8 @@ int proto_dtype_parse(const char *name, gllm_dtype *out)
 size_t proto_dtype_size(gllm_dtype dtype)
 {
     switch (dtype) {
-    case GLLM_DTYPE_F32: return 4;
+    case GLLM_DTYPE_F32:
+    case GLLM_DTYPE_I32: return 4;
     case GLLM_DTYPE_F16:
     case GLLM_DTYPE_BF16: return 2;
     }
@@ -274,6 +276,20 @@ int proto_decode_tensor(const msgpack_object *obj, struct proto_tensor *t)
     return 0;
 }
 
+static int decode_scale(const msgpack_object *params, bool *has, double *scale)
+{
+    const msgpack_object *o = proto_map_get(params, "scale");
+    if (!o || o->type == MSGPACK_OBJECT_NIL)
+        return 0;
+    int r = proto_get_f64(params, "scale", true, scale);
+    if (r < 0)
+        return r;
+    if (!isfinite(*scale))
+        return GLLM_EPARAM;
+    *has = true;
+    return 0;
+}
+
 int proto_decode_attention(const msgpack_object *params, struct proto_attention *a)
 {
     struct proto_attention v = {0};
@@ -291,15 +307,46 @@ int proto_decode_attention(const msgpack_object *params, struct proto_attention 
     }
     if ((r = proto_get_bool(params, "causal", false, &v.causal)) < 0)
         return r;
-    const msgpack_object *scale = proto_map_get(params, "scale");
-    if (scale && scale->type != MSGPACK_OBJECT_NIL) {
-        if ((r = proto_get_f64(params, "scale", true, &v.scale)) < 0)
-            return r;
-        if (!isfinite(v.scale))
-            return GLLM_EPARAM;
-        v.has_scale = true;
-    }
+    if ((r = decode_scale(params, &v.has_scale, &v.scale)) < 0)
+        return r;
     *a = v;
+    return 0;
+}
+
+int proto_decode_paged(const msgpack_object *params, enum proto_paged_op op, struct proto_paged *p)
+{
+    struct proto_paged v = {.op = op};
+    struct {
+        const char *key;
+        struct proto_tensor *t;
+        bool needed;
+    } fields[] = {
+        {"k_cache", &v.k_cache, true},
+        {"v_cache", &v.v_cache, true},
+        {"kv_indptr", &v.kv_indptr, true},
+        {"kv_indices", &v.kv_indices, true},
+        {"kv_last_page_len", &v.kv_last_page_len, true},
+        {"q", &v.q, op != PROTO_KV_APPEND},
+        {"out", &v.out, op != PROTO_KV_APPEND},
+        {"qo_indptr", &v.qo_indptr, op == PROTO_PREFILL},
+        {"k", &v.k, op == PROTO_KV_APPEND},
+        {"v", &v.v, op == PROTO_KV_APPEND},
+        {"append_indptr", &v.append_indptr, op == PROTO_KV_APPEND},
+    };
+    int r;
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        const msgpack_object *o = proto_map_get(params, fields[i].key);
+        if (!fields[i].needed) {
+            if (o && o->type != MSGPACK_OBJECT_NIL)
+                return GLLM_EPARAM;      /* a field this operation does not take */
+            continue;
+        }
+        if ((r = proto_decode_tensor(o, fields[i].t)) < 0)
+            return r;
+    }
+    if (op != PROTO_KV_APPEND && (r = decode_scale(params, &v.has_scale, &v.scale)) < 0)
+        return r;
+    *p = v;
     return 0;
 }
 

@@ -135,3 +135,29 @@ void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a)
     if (a->has_scale)
         proto_pack_kv_f64(pk, "scale", a->scale);
 }
+
+void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p)
+{
+    const bool append = p->op == PROTO_KV_APPEND, prefill = p->op == PROTO_PREFILL;
+    msgpack_pack_map(pk, 5 + (append ? 3 : 2 + prefill + p->has_scale));
+    const struct { const char *key; const struct proto_tensor *t; bool on; } fields[] = {
+        {"k_cache", &p->k_cache, true},
+        {"v_cache", &p->v_cache, true},
+        {"kv_indptr", &p->kv_indptr, true},
+        {"kv_indices", &p->kv_indices, true},
+        {"kv_last_page_len", &p->kv_last_page_len, true},
+        {"q", &p->q, !append},
+        {"out", &p->out, !append},
+        {"qo_indptr", &p->qo_indptr, prefill},
+        {"k", &p->k, append},
+        {"v", &p->v, append},
+        {"append_indptr", &p->append_indptr, append},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++)
+        if (fields[i].on) {
+            proto_pack_str(pk, fields[i].key);
+            proto_pack_tensor(pk, fields[i].t);
+        }
+    if (!append && p->has_scale)
+        proto_pack_kv_f64(pk, "scale", p->scale);
+}

@@ -76,12 +76,24 @@ struct proto_attention {
     double scale;
 };
 
+/* The paged KV cache operations; fields that an operation does not take must be absent. */
+enum proto_paged_op { PROTO_KV_APPEND, PROTO_DECODE, PROTO_PREFILL };
+struct proto_paged {
+    enum proto_paged_op op;
+    struct proto_tensor k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len;
+    struct proto_tensor q, out, qo_indptr;      /* decode, prefill (qo_indptr: prefill) */
+    struct proto_tensor k, v, append_indptr;    /* kv_append */
+    bool has_scale;
+    double scale;
+};
+
 int proto_dtype_parse(const char *name, gllm_dtype *out);
 size_t proto_dtype_size(gllm_dtype dtype);
 const char *proto_dtype_name(gllm_dtype dtype);
 
 int proto_decode_tensor(const msgpack_object *obj, struct proto_tensor *t);
 int proto_decode_attention(const msgpack_object *params, struct proto_attention *a);
+int proto_decode_paged(const msgpack_object *params, enum proto_paged_op op, struct proto_paged *p);
 /* Byte range [*first, *end) that the tensor touches, overflow-checked; an
  * empty tensor gives first == end == offset. Strides must be non-negative. */
 int proto_tensor_span(const struct proto_tensor *t, uint64_t *first, uint64_t *end);
@@ -113,5 +125,6 @@ void proto_pack_error(msgpack_packer *pk, int64_t id, int code, const char *mess
 
 void proto_pack_tensor(msgpack_packer *pk, const struct proto_tensor *t);
 void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a);
+void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p);
 
 #endif

@@ -36,6 +36,7 @@ typedef enum gllm_dtype {
     GLLM_DTYPE_F32 = 0,
     GLLM_DTYPE_F16 = 1,
     GLLM_DTYPE_BF16 = 2,
+    GLLM_DTYPE_I32 = 3,     /* page tables and other index tensors */
 } gllm_dtype;
 
 typedef struct gllm_client gllm_client;
@@ -146,6 +147,49 @@ typedef struct gllm_job_result {
     uint64_t copy_bytes;     /* GPU: bytes those copies moved */
 } gllm_job_result;
 
+/*
+ * A paged KV cache: K and V page pools [num_pages, page_size, Hkv, D] (row-major, one
+ * dtype, usually device tensors) and the page table of a batch of B sequences in the
+ * FlashInfer layout, as i32 tensors in arenas: sequence b owns pages
+ * indices[indptr[b] .. indptr[b + 1]) in order, and uses last_page_len[b] slots (1 ..
+ * page_size) of its last page. Its length is (pages - 1) * page_size + last_page_len[b].
+ * The daemon copies and checks every entry before a kernel sees it.
+ */
+typedef struct gllm_paged_kv {
+    gllm_tensor k_cache, v_cache;
+    gllm_tensor indptr;           /* i32 [B + 1], indptr[0] = 0, non-decreasing */
+    gllm_tensor indices;          /* i32 [>= indptr[B]], each in [0, num_pages) */
+    gllm_tensor last_page_len;    /* i32 [B] */
+} gllm_paged_kv;
+
+/*
+ * Writes the K and V of new tokens, k and v [N, Hkv, D], into the cache: tokens
+ * append_indptr[b] .. append_indptr[b + 1] (i32 [B + 1]) of k and v become the last
+ * tokens of sequence b, whose page table (kv) already counts them. No two new tokens may
+ * land in the same slot.
+ */
+typedef struct gllm_kv_append_params {
+    size_t size;                  /* sizeof(gllm_kv_append_params) */
+    gllm_paged_kv kv;
+    gllm_tensor k, v, append_indptr;
+} gllm_kv_append_params;
+
+/*
+ * Attention over a paged cache. Decode: q and out [B, Hq, D], one query per sequence,
+ * seeing all of it. Prefill: q and out [N, Hq, D], queries qo_indptr[b] .. qo_indptr[b +
+ * 1] (i32 [B + 1]) are the last tokens of sequence b (already appended) and attend
+ * causally to the cached prefix and to each other. Hq must be a multiple of Hkv; flags
+ * takes GLLM_ATTN_SCALE only.
+ */
+typedef struct gllm_paged_attention_params {
+    size_t size;                  /* sizeof(gllm_paged_attention_params) */
+    uint32_t flags;
+    float scale;
+    gllm_paged_kv kv;
+    gllm_tensor q, out;
+    gllm_tensor qo_indptr;        /* prefill only */
+} gllm_paged_attention_params;
+
 /* Connection. path NULL: $GLLM_SOCKET, else $XDG_RUNTIME_DIR/gllm/gllmd.sock,
  * else /run/gllm/gllmd.sock when root. Performs the hello exchange. */
 GLLM_EXPORT int gllm_connect(const char *path, gllm_client **out);
@@ -195,6 +239,20 @@ GLLM_EXPORT int gllm_attention_submit(gllm_client *c, const gllm_attention_param
                                       uint64_t *job);
 GLLM_EXPORT int gllm_job_wait(gllm_client *c, uint64_t job, gllm_job_result *res);
 GLLM_EXPORT int gllm_job_poll(gllm_client *c, uint64_t job, gllm_job_result *res);
+
+/* Paged KV cache jobs; the _submit forms return at once like gllm_attention_submit. */
+GLLM_EXPORT int gllm_kv_append_submit(gllm_client *c, const gllm_kv_append_params *p,
+                                      uint64_t *job);
+GLLM_EXPORT int gllm_attention_decode_submit(gllm_client *c, const gllm_paged_attention_params *p,
+                                             uint64_t *job);
+GLLM_EXPORT int gllm_attention_prefill_submit(gllm_client *c, const gllm_paged_attention_params *p,
+                                              uint64_t *job);
+GLLM_EXPORT int gllm_kv_append(gllm_client *c, const gllm_kv_append_params *p,
+                               gllm_job_result *res);
+GLLM_EXPORT int gllm_attention_decode(gllm_client *c, const gllm_paged_attention_params *p,
+                                      gllm_job_result *res);
+GLLM_EXPORT int gllm_attention_prefill(gllm_client *c, const gllm_paged_attention_params *p,
+                                       gllm_job_result *res);
 
 /* The daemon's message for the last failed call or claimed failed job on c
  * ("" if none): it names the field and the limit that was hit. */

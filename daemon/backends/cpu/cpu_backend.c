@@ -7,6 +7,7 @@
 
 #include "backend.h"
 #include "cpu_attention.h"
+#include "cpu_paged.h"
 #include "cpu_pool.h"
 
 struct cpu_ctx {
@@ -123,6 +124,20 @@ static int cpu_attention(struct backend *be, int dev, const struct attn_args *a)
     return cpu_attention_run(c->attn, a);
 }
 
+static int cpu_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
+{
+    (void)be, (void)p, (void)why, (void)len;
+    return 0;      /* every dtype and head dim the daemon lets through */
+}
+
+static int cpu_paged(struct backend *be, int dev, const struct paged_args *p)
+{
+    struct cpu_ctx *c = be->ctx;
+    if (dev != 0)
+        return -ENODEV;
+    return cpu_paged_run(c->attn, p);
+}
+
 /* On the CPU, "device" memory is host memory the daemon owns. */
 static int cpu_dev_alloc(struct backend *be, int dev, size_t bytes, void **out)
 {
@@ -170,4 +185,6 @@ const struct backend_iface cpu_backend_iface = {
     .dev_free = cpu_dev_free,
     .copy = cpu_copy,
     .attention = cpu_attention,
+    .paged_check = cpu_paged_check,
+    .paged = cpu_paged,
 };
