@@ -2,11 +2,15 @@
 #ifndef GLLM_CTL_H
 #define GLLM_CTL_H
 
+#include <stdbool.h>
+
 #include "gllm/gllm.h"
 
 /* Connects, printing why not; returns 0, 1 (error) or 3 (daemon not running). */
 int ctl_connect(const char *socket_path, gllm_client **c);
 int ctl_bench(const char *socket_path, int argc, char **argv);
+/* The --decode half of bench: paged decode shapes, device-resident. */
+int ctl_bench_decode(gllm_client *c, int iters, bool json);
 /* Prints s as a JSON string literal, escaped. */
 void json_str(const char *s);
 

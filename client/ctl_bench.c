@@ -139,11 +139,13 @@ out:
 
 int ctl_bench(const char *socket_path, int argc, char **argv)
 {
-    bool json = false;
+    bool json = false, decode = false;
     int iters = 5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;
+        } else if (strcmp(argv[i], "--decode") == 0) {
+            decode = true;
         } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
             iters = atoi(argv[++i]);
             if (iters < 1 || iters > 100000) {
@@ -159,6 +161,11 @@ int ctl_bench(const char *socket_path, int argc, char **argv)
     int r = ctl_connect(socket_path, &c);
     if (r)
         return r;
+    if (decode) {
+        r = ctl_bench_decode(c, iters, json);
+        gllm_disconnect(c);
+        return r;
+    }
     const gllm_caps *caps = gllm_client_caps(c);
     bool cpu = strcmp(caps->backend, "cpu") == 0;
     const struct shape *shapes = cpu ? cpu_shapes : gpu_shapes;

@@ -23,7 +23,8 @@ static void usage(FILE *f)
             "  status [--json]                    daemon, devices, clients and job counts\n"
             "  attn Q.npy K.npy V.npy -o OUT.npy  run one attention job on .npy files\n"
             "       [--causal] [--scale X] [--dtype f32|f16|bf16] [--lse LSE.npy]\n"
-            "  bench [--json] [--iters N]         standard prefill shapes through the daemon\n\n"
+            "  bench [--json] [--iters N]         standard prefill shapes through the daemon\n"
+            "  bench --decode [--json] [--iters N] paged decode, device-resident: added latency\n\n"
             "Exit status: 0 ok, 1 failure, 2 usage error, 3 daemon not running.\n");
 }
 

@@ -44,7 +44,7 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck disable=SC2086
-"$nvcc" -fatbin -O3 -std=c++17 $gencode -Xptxas -v -o "$tmp/k.fatbin" "$src/attention_fwd.cu" \
+"$nvcc" -fatbin -O3 -std=c++17 $gencode -Xptxas -v -o "$tmp/k.fatbin" "$src/gllm_kernels.cu" \
   2> "$tmp/ptxas.log"
 grep -E 'entry function|registers|spill' "$tmp/ptxas.log" > "$out/ptxas.txt" || true
 mv "$tmp/k.fatbin" "$fatbin"

@@ -18,7 +18,7 @@ note() { summary+=("$*"); echo "== $*"; }
 if ldd "$build/gllmd" | grep -qiE 'cuda|cudart'; then note "FAIL gllmd links a CUDA library"; fi
 
 fails=0
-for t in test_proto test_arena test_job test_fatbin test_cpu_attention test_integration test_lifecycle test_abuse; do
+for t in test_proto test_arena test_job test_fatbin test_cpu_attention test_integration test_paged test_lifecycle test_abuse; do
   if "$build/tests/$t" > "$out/$t.log" 2>&1; then note "ok   $t (backend cuda)"
   else note "FAIL $t (see $t.log)"; tail -30 "$out/$t.log"; fails=$((fails + 1)); fi
 done
@@ -30,16 +30,23 @@ sock=$(mktemp -d)/gllmd.sock
 "$build/gllmd" --socket "$sock" --backend cuda 2> "$out/gllmd.log" &
 pid=$!
 for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
-python3 "$here/gpu_compare.py" --socket "$sock" --out "$out" ${GPU_CHECK_ARGS:-} 2>&1 | tee "$out/gpu_compare.log"
-[ "${PIPESTATUS[0]}" = 0 ] || { note "FAIL gpu_compare (see gpu_compare.log)"; fails=$((fails + 1)); }
+if [ -z "${GPU_CHECK_PAGED_ONLY:-}" ]; then
+  python3 "$here/gpu_compare.py" --socket "$sock" --out "$out" ${GPU_CHECK_ARGS:-} 2>&1 | tee "$out/gpu_compare.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || { note "FAIL gpu_compare (see gpu_compare.log)"; fails=$((fails + 1)); }
+fi
+python3 "$here/gpu_paged.py" --socket "$sock" --out "$out" ${GPU_PAGED_ARGS:-} 2>&1 | tee "$out/gpu_paged.log"
+[ "${PIPESTATUS[0]}" = 0 ] || { note "FAIL gpu_paged (see gpu_paged.log)"; fails=$((fails + 1)); }
 "$build/gllmctl" --socket "$sock" status > "$out/status.txt" 2>&1
 "$build/gllmctl" --socket "$sock" bench --iters 20 > "$out/gllmctl_bench.txt" 2>&1
-if "$build/gllm_loadtest" --socket "$sock" --clients 64 --jobs 2000 --depth 8 > "$out/loadtest.txt" 2>&1
+"$build/gllmctl" --socket "$sock" bench --decode --iters 200 > "$out/gllmctl_bench_decode.txt" 2>&1
+if [ -n "${GPU_CHECK_PAGED_ONLY:-}" ]; then :
+elif "$build/gllm_loadtest" --socket "$sock" --clients 64 --jobs 2000 --depth 8 > "$out/loadtest.txt" 2>&1
 then note "ok   load test: $(cat "$out/loadtest.txt")"
 else note "FAIL load test: $(tail -3 "$out/loadtest.txt")"; fails=$((fails + 1)); fi
 kill -TERM "$pid"; wait "$pid"; note "gllmd exit status after SIGTERM: $?"
 
-echo; echo "== summary"; cat "$out/status.txt"; cat "$out/gllmctl_bench.txt"
+echo; echo "== summary"; cat "$out/status.txt"; cat "$out/gllmctl_bench.txt" "$out/gllmctl_bench_decode.txt"
 printf '%s\n' "${summary[@]}"
-grep -A10 '^shape' "$out/gpu_compare.log" || true
+grep -A10 '^shape' "$out/gpu_compare.log" 2>/dev/null || true
+grep -A4 '^decode shape' "$out/gpu_paged.log" || true
 exit "$fails"

@@ -31,4 +31,58 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_GENERIC_ROWS 4
 #define GLLM_CUDA_GENERIC_MAX_D 256
 
+/* ---- paged KV cache ---------------------------------------------------------------------
+ * gllm_paged_attn_{f16,bf16}_d{64,128}: grid (work items, Hkv * head_chunks), block
+ * GLLM_CUDA_PAGED_THREADS, dynamic shared memory GLLM_CUDA_PAGED_SMEM(D). Each block takes
+ * GLLM_CUDA_PAGED_ROWS rows of (query token, head) pairs that share one KV head: row r is
+ * token r / heads_per_cta of the item and head r % heads_per_cta of the block's chunk of
+ * the group. It reads keys [kv0, kv1) of its sequence through the page table, with the
+ * causal limit pos0 + token; it writes out directly (part < 0) or a partial result that
+ * gllm_paged_combine merges. Pools and q/out 16-byte aligned, D-stride 1, contiguous. */
+#define GLLM_CUDA_PAGED_THREADS 128
+#define GLLM_CUDA_PAGED_ROWS 16
+#define GLLM_CUDA_PAGED_KEYS 64          /* keys per pipeline stage; 16 per warp */
+#define GLLM_CUDA_PAGED_STAGES 3
+#define GLLM_CUDA_PAGED_SMEM(D) \
+    ((GLLM_CUDA_PAGED_ROWS + GLLM_CUDA_PAGED_STAGES * 2 * GLLM_CUDA_PAGED_KEYS) * (D) * 2)
+
+typedef struct gllm_cuda_paged_work {
+    int32_t b;            /* sequence */
+    int32_t q0;           /* first query token (row of q and out) */
+    int32_t nq;           /* query tokens, <= 16 / heads_per_cta */
+    int32_t pos0;         /* position of token q0 in its sequence */
+    int32_t kv0, kv1;     /* keys read */
+    int32_t part;         /* -1: final; else the partial slot written */
+    int32_t pad;
+} gllm_cuda_paged_work;
+
+typedef struct gllm_cuda_paged_combine {
+    int32_t q0, nq;       /* as the work items it merges */
+    int32_t part0, nparts;
+} gllm_cuda_paged_combine;
+
+typedef struct gllm_cuda_paged_params {
+    const void *q;
+    void *out;
+    const void *k_cache, *v_cache;
+    const int32_t *kv_indptr, *kv_indices;
+    const gllm_cuda_paged_work *work;
+    const gllm_cuda_paged_combine *combine;
+    float *part_o;        /* [part][grid.y][ROWS][D] */
+    float *part_lse;      /* [part][grid.y][ROWS], log2 domain */
+    int32_t Hq, Hkv, page_size, page_shift;   /* page_shift: log2(page_size), or -1 */
+    int32_t group, heads_per_cta, head_chunks;
+    float scale;
+} gllm_cuda_paged_params;
+
+/* gllm_kv_append_rows: grid (new tokens), block 128; row_bytes per [Hkv, D] row, vec16 when
+ * rows and pointers allow 16-byte copies. */
+typedef struct gllm_cuda_append_params {
+    const void *k_new, *v_new;
+    void *k_cache, *v_cache;
+    const int64_t *slot;  /* [n]: destination row (page * page_size + offset) */
+    int64_t row_bytes;
+    int32_t vec16;
+} gllm_cuda_append_params;
+
 #endif

@@ -4,32 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../kernels/cuda/attention_params.h"
-#include "backend.h"
-#include "cuda_driver.h"
+#include "cuda_internal.h"
 #include "fatbin.h"
 #include "log.h"
-
-enum { EV_COPY_IN, EV_KERNEL, EV_KERNEL_END, EV_COPY_OUT, EV_COUNT };
-
-struct cuda_dev {
-    CUdevice dev;
-    CUcontext ctx;
-    CUmodule mod;
-    CUstream stream;
-    CUevent ev[EV_COUNT];
-    CUfunction tc[2][2][2];        /* [bf16?][D == 128?][causal?] */
-    CUfunction generic[3];         /* by gllm_dtype */
-    CUdeviceptr scratch;           /* inputs and outputs of the running job */
-    size_t scratch_size;
-    gllm_device_info info;
-};
-
-struct cuda_ctx {
-    const struct cuda_driver *d;
-    int ndev;
-    struct cuda_dev dev[GLLM_MAX_DEVICES];
-};
 
 static char describe_line[160];
 
@@ -67,8 +44,7 @@ static int cuda_probe(char *why, size_t len)
     return 100;
 }
 
-/* Maps a driver error to our codes, logging the driver's words once. */
-static int fail(const struct cuda_driver *d, CUresult r, const char *what)
+int cuda_fail(const struct cuda_driver *d, CUresult r, const char *what)
 {
     char buf[160];
     log_err("cuda: %s: %s", what, cuda_error_text(d, r, buf, sizeof buf));
@@ -82,6 +58,8 @@ static void close_dev(const struct cuda_driver *d, struct cuda_dev *x)
     d->cuCtxSetCurrent(x->ctx);
     if (x->scratch)
         d->cuMemFree(x->scratch);
+    if (x->hstage)
+        d->cuMemFreeHost(x->hstage);
     for (int i = 0; i < EV_COUNT; i++)
         if (x->ev[i])
             d->cuEventDestroy(x->ev[i]);
@@ -161,6 +139,8 @@ static int open_dev(const struct cuda_driver *d, int ordinal, struct cuda_dev *x
                     return GLLM_EBACKEND;
                 }
             }
+    if ((r = cuda_paged_load(d, x, why, len)) != CUDA_SUCCESS)
+        return GLLM_EBACKEND;
     static const char *const gnames[3] = {"gllm_attn_generic_f32", "gllm_attn_generic_f16",
                                           "gllm_attn_generic_bf16"};
     for (int t = 0; t < 3; t++)
@@ -318,12 +298,8 @@ static bool contiguous(int rank, const int64_t *shape, const int64_t *st)
     return true;
 }
 
-static size_t align256(size_t x)
-{
-    return (x + 255) & ~(size_t)255;
-}
 
-static int ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need)
+int cuda_ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need)
 {
     if (need <= x->scratch_size)
         return 0;
@@ -374,7 +350,7 @@ static int cuda_dev_alloc(struct backend *be, int dev, size_t bytes, void **out)
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
         return GLLM_EDEVMEM;
     if (r != CUDA_SUCCESS)
-        return fail(c->d, r, "device tensor allocation");
+        return cuda_fail(c->d, r, "device tensor allocation");
     *out = (void *)(uintptr_t)p;
     return 0;
 }
@@ -401,10 +377,10 @@ static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
     else
         r = d->cuMemcpyDtoHAsync(cp->dst, (CUdeviceptr)(uintptr_t)cp->src, cp->bytes, x->stream);
     if (r)
-        return fail(d, r, "device tensor copy");
+        return cuda_fail(d, r, "device tensor copy");
     d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
-        return fail(d, r, "device tensor copy");
+        return cuda_fail(d, r, "device tensor copy");
     if (cp->timing) {
         float ms = 0;
         d->cuEventElapsedTime(&ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
@@ -450,7 +426,7 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
             continue;
         total += align256(bytes[i]);
     }
-    int rc = ensure_scratch(d, x, total ? total : 256);
+    int rc = cuda_ensure_scratch(d, x, total ? total : 256);
     if (rc < 0)
         return rc;
 
@@ -464,7 +440,7 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
         if (!bytes[i] || !copy_in[i] || (a->device_mask & (1u << i)))
             continue;
         if ((r = d->cuMemcpyHtoDAsync(x->scratch + off[i], host[i], bytes[i], x->stream)))
-            return fail(d, r, "copy to device");
+            return cuda_fail(d, r, "copy to device");
         moved += bytes[i];
     }
     d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
@@ -498,18 +474,18 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
                               x->stream, params, NULL);
     }
     if (r)
-        return fail(d, r, "kernel launch");
+        return cuda_fail(d, r, "kernel launch");
     d->cuEventRecord(x->ev[EV_KERNEL_END], x->stream);
     for (int i = 3; i < 5; i++) {
         if (!bytes[i] || (a->device_mask & (1u << i)))
             continue;
         if ((r = d->cuMemcpyDtoHAsync((void *)host[i], x->scratch + off[i], bytes[i], x->stream)))
-            return fail(d, r, "copy from device");
+            return cuda_fail(d, r, "copy from device");
         moved += bytes[i];
     }
     d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
-        return fail(d, r, "attention kernel");
+        return cuda_fail(d, r, "attention kernel");
     if (a->timing) {
         float in_ms = 0, k_ms = 0, out_ms = 0;
         d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
@@ -540,4 +516,6 @@ const struct backend_iface cuda_backend_iface = {
     .copy = cuda_copy,
     .describe = cuda_describe,
     .attention = cuda_attention,
+    .paged_check = cuda_paged_check,
+    .paged = cuda_paged,
 };

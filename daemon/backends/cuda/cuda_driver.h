@@ -71,7 +71,9 @@ enum {
     X(CUresult, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", (CUdeviceptr dst, const void *src, size_t n, CUstream s)) \
     X(CUresult, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *dst, CUdeviceptr src, size_t n, CUstream s)) \
     X(CUresult, cuMemHostRegister, "cuMemHostRegister_v2", (void *p, size_t n, unsigned int flags)) \
-    X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *p))
+    X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *p))                     \
+    X(CUresult, cuMemAllocHost, "cuMemAllocHost_v2", (void **p, size_t bytes))              \
+    X(CUresult, cuMemFreeHost, "cuMemFreeHost", (void *p))
 
 struct cuda_driver {
     void *handle;

@@ -1,0 +1,186 @@
+/* gllmctl bench --decode: paged decode with everything device-resident; what the daemon adds to the kernel. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctl.h"
+
+struct decode_shape {
+    int64_t B, Hq, Hkv, L, D, page_size;
+};
+
+/* The shapes on a GPU; on the CPU, small enough for two cores. */
+static const struct decode_shape gpu_decode[] = {
+    {64, 32, 8, 4096, 128, 16},
+    {1, 32, 8, 8192, 128, 16},
+    {1, 32, 8, 512, 128, 16},      /* a short sequence: latency, not bandwidth */
+};
+static const struct decode_shape cpu_decode[] = {
+    {4, 8, 2, 1024, 128, 16},
+    {1, 8, 2, 256, 128, 16},
+};
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The q-th quantile (0..1) of v, which it sorts. */
+static uint64_t quantile(uint64_t *v, int n, double q)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_u64);
+    int i = (int)(q * (n - 1) + 0.5);
+    return v[i];
+}
+
+/* Fills the device tensor with bytes from a random arena, a chunk at a time. */
+static int fill_device(gllm_client *c, gllm_dtensor *t, gllm_arena *rnd)
+{
+    size_t n = gllm_dtensor_size(t), chunk = gllm_arena_size(rnd);
+    for (size_t at = 0; at < n; at += chunk) {
+        int r = gllm_dtensor_write(c, t, at, rnd, 0, n - at < chunk ? n - at : chunk);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, gllm_arena *rnd,
+                      bool json, bool first)
+{
+    const gllm_dtype dt = GLLM_DTYPE_F16;
+    const int64_t pages_per_seq = (s->L + s->page_size - 1) / s->page_size, P = s->B * pages_per_seq;
+    const size_t pool = (size_t)(P * s->page_size * s->Hkv * s->D) * 2;
+    const size_t qbytes = (size_t)(s->B * s->Hq * s->D) * 2;
+    gllm_dtensor *kc = NULL, *vc = NULL, *qo = NULL;
+    gllm_arena *tab = NULL;
+    uint64_t *kern = calloc((size_t)iters, sizeof *kern), *e2e = calloc((size_t)iters, sizeof *e2e);
+    uint64_t *added = calloc((size_t)iters, sizeof *added);
+    int r = kern && e2e && added ? 0 : -12;
+    if (r == 0 && (r = gllm_dtensor_create(c, pool, 0, &kc)) == 0 &&
+        (r = gllm_dtensor_create(c, pool, 0, &vc)) == 0 &&
+        (r = gllm_dtensor_create(c, 2 * qbytes, 0, &qo)) == 0 &&
+        (r = gllm_arena_create(c, (size_t)(2 * s->B + 2 + P) * 4, &tab)) == 0 &&
+        (r = fill_device(c, kc, rnd)) == 0 && (r = fill_device(c, vc, rnd)) == 0)
+        r = fill_device(c, qo, rnd);
+    if (r < 0)
+        goto fail;
+    /* Pages dealt out in a shuffled order, as a cache that has been running a while is. */
+    int32_t *indptr = gllm_arena_data(tab), *last = indptr + s->B + 1, *idx = last + s->B;
+    for (int64_t i = 0; i < P; i++)
+        idx[i] = (int32_t)i;
+    uint64_t seed = 7;
+    for (int64_t i = P - 1; i > 0; i--) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int64_t j = (int64_t)((seed >> 33) % (uint64_t)(i + 1));
+        int32_t t = idx[i];
+        idx[i] = idx[j], idx[j] = t;
+    }
+    for (int64_t b = 0; b <= s->B; b++)
+        indptr[b] = (int32_t)(b * pages_per_seq);
+    for (int64_t b = 0; b < s->B; b++)
+        last[b] = (int32_t)(s->L - (pages_per_seq - 1) * s->page_size);
+    int64_t pshape[4] = {P, s->page_size, s->Hkv, s->D}, qshape[3] = {s->B, s->Hq, s->D};
+    gllm_paged_attention_params p = {.size = sizeof p};
+    gllm_tensor_init_device(&p.kv.k_cache, kc, 0, dt, 4, pshape);
+    gllm_tensor_init_device(&p.kv.v_cache, vc, 0, dt, 4, pshape);
+    gllm_tensor_init_device(&p.q, qo, 0, dt, 3, qshape);
+    gllm_tensor_init_device(&p.out, qo, qbytes, dt, 3, qshape);
+    int64_t n1 = s->B + 1, nb = s->B;
+    gllm_tensor_init(&p.kv.indptr, tab, 0, GLLM_DTYPE_I32, 1, &n1);
+    gllm_tensor_init(&p.kv.last_page_len, tab, (uint64_t)(s->B + 1) * 4, GLLM_DTYPE_I32, 1, &nb);
+    gllm_tensor_init(&p.kv.indices, tab, (uint64_t)(2 * s->B + 1) * 4, GLLM_DTYPE_I32, 1, &P);
+    gllm_job_result res;
+    for (int i = 0; i < 3 && r == 0; i++)            /* warm-up */
+        r = gllm_attention_decode(c, &p, &res);
+    for (int i = 0; i < iters && r == 0; i++) {
+        uint64_t t0 = mono_ns();
+        r = gllm_attention_decode(c, &p, &res);
+        e2e[i] = mono_ns() - t0;
+        kern[i] = res.kernel_ns;
+        added[i] = e2e[i] > res.kernel_ns ? e2e[i] - res.kernel_ns : 0;
+    }
+    if (r < 0)
+        goto fail;
+    double kv_bytes = 2.0 * (double)(s->B * s->L * s->Hkv * s->D) * 2;
+    uint64_t k50 = quantile(kern, iters, 0.5), e50 = quantile(e2e, iters, 0.5),
+             e99 = quantile(e2e, iters, 0.99), a50 = quantile(added, iters, 0.5),
+             a99 = quantile(added, iters, 0.99);
+    char name[96];
+    snprintf(name, sizeof name, "decode B%lld Hq%lld Hkv%lld L%lld D%lld f16 page %lld",
+             (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->L,
+             (long long)s->D, (long long)s->page_size);
+    if (json)
+        printf("%s{\"shape\": \"%s\", \"iters\": %d, \"kernel_us\": %.1f, \"e2e_us_p50\": %.1f, "
+               "\"e2e_us_p99\": %.1f, \"added_us_p50\": %.1f, \"added_us_p99\": %.1f, "
+               "\"kv_gbps\": %.1f}", first ? "" : ",\n ", name, iters, k50 / 1e3, e50 / 1e3,
+               e99 / 1e3, a50 / 1e3, a99 / 1e3, kv_bytes / (double)k50);
+    else
+        printf("%-44s %9.1f %9.1f %9.1f %9.1f %9.1f %8.0f\n", name, k50 / 1e3, e50 / 1e3,
+               e99 / 1e3, a50 / 1e3, a99 / 1e3, kv_bytes / (double)k50);
+    goto out;
+fail:
+    fprintf(stderr, "gllmctl bench --decode: %s %s\n", gllm_strerror(r), gllm_client_last_error(c));
+out:
+    if (kc)
+        gllm_dtensor_free(kc);
+    if (vc)
+        gllm_dtensor_free(vc);
+    if (qo)
+        gllm_dtensor_free(qo);
+    if (tab)
+        gllm_arena_release(tab);
+    free(kern);
+    free(e2e);
+    free(added);
+    return r < 0 ? 1 : 0;
+}
+
+int ctl_bench_decode(gllm_client *c, int iters, bool json)
+{
+    const gllm_caps *caps = gllm_client_caps(c);
+    bool cpu = strcmp(caps->backend, "cpu") == 0;
+    const struct decode_shape *shapes = cpu ? cpu_decode : gpu_decode;
+    int n = (int)(cpu ? sizeof cpu_decode / sizeof *cpu_decode : sizeof gpu_decode / sizeof *gpu_decode);
+    gllm_arena *rnd;
+    const size_t chunk = 32u << 20;
+    int r = gllm_arena_create(c, chunk, &rnd);
+    if (r < 0) {
+        fprintf(stderr, "gllmctl bench --decode: arena: %s\n", gllm_strerror(r));
+        return 1;
+    }
+    uint16_t *h = gllm_arena_data(rnd);
+    uint64_t seed = 42;
+    for (size_t i = 0; i < chunk / 2; i++) {   /* f16 in [-1, 1): sign, small exponents */
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        h[i] = (uint16_t)(((seed >> 40) & 0x83ffu) | 0x3000u);
+    }
+    if (json) {
+        printf("{\"backend\": ");
+        json_str(caps->backend);
+        printf(", \"device\": ");
+        json_str(caps->ndevices ? caps->devices[0].name : "");
+        printf(", \"decode\": [");
+    } else {
+        printf("backend %s, device %s, %d runs; all tensors device-resident, page table in an "
+               "arena\n%-44s %9s %9s %9s %9s %9s %8s\n", caps->backend,
+               caps->ndevices ? caps->devices[0].name : "?", iters, "decode shape", "kern us",
+               "e2e p50", "e2e p99", "add p50", "add p99", "KV GB/s");
+    }
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        rc = run_decode(c, &shapes[i], iters, rnd, json, i == 0);
+    if (json)
+        printf("]}\n");
+    gllm_arena_release(rnd);
+    return rc;
+}

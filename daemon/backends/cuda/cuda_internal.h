@@ -1,0 +1,51 @@
+/* The CUDA backend's shared state and helpers, for its files only. */
+#ifndef GLLMD_CUDA_INTERNAL_H
+#define GLLMD_CUDA_INTERNAL_H
+
+#include "../../../kernels/cuda/attention_params.h"
+#include "backend.h"
+#include "cuda_driver.h"
+
+enum { EV_COPY_IN, EV_KERNEL, EV_KERNEL_END, EV_COPY_OUT, EV_COUNT };
+
+struct cuda_dev {
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUstream stream;
+    CUevent ev[EV_COUNT];
+    CUfunction tc[2][2][2];        /* [bf16?][D == 128?][causal?] */
+    CUfunction generic[3];         /* by gllm_dtype */
+    CUfunction paged[2][2];        /* [bf16?][D == 128?] */
+    CUfunction combine[2][2];
+    CUfunction append;
+    CUdeviceptr scratch;           /* inputs and outputs of the running job */
+    size_t scratch_size;
+    void *hstage;                  /* pinned: page tables and plans on their way up */
+    size_t hstage_size;
+    int sm_count;
+    gllm_device_info info;
+};
+
+struct cuda_ctx {
+    const struct cuda_driver *d;
+    int ndev;
+    struct cuda_dev dev[GLLM_MAX_DEVICES];
+};
+
+/* Maps a driver error to our codes, logging the driver's words once. */
+int cuda_fail(const struct cuda_driver *d, CUresult r, const char *what);
+/* Grows the device's scratch buffer to at least need bytes (contents are lost). */
+int cuda_ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need);
+
+static inline size_t align256(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+/* Paged KV cache (cuda_paged.c): kernel lookup at open, then the backend entries. */
+CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len);
+int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len);
+int cuda_paged(struct backend *be, int dev, const struct paged_args *p);
+
+#endif

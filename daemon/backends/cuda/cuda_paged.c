@@ -1,0 +1,330 @@
+/* CUDA paged KV cache: plans the split-KV work on the host, uploads it with the page table, launches. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+#include "log.h"
+
+/* Keys per block never go below this when a sequence is split: a block must stream a few
+ * tiles for its pipeline to pay off. */
+#define MIN_CHUNK 128
+/* Split until there are about this many blocks per SM (two are resident at a time). */
+#define BLOCKS_PER_SM 4
+
+CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len)
+{
+    static const char *const tnames[2] = {"f16", "bf16"};
+    static const int dims[2] = {64, 128};
+    char name[64], buf[160];
+    CUresult r;
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof name, "gllm_paged_attn_%s_d%d", tnames[t], dims[k]);
+            if ((r = d->cuModuleGetFunction(&x->paged[t][k], x->mod, name)) ||
+                (r = d->cuFuncSetAttribute(x->paged[t][k], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           GLLM_CUDA_PAGED_SMEM(dims[k])))) {
+                snprintf(why, len, "kernel %s: %s", name, cuda_error_text(d, r, buf, sizeof buf));
+                return r;
+            }
+            snprintf(name, sizeof name, "gllm_paged_combine_%s_d%d", tnames[t], dims[k]);
+            if ((r = d->cuModuleGetFunction(&x->combine[t][k], x->mod, name))) {
+                snprintf(why, len, "kernel %s missing from the image", name);
+                return r;
+            }
+        }
+    if ((r = d->cuModuleGetFunction(&x->append, x->mod, "gllm_kv_append_rows"))) {
+        snprintf(why, len, "kernel gllm_kv_append_rows missing from the image");
+        return r;
+    }
+    if ((r = d->cuDeviceGetAttribute(&x->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, x->dev)))
+        x->sm_count = 0;
+    if (x->sm_count < 1)
+        x->sm_count = 1;
+    return CUDA_SUCCESS;
+}
+
+/* The (query token, head) tiling of a group: heads per block, blocks per group, tokens per block. */
+struct tiling {
+    int hpc, head_chunks, tpc, gy;
+};
+
+static struct tiling tiling_of(const struct paged_args *p)
+{
+    struct tiling t;
+    const int group = (int)(p->Hq / p->Hkv);
+    t.hpc = group < GLLM_CUDA_PAGED_ROWS ? group : GLLM_CUDA_PAGED_ROWS;
+    t.head_chunks = (group + t.hpc - 1) / t.hpc;
+    t.tpc = GLLM_CUDA_PAGED_ROWS / t.hpc;
+    t.gy = (int)p->Hkv * t.head_chunks;
+    return t;
+}
+
+int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
+{
+    (void)be;
+    if (p->op == PAGED_APPEND)
+        return 0;                           /* a row copy: any dtype, any head dim */
+    if (p->dtype != GLLM_DTYPE_F16 && p->dtype != GLLM_DTYPE_BF16) {
+        snprintf(why, len, "the CUDA backend's paged attention takes f16 and bf16, not %s",
+                 p->dtype == GLLM_DTYPE_F32 ? "f32" : "this dtype");
+        return GLLM_EDTYPE;
+    }
+    if (p->D != 64 && p->D != 128) {
+        snprintf(why, len, "the CUDA backend's paged attention takes head dims 64 and 128, not %lld",
+                 (long long)p->D);
+        return GLLM_EHEADDIM;
+    }
+    const void *ptr[4] = {p->k_cache, p->v_cache, p->q, p->out};
+    static const char *const names[4] = {"k_cache", "v_cache", "q", "out"};
+    for (int i = 0; i < 4; i++)
+        if ((p->device_mask & (1u << i)) && (uintptr_t)ptr[i] % 16 != 0) {
+            snprintf(why, len, "%s: device tensors for paged attention start 16-byte aligned",
+                     names[i]);
+            return GLLM_EPARAM;
+        }
+    if (tiling_of(p).gy > 65535) {
+        snprintf(why, len, "Hkv %lld with this group size passes the grid limit", (long long)p->Hkv);
+        return GLLM_ESHAPE;
+    }
+    return 0;
+}
+
+/* Work items for an attention job: pass 0 counts, pass 1 writes (work and comb non-NULL). */
+static void plan(const struct paged_args *p, const struct tiling *t, int64_t chunk_target,
+                 gllm_cuda_paged_work *work, gllm_cuda_paged_combine *comb, int64_t *nwork,
+                 int64_t *ncomb, int64_t *nparts)
+{
+    int64_t nw = 0, nc = 0, np = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        const int32_t q_begin = p->q_indptr[b], qn = p->q_indptr[b + 1] - q_begin;
+        for (int32_t q = 0; q < qn; q += t->tpc) {
+            const int32_t nq = qn - q < t->tpc ? qn - q : t->tpc;
+            const int32_t pos0 = p->kv_len[b] - qn + q, kv_end = pos0 + nq;
+            int64_t nsplit = (kv_end + chunk_target - 1) / chunk_target;
+            int64_t chunk = ((kv_end + nsplit - 1) / nsplit + 63) & ~(int64_t)63;
+            nsplit = (kv_end + chunk - 1) / chunk;
+            if (comb && nsplit > 1)
+                comb[nc] = (gllm_cuda_paged_combine){q_begin + q, nq, (int32_t)np, (int32_t)nsplit};
+            for (int64_t s = 0; s < nsplit; s++) {
+                if (work) {
+                    const int64_t kv0 = s * chunk, kv1 = kv0 + chunk < kv_end ? kv0 + chunk : kv_end;
+                    work[nw] = (gllm_cuda_paged_work){
+                        .b = (int32_t)b, .q0 = q_begin + q, .nq = nq, .pos0 = pos0,
+                        .kv0 = (int32_t)kv0, .kv1 = (int32_t)kv1,
+                        .part = nsplit > 1 ? (int32_t)(np + s) : -1};
+                }
+                nw++;
+            }
+            if (nsplit > 1)
+                nc++, np += nsplit;
+        }
+    }
+    *nwork = nw, *ncomb = nc, *nparts = np;
+}
+
+static int ensure_hstage(const struct cuda_driver *d, struct cuda_dev *x, size_t need)
+{
+    if (need <= x->hstage_size)
+        return 0;
+    if (x->hstage)
+        d->cuMemFreeHost(x->hstage);
+    x->hstage = NULL;
+    x->hstage_size = 0;
+    size_t want = need + need / 4;
+    CUresult r = d->cuMemAllocHost(&x->hstage, want);
+    if (r != CUDA_SUCCESS) {
+        x->hstage = NULL;
+        return cuda_fail(d, r, "pinned staging for page tables");
+    }
+    x->hstage_size = want;
+    return 0;
+}
+
+/* One tensor of the job: where the backend got it, where the kernel reads it. */
+struct staged {
+    void *host;
+    size_t bytes;
+    bool in, out;
+    CUdeviceptr dev;
+};
+
+int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
+{
+    struct cuda_ctx *c = be->ctx;
+    const struct cuda_driver *d = c->d;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    struct cuda_dev *x = &c->dev[dev];
+    const bool append = p->op == PAGED_APPEND;
+    const int64_t nrows = append ? p->nnew : p->nq;
+    if (p->B == 0 || nrows == 0)
+        return 0;
+    d->cuCtxSetCurrent(x->ctx);
+    const size_t es = p->dtype == GLLM_DTYPE_F32 ? 4 : 2;
+    const size_t pool = (size_t)(p->num_pages * p->page_size * p->Hkv * p->D) * es;
+    const size_t qbytes = (size_t)(p->nq * p->Hq * p->D) * es;
+    const size_t nbytes = (size_t)(p->nnew * p->Hkv * p->D) * es;
+    struct staged st[PG_COUNT] = {
+        [PG_KCACHE] = {p->k_cache, pool, true, append, 0},
+        [PG_VCACHE] = {p->v_cache, pool, true, append, 0},
+        [PG_Q] = {(void *)p->q, append ? 0 : qbytes, true, false, 0},
+        [PG_OUT] = {p->out, append ? 0 : qbytes, false, true, 0},
+        [PG_KNEW] = {(void *)p->k_new, append ? nbytes : 0, true, false, 0},
+        [PG_VNEW] = {(void *)p->v_new, append ? nbytes : 0, true, false, 0},
+    };
+
+    /* What goes up besides the tensors: attention, the page table and the plan; append,
+     * the destination slot of each new token. */
+    struct tiling t = {0};
+    int64_t nwork = 0, ncomb = 0, nparts = 0, nidx = p->kv_indptr[p->B], target = MIN_CHUNK;
+    size_t up_bytes, part_bytes = 0;
+    if (append) {
+        up_bytes = (size_t)p->nnew * sizeof(int64_t);
+    } else {
+        t = tiling_of(p);
+        int64_t total = 0;
+        for (int64_t b = 0; b < p->B; b++)
+            total += (int64_t)(p->q_indptr[b + 1] - p->q_indptr[b]) * p->kv_len[b];
+        /* Keys per block that would make about BLOCKS_PER_SM blocks per SM. */
+        target = total * t.gy / ((int64_t)x->sm_count * BLOCKS_PER_SM) + 1;
+        if (target < MIN_CHUNK)
+            target = MIN_CHUNK;
+        plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
+        if (nwork > INT32_MAX || ncomb > INT32_MAX)
+            return -E2BIG;
+        up_bytes = align256((size_t)(p->B + 1 + nidx) * 4) +
+                   align256((size_t)nwork * sizeof(gllm_cuda_paged_work)) +
+                   (size_t)ncomb * sizeof(gllm_cuda_paged_combine);
+        part_bytes = (size_t)nparts * (size_t)t.gy * GLLM_CUDA_PAGED_ROWS * (size_t)(p->D + 1) * 4;
+    }
+    size_t total = 0;
+    for (int i = 0; i < PG_COUNT; i++)
+        if (st[i].bytes && !(p->device_mask & (1u << i)))
+            total += align256(st[i].bytes);
+    const size_t up_at = total;
+    total += align256(up_bytes);
+    const size_t part_at = total;
+    total += part_bytes;
+    int rc = cuda_ensure_scratch(d, x, total ? total : 256);
+    if (rc == 0)
+        rc = ensure_hstage(d, x, up_bytes ? up_bytes : 16);
+    if (rc < 0)
+        return rc;
+
+    /* Fill the pinned upload: append, slots; attention, indptr + indices, work, combine. */
+    char *h = x->hstage;
+    gllm_cuda_paged_work *work = NULL;
+    gllm_cuda_paged_combine *comb = NULL;
+    const size_t tab_bytes = align256((size_t)(p->B + 1 + nidx) * 4);
+    if (append) {
+        int64_t *slot = (int64_t *)(void *)h;
+        for (int64_t b = 0, n = 0; b < p->B; b++)
+            for (int32_t i = p->q_indptr[b]; i < p->q_indptr[b + 1]; i++, n++) {
+                const int64_t pos = p->kv_len[b] - (p->q_indptr[b + 1] - i);
+                slot[n] = (int64_t)p->kv_indices[p->kv_indptr[b] + pos / p->page_size] *
+                          p->page_size + pos % p->page_size;
+            }
+    } else {
+        memcpy(h, p->kv_indptr, (size_t)(p->B + 1) * 4);
+        memcpy(h + (size_t)(p->B + 1) * 4, p->kv_indices, (size_t)nidx * 4);
+        work = (gllm_cuda_paged_work *)(void *)(h + tab_bytes);
+        comb = (gllm_cuda_paged_combine *)(void *)(h + tab_bytes +
+                                                  align256((size_t)nwork * sizeof *work));
+        plan(p, &t, target, work, comb, &nwork, &ncomb, &nparts);
+    }
+
+    CUresult r;
+    uint64_t moved = 0;
+    size_t at = 0;
+    d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
+    for (int i = 0; i < PG_COUNT; i++) {
+        if (p->device_mask & (1u << i)) {
+            st[i].dev = (CUdeviceptr)(uintptr_t)st[i].host;
+            continue;
+        }
+        if (!st[i].bytes)
+            continue;
+        st[i].dev = x->scratch + at;
+        at += align256(st[i].bytes);
+        if (st[i].in) {
+            if ((r = d->cuMemcpyHtoDAsync(st[i].dev, st[i].host, st[i].bytes, x->stream)))
+                return cuda_fail(d, r, "copy to device");
+            moved += st[i].bytes;
+        }
+    }
+    const CUdeviceptr up = x->scratch + up_at;
+    if ((r = d->cuMemcpyHtoDAsync(up, h, up_bytes, x->stream)))
+        return cuda_fail(d, r, "page table upload");
+    d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
+
+    if (append) {
+        const size_t row = (size_t)(p->Hkv * p->D) * es;
+        gllm_cuda_append_params a = {
+            .k_new = (const void *)(uintptr_t)st[PG_KNEW].dev,
+            .v_new = (const void *)(uintptr_t)st[PG_VNEW].dev,
+            .k_cache = (void *)(uintptr_t)st[PG_KCACHE].dev,
+            .v_cache = (void *)(uintptr_t)st[PG_VCACHE].dev,
+            .slot = (const int64_t *)(uintptr_t)up, .row_bytes = (int64_t)row,
+        };
+        a.vec16 = row % 16 == 0;
+        for (int i = 0; i < PG_COUNT; i++)
+            a.vec16 &= st[i].dev % 16 == 0;
+        void *args[] = {&a};
+        r = d->cuLaunchKernel(x->append, (unsigned)p->nnew, 1, 1, 128, 1, 1, 0, x->stream, args, NULL);
+    } else {
+        const CUdeviceptr dwork = up + tab_bytes;
+        gllm_cuda_paged_params k = {
+            .q = (const void *)(uintptr_t)st[PG_Q].dev,
+            .out = (void *)(uintptr_t)st[PG_OUT].dev,
+            .k_cache = (const void *)(uintptr_t)st[PG_KCACHE].dev,
+            .v_cache = (const void *)(uintptr_t)st[PG_VCACHE].dev,
+            .kv_indptr = (const int32_t *)(uintptr_t)up,
+            .kv_indices = (const int32_t *)(uintptr_t)(up + (size_t)(p->B + 1) * 4),
+            .work = (const gllm_cuda_paged_work *)(uintptr_t)dwork,
+            .combine = (const gllm_cuda_paged_combine *)(uintptr_t)(
+                dwork + align256((size_t)nwork * sizeof(gllm_cuda_paged_work))),
+            .part_o = (float *)(uintptr_t)(x->scratch + part_at),
+            .part_lse = (float *)(uintptr_t)(x->scratch + part_at +
+                                             (size_t)nparts * (size_t)t.gy * GLLM_CUDA_PAGED_ROWS *
+                                                 (size_t)p->D * 4),
+            .Hq = (int32_t)p->Hq, .Hkv = (int32_t)p->Hkv, .page_size = (int32_t)p->page_size,
+            .page_shift = -1, .group = (int32_t)(p->Hq / p->Hkv), .heads_per_cta = t.hpc,
+            .head_chunks = t.head_chunks, .scale = p->scale,
+        };
+        for (int s = 0; s < 31; s++)
+            if ((int64_t)1 << s == p->page_size)
+                k.page_shift = s;
+        const int bf = p->dtype == GLLM_DTYPE_BF16, wide = p->D == 128;
+        void *args[] = {&k};
+        r = d->cuLaunchKernel(x->paged[bf][wide], (unsigned)nwork, (unsigned)t.gy, 1,
+                              GLLM_CUDA_PAGED_THREADS, 1, 1, (unsigned)GLLM_CUDA_PAGED_SMEM(p->D),
+                              x->stream, args, NULL);
+        if (r == CUDA_SUCCESS && ncomb > 0)
+            r = d->cuLaunchKernel(x->combine[bf][wide], (unsigned)ncomb, (unsigned)t.gy, 1,
+                                  GLLM_CUDA_PAGED_THREADS, 1, 1, 0, x->stream, args, NULL);
+    }
+    if (r)
+        return cuda_fail(d, r, "paged kernel launch");
+    d->cuEventRecord(x->ev[EV_KERNEL_END], x->stream);
+    for (int i = 0; i < PG_COUNT; i++) {
+        if (!st[i].out || !st[i].bytes || (p->device_mask & (1u << i)))
+            continue;
+        if ((r = d->cuMemcpyDtoHAsync(st[i].host, st[i].dev, st[i].bytes, x->stream)))
+            return cuda_fail(d, r, "copy from device");
+        moved += st[i].bytes;
+    }
+    d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
+    if ((r = d->cuStreamSynchronize(x->stream)))
+        return cuda_fail(d, r, append ? "kv_append kernel" : "paged attention kernel");
+    if (p->timing) {
+        float in_ms = 0, k_ms = 0, out_ms = 0;
+        d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
+        d->cuEventElapsedTime(&k_ms, x->ev[EV_KERNEL], x->ev[EV_KERNEL_END]);
+        d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
+        p->timing->kernel_ns = (uint64_t)((double)k_ms * 1e6);
+        p->timing->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
+        p->timing->copy_bytes = moved + up_bytes;
+    }
+    return 0;
+}

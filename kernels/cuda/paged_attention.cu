@@ -1,0 +1,274 @@
+// Paged-KV attention for gllmd's CUDA backend: decode and chunked prefill, split-KV plus a combine.
+//
+// Decode is bound by memory: every byte of K and V is read once, with 16-byte cp.async
+// copies through a three-stage pipeline. The (query token, head) rows that share one KV
+// head form a single 16-row tensor-core tile, so a group of 4 or 8 query heads reads its
+// pages once; the tile's unused rows cost tensor-core time the memory bound leaves idle.
+// Long sequences are cut into key ranges run by separate blocks (flash-decoding) whose
+// partial results gllm_paged_combine merges by their log-sum-exp.
+#include "attention_params.h"
+#include "mma_common.cuh"
+
+namespace {
+
+constexpr int PG_THREADS = GLLM_CUDA_PAGED_THREADS;
+constexpr int PG_ROWS = GLLM_CUDA_PAGED_ROWS;
+constexpr int PG_KEYS = GLLM_CUDA_PAGED_KEYS;
+constexpr int PG_STAGES = GLLM_CUDA_PAGED_STAGES;
+constexpr int PG_WARPS = PG_THREADS / 32;
+static_assert(PG_KEYS == 16 * PG_WARPS, "each warp takes 16 keys of a stage");
+
+__device__ __forceinline__ void cp_async_wait_stages()
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PG_STAGES - 2));
+}
+
+template <typename T, int D>
+__device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
+{
+    constexpr int CH = D / 8;                  // 16-byte chunks per row
+    constexpr int DK = D / 16, DN = D / 8;
+    constexpr int PER_THREAD = PG_KEYS * CH / PG_THREADS;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    T *sQ = reinterpret_cast<T *>(smem_raw);
+    T *sKV = sQ + PG_ROWS * D;                 // stage s: K [KEYS][D], then V [KEYS][D]
+
+    const gllm_cuda_paged_work w = p.work[blockIdx.x];
+    const int hkv = blockIdx.y / p.head_chunks, hc = blockIdx.y % p.head_chunks;
+    const int hpc = p.heads_per_cta;
+    const int head0 = hkv * p.group + hc * hpc;
+    const int heads_here = min(hpc, p.group - hc * hpc);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane >> 2, t = lane & 3, lm = lane >> 3, lr = lane & 7;
+
+    const T *Q = reinterpret_cast<const T *>(p.q);
+    for (int c = threadIdx.x; c < PG_ROWS * CH; c += PG_THREADS) {
+        const int r = c / CH, ch = c % CH, qi = r / hpc, hh = r % hpc;
+        const bool ok = qi < w.nq && hh < heads_here;
+        const T *src = Q + ((int64_t)(w.q0 + qi) * p.Hq + head0 + hh) * D + ch * 8;
+        cp_async16(smem_addr(sQ + swz<D>(r, ch)), ok ? src : Q, ok ? 16 : 0);
+    }
+
+    // Token tok of the sequence lives in row (page * page_size + tok % page_size) of a pool,
+    // whose rows are [Hkv, D]: this block's head is at hkv * D within it.
+    const T *Kc = reinterpret_cast<const T *>(p.k_cache) + hkv * D;
+    const T *Vc = reinterpret_cast<const T *>(p.v_cache) + hkv * D;
+    const int32_t *pages = p.kv_indices + p.kv_indptr[w.b];
+    const int64_t row_elems = (int64_t)p.Hkv * D;
+    const int n_tiles = (w.kv1 - w.kv0 + PG_KEYS - 1) / PG_KEYS;
+    auto load = [&](int tile) {
+        if (tile < n_tiles) {
+            const int base = w.kv0 + tile * PG_KEYS;
+            const uint32_t sk = smem_addr(sKV + (tile % PG_STAGES) * 2 * PG_KEYS * D);
+            const uint32_t sv = sk + PG_KEYS * D * 2;
+            int64_t off[PER_THREAD];
+            // Page numbers first, all at once, so their loads overlap.
+#pragma unroll
+            for (int i = 0; i < PER_THREAD; i++) {
+                const int c = threadIdx.x + i * PG_THREADS, row = c / CH, tok = base + row;
+                const int tk = min(tok, w.kv1 - 1);
+                const int pi = p.page_shift >= 0 ? tk >> p.page_shift : tk / p.page_size;
+                const int po = p.page_shift >= 0 ? tk & (p.page_size - 1) : tk % p.page_size;
+                off[i] = ((int64_t)pages[pi] * p.page_size + po) * row_elems + (c % CH) * 8;
+            }
+#pragma unroll
+            for (int i = 0; i < PER_THREAD; i++) {
+                const int c = threadIdx.x + i * PG_THREADS, row = c / CH;
+                const bool ok = base + row < w.kv1;
+                const uint32_t so = (uint32_t)swz<D>(row, c % CH) * 2;
+                cp_async16(sk + so, Kc + off[i], ok ? 16 : 0);
+                cp_async16(sv + so, Vc + off[i], ok ? 16 : 0);
+            }
+        }
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < PG_STAGES - 1; s++)
+        load(s);                               // Q joins the first group
+
+    float o[DN][4];
+#pragma unroll
+    for (int i = 0; i < DN; i++)
+        o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    // This thread's rows g and g + 8: the last key each may see (causal; decode sees all).
+    const int limit[2] = {w.pos0 + g / hpc, w.pos0 + (g + 8) / hpc};
+    const float qk_scale = p.scale * LOG2E;
+    uint32_t qf[DK][4];
+
+    for (int j = 0; j < n_tiles; j++) {
+        cp_async_wait_stages();                // tile j (and Q) landed, for this thread
+        __syncthreads();                       // ... for all; all are done with tile j - 1
+        load(j + PG_STAGES - 1);               // into the stage tile j - 1 used
+        if (j == 0) {
+#pragma unroll
+            for (int kk = 0; kk < DK; kk++)
+                ldmatrix_x4(qf[kk], smem_addr(sQ + swz<D>(lr + 8 * (lm & 1), kk * 2 + (lm >> 1))));
+        }
+        const T *sK = sKV + (j % PG_STAGES) * 2 * PG_KEYS * D, *sV = sK + PG_KEYS * D;
+        const int kw = warp * 16;              // this warp's keys within the stage
+
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int kk = 0; kk < DK; kk++) {
+            uint32_t kf[4];
+            ldmatrix_x4(kf, smem_addr(sK + swz<D>(kw + lr + 8 * (lm >> 1), kk * 2 + (lm & 1))));
+            mma16816<T>(s[0], qf[kk], kf);
+            mma16816<T>(s[1], qf[kk], kf + 2);
+        }
+        const int key0 = w.kv0 + j * PG_KEYS + kw;
+        float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int nn = 0; nn < 2; nn++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = key0 + nn * 8 + 2 * t + (e & 1), hr = e >> 1;
+                const float x = s[nn][e] * qk_scale;
+                s[nn][e] = key < w.kv1 && key <= limit[hr] ? x : -INFINITY;
+                tile_max[hr] = fmaxf(tile_max[hr], s[nn][e]);
+            }
+        uint32_t pf[4];
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            float mx = tile_max[hr];
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 2));
+            mx = fmaxf(mx, row_max[hr]);
+            // A row that has seen nothing yet keeps 0 as its reference (no inf - inf).
+            const float ref = mx == -INFINITY ? 0.f : mx;
+            const float alpha = fast_exp2(row_max[hr] - ref);
+            row_max[hr] = mx;
+            const float e0 = fast_exp2(s[0][2 * hr] - ref), e1 = fast_exp2(s[0][2 * hr + 1] - ref);
+            const float e2 = fast_exp2(s[1][2 * hr] - ref), e3 = fast_exp2(s[1][2 * hr + 1] - ref);
+            row_sum[hr] = row_sum[hr] * alpha + (e0 + e1 + e2 + e3);   // quad-partial
+#pragma unroll
+            for (int dn = 0; dn < DN; dn++)
+                o[dn][2 * hr] *= alpha, o[dn][2 * hr + 1] *= alpha;
+            pf[hr] = Elem<T>::pack(e0, e1);          // keys 2t, 2t+1 of n-tile 0
+            pf[2 + hr] = Elem<T>::pack(e2, e3);      // ... of n-tile 1
+        }
+#pragma unroll
+        for (int dn = 0; dn < DN; dn += 2) {
+            uint32_t vf[4];
+            ldmatrix_x4_trans(vf, smem_addr(sV + swz<D>(kw + lr + 8 * (lm & 1), dn + (lm >> 1))));
+            mma16816<T>(o[dn], pf, vf);
+            mma16816<T>(o[dn + 1], pf, vf + 2);
+        }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+
+    // Merge the four warps' key slices through shared memory (the stages are free now).
+    float *sO = reinterpret_cast<float *>(sKV);             // [WARPS][ROWS][D]
+    float *sM = sO + PG_WARPS * PG_ROWS * D, *sL = sM + PG_WARPS * PG_ROWS;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float sum = row_sum[hr];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        const int r = g + 8 * hr;
+        float *orow = sO + (warp * PG_ROWS + r) * D;
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++)
+            orow[dn * 8 + 2 * t] = o[dn][2 * hr], orow[dn * 8 + 2 * t + 1] = o[dn][2 * hr + 1];
+        if (t == 0)
+            sM[warp * PG_ROWS + r] = row_max[hr], sL[warp * PG_ROWS + r] = sum;
+    }
+    __syncthreads();
+    T *O = reinterpret_cast<T *>(p.out);
+    for (int idx = threadIdx.x; idx < PG_ROWS * D; idx += PG_THREADS) {
+        const int r = idx / D, d = idx % D, qi = r / hpc, hh = r % hpc;
+        if (qi >= w.nq || hh >= heads_here)
+            continue;
+        float M = -INFINITY;
+#pragma unroll
+        for (int k = 0; k < PG_WARPS; k++)
+            M = fmaxf(M, sM[k * PG_ROWS + r]);
+        const float ref = M == -INFINITY ? 0.f : M;
+        float L = 0.f, acc = 0.f;
+#pragma unroll
+        for (int k = 0; k < PG_WARPS; k++) {
+            const float f = fast_exp2(sM[k * PG_ROWS + r] - ref);
+            L += sL[k * PG_ROWS + r] * f;
+            acc += sO[(k * PG_ROWS + r) * D + d] * f;
+        }
+        const float val = L > 0.f ? acc / L : 0.f;
+        if (w.part < 0) {
+            O[((int64_t)(w.q0 + qi) * p.Hq + head0 + hh) * D + d] = Elem<T>::from_float(val);
+        } else {
+            const int64_t slot = (int64_t)w.part * gridDim.y + blockIdx.y;
+            p.part_o[(slot * PG_ROWS + r) * D + d] = val;
+            if (d == 0)
+                p.part_lse[slot * PG_ROWS + r] = L > 0.f ? M + __log2f(L) : -INFINITY;
+        }
+    }
+}
+
+// Merges the partial results of one query block's key ranges: weights 2^(lse - max).
+template <typename T>
+__device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p, int D)
+{
+    const gllm_cuda_paged_combine c = p.combine[blockIdx.x];
+    const int hkv = blockIdx.y / p.head_chunks, hc = blockIdx.y % p.head_chunks;
+    const int hpc = p.heads_per_cta;
+    const int head0 = hkv * p.group + hc * hpc;
+    const int heads_here = min(hpc, p.group - hc * hpc);
+    T *O = reinterpret_cast<T *>(p.out);
+    for (int r = 0; r < PG_ROWS; r++) {
+        const int qi = r / hpc, hh = r % hpc;
+        if (qi >= c.nq || hh >= heads_here)
+            continue;
+        float M = -INFINITY;
+        for (int s = 0; s < c.nparts; s++)
+            M = fmaxf(M, p.part_lse[((int64_t)(c.part0 + s) * gridDim.y + blockIdx.y) * PG_ROWS + r]);
+        const float ref = M == -INFINITY ? 0.f : M;
+        for (int d = threadIdx.x; d < D; d += blockDim.x) {
+            float L = 0.f, acc = 0.f;
+            for (int s = 0; s < c.nparts; s++) {
+                const int64_t slot = (int64_t)(c.part0 + s) * gridDim.y + blockIdx.y;
+                const float f = fast_exp2(p.part_lse[slot * PG_ROWS + r] - ref);
+                L += f;
+                acc += f * p.part_o[(slot * PG_ROWS + r) * D + d];
+            }
+            O[((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + d] =
+                Elem<T>::from_float(L > 0.f ? acc / L : 0.f);
+        }
+    }
+}
+
+} // namespace
+
+#define PAGED_ENTRY(T, tname, D)                                                               \
+    extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
+        gllm_paged_attn_##tname##_d##D(const gllm_cuda_paged_params p)                         \
+    {                                                                                          \
+        paged_attention<T, D>(p);                                                              \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(PG_THREADS)                                   \
+        gllm_paged_combine_##tname##_d##D(const gllm_cuda_paged_params p)                      \
+    {                                                                                          \
+        paged_combine<T>(p, D);                                                                \
+    }
+PAGED_ENTRY(__half, f16, 64)
+PAGED_ENTRY(__half, f16, 128)
+PAGED_ENTRY(__nv_bfloat16, bf16, 64)
+PAGED_ENTRY(__nv_bfloat16, bf16, 128)
+
+// kv_append: one block per new token copies its K and V rows into their slots.
+extern "C" __global__ void __launch_bounds__(128) gllm_kv_append_rows(const gllm_cuda_append_params p)
+{
+    const int64_t i = blockIdx.x, dst = p.slot[i] * p.row_bytes, src = i * p.row_bytes;
+    const char *kn = static_cast<const char *>(p.k_new) + src, *vn = static_cast<const char *>(p.v_new) + src;
+    char *kc = static_cast<char *>(p.k_cache) + dst, *vc = static_cast<char *>(p.v_cache) + dst;
+    if (p.vec16) {
+        for (int64_t b = threadIdx.x * 16; b < p.row_bytes; b += blockDim.x * 16) {
+            *reinterpret_cast<uint4 *>(kc + b) = *reinterpret_cast<const uint4 *>(kn + b);
+            *reinterpret_cast<uint4 *>(vc + b) = *reinterpret_cast<const uint4 *>(vn + b);
+        }
+    } else {
+        for (int64_t b = threadIdx.x * 2; b < p.row_bytes; b += blockDim.x * 2) {
+            *reinterpret_cast<uint16_t *>(kc + b) = *reinterpret_cast<const uint16_t *>(kn + b);
+            *reinterpret_cast<uint16_t *>(vc + b) = *reinterpret_cast<const uint16_t *>(vn + b);
+        }
+    }
+}

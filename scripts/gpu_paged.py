@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Paged KV cache on the GPU machine: gllmd's decode and prefill vs PyTorch float64 on random page
+tables, then decode bandwidth against PyTorch SDPA (cuDNN, FA2) and a device-to-device copy, in one run.
+
+Usage: gpu_paged.py --socket PATH [--out DIR] [--iters N]
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gllm_raw import Arena, Client  # noqa: E402
+
+TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
+TOL = {"f16": 3e-3, "bf16": 2e-2}
+
+
+def bits(t):
+    """A torch f16/bf16 tensor as the raw 16-bit numpy array the arena holds."""
+    return t.contiguous().view(torch.int16).cpu().numpy().view(np.uint16)
+
+
+class Paged:
+    """Pools in device tensors, everything else in one arena."""
+
+    def __init__(self, client, P, ps, Hkv, D, dtype, extra_bytes):
+        self.c, self.P, self.ps, self.Hkv, self.D, self.dtype = client, P, ps, Hkv, D, dtype
+        self.pool_bytes = P * ps * Hkv * D * 2
+        self.arena = Arena(client, self.pool_bytes + extra_bytes + (1 << 20))
+        self.used = self.pool_bytes    # the pool's staging copy sits at offset 0
+        self.kc = client.call("dtensor_create", {"bytes": self.pool_bytes})["dtensor"]
+        self.vc = client.call("dtensor_create", {"bytes": self.pool_bytes})["dtensor"]
+        self.qo = None
+
+    def take(self, n):
+        at = (self.used + 255) & ~255
+        self.used = at + n
+        assert self.used <= self.arena.size
+        return at
+
+    def upload_pool(self, dt_id, t):
+        b = bits(t).reshape(-1)
+        self.arena.map[0:b.nbytes] = b.tobytes()
+        step = 1 << 30
+        for at in range(0, b.nbytes, step):
+            n = min(step, b.nbytes - at)
+            self.c.call("dtensor_copy", {"dtensor": dt_id, "offset": at, "arena": self.arena.id,
+                                          "arena_offset": at, "bytes": n, "to_device": True})
+
+    def i32(self, values):
+        a = np.asarray(values, dtype=np.int32)
+        at = self.take(max(a.nbytes, 4))
+        self.arena.map[at:at + a.nbytes] = a.tobytes()
+        return {"arena": self.arena.id, "offset": at, "dtype": "i32", "shape": [len(a)]}
+
+    def pools(self):
+        shape = [self.P, self.ps, self.Hkv, self.D]
+        return ({"dtensor": self.kc, "offset": 0, "dtype": self.dtype, "shape": shape},
+                {"dtensor": self.vc, "offset": 0, "dtype": self.dtype, "shape": shape})
+
+    def free(self):
+        for t in (self.kc, self.vc):
+            self.c.call("dtensor_free", {"dtensor": t})
+        if self.qo is not None:
+            self.c.call("dtensor_free", {"dtensor": self.qo})
+        self.c.call("arena_release", {"arena": self.arena.id})
+
+
+def make_tables(lens, ps, P, g):
+    """Each sequence gets its pages from a random permutation of the pool."""
+    perm = torch.randperm(P, generator=g).tolist()
+    indptr, indices, last, at = [0], [], [], 0
+    for n in lens:
+        np_ = (n + ps - 1) // ps
+        indices += perm[at:at + np_]
+        at += np_
+        indptr.append(len(indices))
+        last.append(n - (np_ - 1) * ps if np_ else 0)
+    return indptr, indices, last
+
+
+def gather(pool, indices, indptr, b, n):
+    """Sequence b's first n tokens as dense [n, Hkv, D]."""
+    pages = pool[torch.tensor(indices[indptr[b]:indptr[b + 1]], dtype=torch.long)]
+    return pages.reshape(-1, pool.shape[2], pool.shape[3])[:n]
+
+
+def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, results):
+    lens = [int(x) for x in torch.randint(1, 900, (B,), generator=g)]
+    qlens = [int(torch.randint(1, n + 1, (1,), generator=g)) if prefill else 1 for n in lens]
+    P = sum((n + ps - 1) // ps for n in lens) + 5
+    N = sum(qlens)
+    pg = Paged(client, P, ps, Hkv, D, dtype, 4 * N * Hq * D * 2 + 16 * (P + 4 * B))
+    kpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
+    vpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
+    pg.upload_pool(pg.kc, kpool)
+    pg.upload_pool(pg.vc, vpool)
+    indptr, indices, last = make_tables(lens, ps, P, g)
+    q = torch.randn(N, Hq, D, generator=g).to(TORCH[dtype])
+    qb = bits(q)
+    oq, oo = pg.take(qb.nbytes), pg.take(qb.nbytes)
+    pg.arena.map[oq:oq + qb.nbytes] = qb.tobytes()
+    pg.arena.map[oo:oo + qb.nbytes] = b"\xff" * qb.nbytes      # poisoned: NaN
+    kc, vc = pg.pools()
+    params = {"k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32(indptr),
+              "kv_indices": pg.i32(indices), "kv_last_page_len": pg.i32(last),
+              "q": Client.tensor(pg.arena, oq, dtype, [N, Hq, D]),
+              "out": Client.tensor(pg.arena, oo, dtype, [N, Hq, D])}
+    if prefill:
+        params["qo_indptr"] = pg.i32(np.concatenate([[0], np.cumsum(qlens)]))
+    client.call("attention_prefill" if prefill else "attention_decode", params)
+    raw = np.frombuffer(pg.arena.map, dtype=np.int16, count=N * Hq * D, offset=oo).copy()
+    got = torch.from_numpy(raw).view(TORCH[dtype]).reshape(N, Hq, D).double().cuda()
+    want = torch.empty(N, Hq, D, dtype=torch.float64, device="cuda")
+    kd, vd = kpool.double().cuda(), vpool.double().cuda()
+    qd, row = q.double().cuda(), 0
+    for b in range(B):
+        n, m = lens[b], qlens[b]
+        k = gather(kd, indices, indptr, b, n).permute(1, 0, 2).unsqueeze(0)
+        v = gather(vd, indices, indptr, b, n).permute(1, 0, 2).unsqueeze(0)
+        k, v = k.repeat_interleave(Hq // Hkv, 1), v.repeat_interleave(Hq // Hkv, 1)
+        qq = qd[row:row + m].permute(1, 0, 2).unsqueeze(0)
+        # query i sits at position n - m + i and sees keys 0 .. n - m + i
+        mask = torch.arange(n, device="cuda")[None, :] <= (n - m + torch.arange(m, device="cuda"))[:, None]
+        want[row:row + m] = F.scaled_dot_product_attention(qq, k, v, attn_mask=mask)[0].permute(1, 0, 2)
+        row += m
+    err = float((got - want).abs().max() / want.abs().max())
+    ok = err <= TOL[dtype]
+    name = (f"{'prefill' if prefill else 'decode'} B{B} Hq{Hq} Hkv{Hkv} D{D} page {ps} {dtype} "
+            f"(lens {min(lens)}..{max(lens)})")
+    print(f"  {'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e}", flush=True)
+    results.append({"case": name, "rel_err": err, "ok": ok})
+    pg.free()
+    return ok
+
+
+def time_torch(fn, iters):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return float(np.median(ts))
+
+
+def d2d_gbps(iters):
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    ms = time_torch(lambda: y.copy_(x), iters)
+    return 2 * x.numel() / ms / 1e6     # bytes read + written
+
+
+def bench(client, g, B, Hq, Hkv, L, D, ps, iters, rows, d2d):
+    dtype = "f16"
+    P = B * ((L + ps - 1) // ps)
+    pg = Paged(client, P, ps, Hkv, D, dtype, 16 * (P + 4 * B) + (1 << 20))
+    kpool = torch.randn(P, ps, Hkv, D, generator=g).half()
+    vpool = torch.randn(P, ps, Hkv, D, generator=g).half()
+    pg.upload_pool(pg.kc, kpool)
+    pg.upload_pool(pg.vc, vpool)
+    indptr, indices, last = make_tables([L] * B, ps, P, g)
+    q = torch.randn(B, Hq, D, generator=g).half()
+    qbytes = B * Hq * D * 2
+    pg.qo = client.call("dtensor_create", {"bytes": 2 * qbytes})["dtensor"]
+    at = pg.take(qbytes)
+    pg.arena.map[at:at + qbytes] = bits(q).tobytes()
+    client.call("dtensor_copy", {"dtensor": pg.qo, "offset": 0, "arena": pg.arena.id,
+                                  "arena_offset": at, "bytes": qbytes, "to_device": True})
+    kc, vc = pg.pools()
+    params = {"k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32(indptr),
+              "kv_indices": pg.i32(indices), "kv_last_page_len": pg.i32(last),
+              "q": {"dtensor": pg.qo, "offset": 0, "dtype": dtype, "shape": [B, Hq, D]},
+              "out": {"dtensor": pg.qo, "offset": qbytes, "dtype": dtype, "shape": [B, Hq, D]}}
+    for _ in range(3):
+        client.call("attention_decode", params)
+    kern = [client.call("attention_decode", params)["kernel_ns"] / 1e6 for _ in range(iters)]
+    ours = float(np.median(kern))
+    # The output of the timed shape against float32 torch on the same data.
+    client.call("dtensor_copy", {"dtensor": pg.qo, "offset": qbytes, "arena": pg.arena.id,
+                                  "arena_offset": at, "bytes": qbytes, "to_device": False})
+    got = torch.from_numpy(np.frombuffer(pg.arena.map, dtype=np.int16, count=B * Hq * D, offset=at).copy())
+    got = got.view(torch.float16).reshape(B, Hq, D).float().cuda()
+
+    dense_k = torch.stack([gather(kpool.cuda(), indices, indptr, b, L) for b in range(B)]).permute(0, 2, 1, 3).contiguous()
+    dense_v = torch.stack([gather(vpool.cuda(), indices, indptr, b, L) for b in range(B)]).permute(0, 2, 1, 3).contiguous()
+    qd = q.cuda().unsqueeze(2)                                   # [B, Hq, 1, D]
+    want = F.scaled_dot_product_attention(qd.float(), dense_k.float(), dense_v.float(),
+                                          enable_gqa=True)[:, :, 0]
+    err = float((got - want).abs().max() / want.abs().max())
+    kv_bytes = 2 * B * L * Hkv * D * 2
+    peers, modes = {}, {}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
+        peers[name], modes[name] = float("nan"), "unavailable"
+        for mode in ("gqa", "expanded"):
+            try:
+                if mode == "gqa":
+                    fn = lambda: F.scaled_dot_product_attention(qd, dense_k, dense_v, enable_gqa=True)  # noqa: E731
+                else:
+                    ke = dense_k.repeat_interleave(Hq // Hkv, 1)
+                    ve = dense_v.repeat_interleave(Hq // Hkv, 1)
+                    fn = lambda: F.scaled_dot_product_attention(qd, ke, ve)  # noqa: E731
+                with sdpa_kernel(backend):
+                    peers[name] = time_torch(fn, iters)
+                modes[name] = mode
+                break
+            except RuntimeError as e:
+                print(f"  {name} ({mode}) unavailable: {str(e).splitlines()[0][:120]}", flush=True)
+    row = {"shape": f"decode B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} f16 page {ps}", "gllm_ms": ours,
+           "gllm_gbps": kv_bytes / ours / 1e6, "rel_err_vs_f32": err,
+           "cudnn_gbps": kv_bytes / peers["cudnn"] / 1e6, "cudnn_mode": modes["cudnn"],
+           "fa2_gbps": kv_bytes / peers["fa2"] / 1e6, "fa2_mode": modes["fa2"], "d2d_gbps": d2d}
+    row["vs_cudnn"] = row["gllm_gbps"] / row["cudnn_gbps"]
+    row["vs_d2d"] = row["gllm_gbps"] / d2d
+    rows.append(row)
+    print(f"  {row['shape']}: gllm {row['gllm_gbps']:.0f} GB/s ({ours * 1e3:.1f} us, err {err:.1e}), "
+          f"cuDNN {row['cudnn_gbps']:.0f} ({modes['cudnn']}), FA2 {row['fa2_gbps']:.0f} ({modes['fa2']}), "
+          f"x cuDNN {row['vs_cudnn']:.2f}, of D2D {row['vs_d2d']:.2f}", flush=True)
+    del dense_k, dense_v
+    pg.free()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--skip-check", action="store_true")
+    args = ap.parse_args()
+    client = Client(args.socket)
+    g = torch.Generator().manual_seed(int(time.time()))
+    results, passed, total = [], 0, 0
+    if not args.skip_check:
+        # GQA ratios 1, 4, 8, and 20 and 32 (more heads than one 16-row tile holds)
+        cases = [(3, 8, 8, 128, 1, "f16"), (3, 16, 4, 128, 16, "bf16"), (4, 32, 4, 64, 16, "f16"),
+                 (2, 8, 8, 64, 64, "bf16"), (3, 32, 8, 128, 64, "f16"), (2, 32, 4, 128, 1, "bf16"),
+                 (2, 40, 2, 64, 16, "f16"), (1, 64, 2, 128, 16, "bf16")]
+        for c in cases:
+            for prefill in (False, True):
+                total += 1
+                passed += check(client, g, *c, prefill, results)
+        print(f"paged correctness: {passed} passed, {total - passed} failed", flush=True)
+    rows = []
+    d2d = d2d_gbps(args.iters)
+    print(f"PyTorch device-to-device copy: {d2d:.0f} GB/s (read + written)", flush=True)
+    bench(client, g, 64, 32, 8, 4096, 128, 16, args.iters, rows, d2d)
+    bench(client, g, 1, 32, 8, 8192, 128, 16, args.iters, rows, d2d)
+    with open(os.path.join(args.out, "gpu_paged.json"), "w") as f:
+        json.dump({"correctness": results, "decode": rows, "d2d_gbps": d2d}, f, indent=1)
+    print(f"\n{'decode shape':42} {'gllm':>6} {'cuDNN':>6} {'FA2':>6} {'xcuDNN':>7} {'ofD2D':>6}  (GB/s of K+V)")
+    for r in rows:
+        print(f"{r['shape']:42} {r['gllm_gbps']:6.0f} {r['cudnn_gbps']:6.0f} {r['fa2_gbps']:6.0f} "
+              f"{r['vs_cudnn']:7.2f} {r['vs_d2d']:6.2f}")
+    return 0 if passed == total else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
