@@ -38,7 +38,7 @@ typedef struct gllm_cuda_attn_params {
  * token r / heads_per_cta of the item and head r % heads_per_cta of the block's chunk of
  * the group. It reads keys [kv0, kv1) of its sequence through the page table, with the
  * causal limit pos0 + token; it writes out directly (part < 0) or a partial result that
- * gllm_paged_combine merges. Pools and q/out 16-byte aligned, D-stride 1, contiguous. */
+ * gllm_paged_combine_* merges: grid (combine items * ROWS, same y), block THREADS. Pools and q/out 16-byte aligned, D-stride 1, contiguous. */
 #define GLLM_CUDA_PAGED_THREADS 128
 #define GLLM_CUDA_PAGED_ROWS 16
 #define GLLM_CUDA_PAGED_KEYS 64          /* keys per pipeline stage; 16 per warp */

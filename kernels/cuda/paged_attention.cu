@@ -56,35 +56,44 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
     const int32_t *pages = p.kv_indices + p.kv_indptr[w.b];
     const int64_t row_elems = (int64_t)p.Hkv * D;
     const int n_tiles = (w.kv1 - w.kv0 + PG_KEYS - 1) / PG_KEYS;
-    auto load = [&](int tile) {
+    // Page numbers of the rows this thread copies, fetched one tile ahead of their copies
+    // so the load of the page table never stalls a cp.async.
+    int32_t pg[PER_THREAD];
+    auto fetch_pages = [&](int tile) {
+        if (tile < n_tiles) {
+#pragma unroll
+            for (int i = 0; i < PER_THREAD; i++) {
+                const int row = (threadIdx.x + i * PG_THREADS) / CH;
+                const int tk = min(w.kv0 + tile * PG_KEYS + row, w.kv1 - 1);
+                pg[i] = pages[p.page_shift >= 0 ? tk >> p.page_shift : tk / p.page_size];
+            }
+        }
+    };
+    auto load = [&](int tile) {                // uses pg, which must hold tile's pages
         if (tile < n_tiles) {
             const int base = w.kv0 + tile * PG_KEYS;
             const uint32_t sk = smem_addr(sKV + (tile % PG_STAGES) * 2 * PG_KEYS * D);
             const uint32_t sv = sk + PG_KEYS * D * 2;
-            int64_t off[PER_THREAD];
-            // Page numbers first, all at once, so their loads overlap.
 #pragma unroll
             for (int i = 0; i < PER_THREAD; i++) {
                 const int c = threadIdx.x + i * PG_THREADS, row = c / CH, tok = base + row;
                 const int tk = min(tok, w.kv1 - 1);
-                const int pi = p.page_shift >= 0 ? tk >> p.page_shift : tk / p.page_size;
                 const int po = p.page_shift >= 0 ? tk & (p.page_size - 1) : tk % p.page_size;
-                off[i] = ((int64_t)pages[pi] * p.page_size + po) * row_elems + (c % CH) * 8;
-            }
-#pragma unroll
-            for (int i = 0; i < PER_THREAD; i++) {
-                const int c = threadIdx.x + i * PG_THREADS, row = c / CH;
-                const bool ok = base + row < w.kv1;
+                const int64_t off = ((int64_t)pg[i] * p.page_size + po) * row_elems + (c % CH) * 8;
+                const bool ok = tok < w.kv1;
                 const uint32_t so = (uint32_t)swz<D>(row, c % CH) * 2;
-                cp_async16(sk + so, Kc + off[i], ok ? 16 : 0);
-                cp_async16(sv + so, Vc + off[i], ok ? 16 : 0);
+                cp_async16(sk + so, Kc + off, ok ? 16 : 0);
+                cp_async16(sv + so, Vc + off, ok ? 16 : 0);
             }
         }
         cp_async_commit();
     };
 #pragma unroll
-    for (int s = 0; s < PG_STAGES - 1; s++)
-        load(s);                               // Q joins the first group
+    for (int s = 0; s < PG_STAGES - 1; s++) {  // Q joins the first group
+        fetch_pages(s);
+        load(s);
+    }
+    fetch_pages(PG_STAGES - 1);
 
     float o[DN][4];
 #pragma unroll
@@ -100,6 +109,7 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
         cp_async_wait_stages();                // tile j (and Q) landed, for this thread
         __syncthreads();                       // ... for all; all are done with tile j - 1
         load(j + PG_STAGES - 1);               // into the stage tile j - 1 used
+        fetch_pages(j + PG_STAGES);
         if (j == 0) {
 #pragma unroll
             for (int kk = 0; kk < DK; kk++)
@@ -204,35 +214,57 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
     }
 }
 
-// Merges the partial results of one query block's key ranges: weights 2^(lse - max).
-template <typename T>
-__device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p, int D)
+// Merges the partial results of one query block's key ranges, weighted by 2^(lse - max).
+// One block per (row, head-group slot): the four warps take every fourth part, each lane
+// D / 32 columns, and the warps' sums meet in shared memory.
+template <typename T, int D>
+__device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p)
 {
-    const gllm_cuda_paged_combine c = p.combine[blockIdx.x];
+    const gllm_cuda_paged_combine c = p.combine[blockIdx.x / PG_ROWS];
+    const int r = blockIdx.x % PG_ROWS;
     const int hkv = blockIdx.y / p.head_chunks, hc = blockIdx.y % p.head_chunks;
     const int hpc = p.heads_per_cta;
     const int head0 = hkv * p.group + hc * hpc;
-    const int heads_here = min(hpc, p.group - hc * hpc);
-    T *O = reinterpret_cast<T *>(p.out);
-    for (int r = 0; r < PG_ROWS; r++) {
-        const int qi = r / hpc, hh = r % hpc;
-        if (qi >= c.nq || hh >= heads_here)
-            continue;
-        float M = -INFINITY;
-        for (int s = 0; s < c.nparts; s++)
-            M = fmaxf(M, p.part_lse[((int64_t)(c.part0 + s) * gridDim.y + blockIdx.y) * PG_ROWS + r]);
-        const float ref = M == -INFINITY ? 0.f : M;
-        for (int d = threadIdx.x; d < D; d += blockDim.x) {
-            float L = 0.f, acc = 0.f;
-            for (int s = 0; s < c.nparts; s++) {
-                const int64_t slot = (int64_t)(c.part0 + s) * gridDim.y + blockIdx.y;
-                const float f = fast_exp2(p.part_lse[slot * PG_ROWS + r] - ref);
-                L += f;
-                acc += f * p.part_o[(slot * PG_ROWS + r) * D + d];
-            }
-            O[((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + d] =
-                Elem<T>::from_float(L > 0.f ? acc / L : 0.f);
-        }
+    const int qi = r / hpc, hh = r % hpc;
+    if (qi >= c.nq || hh >= min(hpc, p.group - hc * hpc))
+        return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    auto slot = [&](int s) { return ((int64_t)(c.part0 + s) * gridDim.y + blockIdx.y) * PG_ROWS + r; };
+    float M = -INFINITY;
+    for (int s = lane; s < c.nparts; s += 32)
+        M = fmaxf(M, p.part_lse[slot(s)]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        M = fmaxf(M, __shfl_xor_sync(0xffffffff, M, off));
+    const float ref = M == -INFINITY ? 0.f : M;
+    float acc[D / 32], L = 0.f;
+#pragma unroll
+    for (int k = 0; k < D / 32; k++)
+        acc[k] = 0.f;
+#pragma unroll 4
+    for (int s = warp; s < c.nparts; s += PG_WARPS) {
+        const int64_t sl = slot(s);
+        const float f = fast_exp2(p.part_lse[sl] - ref);
+        L += f;
+#pragma unroll
+        for (int k = 0; k < D / 32; k++)
+            acc[k] += f * p.part_o[sl * D + lane + 32 * k];
+    }
+    __shared__ float red[PG_WARPS][D + 1];
+#pragma unroll
+    for (int k = 0; k < D / 32; k++)
+        red[warp][lane + 32 * k] = acc[k];
+    if (lane == 0)
+        red[warp][D] = L;
+    __syncthreads();
+    if (threadIdx.x < D) {
+        float a = 0.f, l = 0.f;
+#pragma unroll
+        for (int k = 0; k < PG_WARPS; k++)
+            a += red[k][threadIdx.x], l += red[k][D];
+        T *O = reinterpret_cast<T *>(p.out);
+        O[((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + threadIdx.x] =
+            Elem<T>::from_float(l > 0.f ? a / l : 0.f);
     }
 }
 
@@ -247,7 +279,7 @@ __device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p, i
     extern "C" __global__ void __launch_bounds__(PG_THREADS)                                   \
         gllm_paged_combine_##tname##_d##D(const gllm_cuda_paged_params p)                      \
     {                                                                                          \
-        paged_combine<T>(p, D);                                                                \
+        paged_combine<T, D>(p);                                                                \
     }
 PAGED_ENTRY(__half, f16, 64)
 PAGED_ENTRY(__half, f16, 128)

@@ -98,6 +98,9 @@ static int open_dev(const struct cuda_driver *d, int ordinal, struct cuda_dev *x
                  "gllmd (%s)", ordinal, info->name, info->cc_major, info->cc_minor, cuda_describe());
         return GLLM_EBACKEND;
     }
+    /* Each GPU has its own worker thread, so its waits may spin: a decode job's answer comes
+     * microseconds after its kernel ends, not after the thread has been woken. */
+    d->cuDevicePrimaryCtxSetFlags(x->dev, CU_CTX_SCHED_SPIN);
     if ((r = d->cuDevicePrimaryCtxRetain(&x->ctx, x->dev))) {
         x->ctx = NULL;
         snprintf(why, len, "GPU %d: context: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));

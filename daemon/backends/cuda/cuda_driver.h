@@ -33,6 +33,7 @@ enum {
 };
 
 #define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#define CU_CTX_SCHED_SPIN 0x01
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DEFAULT 0x0
@@ -50,6 +51,7 @@ enum {
     X(CUresult, cuDeviceGetAttribute, "cuDeviceGetAttribute", (int *v, int attr, CUdevice dev)) \
     X(CUresult, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext * c, CUdevice dev)) \
     X(CUresult, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice dev))  \
+    X(CUresult, cuDevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags_v2", (CUdevice dev, unsigned int flags)) \
     X(CUresult, cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext c))                          \
     X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule * m, const void *image))    \
     X(CUresult, cuModuleUnload, "cuModuleUnload", (CUmodule m))                             \

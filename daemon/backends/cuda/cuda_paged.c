@@ -9,8 +9,10 @@
 /* Keys per block never go below this when a sequence is split: a block must stream a few
  * tiles for its pipeline to pay off. */
 #define MIN_CHUNK 128
-/* Split until there are about this many blocks per SM (two are resident at a time). */
-#define BLOCKS_PER_SM 4
+/* Split until there are about this many blocks per SM: two are resident at a time, so one
+ * full wave. More splits only add partial results to write and merge (measured: B64 L4096
+ * ran 0.92x cuDNN at four per SM, the combine costing more than the tail it saved). */
+#define BLOCKS_PER_SM 2
 
 CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len)
 {
@@ -191,7 +193,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         if (target < MIN_CHUNK)
             target = MIN_CHUNK;
         plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
-        if (nwork > INT32_MAX || ncomb > INT32_MAX)
+        if (nwork > INT32_MAX || ncomb > INT32_MAX / GLLM_CUDA_PAGED_ROWS)
             return -E2BIG;
         up_bytes = align256((size_t)(p->B + 1 + nidx) * 4) +
                    align256((size_t)nwork * sizeof(gllm_cuda_paged_work)) +
@@ -301,7 +303,8 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
                               GLLM_CUDA_PAGED_THREADS, 1, 1, (unsigned)GLLM_CUDA_PAGED_SMEM(p->D),
                               x->stream, args, NULL);
         if (r == CUDA_SUCCESS && ncomb > 0)
-            r = d->cuLaunchKernel(x->combine[bf][wide], (unsigned)ncomb, (unsigned)t.gy, 1,
+            r = d->cuLaunchKernel(x->combine[bf][wide], (unsigned)(ncomb * GLLM_CUDA_PAGED_ROWS),
+                                  (unsigned)t.gy, 1,
                                   GLLM_CUDA_PAGED_THREADS, 1, 1, 0, x->stream, args, NULL);
     }
     if (r)
