@@ -66,6 +66,53 @@ static void test_request_round_trip(void **state)
     proto_msg_free(&m);
 }
 
+/* Packs p as a request, decodes it back as operation op. */
+static int paged_trip(const struct proto_paged *p, enum proto_paged_op op, struct proto_paged *out)
+{
+    proto_buf_init(&buf);
+    proto_pack_request(&buf.pk, 5, "x");
+    proto_pack_paged(&buf.pk, p);
+    assert_false(buf.overflow);
+    struct proto_msg m;
+    int64_t id;
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, &id), 0);
+    int r = proto_decode_paged(m.params, op, out);
+    proto_msg_free(&m);
+    return r;
+}
+
+static void test_paged_round_trip(void **state)
+{
+    (void)state;
+    struct proto_tensor idx = sample_tensor(4, GLLM_DTYPE_I32);
+    idx.rank = 1;
+    struct proto_paged a = {.op = PROTO_PREFILL, .k_cache = sample_tensor(1, GLLM_DTYPE_BF16),
+                            .v_cache = sample_tensor(2, GLLM_DTYPE_BF16), .kv_indptr = idx,
+                            .kv_indices = idx, .kv_last_page_len = idx, .qo_indptr = idx,
+                            .q = sample_tensor(3, GLLM_DTYPE_BF16), .out = sample_tensor(3, GLLM_DTYPE_BF16),
+                            .has_scale = true, .scale = 0.5};
+    a.kv_indices.offset = 1024;
+    a.v_cache.device = a.k_cache.device = true;
+    struct proto_paged b;
+    assert_int_equal(paged_trip(&a, PROTO_PREFILL, &b), 0);
+    assert_tensor_equal(&a.k_cache, &b.k_cache);
+    assert_true(b.k_cache.device && b.v_cache.device && !b.q.device);
+    assert_tensor_equal(&a.kv_indices, &b.kv_indices);
+    assert_tensor_equal(&a.qo_indptr, &b.qo_indptr);
+    assert_int_equal(b.kv_indptr.dtype, GLLM_DTYPE_I32);
+    assert_true(b.has_scale && b.scale == 0.5);
+    /* Decode takes no qo_indptr: a field the operation does not take is refused. */
+    assert_int_equal(paged_trip(&a, PROTO_DECODE, &b), GLLM_EPARAM);
+    /* kv_append needs k, v and append_indptr. */
+    assert_int_equal(paged_trip(&a, PROTO_KV_APPEND, &b), GLLM_EPARAM);
+    struct proto_paged c = {.op = PROTO_KV_APPEND, .k_cache = a.k_cache, .v_cache = a.v_cache,
+                            .kv_indptr = idx, .kv_indices = idx, .kv_last_page_len = idx,
+                            .k = a.q, .v = a.q, .append_indptr = idx};
+    assert_int_equal(paged_trip(&c, PROTO_KV_APPEND, &b), 0);
+    assert_tensor_equal(&c.append_indptr, &b.append_indptr);
+    assert_false(b.has_scale);
+}
+
 static void test_response_round_trip(void **state)
 {
     (void)state;
@@ -331,6 +378,9 @@ static void test_dtypes_and_errors(void **state)
     assert_int_equal(proto_dtype_parse("bf16", &d), 0);
     assert_int_equal(d, GLLM_DTYPE_BF16);
     assert_int_equal(proto_dtype_parse("F16", &d), GLLM_EDTYPE);
+    assert_int_equal(proto_dtype_parse("i32", &d), 0);
+    assert_int_equal(d, GLLM_DTYPE_I32);
+    assert_int_equal(proto_dtype_size(GLLM_DTYPE_I32), 4);
     assert_string_equal(gllm_strerror(GLLM_EBOUNDS), "tensor lies outside its arena");
     assert_string_equal(gllm_error_name(GLLM_EUNSEALED), "GLLM_EUNSEALED");
     assert_string_equal(gllm_error_name(-ENOMEM), "ENOMEM");
@@ -341,6 +391,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_round_trip),
+        cmocka_unit_test(test_paged_round_trip),
         cmocka_unit_test(test_response_round_trip),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_depth_and_size_limits),
