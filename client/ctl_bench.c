@@ -30,7 +30,7 @@ static const struct shape gpu_shapes[] = {
     {8, 16, 16, 1024, 64, GLLM_DTYPE_F16, false},
 };
 
-static uint64_t mono_ns(void)
+uint64_t ctl_mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -43,9 +43,14 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-static uint64_t median(uint64_t *v, int n)
+void ctl_sort_u64(uint64_t *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_u64);
+}
+
+static uint64_t median(uint64_t *v, int n)
+{
+    ctl_sort_u64(v, n);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
@@ -94,10 +99,10 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
     if ((r = gllm_attention(c, &p, &res)) < 0)   /* warm-up: first touch of the pages */
         goto fail;
     for (int i = 0; i < iters; i++) {
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = ctl_mono_ns();
         if ((r = gllm_attention(c, &p, &res)) < 0)
             goto fail;
-        e2e[i] = mono_ns() - t0;
+        e2e[i] = ctl_mono_ns() - t0;
         kern[i] = res.kernel_ns;
         /* What the daemon and the copies add to the kernel, as the client sees it. */
         added[i] = e2e[i] > res.kernel_ns ? e2e[i] - res.kernel_ns : 0;

@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ctl.h"
 
@@ -21,23 +20,10 @@ static const struct decode_shape cpu_decode[] = {
     {1, 8, 2, 256, 128, 16},
 };
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* The q-th quantile (0..1) of v, which it sorts. */
 static uint64_t quantile(uint64_t *v, int n, double q)
 {
-    qsort(v, (size_t)n, sizeof *v, cmp_u64);
+    ctl_sort_u64(v, n);
     int i = (int)(q * (n - 1) + 0.5);
     return v[i];
 }
@@ -104,9 +90,9 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, g
     for (int i = 0; i < 3 && r == 0; i++)            /* warm-up */
         r = gllm_attention_decode(c, &p, &res);
     for (int i = 0; i < iters && r == 0; i++) {
-        uint64_t t0 = mono_ns();
+        uint64_t t0 = ctl_mono_ns();
         r = gllm_attention_decode(c, &p, &res);
-        e2e[i] = mono_ns() - t0;
+        e2e[i] = ctl_mono_ns() - t0;
         kern[i] = res.kernel_ns;
         added[i] = e2e[i] > res.kernel_ns ? e2e[i] - res.kernel_ns : 0;
         /* Where the added time goes: the worker's own work around the kernel (plan, upload,

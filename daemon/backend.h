@@ -69,6 +69,13 @@ struct paged_args {
     struct attn_timing *timing; /* out, optional */
 };
 
+/* Row of the pools (page * page_size + slot) that holds token pos of sequence b. */
+static inline int64_t paged_row(const struct paged_args *p, int64_t b, int64_t pos)
+{
+    return (int64_t)p->kv_indices[p->kv_indptr[b] + pos / p->page_size] * p->page_size +
+           pos % p->page_size;
+}
+
 struct backend_config {
     int threads;                /* CPU worker threads; 0 = one per online CPU */
 };

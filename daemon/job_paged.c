@@ -88,9 +88,7 @@ static int check_slots_distinct(const struct paged_args *a, char *err, size_t er
     int64_t n = 0;
     for (int64_t b = 0; b < a->B; b++)
         for (int32_t i = a->q_indptr[b]; i < a->q_indptr[b + 1]; i++) {
-            int64_t pos = a->kv_len[b] - (a->q_indptr[b + 1] - i);
-            int64_t page = a->kv_indices[a->kv_indptr[b] + pos / a->page_size];
-            slot[n++] = page * a->page_size + pos % a->page_size;
+            slot[n++] = paged_row(a, b, a->kv_len[b] - (a->q_indptr[b + 1] - i));
         }
     qsort(slot, (size_t)n, sizeof *slot, cmp_i64);
     int rc = 0;

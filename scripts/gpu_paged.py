@@ -17,6 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gllm_raw import Arena, Client  # noqa: E402
+from gpu_compare import time_torch  # noqa: E402
 
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
 TOL = {"f16": 3e-3, "bf16": 2e-2}
@@ -139,21 +140,6 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, results):
     results.append({"case": name, "rel_err": err, "ok": ok})
     pg.free()
     return ok
-
-
-def time_torch(fn, iters):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return float(np.median(ts))
 
 
 def d2d_gbps(iters):

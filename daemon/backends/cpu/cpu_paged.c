@@ -5,13 +5,6 @@
 
 #include "cpu_paged.h"
 
-/* Where token pos of sequence b lives in a cache: element offset of its [Hkv, D] row block. */
-static int64_t slot_offset(const struct paged_args *p, int64_t b, int64_t pos)
-{
-    int64_t page = p->kv_indices[p->kv_indptr[b] + pos / p->page_size];
-    return (page * p->page_size + pos % p->page_size) * p->Hkv * p->D;
-}
-
 static void kv_append(const struct paged_args *p, size_t es)
 {
     const size_t row = (size_t)(p->Hkv * p->D) * es;
@@ -19,7 +12,7 @@ static void kv_append(const struct paged_args *p, size_t es)
         const int32_t n = p->q_indptr[b + 1] - p->q_indptr[b];
         for (int32_t i = 0; i < n; i++) {
             const int64_t pos = p->kv_len[b] - n + i, src = p->q_indptr[b] + i;
-            const size_t dst = (size_t)slot_offset(p, b, pos) * es;
+            const size_t dst = (size_t)paged_row(p, b, pos) * row;
             memcpy((char *)p->k_cache + dst, (const char *)p->k_new + (size_t)src * row, row);
             memcpy((char *)p->v_cache + dst, (const char *)p->v_new + (size_t)src * row, row);
         }

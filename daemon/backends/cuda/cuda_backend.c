@@ -44,6 +44,20 @@ static int cuda_probe(char *why, size_t len)
     return 100;
 }
 
+void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
+                      struct attn_timing *t, uint64_t moved)
+{
+    if (!t)
+        return;
+    float in_ms = 0, k_ms = 0, out_ms = 0;
+    d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
+    d->cuEventElapsedTime(&k_ms, x->ev[EV_KERNEL], x->ev[EV_KERNEL_END]);
+    d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
+    t->kernel_ns = (uint64_t)((double)k_ms * 1e6);
+    t->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
+    t->copy_bytes = moved;
+}
+
 int cuda_fail(const struct cuda_driver *d, CUresult r, const char *what)
 {
     char buf[160];
@@ -489,15 +503,7 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
         return cuda_fail(d, r, "attention kernel");
-    if (a->timing) {
-        float in_ms = 0, k_ms = 0, out_ms = 0;
-        d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
-        d->cuEventElapsedTime(&k_ms, x->ev[EV_KERNEL], x->ev[EV_KERNEL_END]);
-        d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
-        a->timing->kernel_ns = (uint64_t)((double)k_ms * 1e6);
-        a->timing->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
-        a->timing->copy_bytes = moved;
-    }
+    cuda_read_timing(d, x, a->timing, moved);
     return 0;
 }
 

@@ -35,6 +35,9 @@ struct cuda_ctx {
 
 /* Maps a driver error to our codes, logging the driver's words once. */
 int cuda_fail(const struct cuda_driver *d, CUresult r, const char *what);
+/* Fills t (when non-NULL) from the job's four events: copies in, kernel, copies out. */
+void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
+                      struct attn_timing *t, uint64_t moved);
 /* Grows the device's scratch buffer to at least need bytes (contents are lost). */
 int cuda_ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need);
 

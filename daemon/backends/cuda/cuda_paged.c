@@ -222,11 +222,8 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     if (append) {
         int64_t *slot = (int64_t *)(void *)h;
         for (int64_t b = 0, n = 0; b < p->B; b++)
-            for (int32_t i = p->q_indptr[b]; i < p->q_indptr[b + 1]; i++, n++) {
-                const int64_t pos = p->kv_len[b] - (p->q_indptr[b + 1] - i);
-                slot[n] = (int64_t)p->kv_indices[p->kv_indptr[b] + pos / p->page_size] *
-                          p->page_size + pos % p->page_size;
-            }
+            for (int32_t i = p->q_indptr[b]; i < p->q_indptr[b + 1]; i++, n++)
+                slot[n] = paged_row(p, b, p->kv_len[b] - (p->q_indptr[b + 1] - i));
     } else {
         memcpy(h, p->kv_indptr, (size_t)(p->B + 1) * 4);
         memcpy(h + (size_t)(p->B + 1) * 4, p->kv_indices, (size_t)nidx * 4);
@@ -320,14 +317,6 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
         return cuda_fail(d, r, append ? "kv_append kernel" : "paged attention kernel");
-    if (p->timing) {
-        float in_ms = 0, k_ms = 0, out_ms = 0;
-        d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
-        d->cuEventElapsedTime(&k_ms, x->ev[EV_KERNEL], x->ev[EV_KERNEL_END]);
-        d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
-        p->timing->kernel_ns = (uint64_t)((double)k_ms * 1e6);
-        p->timing->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
-        p->timing->copy_bytes = moved + up_bytes;
-    }
+    cuda_read_timing(d, x, p->timing, moved + up_bytes);
     return 0;
 }
