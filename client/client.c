@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "proto.h"
@@ -35,6 +36,7 @@ struct gllm_client {
     bool call_msg_valid;
     int call_error;
     char last_error[PROTO_MAX_ERRMSG + 1];
+    uint64_t wait_spin_ns;       /* gllm_job_wait polls this long before it sleeps */
     char rx[PROTO_MAX_MESSAGE];
     struct proto_buf tx;
 };
@@ -319,6 +321,7 @@ int gllm_connect(const char *path, gllm_client **out)
     gllm_client *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
+    c->wait_spin_ns = (uint64_t)GLLM_WAIT_SPIN_US_DEFAULT * 1000;
     c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
         int e = -errno;
@@ -784,14 +787,25 @@ int gllm_job_poll(gllm_client *c, uint64_t job, gllm_job_result *res)
     if (!j)
         return GLLM_ENOJOB;
     if (!j->done) {
+        /* Replies read before a disconnect still count: look at the job before r. */
         int r = receive(c, false);
-        if (r < 0)
-            return r;
         j = find_job(c, job);
         if (!j->done)
-            return -EAGAIN;
+            return r < 0 ? r : -EAGAIN;
     }
     return claim(c, j, res);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void gllm_client_set_wait_spin(gllm_client *c, uint32_t us)
+{
+    c->wait_spin_ns = (uint64_t)us * 1000;
 }
 
 int gllm_job_wait(gllm_client *c, uint64_t job, gllm_job_result *res)
@@ -799,11 +813,12 @@ int gllm_job_wait(gllm_client *c, uint64_t job, gllm_job_result *res)
     struct job_slot *j = find_job(c, job);
     if (!j)
         return GLLM_ENOJOB;
+    const uint64_t spin_until = c->wait_spin_ns && !j->done ? mono_ns() + c->wait_spin_ns : 0;
     while (!j->done) {
-        int r = receive(c, true);
-        if (r < 0)
-            return r;
+        int r = receive(c, !spin_until || mono_ns() >= spin_until);
         j = find_job(c, job);
+        if (r < 0 && !j->done)
+            return r;
     }
     return claim(c, j, res);
 }

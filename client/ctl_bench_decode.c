@@ -7,17 +7,20 @@
 
 struct decode_shape {
     int64_t B, Hq, Hkv, L, D, page_size;
+    bool sleep;                    /* the client sleeps in its wait instead of polling */
 };
 
 /* The shapes on a GPU; on the CPU, small enough for two cores. */
 static const struct decode_shape gpu_decode[] = {
-    {64, 32, 8, 4096, 128, 16},
-    {1, 32, 8, 8192, 128, 16},
-    {1, 32, 8, 512, 128, 16},      /* a short sequence: latency, not bandwidth */
+    {64, 32, 8, 4096, 128, 16, false},
+    {1, 32, 8, 8192, 128, 16, false},
+    {1, 32, 8, 512, 128, 16, false},  /* a short sequence: latency, not bandwidth */
+    {1, 32, 8, 512, 128, 16, true},   /* what the client's wait spin is worth */
 };
 static const struct decode_shape cpu_decode[] = {
-    {4, 8, 2, 1024, 128, 16},
-    {1, 8, 2, 256, 128, 16},
+    {4, 8, 2, 1024, 128, 16, false},
+    {1, 8, 2, 256, 128, 16, false},
+    {1, 8, 2, 256, 128, 16, true},
 };
 
 /* The q-th quantile (0..1) of v, which it sorts. */
@@ -87,6 +90,7 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, g
     gllm_tensor_init(&p.kv.last_page_len, tab, (uint64_t)(s->B + 1) * 4, GLLM_DTYPE_I32, 1, &nb);
     gllm_tensor_init(&p.kv.indices, tab, (uint64_t)(2 * s->B + 1) * 4, GLLM_DTYPE_I32, 1, &P);
     gllm_job_result res;
+    gllm_client_set_wait_spin(c, s->sleep ? 0 : GLLM_WAIT_SPIN_US_DEFAULT);
     for (int i = 0; i < 3 && r == 0; i++)            /* warm-up */
         r = gllm_attention_decode(c, &p, &res);
     for (int i = 0; i < iters && r == 0; i++) {
@@ -108,9 +112,9 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, g
              a99 = quantile(added, iters, 0.99), w50 = quantile(worker, iters, 0.5),
              o50 = quantile(outside, iters, 0.5);
     char name[96];
-    snprintf(name, sizeof name, "decode B%lld Hq%lld Hkv%lld L%lld D%lld f16 page %lld",
+    snprintf(name, sizeof name, "decode B%lld Hq%lld Hkv%lld L%lld D%lld f16 page %lld%s",
              (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->L,
-             (long long)s->D, (long long)s->page_size);
+             (long long)s->D, (long long)s->page_size, s->sleep ? " sleep" : "");
     if (json)
         printf("%s{\"shape\": \"%s\", \"iters\": %d, \"kernel_us\": %.1f, \"e2e_us_p50\": %.1f, "
                "\"e2e_us_p99\": %.1f, \"added_us_p50\": %.1f, \"added_us_p99\": %.1f, "
@@ -178,6 +182,7 @@ int ctl_bench_decode(gllm_client *c, int iters, bool json)
         rc = run_decode(c, &shapes[i], iters, rnd, json, i == 0);
     if (json)
         printf("]}\n");
+    gllm_client_set_wait_spin(c, GLLM_WAIT_SPIN_US_DEFAULT);
     gllm_arena_release(rnd);
     return rc;
 }

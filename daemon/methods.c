@@ -233,6 +233,11 @@ static bool admit(struct session *s, int64_t id, const char *method)
         session_reply_error(s, id, GLLM_ESHUTDOWN, "%s: daemon is shutting down", method);
         return false;
     }
+    /* A job answered from its worker counts until the loop settles it; settle before
+     * refusing, so a client at the limit that got its reply may send the next job. */
+    if (s->inflight >= srv->limits.max_inflight ||
+        srv->stats.jobs_inflight >= srv->limits.max_inflight_total)
+        server_reap(srv);
     if (s->inflight >= srv->limits.max_inflight) {
         session_reply_error(s, id, GLLM_EBUSY, "%s: %u jobs in flight on this connection (limit)",
                             method, s->inflight);

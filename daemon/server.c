@@ -17,6 +17,9 @@
 #include "session.h"
 
 #define DRAIN_POLL_MS 5
+/* Busy polling's window under busy_poll_us = auto: a decode loop's next request comes
+ * within a job's time, tens of microseconds, of the last reply. */
+#define BUSY_POLL_AUTO_US 200
 
 /* mkdir -p for the socket's parent directory. */
 static int make_parent_dir(const char *path, mode_t mode)
@@ -115,6 +118,46 @@ static void on_accept(uv_poll_t *h, int status, int events)
     }
 }
 
+/* A finished job's success reply: its timings. */
+static void pack_job_result(struct proto_buf *b, const struct job *job)
+{
+    proto_buf_init(b);
+    proto_pack_result(&b->pk, job->req_id);
+    uint64_t job_ns = job->t_end - job->t_start;
+    msgpack_pack_map(&b->pk, 5);
+    proto_pack_kv_u64(&b->pk, "kernel_ns", job->timing.kernel_ns ? job->timing.kernel_ns : job_ns);
+    proto_pack_kv_u64(&b->pk, "queue_ns", job->t_start - job->t_submit);
+    proto_pack_kv_u64(&b->pk, "job_ns", job_ns);
+    proto_pack_kv_u64(&b->pk, "copy_ns", job->timing.copy_ns);
+    proto_pack_kv_u64(&b->pk, "copy_bytes", job->timing.copy_bytes);
+}
+
+/* Worker thread. A success reply goes out from here when the socket takes it at once: the
+ * hand-off to the loop and its wake-up would add several microseconds to every job. The
+ * fd cannot be reused under us: the job's session reference keeps it open until
+ * server_job_done. Replies may overtake ones the loop has queued; ids tie them together.
+ * Errors, a full socket and gone clients are left to the loop, which logs and queues. */
+void server_job_reply(struct job *job, void *arg, struct proto_buf *scratch)
+{
+    (void)arg;
+    const struct session *s = job->session;
+    if (job->status != 0 || atomic_load_explicit(&s->gone, memory_order_acquire))
+        return;
+    pack_job_result(scratch, job);
+    ssize_t n;
+    do
+        n = send(s->fd, scratch->data, scratch->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    job->replied = n >= 0;
+    if (job->replied) {
+        /* The client's next request is likely a few microseconds away: the loop, if it
+         * is still busy polling, keeps at it (a sleeping loop is not woken for this). */
+        struct server *srv = s->srv;
+        uint64_t window = atomic_load_explicit(&srv->busy_poll_ns, memory_order_relaxed);
+        atomic_store_explicit(&srv->busy_until, job->t_end + window, memory_order_relaxed);
+    }
+}
+
 void server_job_done(struct job *job, void *arg)
 {
     struct server *srv = arg;
@@ -125,27 +168,42 @@ void server_job_done(struct job *job, void *arg)
         srv->stats.jobs_done++;
     else
         srv->stats.jobs_failed++;
-    if (!s->closed) {
+    if (!s->closed && !job->replied) {
         if (job->status < 0) {
             session_reply_error(s, (int64_t)job->req_id, job->status, "attention: %s",
                                 gllm_strerror(job->status));
         } else {
-            struct proto_buf *b = &srv->tx;
-            proto_buf_init(b);
-            proto_pack_result(&b->pk, job->req_id);
-            uint64_t job_ns = job->t_end - job->t_start;
-            msgpack_pack_map(&b->pk, 5);
-            proto_pack_kv_u64(&b->pk, "kernel_ns", job->timing.kernel_ns ? job->timing.kernel_ns : job_ns);
-            proto_pack_kv_u64(&b->pk, "queue_ns", job->t_start - job->t_submit);
-            proto_pack_kv_u64(&b->pk, "job_ns", job_ns);
-            proto_pack_kv_u64(&b->pk, "copy_ns", job->timing.copy_ns);
-            proto_pack_kv_u64(&b->pk, "copy_bytes", job->timing.copy_bytes);
-            session_send(s, b->data, b->len);
+            pack_job_result(&srv->tx, job);
+            session_send(s, srv->tx.data, srv->tx.len);
         }
     }
     job_release_arenas(job);
     session_unref(s);
     free(job);
+}
+
+void server_reap(struct server *srv)
+{
+    for (int i = 0; i < srv->ndevices; i++)
+        if (srv->workers[i])
+            worker_reap(srv->workers[i]);
+}
+
+static void busy_poll_tick(uv_idle_t *h)
+{
+    struct server *srv = h->data;
+    if (now_ns() >= atomic_load_explicit(&srv->busy_until, memory_order_relaxed))
+        uv_idle_stop(h);
+}
+
+void server_busy_poll(struct server *srv)
+{
+    uint64_t window = atomic_load_explicit(&srv->busy_poll_ns, memory_order_relaxed);
+    if (!window)
+        return;
+    atomic_store_explicit(&srv->busy_until, now_ns() + window, memory_order_relaxed);
+    if (!uv_is_active((uv_handle_t *)&srv->busy_idle))
+        uv_idle_start(&srv->busy_idle, busy_poll_tick);
 }
 
 static void stop_listening(struct server *srv)
@@ -178,6 +236,7 @@ static void drain_check(uv_timer_t *t)
         (uv_handle_t *)&srv->drain_timer, (uv_handle_t *)&srv->deadline_timer,
         (uv_handle_t *)&srv->status_timer, (uv_handle_t *)&srv->watchdog_timer,
         (uv_handle_t *)&srv->sig_int, (uv_handle_t *)&srv->sig_term, (uv_handle_t *)&srv->sig_hup,
+        (uv_handle_t *)&srv->busy_idle,
     };
     for (size_t i = 0; i < sizeof handles / sizeof *handles; i++)
         uv_close(handles[i], NULL);
@@ -257,6 +316,15 @@ static void on_hup(uv_signal_t *h, int signum)
     log_info("SIGHUP: configuration %s", r == 0 ? "reloaded" : "kept (reload failed)");
 }
 
+/* auto (-1): on for GPU backends, whose loop thread has a core to itself; off on the CPU
+ * backend, whose compute threads would lose the core to the spinning. */
+static void set_busy_poll(struct server *srv, int us)
+{
+    if (us < 0)
+        us = strcmp(srv->be->iface->name, "cpu") == 0 ? 0 : BUSY_POLL_AUTO_US;
+    atomic_store_explicit(&srv->busy_poll_ns, (uint64_t)us * 1000, memory_order_relaxed);
+}
+
 void server_apply_config(struct server *srv, const struct config *cfg)
 {
     srv->limits = cfg->limits;
@@ -269,6 +337,7 @@ void server_apply_config(struct server *srv, const struct config *cfg)
         uv_timer_start(&srv->status_timer, notify_status, ms, ms);
     }
     srv->status_interval_s = cfg->status_interval_s;
+    set_busy_poll(srv, cfg->busy_poll_us);
     log_init(cfg->log_level);
 }
 
@@ -281,6 +350,7 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->policy = cfg->policy;
     srv->drain_timeout_s = cfg->drain_timeout_s;
     srv->status_interval_s = cfg->status_interval_s;
+    set_busy_poll(srv, cfg->busy_poll_us);
     atomic_init(&srv->abort_jobs, false);
     srv->start_ns = srv->status_ns_last = now_ns();
     srv->caps.dtypes = be->iface->dtypes(be);
@@ -308,8 +378,11 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->listen_fd = fd;
     int r;
     for (int i = 0; i < srv->ndevices; i++)
-        if ((r = worker_start(loop, be, i, server_job_done, srv, &srv->workers[i])) < 0)
+        if ((r = worker_start(loop, be, i, server_job_reply, server_job_done, srv,
+                              &srv->workers[i])) < 0)
             return r;
+    uv_idle_init(loop, &srv->busy_idle);
+    srv->busy_idle.data = srv;
     uv_poll_init(loop, &srv->listen_poll, fd);
     srv->listen_poll.data = srv;
     uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);

@@ -44,6 +44,12 @@ struct server {
     bool listening;
     uv_signal_t sig_int, sig_term, sig_hup;
     uv_timer_t drain_timer, deadline_timer, status_timer, watchdog_timer;
+    /* Busy polling: while active the loop polls its sockets without sleeping, so a request
+     * is read within a microsecond instead of after a wake-up. Active until busy_until,
+     * which requests (loop) and replies sent by workers push busy_poll_ns ahead. */
+    uv_idle_t busy_idle;
+    _Atomic uint64_t busy_poll_ns;
+    _Atomic uint64_t busy_until;
     bool draining;
     atomic_bool abort_jobs;       /* past the drain deadline: queued jobs are cancelled */
     /* SIGHUP: re-reads the configuration; returns 0 or logs why not. */
@@ -67,7 +73,13 @@ void server_apply_config(struct server *srv, const struct config *cfg);
 /* Serves until SIGINT/SIGTERM, then drains: stops accepting, answers every
  * accepted request, closes everything. Returns 0 after a clean drain. */
 int server_run(struct server *srv);
-/* Called by the worker completion path on the loop thread. */
+/* The worker's hooks: reply on its thread when a job finishes, done on the loop thread. */
+void server_job_reply(struct job *job, void *srv, struct proto_buf *scratch);
 void server_job_done(struct job *job, void *srv);
+/* Settles every finished job now: an answered client may already have sent its next
+ * request before the loop heard that the job ended. */
+void server_reap(struct server *srv);
+/* A request came in (loop thread): keep polling busily for a while. */
+void server_busy_poll(struct server *srv);
 
 #endif

@@ -10,8 +10,10 @@ struct worker {
     uv_loop_t *loop;
     struct backend *be;
     int dev;
+    worker_reply_fn *reply_fn;
     worker_done_fn *done_fn;
     void *done_arg;
+    struct proto_buf *scratch;            /* the reply hook's, worker thread only */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -97,6 +99,7 @@ static void *worker_main(void *arg)
         } else
             j->status = w->be->iface->attention(w->be, w->dev, &j->args);
         j->t_end = now_ns();
+        w->reply_fn(j, w->done_arg, w->scratch);
 
         pthread_mutex_lock(&w->lock);
         if (w->done_tail)
@@ -110,9 +113,8 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static void report_done(uv_async_t *h)
+void worker_reap(struct worker *w)
 {
-    struct worker *w = h->data;
     pthread_mutex_lock(&w->lock);
     struct job *j = w->done_head;
     w->done_head = w->done_tail = NULL;
@@ -124,23 +126,35 @@ static void report_done(uv_async_t *h)
     }
 }
 
+static void report_done(uv_async_t *h)
+{
+    worker_reap(h->data);
+}
+
 static void free_worker(uv_handle_t *h)
 {
     struct worker *w = h->data;
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
+    free(w->scratch);
     free(w);
 }
 
-int worker_start(uv_loop_t *loop, struct backend *be, int dev, worker_done_fn *done, void *arg,
-                 struct worker **out)
+int worker_start(uv_loop_t *loop, struct backend *be, int dev, worker_reply_fn *reply,
+                 worker_done_fn *done, void *arg, struct worker **out)
 {
     struct worker *w = calloc(1, sizeof *w);
-    if (!w)
+    struct proto_buf *scratch = malloc(sizeof *scratch);
+    if (!w || !scratch) {
+        free(w);
+        free(scratch);
         return -ENOMEM;
-    *w = (struct worker){.loop = loop, .be = be, .dev = dev, .done_fn = done, .done_arg = arg};
+    }
+    *w = (struct worker){.loop = loop, .be = be, .dev = dev, .reply_fn = reply, .done_fn = done,
+                         .done_arg = arg, .scratch = scratch};
     int r = uv_async_init(loop, &w->async, report_done);
     if (r < 0) {
+        free(scratch);
         free(w);
         return r;
     }
@@ -182,6 +196,6 @@ void worker_stop(struct worker *w)
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
     pthread_join(w->thread, NULL);
-    report_done(&w->async);
+    worker_reap(w);
     uv_close((uv_handle_t *)&w->async, free_worker);
 }

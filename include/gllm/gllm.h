@@ -239,6 +239,12 @@ GLLM_EXPORT int gllm_attention_submit(gllm_client *c, const gllm_attention_param
                                       uint64_t *job);
 GLLM_EXPORT int gllm_job_wait(gllm_client *c, uint64_t job, gllm_job_result *res);
 GLLM_EXPORT int gllm_job_poll(gllm_client *c, uint64_t job, gllm_job_result *res);
+/* How long gllm_job_wait (and the synchronous job calls) poll the socket before they
+ * sleep: a sleeping thread takes microseconds to wake when the reply lands, which a
+ * decode step that lasts tens of microseconds feels. The default is
+ * GLLM_WAIT_SPIN_US_DEFAULT; 0 always sleeps at once. Spinning uses the calling CPU. */
+#define GLLM_WAIT_SPIN_US_DEFAULT 200
+GLLM_EXPORT void gllm_client_set_wait_spin(gllm_client *c, uint32_t us);
 
 /* Paged KV cache jobs; the _submit forms return at once like gllm_attention_submit. */
 GLLM_EXPORT int gllm_kv_append_submit(gllm_client *c, const gllm_kv_append_params *p,

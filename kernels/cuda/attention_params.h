@@ -37,8 +37,9 @@ typedef struct gllm_cuda_attn_params {
  * GLLM_CUDA_PAGED_ROWS rows of (query token, head) pairs that share one KV head: row r is
  * token r / heads_per_cta of the item and head r % heads_per_cta of the block's chunk of
  * the group. It reads keys [kv0, kv1) of its sequence through the page table, with the
- * causal limit pos0 + token; it writes out directly (part < 0) or a partial result that
- * gllm_paged_combine_* merges: grid (combine items * ROWS, same y), block THREADS. Pools and q/out 16-byte aligned, D-stride 1, contiguous. */
+ * causal limit pos0 + token; it writes out directly (part < 0) or a partial result, and the
+ * last block of a combine item to finish (counted in counters) merges the item's partials.
+ * Pools and q/out 16-byte aligned, D-stride 1, contiguous. */
 #define GLLM_CUDA_PAGED_THREADS 128
 #define GLLM_CUDA_PAGED_ROWS 16
 #define GLLM_CUDA_PAGED_KEYS 64          /* keys per pipeline stage; 16 per warp */
@@ -53,7 +54,7 @@ typedef struct gllm_cuda_paged_work {
     int32_t pos0;         /* position of token q0 in its sequence */
     int32_t kv0, kv1;     /* keys read */
     int32_t part;         /* -1: final; else the partial slot written */
-    int32_t pad;
+    int32_t comb;         /* with part >= 0: the combine item that merges it */
 } gllm_cuda_paged_work;
 
 typedef struct gllm_cuda_paged_combine {
@@ -70,6 +71,7 @@ typedef struct gllm_cuda_paged_params {
     const gllm_cuda_paged_combine *combine;
     float *part_o;        /* [part][grid.y][ROWS][D] */
     float *part_lse;      /* [part][grid.y][ROWS], log2 domain */
+    int32_t *counters;    /* [combine item][grid.y]: parts done; zero between jobs */
     int32_t Hq, Hkv, page_size, page_shift;   /* page_shift: log2(page_size), or -1 */
     int32_t group, heads_per_cta, head_chunks;
     float scale;

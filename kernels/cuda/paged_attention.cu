@@ -4,8 +4,9 @@
 // copies through a three-stage pipeline. The (query token, head) rows that share one KV
 // head form a single 16-row tensor-core tile, so a group of 4 or 8 query heads reads its
 // pages once; the tile's unused rows cost tensor-core time the memory bound leaves idle.
-// Long sequences are cut into key ranges run by separate blocks (flash-decoding) whose
-// partial results gllm_paged_combine merges by their log-sum-exp.
+// Long sequences are cut into key ranges run by separate blocks (flash-decoding); the last
+// block of a sequence to finish merges the partial results by their log-sum-exp, which
+// saves a second launch and its gap on the GPU.
 #include "attention_params.h"
 #include "mma_common.cuh"
 
@@ -21,6 +22,44 @@ static_assert(PG_KEYS == 16 * PG_WARPS, "each warp takes 16 keys of a stage");
 __device__ __forceinline__ void cp_async_wait_stages()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PG_STAGES - 2));
+}
+
+// The last block of combine item c: merges the item's partial results for this block's
+// rows, weighted by 2^(lse - max). Each thread takes 4 columns of one (token, head) row;
+// the partials are read from L2 (ld.cg), where the other blocks' writes landed.
+template <typename T, int D>
+__device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p,
+                                              const gllm_cuda_paged_combine &c, int head0,
+                                              int heads_here)
+{
+    constexpr int C4 = D / 4;
+    const int hpc = p.heads_per_cta;
+    const int items = c.nq * heads_here * C4;
+    for (int idx = threadIdx.x; idx < items; idx += PG_THREADS) {
+        const int v = idx / C4, c4 = idx % C4, qi = v / heads_here, hh = v % heads_here;
+        const int r = qi * hpc + hh;
+        auto slot = [&](int s) {
+            return ((int64_t)(c.part0 + s) * gridDim.y + blockIdx.y) * PG_ROWS + r;
+        };
+        float M = -INFINITY;
+        for (int s = 0; s < c.nparts; s++)
+            M = fmaxf(M, __ldcg(p.part_lse + slot(s)));
+        const float ref = M == -INFINITY ? 0.f : M;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        float L = 0.f;
+#pragma unroll 8
+        for (int s = 0; s < c.nparts; s++) {
+            const int64_t sl = slot(s);
+            const float f = fast_exp2(__ldcg(p.part_lse + sl) - ref);
+            const float4 x = __ldcg(reinterpret_cast<const float4 *>(p.part_o + sl * D) + c4);
+            L += f;
+            acc.x += f * x.x, acc.y += f * x.y, acc.z += f * x.z, acc.w += f * x.w;
+        }
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        T *O = reinterpret_cast<T *>(p.out) + ((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + c4 * 4;
+        uint2 packed = {Elem<T>::pack(acc.x * inv, acc.y * inv), Elem<T>::pack(acc.z * inv, acc.w * inv)};
+        *reinterpret_cast<uint2 *>(O) = packed;
+    }
 }
 
 template <typename T, int D>
@@ -212,59 +251,24 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
                 p.part_lse[slot * PG_ROWS + r] = L > 0.f ? M + __log2f(L) : -INFINITY;
         }
     }
-}
-
-// Merges the partial results of one query block's key ranges, weighted by 2^(lse - max).
-// One block per (row, head-group slot): the four warps take every fourth part, each lane
-// D / 32 columns, and the warps' sums meet in shared memory.
-template <typename T, int D>
-__device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p)
-{
-    const gllm_cuda_paged_combine c = p.combine[blockIdx.x / PG_ROWS];
-    const int r = blockIdx.x % PG_ROWS;
-    const int hkv = blockIdx.y / p.head_chunks, hc = blockIdx.y % p.head_chunks;
-    const int hpc = p.heads_per_cta;
-    const int head0 = hkv * p.group + hc * hpc;
-    const int qi = r / hpc, hh = r % hpc;
-    if (qi >= c.nq || hh >= min(hpc, p.group - hc * hpc))
+    if (w.part < 0)
         return;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    auto slot = [&](int s) { return ((int64_t)(c.part0 + s) * gridDim.y + blockIdx.y) * PG_ROWS + r; };
-    float M = -INFINITY;
-    for (int s = lane; s < c.nparts; s += 32)
-        M = fmaxf(M, p.part_lse[slot(s)]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        M = fmaxf(M, __shfl_xor_sync(0xffffffff, M, off));
-    const float ref = M == -INFINITY ? 0.f : M;
-    float acc[D / 32], L = 0.f;
-#pragma unroll
-    for (int k = 0; k < D / 32; k++)
-        acc[k] = 0.f;
-#pragma unroll 4
-    for (int s = warp; s < c.nparts; s += PG_WARPS) {
-        const int64_t sl = slot(s);
-        const float f = fast_exp2(p.part_lse[sl] - ref);
-        L += f;
-#pragma unroll
-        for (int k = 0; k < D / 32; k++)
-            acc[k] += f * p.part_o[sl * D + lane + 32 * k];
-    }
-    __shared__ float red[PG_WARPS][D + 1];
-#pragma unroll
-    for (int k = 0; k < D / 32; k++)
-        red[warp][lane + 32 * k] = acc[k];
-    if (lane == 0)
-        red[warp][D] = L;
+    // Count this part in; the block that brings the count to nparts merges them all and
+    // zeroes the counter for the next job (every other block has counted by then).
+    __shared__ int last;
+    const gllm_cuda_paged_combine c = p.combine[w.comb];
+    __threadfence();
     __syncthreads();
-    if (threadIdx.x < D) {
-        float a = 0.f, l = 0.f;
-#pragma unroll
-        for (int k = 0; k < PG_WARPS; k++)
-            a += red[k][threadIdx.x], l += red[k][D];
-        T *O = reinterpret_cast<T *>(p.out);
-        O[((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + threadIdx.x] =
-            Elem<T>::from_float(l > 0.f ? a / l : 0.f);
+    if (threadIdx.x == 0) {
+        int *ctr = p.counters + (int64_t)w.comb * gridDim.y + blockIdx.y;
+        last = atomicAdd(ctr, 1) == c.nparts - 1;
+        if (last)
+            *ctr = 0;
+    }
+    __syncthreads();
+    if (last) {
+        __threadfence();
+        paged_combine<T, D>(p, c, head0, heads_here);
     }
 }
 
@@ -275,11 +279,6 @@ __device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p)
         gllm_paged_attn_##tname##_d##D(const gllm_cuda_paged_params p)                         \
     {                                                                                          \
         paged_attention<T, D>(p);                                                              \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(PG_THREADS)                                   \
-        gllm_paged_combine_##tname##_d##D(const gllm_cuda_paged_params p)                      \
-    {                                                                                          \
-        paged_combine<T, D>(p);                                                                \
     }
 PAGED_ENTRY(__half, f16, 64)
 PAGED_ENTRY(__half, f16, 128)

@@ -45,14 +45,16 @@ static int cuda_probe(char *why, size_t len)
 }
 
 void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
-                      struct attn_timing *t, uint64_t moved)
+                      struct attn_timing *t, uint64_t moved, bool copies)
 {
     if (!t)
         return;
     float in_ms = 0, k_ms = 0, out_ms = 0;
-    d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
     d->cuEventElapsedTime(&k_ms, x->ev[EV_KERNEL], x->ev[EV_KERNEL_END]);
-    d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
+    if (copies) {
+        d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
+        d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
+    }
     t->kernel_ns = (uint64_t)((double)k_ms * 1e6);
     t->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
     t->copy_bytes = moved;
@@ -74,6 +76,8 @@ static void close_dev(const struct cuda_driver *d, struct cuda_dev *x)
         d->cuMemFree(x->scratch);
     if (x->hstage)
         d->cuMemFreeHost(x->hstage);
+    if (x->counters)
+        d->cuMemFree(x->counters);
     for (int i = 0; i < EV_COUNT; i++)
         if (x->ev[i])
             d->cuEventDestroy(x->ev[i]);
@@ -503,7 +507,7 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
         return cuda_fail(d, r, "attention kernel");
-    cuda_read_timing(d, x, a->timing, moved);
+    cuda_read_timing(d, x, a->timing, moved, true);
     return 0;
 }
 

@@ -75,7 +75,8 @@ enum {
     X(CUresult, cuMemHostRegister, "cuMemHostRegister_v2", (void *p, size_t n, unsigned int flags)) \
     X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *p))                     \
     X(CUresult, cuMemAllocHost, "cuMemAllocHost_v2", (void **p, size_t bytes))              \
-    X(CUresult, cuMemFreeHost, "cuMemFreeHost", (void *p))
+    X(CUresult, cuMemFreeHost, "cuMemFreeHost", (void *p))                                 \
+    X(CUresult, cuMemsetD32Async, "cuMemsetD32Async", (CUdeviceptr p, unsigned int v, size_t n, CUstream s))
 
 struct cuda_driver {
     void *handle;

@@ -17,11 +17,12 @@ struct cuda_dev {
     CUfunction tc[2][2][2];        /* [bf16?][D == 128?][causal?] */
     CUfunction generic[3];         /* by gllm_dtype */
     CUfunction paged[2][2];        /* [bf16?][D == 128?] */
-    CUfunction combine[2][2];
     CUfunction append;
     CUdeviceptr scratch;           /* inputs and outputs of the running job */
     size_t scratch_size;
     void *hstage;                  /* pinned: page tables and plans on their way up */
+    CUdeviceptr counters;          /* split-KV arrival counters (cuda_paged.c) */
+    size_t counters_n;
     size_t hstage_size;
     int sm_count;
     gllm_device_info info;
@@ -35,9 +36,10 @@ struct cuda_ctx {
 
 /* Maps a driver error to our codes, logging the driver's words once. */
 int cuda_fail(const struct cuda_driver *d, CUresult r, const char *what);
-/* Fills t (when non-NULL) from the job's four events: copies in, kernel, copies out. */
+/* Fills t (when non-NULL) from the job's events: the kernel's pair, and with copies those
+ * around the copies in and out (a job with nothing to copy records only the kernel's). */
 void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
-                      struct attn_timing *t, uint64_t moved);
+                      struct attn_timing *t, uint64_t moved, bool copies);
 /* Grows the device's scratch buffer to at least need bytes (contents are lost). */
 int cuda_ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need);
 

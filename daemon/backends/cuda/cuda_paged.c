@@ -29,11 +29,6 @@ CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *
                 snprintf(why, len, "kernel %s: %s", name, cuda_error_text(d, r, buf, sizeof buf));
                 return r;
             }
-            snprintf(name, sizeof name, "gllm_paged_combine_%s_d%d", tnames[t], dims[k]);
-            if ((r = d->cuModuleGetFunction(&x->combine[t][k], x->mod, name))) {
-                snprintf(why, len, "kernel %s missing from the image", name);
-                return r;
-            }
         }
     if ((r = d->cuModuleGetFunction(&x->append, x->mod, "gllm_kv_append_rows"))) {
         snprintf(why, len, "kernel gllm_kv_append_rows missing from the image");
@@ -114,7 +109,8 @@ static void plan(const struct paged_args *p, const struct tiling *t, int64_t chu
                     work[nw] = (gllm_cuda_paged_work){
                         .b = (int32_t)b, .q0 = q_begin + q, .nq = nq, .pos0 = pos0,
                         .kv0 = (int32_t)kv0, .kv1 = (int32_t)kv1,
-                        .part = nsplit > 1 ? (int32_t)(np + s) : -1};
+                        .part = nsplit > 1 ? (int32_t)(np + s) : -1,
+                        .comb = nsplit > 1 ? (int32_t)nc : -1};
                 }
                 nw++;
             }
@@ -140,6 +136,28 @@ static int ensure_hstage(const struct cuda_driver *d, struct cuda_dev *x, size_t
         return cuda_fail(d, r, "pinned staging for page tables");
     }
     x->hstage_size = want;
+    return 0;
+}
+
+/* The split kernel's per-(combine item, head slot) arrival counters: zero between jobs (the
+ * last block of each item resets its own), so only a new, larger buffer is cleared. */
+static int ensure_counters(const struct cuda_driver *d, struct cuda_dev *x, size_t n)
+{
+    if (n <= x->counters_n)
+        return 0;
+    if (x->counters)
+        d->cuMemFree(x->counters);
+    x->counters = 0;
+    x->counters_n = 0;
+    size_t want = n + n / 4 + 256;
+    CUresult r = d->cuMemAlloc(&x->counters, want * 4);
+    if (r == CUDA_SUCCESS && (r = d->cuMemsetD32Async(x->counters, 0, want, x->stream))) {
+        d->cuMemFree(x->counters);
+        x->counters = 0;
+    }
+    if (r != CUDA_SUCCESS)
+        return cuda_fail(d, r, "split-KV counters");
+    x->counters_n = want;
     return 0;
 }
 
@@ -193,7 +211,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         if (target < MIN_CHUNK)
             target = MIN_CHUNK;
         plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
-        if (nwork > INT32_MAX || ncomb > INT32_MAX / GLLM_CUDA_PAGED_ROWS)
+        if (nwork > INT32_MAX || ncomb > INT32_MAX / t.gy)
             return -E2BIG;
         up_bytes = align256((size_t)(p->B + 1 + nidx) * 4) +
                    align256((size_t)nwork * sizeof(gllm_cuda_paged_work)) +
@@ -211,6 +229,8 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     int rc = cuda_ensure_scratch(d, x, total ? total : 256);
     if (rc == 0)
         rc = ensure_hstage(d, x, up_bytes ? up_bytes : 16);
+    if (rc == 0)
+        rc = ensure_counters(d, x, (size_t)ncomb * (size_t)t.gy);
     if (rc < 0)
         return rc;
 
@@ -236,7 +256,9 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     CUresult r;
     uint64_t moved = 0;
     size_t at = 0;
-    d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
+    const bool staged = up_at > 0;        /* tensors in arenas: copies to time */
+    if (staged)
+        d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
     for (int i = 0; i < PG_COUNT; i++) {
         if (p->device_mask & (1u << i)) {
             st[i].dev = (CUdeviceptr)(uintptr_t)st[i].host;
@@ -287,6 +309,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             .part_lse = (float *)(uintptr_t)(x->scratch + part_at +
                                              (size_t)nparts * (size_t)t.gy * GLLM_CUDA_PAGED_ROWS *
                                                  (size_t)p->D * 4),
+            .counters = (int32_t *)(uintptr_t)x->counters,
             .Hq = (int32_t)p->Hq, .Hkv = (int32_t)p->Hkv, .page_size = (int32_t)p->page_size,
             .page_shift = -1, .group = (int32_t)(p->Hq / p->Hkv), .heads_per_cta = t.hpc,
             .head_chunks = t.head_chunks, .scale = p->scale,
@@ -299,10 +322,6 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         r = d->cuLaunchKernel(x->paged[bf][wide], (unsigned)nwork, (unsigned)t.gy, 1,
                               GLLM_CUDA_PAGED_THREADS, 1, 1, (unsigned)GLLM_CUDA_PAGED_SMEM(p->D),
                               x->stream, args, NULL);
-        if (r == CUDA_SUCCESS && ncomb > 0)
-            r = d->cuLaunchKernel(x->combine[bf][wide], (unsigned)(ncomb * GLLM_CUDA_PAGED_ROWS),
-                                  (unsigned)t.gy, 1,
-                                  GLLM_CUDA_PAGED_THREADS, 1, 1, 0, x->stream, args, NULL);
     }
     if (r)
         return cuda_fail(d, r, "paged kernel launch");
@@ -314,9 +333,10 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             return cuda_fail(d, r, "copy from device");
         moved += st[i].bytes;
     }
-    d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
+    if (staged)
+        d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
         return cuda_fail(d, r, append ? "kv_append kernel" : "paged attention kernel");
-    cuda_read_timing(d, x, p->timing, moved + up_bytes);
+    cuda_read_timing(d, x, p->timing, moved + up_bytes, staged);
     return 0;
 }
