@@ -75,6 +75,7 @@ static int decode_job_reply(const struct proto_msg *m, gllm_job_result *res)
         proto_get_u64(m->result, "job_ns", false, &res->job_ns);
         proto_get_u64(m->result, "copy_ns", false, &res->copy_ns);
         proto_get_u64(m->result, "copy_bytes", false, &res->copy_bytes);
+        proto_get_u64(m->result, "accept_ns", false, &res->accept_ns);
     }
     return 0;
 }
@@ -321,7 +322,6 @@ int gllm_connect(const char *path, gllm_client **out)
     gllm_client *c = calloc(1, sizeof *c);
     if (!c)
         return -ENOMEM;
-    c->wait_spin_ns = (uint64_t)GLLM_WAIT_SPIN_US_DEFAULT * 1000;
     c->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&addr, sizeof addr) < 0) {
         int e = -errno;
@@ -336,6 +336,8 @@ int gllm_connect(const char *path, gllm_client **out)
         free(c);
         return r;
     }
+    if (strcmp(c->caps.backend, "cpu") != 0)
+        c->wait_spin_ns = (uint64_t)GLLM_WAIT_SPIN_US_DEFAULT * 1000;
     *out = c;
     return 0;
 }

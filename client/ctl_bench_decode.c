@@ -43,8 +43,8 @@ static int fill_device(gllm_client *c, gllm_dtensor *t, gllm_arena *rnd)
     return 0;
 }
 
-static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, gllm_arena *rnd,
-                      bool json, bool first)
+static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spin_us, int iters,
+                      gllm_arena *rnd, bool json, bool first)
 {
     const gllm_dtype dt = GLLM_DTYPE_F16;
     const int64_t pages_per_seq = (s->L + s->page_size - 1) / s->page_size, P = s->B * pages_per_seq;
@@ -54,8 +54,9 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, g
     gllm_arena *tab = NULL;
     uint64_t *kern = calloc((size_t)iters, sizeof *kern), *e2e = calloc((size_t)iters, sizeof *e2e);
     uint64_t *added = calloc((size_t)iters, sizeof *added);
-    uint64_t *worker = calloc((size_t)iters, sizeof *worker), *outside = calloc((size_t)iters, sizeof *outside);
-    int r = worker && outside && kern && e2e && added ? 0 : -12;
+    uint64_t *worker = calloc((size_t)iters, sizeof *worker), *wire = calloc((size_t)iters, sizeof *wire);
+    uint64_t *accept = calloc((size_t)iters, sizeof *accept), *queue = calloc((size_t)iters, sizeof *queue);
+    int r = worker && wire && accept && queue && kern && e2e && added ? 0 : -12;
     if (r == 0 && (r = gllm_dtensor_create(c, pool, 0, &kc)) == 0 &&
         (r = gllm_dtensor_create(c, pool, 0, &vc)) == 0 &&
         (r = gllm_dtensor_create(c, 2 * qbytes, 0, &qo)) == 0 &&
@@ -90,7 +91,7 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, g
     gllm_tensor_init(&p.kv.last_page_len, tab, (uint64_t)(s->B + 1) * 4, GLLM_DTYPE_I32, 1, &nb);
     gllm_tensor_init(&p.kv.indices, tab, (uint64_t)(2 * s->B + 1) * 4, GLLM_DTYPE_I32, 1, &P);
     gllm_job_result res;
-    gllm_client_set_wait_spin(c, s->sleep ? 0 : GLLM_WAIT_SPIN_US_DEFAULT);
+    gllm_client_set_wait_spin(c, s->sleep ? 0 : spin_us);
     for (int i = 0; i < 3 && r == 0; i++)            /* warm-up */
         r = gllm_attention_decode(c, &p, &res);
     for (int i = 0; i < iters && r == 0; i++) {
@@ -99,10 +100,14 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, g
         e2e[i] = ctl_mono_ns() - t0;
         kern[i] = res.kernel_ns;
         added[i] = e2e[i] > res.kernel_ns ? e2e[i] - res.kernel_ns : 0;
-        /* Where the added time goes: the worker's own work around the kernel (plan, upload,
-         * launch, wait), and the rest (socket, event loop, checks, the hand-offs). */
+        /* Where the added time goes: reading and checking the request (accept), waiting
+         * for the worker (queue), the worker's own work around the kernel (plan, upload,
+         * launch, wait), and the rest: both ends of the socket, the client included. */
         worker[i] = res.job_ns > res.kernel_ns ? res.job_ns - res.kernel_ns : 0;
-        outside[i] = e2e[i] > res.job_ns ? e2e[i] - res.job_ns : 0;
+        accept[i] = res.accept_ns;
+        queue[i] = res.queue_ns;
+        uint64_t in_daemon = res.accept_ns + res.queue_ns + res.job_ns;
+        wire[i] = e2e[i] > in_daemon ? e2e[i] - in_daemon : 0;
     }
     if (r < 0)
         goto fail;
@@ -110,7 +115,8 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, g
     uint64_t k50 = quantile(kern, iters, 0.5), e50 = quantile(e2e, iters, 0.5),
              e99 = quantile(e2e, iters, 0.99), a50 = quantile(added, iters, 0.5),
              a99 = quantile(added, iters, 0.99), w50 = quantile(worker, iters, 0.5),
-             o50 = quantile(outside, iters, 0.5);
+             x50 = quantile(accept, iters, 0.5), q50 = quantile(queue, iters, 0.5),
+             o50 = quantile(wire, iters, 0.5);
     char name[96];
     snprintf(name, sizeof name, "decode B%lld Hq%lld Hkv%lld L%lld D%lld f16 page %lld%s",
              (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->L,
@@ -118,13 +124,14 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, int iters, g
     if (json)
         printf("%s{\"shape\": \"%s\", \"iters\": %d, \"kernel_us\": %.1f, \"e2e_us_p50\": %.1f, "
                "\"e2e_us_p99\": %.1f, \"added_us_p50\": %.1f, \"added_us_p99\": %.1f, "
-               "\"worker_us_p50\": %.1f, \"outside_us_p50\": %.1f, \"kv_gbps\": %.1f}",
+               "\"accept_us_p50\": %.1f, \"queue_us_p50\": %.1f, \"worker_us_p50\": %.1f, "
+               "\"wire_us_p50\": %.1f, \"kv_gbps\": %.1f}",
                first ? "" : ",\n ", name, iters, k50 / 1e3, e50 / 1e3, e99 / 1e3, a50 / 1e3,
-               a99 / 1e3, w50 / 1e3, o50 / 1e3, kv_bytes / (double)k50);
+               a99 / 1e3, x50 / 1e3, q50 / 1e3, w50 / 1e3, o50 / 1e3, kv_bytes / (double)k50);
     else
-        printf("%-44s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %8.0f\n", name, k50 / 1e3,
-               e50 / 1e3, e99 / 1e3, a50 / 1e3, a99 / 1e3, w50 / 1e3, o50 / 1e3,
-               kv_bytes / (double)k50);
+        printf("%-50s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.0f\n", name,
+               k50 / 1e3, e50 / 1e3, e99 / 1e3, a50 / 1e3, a99 / 1e3, x50 / 1e3, q50 / 1e3,
+               w50 / 1e3, o50 / 1e3, kv_bytes / (double)k50);
     goto out;
 fail:
     fprintf(stderr, "gllmctl bench --decode: %s %s\n", gllm_strerror(r), gllm_client_last_error(c));
@@ -141,7 +148,9 @@ out:
     free(e2e);
     free(added);
     free(worker);
-    free(outside);
+    free(wire);
+    free(accept);
+    free(queue);
     return r < 0 ? 1 : 0;
 }
 
@@ -149,6 +158,7 @@ int ctl_bench_decode(gllm_client *c, int iters, bool json)
 {
     const gllm_caps *caps = gllm_client_caps(c);
     bool cpu = strcmp(caps->backend, "cpu") == 0;
+    const uint32_t spin_us = cpu ? 0 : GLLM_WAIT_SPIN_US_DEFAULT;   /* the client's default */
     const struct decode_shape *shapes = cpu ? cpu_decode : gpu_decode;
     int n = (int)(cpu ? sizeof cpu_decode / sizeof *cpu_decode : sizeof gpu_decode / sizeof *gpu_decode);
     gllm_arena *rnd;
@@ -172,17 +182,18 @@ int ctl_bench_decode(gllm_client *c, int iters, bool json)
         printf(", \"decode\": [");
     } else {
         printf("backend %s, device %s, %d runs; all tensors device-resident, page table in an "
-               "arena; add = e2e - kernel = worker (around the kernel) + outside (socket, loop)\n"
-               "%-44s %9s %9s %9s %9s %9s %9s %9s %8s\n", caps->backend,
-               caps->ndevices ? caps->devices[0].name : "?", iters, "decode shape", "kern us",
-               "e2e p50", "e2e p99", "add p50", "add p99", "worker50", "outside50", "KV GB/s");
+               "arena; times in us\nadd = e2e - kernel = accept (read, check) + queue + worker "
+               "(around the kernel) + wire (socket both ends, client); the last four are p50s\n"
+               "%-50s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n", caps->backend,
+               caps->ndevices ? caps->devices[0].name : "?", iters, "decode shape", "kern",
+               "e2e50", "e2e99", "add50", "add99", "accept", "queue", "worker", "wire", "KV GB/s");
     }
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        rc = run_decode(c, &shapes[i], iters, rnd, json, i == 0);
+        rc = run_decode(c, &shapes[i], spin_us, iters, rnd, json, i == 0);
+    gllm_client_set_wait_spin(c, spin_us);
     if (json)
         printf("]}\n");
-    gllm_client_set_wait_spin(c, GLLM_WAIT_SPIN_US_DEFAULT);
     gllm_arena_release(rnd);
     return rc;
 }

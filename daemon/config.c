@@ -18,7 +18,6 @@ void config_defaults(struct config *cfg)
     cfg->log_level = LOG_INFO;
     cfg->drain_timeout_s = 60;     /* below the unit's TimeoutStopSec=90 */
     cfg->status_interval_s = 5;
-    cfg->busy_poll_us = -1;
 }
 
 static char *trim(char *s)
@@ -131,17 +130,6 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
     UINT_KEY("drain_timeout_s", c->drain_timeout_s, 0, 3600)
     UINT_KEY("status_interval_s", c->status_interval_s, 1, 3600)
 #undef UINT_KEY
-    if (strcmp(key, "busy_poll_us") == 0) {
-        if (strcmp(val, "auto") == 0) {
-            c->busy_poll_us = -1;
-            return 0;
-        }
-        if ((r = parse_u64(val, 0, 100000, &x)) < 0)
-            snprintf(why, whylen, "busy_poll_us wants auto or a number from 0 to 100000");
-        else
-            c->busy_poll_us = (int)x;
-        return r;
-    }
     if (strcmp(key, "socket") == 0) {
         if (val[0] != '/' || strlen(val) >= sizeof c->socket_path) {
             snprintf(why, whylen, "socket wants an absolute path under %zu bytes",

@@ -31,7 +31,6 @@ struct config {
     struct access_policy policy;
     unsigned drain_timeout_s;     /* SIGTERM: then queued jobs are cancelled */
     unsigned status_interval_s;   /* sd_notify STATUS= refresh */
-    int busy_poll_us;             /* loop polls without sleeping this long after activity; -1 auto */
 };
 
 /* Which fields the command line set, so a reload keeps them over the file's. */

@@ -33,7 +33,7 @@ struct job {
     int status;
     bool replied;                 /* answered from the worker thread: the loop sends nothing */
     struct attn_timing timing;    /* what the backend measured */
-    uint64_t t_submit, t_start, t_end;  /* CLOCK_MONOTONIC ns */
+    uint64_t t_read, t_submit, t_start, t_end;  /* CLOCK_MONOTONIC ns; read: its packet */
 };
 
 /* What a backend can do, as job validation needs it. */

@@ -98,10 +98,6 @@ static void print_config(const struct config *c, const char *socket_path)
            c->limits.max_inflight_total, (unsigned long long)c->limits.max_elements,
            c->limits.max_outq_bytes, c->limits.max_page_entries, c->drain_timeout_s,
            c->status_interval_s);
-    if (c->busy_poll_us < 0)
-        printf("busy_poll_us = auto\n");
-    else
-        printf("busy_poll_us = %d\n", c->busy_poll_us);
     printf("allow_users =");
     for (int i = 0; i < c->policy.nuids; i++)
         printf("%s%u", i ? ", " : " ", (unsigned)c->policy.uids[i]);

@@ -217,6 +217,7 @@ static void submit(struct session *s, struct job *job, uint64_t req_id, int dev)
     struct server *srv = s->srv;
     job->req_id = req_id;
     job->dev = dev;
+    job->t_read = srv->packet_ns;
     job->session = session_ref(s);
     job->cancel = &s->gone;
     job->abort = &srv->abort_jobs;

@@ -17,9 +17,6 @@
 #include "session.h"
 
 #define DRAIN_POLL_MS 5
-/* Busy polling's window under busy_poll_us = auto: a decode loop's next request comes
- * within a job's time, tens of microseconds, of the last reply. */
-#define BUSY_POLL_AUTO_US 200
 
 /* mkdir -p for the socket's parent directory. */
 static int make_parent_dir(const char *path, mode_t mode)
@@ -124,8 +121,9 @@ static void pack_job_result(struct proto_buf *b, const struct job *job)
     proto_buf_init(b);
     proto_pack_result(&b->pk, job->req_id);
     uint64_t job_ns = job->t_end - job->t_start;
-    msgpack_pack_map(&b->pk, 5);
+    msgpack_pack_map(&b->pk, 6);
     proto_pack_kv_u64(&b->pk, "kernel_ns", job->timing.kernel_ns ? job->timing.kernel_ns : job_ns);
+    proto_pack_kv_u64(&b->pk, "accept_ns", job->t_submit - job->t_read);
     proto_pack_kv_u64(&b->pk, "queue_ns", job->t_start - job->t_submit);
     proto_pack_kv_u64(&b->pk, "job_ns", job_ns);
     proto_pack_kv_u64(&b->pk, "copy_ns", job->timing.copy_ns);
@@ -149,13 +147,6 @@ void server_job_reply(struct job *job, void *arg, struct proto_buf *scratch)
         n = send(s->fd, scratch->data, scratch->len, MSG_DONTWAIT | MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
     job->replied = n >= 0;
-    if (job->replied) {
-        /* The client's next request is likely a few microseconds away: the loop, if it
-         * is still busy polling, keeps at it (a sleeping loop is not woken for this). */
-        struct server *srv = s->srv;
-        uint64_t window = atomic_load_explicit(&srv->busy_poll_ns, memory_order_relaxed);
-        atomic_store_explicit(&srv->busy_until, job->t_end + window, memory_order_relaxed);
-    }
 }
 
 void server_job_done(struct job *job, void *arg)
@@ -189,23 +180,6 @@ void server_reap(struct server *srv)
             worker_reap(srv->workers[i]);
 }
 
-static void busy_poll_tick(uv_idle_t *h)
-{
-    struct server *srv = h->data;
-    if (now_ns() >= atomic_load_explicit(&srv->busy_until, memory_order_relaxed))
-        uv_idle_stop(h);
-}
-
-void server_busy_poll(struct server *srv)
-{
-    uint64_t window = atomic_load_explicit(&srv->busy_poll_ns, memory_order_relaxed);
-    if (!window)
-        return;
-    atomic_store_explicit(&srv->busy_until, now_ns() + window, memory_order_relaxed);
-    if (!uv_is_active((uv_handle_t *)&srv->busy_idle))
-        uv_idle_start(&srv->busy_idle, busy_poll_tick);
-}
-
 static void stop_listening(struct server *srv)
 {
     if (!srv->listening)
@@ -236,7 +210,6 @@ static void drain_check(uv_timer_t *t)
         (uv_handle_t *)&srv->drain_timer, (uv_handle_t *)&srv->deadline_timer,
         (uv_handle_t *)&srv->status_timer, (uv_handle_t *)&srv->watchdog_timer,
         (uv_handle_t *)&srv->sig_int, (uv_handle_t *)&srv->sig_term, (uv_handle_t *)&srv->sig_hup,
-        (uv_handle_t *)&srv->busy_idle,
     };
     for (size_t i = 0; i < sizeof handles / sizeof *handles; i++)
         uv_close(handles[i], NULL);
@@ -316,15 +289,6 @@ static void on_hup(uv_signal_t *h, int signum)
     log_info("SIGHUP: configuration %s", r == 0 ? "reloaded" : "kept (reload failed)");
 }
 
-/* auto (-1): on for GPU backends, whose loop thread has a core to itself; off on the CPU
- * backend, whose compute threads would lose the core to the spinning. */
-static void set_busy_poll(struct server *srv, int us)
-{
-    if (us < 0)
-        us = strcmp(srv->be->iface->name, "cpu") == 0 ? 0 : BUSY_POLL_AUTO_US;
-    atomic_store_explicit(&srv->busy_poll_ns, (uint64_t)us * 1000, memory_order_relaxed);
-}
-
 void server_apply_config(struct server *srv, const struct config *cfg)
 {
     srv->limits = cfg->limits;
@@ -337,7 +301,6 @@ void server_apply_config(struct server *srv, const struct config *cfg)
         uv_timer_start(&srv->status_timer, notify_status, ms, ms);
     }
     srv->status_interval_s = cfg->status_interval_s;
-    set_busy_poll(srv, cfg->busy_poll_us);
     log_init(cfg->log_level);
 }
 
@@ -350,7 +313,6 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->policy = cfg->policy;
     srv->drain_timeout_s = cfg->drain_timeout_s;
     srv->status_interval_s = cfg->status_interval_s;
-    set_busy_poll(srv, cfg->busy_poll_us);
     atomic_init(&srv->abort_jobs, false);
     srv->start_ns = srv->status_ns_last = now_ns();
     srv->caps.dtypes = be->iface->dtypes(be);
@@ -381,8 +343,6 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
         if ((r = worker_start(loop, be, i, server_job_reply, server_job_done, srv,
                               &srv->workers[i])) < 0)
             return r;
-    uv_idle_init(loop, &srv->busy_idle);
-    srv->busy_idle.data = srv;
     uv_poll_init(loop, &srv->listen_poll, fd);
     srv->listen_poll.data = srv;
     uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);

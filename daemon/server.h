@@ -44,12 +44,6 @@ struct server {
     bool listening;
     uv_signal_t sig_int, sig_term, sig_hup;
     uv_timer_t drain_timer, deadline_timer, status_timer, watchdog_timer;
-    /* Busy polling: while active the loop polls its sockets without sleeping, so a request
-     * is read within a microsecond instead of after a wake-up. Active until busy_until,
-     * which requests (loop) and replies sent by workers push busy_poll_ns ahead. */
-    uv_idle_t busy_idle;
-    _Atomic uint64_t busy_poll_ns;
-    _Atomic uint64_t busy_until;
     bool draining;
     atomic_bool abort_jobs;       /* past the drain deadline: queued jobs are cancelled */
     /* SIGHUP: re-reads the configuration; returns 0 or logs why not. */
@@ -59,6 +53,7 @@ struct server {
     struct session *sessions;
     struct server_stats stats;
     uint64_t start_ns;
+    uint64_t packet_ns;           /* when the packet being dispatched was read */
     /* Loop-thread scratch: one packet in, one packet out at a time. */
     char rx[PROTO_MAX_MESSAGE];
     struct proto_buf tx;
@@ -79,7 +74,6 @@ void server_job_done(struct job *job, void *srv);
 /* Settles every finished job now: an answered client may already have sent its next
  * request before the loop heard that the job ended. */
 void server_reap(struct server *srv);
-/* A request came in (loop thread): keep polling busily for a while. */
-void server_busy_poll(struct server *srv);
+
 
 #endif

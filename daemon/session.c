@@ -330,7 +330,7 @@ static void read_packets(struct session *s)
                 memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
         }
         srv->stats.requests++;
-        server_busy_poll(srv);
+        srv->packet_ns = now_ns();
         if (!s->hello_done && !s->denied && (size_t)len > srv->limits.max_prehello_bytes)
             session_reply_error(s, -1, GLLM_ETOOBIG, "packet of %zd bytes before hello (limit %u)",
                                 len, srv->limits.max_prehello_bytes);

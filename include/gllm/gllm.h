@@ -145,6 +145,7 @@ typedef struct gllm_job_result {
     uint64_t job_ns;         /* time the worker spent on the job, copies included */
     uint64_t copy_ns;        /* GPU: device time of the arena <-> device copies */
     uint64_t copy_bytes;     /* GPU: bytes those copies moved */
+    uint64_t accept_ns;      /* time the daemon took to read and check the request */
 } gllm_job_result;
 
 /*
@@ -242,8 +243,9 @@ GLLM_EXPORT int gllm_job_poll(gllm_client *c, uint64_t job, gllm_job_result *res
 /* How long gllm_job_wait (and the synchronous job calls) poll the socket before they
  * sleep: a sleeping thread takes microseconds to wake when the reply lands, which a
  * decode step that lasts tens of microseconds feels. The default is
- * GLLM_WAIT_SPIN_US_DEFAULT; 0 always sleeps at once. Spinning uses the calling CPU. */
-#define GLLM_WAIT_SPIN_US_DEFAULT 200
+ * GLLM_WAIT_SPIN_US_DEFAULT on GPU backends and 0 on the CPU backend, whose jobs need
+ * every core; 0 sleeps at once. Spinning keeps the calling CPU busy. */
+#define GLLM_WAIT_SPIN_US_DEFAULT 1000
 GLLM_EXPORT void gllm_client_set_wait_spin(gllm_client *c, uint32_t us);
 
 /* Paged KV cache jobs; the _submit forms return at once like gllm_attention_submit. */
