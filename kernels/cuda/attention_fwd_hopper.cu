@@ -1,0 +1,365 @@
+// Hopper prefill for gllmd's CUDA backend: D = 128, not causal, wgmma (sm_90a only).
+//
+// The Ampere-style kernel (attention_fwd.cu) feeds the tensor cores through mma.sync from
+// registers, and at D = 128 its 255 registers leave the tensor pipe idle most cycles. Here
+// wgmma reads Q and K (for S = Q K^T) and V (for O += P V) from shared memory, so a
+// warpgroup's registers hold only its scores, its output and P. A block is two warpgroups
+// of 64 query rows each; K and V tiles of 128 keys stream through two cp.async stages laid
+// out in wgmma's 128-byte swizzle. While one warpgroup does its softmax the other's wgmma
+// keeps the tensor cores busy.
+//
+// Q as register fragments (A from registers) gave right scores on the first key tile and
+// wrong ones from the second on; A from shared memory is right and needs 12 fewer
+// registers.
+//
+// Built for every target of the fatbin, but its body exists only in the sm_90a image: the
+// daemon launches it only on compute capability 9.0 with that image loaded.
+#include "attention_params.h"
+#include "mma_common.cuh"
+
+namespace {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GLLM_HAVE_WGMMA 1
+#endif
+
+constexpr int HP_D = 128;
+constexpr int HP_ROWS = GLLM_CUDA_HP_ROWS;       // query rows per block: 64 per warpgroup
+constexpr int HP_KEYS = GLLM_CUDA_HP_KEYS;       // keys per tile
+constexpr int HP_THREADS = GLLM_CUDA_HP_THREADS;
+constexpr uint32_t HP_TILE = 128 * HP_D * 2;     // bytes of a [128][128] tile
+static_assert(HP_ROWS == 128 && HP_KEYS == 128 && HP_THREADS == 256, "tile shapes below");
+
+template <typename T> struct Tag {};
+
+#ifdef GLLM_HAVE_WGMMA
+// A [128 rows][128] tile as wgmma's 128-byte swizzle wants it: two column blocks of 64
+// elements (16 KiB each), rows of 128 bytes, the 16-byte unit u of row r stored at
+// u ^ (r % 8); 8-row groups (1024 bytes) are the swizzle's atoms.
+__device__ __forceinline__ uint32_t hp_offset(int row, int col)
+{
+    return (uint32_t)((col >> 6) * 16384 + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) +
+                      (col & 7) * 2);
+}
+
+// Shared-memory matrix descriptors (PTX ISA, "matrix descriptor"): start address, leading
+// and stride byte offsets (all >> 4), 128-byte swizzle (mode 1 in bits 62-63).
+// K-major (K tile as B of Q K^T: its rows are the N dimension, the head dim is K and
+// contiguous): 8-row groups 1024 bytes apart; the leading offset is unused.
+__device__ __forceinline__ uint64_t desc_k_major(uint32_t saddr)
+{
+    return (uint64_t)((saddr >> 4) & 0x3FFF) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+// MN-major (V tile as B of P V: keys are the K dimension, the head dim is N and
+// contiguous): column blocks of 64 (the N atoms) 16 KiB apart, 8-key groups 1024 apart.
+__device__ __forceinline__ uint64_t desc_mn_major(uint32_t saddr)
+{
+    return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(16384 >> 4) << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// wgmma reads and writes its accumulators after the instruction has issued, which the
+// compiler cannot see: pinning every register with an empty asm after the wait (and
+// before the issue) keeps ordinary code on them in order with the wgmma.
+__device__ __forceinline__ void pin(float (&r)[64])
+{
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        asm volatile("" : "+f"(r[i])::"memory");
+}
+// cp.async writes through the generic proxy, wgmma reads through the async one.
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// D (64 x 128, fp32, the accumulator layout of mma.sync's m16n8 tiles, warp w holding rows
+// 16w..16w+15) = A (64 x 16, registers, mma.sync's A fragment layout) * B (16 x 128, shared
+// memory, desc_b) + (scale_d ? D : 0). TRANS_B: B is MN-major.
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n128k16(Tag<__half>, float (&d)[64], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %69, p, 1, 1, %70;\n}\n"
+                 :
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(desc_b), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n128k16(Tag<__nv_bfloat16>, float (&d)[64], const uint32_t (&a)[4],
+                                                 uint64_t desc_b, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %69, p, 1, 1, %70;\n}\n"
+                 :
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(desc_b), "n"(TRANS_B));
+}
+
+// D = A (64 x 16, shared memory, K-major, desc_a) * B (as above, K-major) + (scale_d ? D : 0).
+__device__ __forceinline__ void wgmma_ss_m64n128k16(Tag<__half>, float (&d)[64], uint64_t desc_a,
+                                                    uint64_t desc_b, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 :
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_ss_m64n128k16(Tag<__nv_bfloat16>, float (&d)[64], uint64_t desc_a,
+                                                    uint64_t desc_b, int scale_d)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 :
+                   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+                   "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+                   "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+                   "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+                   "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+}
+
+// Copies rows [row0, row0 + 128) of one head into a swizzled tile; rows >= nrows are zeros.
+// Thread i copies 16-byte column i % 16 of rows i / 16 + 16 k: one swizzle for all of them.
+struct HpCopier {
+    int r0, c;
+    uint32_t soff;
+    __device__ __forceinline__ HpCopier()
+    {
+        r0 = threadIdx.x / 16;
+        c = threadIdx.x % 16;
+        soff = hp_offset(r0, c * 8);
+    }
+    template <typename T>
+    __device__ __forceinline__ void copy(uint32_t tile, const T *base, int64_t row_stride, int row0,
+                                         int nrows) const
+    {
+        const T *src = base + (int64_t)(row0 + r0) * row_stride + c * 8;
+#pragma unroll
+        for (int it = 0; it < 8; it++) {
+            const bool ok = row0 + r0 + 16 * it < nrows;
+            cp_async16(tile + soff + it * 16 * 128, ok ? src + (int64_t)16 * it * row_stride : base,
+                       ok ? 16 : 0);
+        }
+    }
+};
+
+template <typename T>
+__device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p)
+{
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    // Swizzle atoms must start on 1024-byte boundaries; the launch adds that much slack.
+    const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const uint32_t s_kv = s_q + HP_TILE;             // stage s: K at s_kv + 2s tiles, V after it
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int wg = warp / 4, wrow = (warp % 4) * 16;  // warpgroup, first row of the warp in it
+    const int g = lane >> 2, t = lane & 3, lm = lane >> 3, lr = lane & 7;
+    const int bh = blockIdx.y, b = bh / (int)p.Hq, h = bh % (int)p.Hq;
+    const int hk = h / (int)(p.Hq / p.Hkv);
+    const int m0 = (int)blockIdx.x * HP_ROWS;
+    const int Sq = (int)p.Sq, Skv = (int)p.Skv;
+    const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
+    const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
+    const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
+    T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
+    const int n_tiles = (Skv + HP_KEYS - 1) / HP_KEYS;
+
+    const HpCopier copier;
+    auto load_kv = [&](int tile) {
+        if (tile < n_tiles) {
+            const uint32_t sk = s_kv + (uint32_t)(tile & 1) * 2 * HP_TILE;
+            copier.copy(sk, K, p.k_st[2], tile * HP_KEYS, Skv);
+            copier.copy(sk + HP_TILE, V, p.v_st[2], tile * HP_KEYS, Skv);
+        }
+        cp_async_commit();
+    };
+    copier.copy(s_q, Q, p.q_st[2], m0, Sq);
+    load_kv(0);
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        o[i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    const float qk_scale = p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;   // as attention_fwd.cu
+    const bool pos_scale = qk_scale > 0.f;
+    const float masked = pos_scale ? -INFINITY : INFINITY;
+
+    for (int j = 0; j < n_tiles; j++) {
+        const uint32_t sk = s_kv + (uint32_t)(j & 1) * 2 * HP_TILE, sv = sk + HP_TILE;
+        load_kv(j + 1);           // into the stage tile j - 1 used; every warp is past it
+
+        float s[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            s[i] = 0.f;
+        pin(s);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++) {
+            const uint32_t koff = (uint32_t)(kk >> 2) * 16384 + (uint32_t)(kk & 3) * 32;
+            wgmma_ss_m64n128k16(Tag<T>(), s, desc_k_major(s_q + (uint32_t)wg * 64 * 128 + koff),
+                                desc_k_major(sk + koff), kk > 0);
+        }
+        wg_commit();
+        wg_wait_all();
+        pin(s);
+
+        const int n0 = j * HP_KEYS;
+        if (n0 + HP_KEYS > Skv) {
+#pragma unroll
+            for (int i = 0; i < 64; i++)
+                if (n0 + (i / 4) * 8 + 2 * t + (i & 1) >= Skv)
+                    s[i] = masked;
+        }
+
+        // Online softmax, base 2, with attention_fwd.cu's lazy rescale: the reference max
+        // moves only when a row's maximum passes it by more than 8 (log2 units).
+        float tile_max[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            float raw = s[2 * hr];
+#pragma unroll
+            for (int n = 0; n < 16; n++)
+                raw = pos_scale ? fmaxf(raw, fmaxf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]))
+                                : fminf(raw, fminf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]));
+            raw = pos_scale ? fmaxf(raw, __shfl_xor_sync(0xffffffff, raw, 1))
+                            : fminf(raw, __shfl_xor_sync(0xffffffff, raw, 1));
+            raw = pos_scale ? fmaxf(raw, __shfl_xor_sync(0xffffffff, raw, 2))
+                            : fminf(raw, __shfl_xor_sync(0xffffffff, raw, 2));
+            tile_max[hr] = raw * qk_scale;
+        }
+        const bool grow = tile_max[0] > row_max[0] + 8.f || tile_max[1] > row_max[1] + 8.f;
+        if (__any_sync(0xffffffff, grow)) {
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const float mx = fmaxf(row_max[hr], tile_max[hr]);
+                const float scale_o = mx == -INFINITY ? 1.f : fast_exp2(row_max[hr] - mx);
+                row_max[hr] = mx;
+                row_sum[hr] *= scale_o;
+#pragma unroll
+                for (int n = 0; n < 16; n++)
+                    o[4 * n + 2 * hr] *= scale_o, o[4 * n + 2 * hr + 1] *= scale_o;
+            }
+        }
+        const float ref[2] = {row_max[0] == -INFINITY ? 0.f : row_max[0],
+                              row_max[1] == -INFINITY ? 0.f : row_max[1]};
+        uint32_t pf[8][4];
+#pragma unroll
+        for (int n = 0; n < 16; n++) {
+            const float e0 = fast_exp2(fmaf(s[4 * n], qk_scale, -ref[0]));
+            const float e1 = fast_exp2(fmaf(s[4 * n + 1], qk_scale, -ref[0]));
+            const float e2 = fast_exp2(fmaf(s[4 * n + 2], qk_scale, -ref[1]));
+            const float e3 = fast_exp2(fmaf(s[4 * n + 3], qk_scale, -ref[1]));
+            row_sum[0] += e0 + e1;
+            row_sum[1] += e2 + e3;
+            pf[n / 2][(n & 1) * 2] = Elem<T>::pack(e0, e1);
+            pf[n / 2][(n & 1) * 2 + 1] = Elem<T>::pack(e2, e3);
+        }
+
+        pin(o);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+            wgmma_m64n128k16<1>(Tag<T>(), o, pf[kk], desc_mn_major(sv + (uint32_t)kk * 2048), 1);
+        wg_commit();
+        wg_wait_all();
+        pin(o);
+
+        cp_async_wait_all();      // tile j + 1 has landed (this thread's part)
+        fence_proxy_async();      // ... visible to wgmma
+        __syncthreads();          // ... for all; all are done with tile j
+    }
+
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float sum = row_sum[hr];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        const int row = m0 + wg * 64 + wrow + g + 8 * hr;
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        if (row < Sq) {
+            T *orow = O + (int64_t)row * p.o_st[2];
+#pragma unroll
+            for (int n = 0; n < 16; n++)
+                *reinterpret_cast<uint32_t *>(orow + n * 8 + 2 * t) =
+                    Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
+            if (p.lse && t == 0)
+                p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
+                    sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
+        }
+    }
+}
+#endif // GLLM_HAVE_WGMMA
+
+} // namespace
+
+#ifdef GLLM_HAVE_WGMMA
+#define HP_BODY(T) attention_fwd_hopper<T>(p)
+#else
+#define HP_BODY(T) __trap()     // never launched off sm_90a (see the header comment)
+#endif
+#define HP_ENTRY(T, tname)                                                                     \
+    extern "C" __global__ void __launch_bounds__(HP_THREADS, 1)                                \
+        gllm_attn_fwd_hopper_##tname##_d128(const gllm_cuda_attn_params p)                     \
+    {                                                                                          \
+        HP_BODY(T);                                                                            \
+    }
+HP_ENTRY(__half, f16)
+HP_ENTRY(__nv_bfloat16, bf16)
