@@ -18,6 +18,7 @@ void config_defaults(struct config *cfg)
     cfg->log_level = LOG_INFO;
     cfg->drain_timeout_s = 60;     /* below the unit's TimeoutStopSec=90 */
     cfg->status_interval_s = 5;
+    cfg->busy_poll = -1;
 }
 
 static char *trim(char *s)
@@ -130,6 +131,16 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
     UINT_KEY("drain_timeout_s", c->drain_timeout_s, 0, 3600)
     UINT_KEY("status_interval_s", c->status_interval_s, 1, 3600)
 #undef UINT_KEY
+    if (strcmp(key, "busy_poll") == 0) {
+        static const char *const names[3] = {"auto", "off", "on"};
+        for (int i = 0; i < 3; i++)
+            if (strcmp(val, names[i]) == 0) {
+                c->busy_poll = i - 1;
+                return 0;
+            }
+        snprintf(why, whylen, "busy_poll wants auto, on or off");
+        return -EINVAL;
+    }
     if (strcmp(key, "socket") == 0) {
         if (val[0] != '/' || strlen(val) >= sizeof c->socket_path) {
             snprintf(why, whylen, "socket wants an absolute path under %zu bytes",

@@ -102,6 +102,18 @@ static int check_slots_distinct(const struct paged_args *a, char *err, size_t er
     return rc;
 }
 
+/* The smallest and largest of n entries (n = 0: lo > hi). Written without branches or
+ * early exits so the compiler vectorizes it. */
+static void min_max(const int32_t *v, int64_t n, int32_t *lo, int32_t *hi)
+{
+    int32_t l = INT32_MAX, h = INT32_MIN;
+    for (int64_t i = 0; i < n; i++) {
+        l = v[i] < l ? v[i] : l;
+        h = v[i] > h ? v[i] : h;
+    }
+    *lo = l, *hi = h;
+}
+
 static int check_tables(struct paged_args *a, int64_t nindices, char *err, size_t errlen)
 {
     int rc = check_indptr(a->kv_indptr, a->B, "kv_indptr", -1, nindices, err, errlen);
@@ -111,7 +123,12 @@ static int check_tables(struct paged_args *a, int64_t nindices, char *err, size_
     const char *qname = a->op == PAGED_APPEND ? "append_indptr" : "qo_indptr";
     if ((rc = check_indptr(a->q_indptr, a->B, qname, nq, nq, err, errlen)) < 0)
         return rc;
-    for (int64_t i = 0; i < a->kv_indptr[a->B]; i++)
+    /* Every page number in range: a branch-free min/max pass first (a decode step of a big
+     * batch checks tens of thousands), then the search for the culprit only on failure. */
+    const int64_t used = a->kv_indptr[a->B];
+    int32_t lo, hi;
+    min_max(a->kv_indices, used, &lo, &hi);
+    for (int64_t i = 0; used > 0 && (lo < 0 || hi >= a->num_pages) && i < used; i++)
         if (a->kv_indices[i] < 0 || a->kv_indices[i] >= a->num_pages) {
             snprintf(err, errlen, "kv_indices[%lld] is %d, outside the pool's %lld pages",
                      (long long)i, a->kv_indices[i], (long long)a->num_pages);

@@ -98,6 +98,7 @@ static void print_config(const struct config *c, const char *socket_path)
            c->limits.max_inflight_total, (unsigned long long)c->limits.max_elements,
            c->limits.max_outq_bytes, c->limits.max_page_entries, c->drain_timeout_s,
            c->status_interval_s);
+    printf("busy_poll = %s\n", c->busy_poll < 0 ? "auto" : c->busy_poll ? "on" : "off");
     printf("allow_users =");
     for (int i = 0; i < c->policy.nuids; i++)
         printf("%s%u", i ? ", " : " ", (unsigned)c->policy.uids[i]);

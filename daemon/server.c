@@ -17,6 +17,9 @@
 #include "session.h"
 
 #define DRAIN_POLL_MS 5
+/* Busy polling goes on this long after the last request or job end with none running: a
+ * client stepping a decode loop sends its next job within microseconds of a reply. */
+#define BUSY_POLL_LINGER_NS 200000
 
 /* mkdir -p for the socket's parent directory. */
 static int make_parent_dir(const char *path, mode_t mode)
@@ -171,6 +174,7 @@ void server_job_done(struct job *job, void *arg)
     job_release_arenas(job);
     session_unref(s);
     free(job);
+    server_busy_poll(srv);
 }
 
 void server_reap(struct server *srv)
@@ -178,6 +182,22 @@ void server_reap(struct server *srv)
     for (int i = 0; i < srv->ndevices; i++)
         if (srv->workers[i])
             worker_reap(srv->workers[i]);
+}
+
+static void busy_poll_tick(uv_idle_t *h)
+{
+    struct server *srv = h->data;
+    if (srv->stats.jobs_inflight == 0 && now_ns() >= srv->busy_until)
+        uv_idle_stop(h);
+}
+
+void server_busy_poll(struct server *srv)
+{
+    if (!srv->busy_poll)
+        return;
+    srv->busy_until = now_ns() + BUSY_POLL_LINGER_NS;
+    if (!uv_is_active((uv_handle_t *)&srv->busy_idle))
+        uv_idle_start(&srv->busy_idle, busy_poll_tick);
 }
 
 static void stop_listening(struct server *srv)
@@ -210,6 +230,7 @@ static void drain_check(uv_timer_t *t)
         (uv_handle_t *)&srv->drain_timer, (uv_handle_t *)&srv->deadline_timer,
         (uv_handle_t *)&srv->status_timer, (uv_handle_t *)&srv->watchdog_timer,
         (uv_handle_t *)&srv->sig_int, (uv_handle_t *)&srv->sig_term, (uv_handle_t *)&srv->sig_hup,
+        (uv_handle_t *)&srv->busy_idle,
     };
     for (size_t i = 0; i < sizeof handles / sizeof *handles; i++)
         uv_close(handles[i], NULL);
@@ -289,6 +310,15 @@ static void on_hup(uv_signal_t *h, int signum)
     log_info("SIGHUP: configuration %s", r == 0 ? "reloaded" : "kept (reload failed)");
 }
 
+/* auto: on for GPU backends, whose loop has a core to spare while the GPU works; off on
+ * the CPU backend, whose compute threads need every core. */
+static void set_busy_poll(struct server *srv, int mode)
+{
+    srv->busy_poll = mode < 0 ? strcmp(srv->be->iface->name, "cpu") != 0 : mode > 0;
+    if (!srv->busy_poll && uv_is_active((uv_handle_t *)&srv->busy_idle))
+        uv_idle_stop(&srv->busy_idle);
+}
+
 void server_apply_config(struct server *srv, const struct config *cfg)
 {
     srv->limits = cfg->limits;
@@ -301,6 +331,7 @@ void server_apply_config(struct server *srv, const struct config *cfg)
         uv_timer_start(&srv->status_timer, notify_status, ms, ms);
     }
     srv->status_interval_s = cfg->status_interval_s;
+    set_busy_poll(srv, cfg->busy_poll);
     log_init(cfg->log_level);
 }
 
@@ -343,6 +374,9 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
         if ((r = worker_start(loop, be, i, server_job_reply, server_job_done, srv,
                               &srv->workers[i])) < 0)
             return r;
+    uv_idle_init(loop, &srv->busy_idle);
+    srv->busy_idle.data = srv;
+    set_busy_poll(srv, cfg->busy_poll);
     uv_poll_init(loop, &srv->listen_poll, fd);
     srv->listen_poll.data = srv;
     uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);

@@ -44,6 +44,12 @@ struct server {
     bool listening;
     uv_signal_t sig_int, sig_term, sig_hup;
     uv_timer_t drain_timer, deadline_timer, status_timer, watchdog_timer;
+    /* Busy polling: while jobs run and for a moment after, the loop polls its sockets
+     * without sleeping, so the next request is read at once instead of after its core
+     * wakes from idle. */
+    uv_idle_t busy_idle;
+    bool busy_poll;
+    uint64_t busy_until;
     bool draining;
     atomic_bool abort_jobs;       /* past the drain deadline: queued jobs are cancelled */
     /* SIGHUP: re-reads the configuration; returns 0 or logs why not. */
@@ -74,6 +80,8 @@ void server_job_done(struct job *job, void *srv);
 /* Settles every finished job now: an answered client may already have sent its next
  * request before the loop heard that the job ended. */
 void server_reap(struct server *srv);
+/* A request came in or a job ended (loop thread): keep polling a while if enabled. */
+void server_busy_poll(struct server *srv);
 
 
 #endif

@@ -331,6 +331,7 @@ static void read_packets(struct session *s)
         }
         srv->stats.requests++;
         srv->packet_ns = now_ns();
+        server_busy_poll(srv);
         if (!s->hello_done && !s->denied && (size_t)len > srv->limits.max_prehello_bytes)
             session_reply_error(s, -1, GLLM_ETOOBIG, "packet of %zd bytes before hello (limit %u)",
                                 len, srv->limits.max_prehello_bytes);
