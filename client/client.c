@@ -298,6 +298,7 @@ static int hello(gllm_client *c)
     LIMIT_(max_inflight_total);
     LIMIT_(max_elements);
     LIMIT_(max_rank);
+    LIMIT_(max_page_entries);
 #undef LIMIT_
     x = 0;
     proto_get_u64(res, "max_head_dim", false, &x);

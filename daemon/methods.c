@@ -85,7 +85,7 @@ static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int 
             proto_pack_str(pk, proto_dtype_name((gllm_dtype)d));
     proto_pack_kv_u64(pk, "max_head_dim", (uint64_t)srv->caps.max_head_dim);
     proto_pack_str(pk, "limits");
-    msgpack_pack_map(pk, 9);
+    msgpack_pack_map(pk, 10);
     proto_pack_kv_u64(pk, "max_message_bytes", PROTO_MAX_MESSAGE);
     proto_pack_kv_u64(pk, "max_device_bytes", srv->limits.max_device_bytes);
     proto_pack_kv_u64(pk, "max_device_bytes_total", srv->limits.max_device_bytes_total);
@@ -95,6 +95,7 @@ static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int 
     proto_pack_kv_u64(pk, "max_arena_bytes", srv->limits.max_arena_bytes);
     proto_pack_kv_u64(pk, "max_inflight", srv->limits.max_inflight);
     proto_pack_kv_u64(pk, "max_rank", GLLM_MAX_RANK);
+    proto_pack_kv_u64(pk, "max_page_entries", srv->caps.max_page_entries);
     end_result(s, m->id);
 }
 

@@ -246,6 +246,7 @@ static void test_hello_and_status(void **state)
     assert_int_equal(caps->dtypes, 7);
     assert_int_equal(caps->limits.max_message_bytes, PROTO_MAX_MESSAGE);
     assert_true(caps->limits.max_head_dim >= 128);
+    assert_int_equal(caps->limits.max_page_entries, 1u << 22);   /* the default */
     gllm_status st;
     assert_int_equal(gllm_status_get(c, &st), 0);
     assert_true(st.clients >= 1);

@@ -76,6 +76,7 @@ typedef struct gllm_limits {
     uint64_t max_elements;        /* elements of one tensor */
     uint32_t max_rank;
     uint32_t max_head_dim;
+    uint32_t max_page_entries;    /* page-table entries, queries, new tokens or sequences of a paged job */
 } gllm_limits;
 
 typedef struct gllm_caps {
