@@ -3,10 +3,14 @@
 // The Ampere-style kernel (attention_fwd.cu) feeds the tensor cores through mma.sync from
 // registers, and at D = 128 its 255 registers leave the tensor pipe idle most cycles. Here
 // wgmma reads Q and K (for S = Q K^T) and V (for O += P V) from shared memory, so a
-// warpgroup's registers hold only its scores, its output and P. A block is two warpgroups
-// of 64 query rows each; K and V tiles of 128 keys stream through two cp.async stages laid
-// out in wgmma's 128-byte swizzle. While one warpgroup does its softmax the other's wgmma
-// keeps the tensor cores busy.
+// warpgroup's registers hold only its scores, its output and P.
+//
+// A block is three warpgroups: two consumers of 64 query rows each and a producer that
+// copies K and V tiles of 128 keys (cp.async, wgmma's 128-byte swizzle) into three stages,
+// each guarded by a pair of mbarriers (full: the tile is in; empty: both consumers are done
+// with it). Nothing else ties the consumers together, so while one does its softmax the
+// other's wgmma has the tensor cores. With a barrier across all threads every tile instead
+// (v8) both consumers did their softmax at the same moment: 350 against 438 TFLOP/s.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -27,8 +31,9 @@ constexpr int HP_D = 128;
 constexpr int HP_ROWS = GLLM_CUDA_HP_ROWS;       // query rows per block: 64 per warpgroup
 constexpr int HP_KEYS = GLLM_CUDA_HP_KEYS;       // keys per tile
 constexpr int HP_THREADS = GLLM_CUDA_HP_THREADS;
+constexpr int HP_STAGES = GLLM_CUDA_HP_STAGES;
 constexpr uint32_t HP_TILE = 128 * HP_D * 2;     // bytes of a [128][128] tile
-static_assert(HP_ROWS == 128 && HP_KEYS == 128 && HP_THREADS == 256, "tile shapes below");
+static_assert(HP_ROWS == 128 && HP_KEYS == 128 && HP_THREADS == 384, "tile shapes below");
 
 template <typename T> struct Tag {};
 
@@ -75,6 +80,26 @@ __device__ __forceinline__ void pin(float (&r)[64])
 __device__ __forceinline__ void fence_proxy_async()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// mbarriers (shared memory): init by one thread; arrive; wait for a phase by its parity.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
+{
+    uint32_t done;
+    do
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    while (!done);
 }
 
 // D (64 x 128, fp32, the accumulator layout of mma.sync's m16n8 tiles, warp w holding rows
@@ -171,67 +196,84 @@ __device__ __forceinline__ void wgmma_ss_m64n128k16(Tag<__nv_bfloat16>, float (&
                  : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
-// Copies rows [row0, row0 + 128) of one head into a swizzled tile; rows >= nrows are zeros.
-// Thread i copies 16-byte column i % 16 of rows i / 16 + 16 k: one swizzle for all of them.
-struct HpCopier {
-    int r0, c;
-    uint32_t soff;
-    __device__ __forceinline__ HpCopier()
-    {
-        r0 = threadIdx.x / 16;
-        c = threadIdx.x % 16;
-        soff = hp_offset(r0, c * 8);
-    }
-    template <typename T>
-    __device__ __forceinline__ void copy(uint32_t tile, const T *base, int64_t row_stride, int row0,
-                                         int nrows) const
-    {
-        const T *src = base + (int64_t)(row0 + r0) * row_stride + c * 8;
+// The producer warpgroup's copy of rows [row0, row0 + 128) of one head into a swizzled
+// tile; rows >= nrows are zeros. Thread i copies 16-byte column i % 16 of rows i / 16 + 8 k:
+// one swizzle offset for all its rows.
+template <typename T>
+__device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t row_stride, int row0,
+                                          int nrows, int i)
+{
+    const int r0 = i / 16, c = i % 16;
+    const T *src = base + (int64_t)(row0 + r0) * row_stride + c * 8;
+    const uint32_t soff = tile + hp_offset(r0, c * 8);
 #pragma unroll
-        for (int it = 0; it < 8; it++) {
-            const bool ok = row0 + r0 + 16 * it < nrows;
-            cp_async16(tile + soff + it * 16 * 128, ok ? src + (int64_t)16 * it * row_stride : base,
-                       ok ? 16 : 0);
-        }
+    for (int it = 0; it < 16; it++) {
+        const bool ok = row0 + r0 + 8 * it < nrows;
+        cp_async16(soff + it * 8 * 128, ok ? src + (int64_t)8 * it * row_stride : base, ok ? 16 : 0);
     }
-};
+}
 
 template <typename T>
 __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p)
 {
     extern __shared__ __align__(128) unsigned char smem_raw[];
+    // full[s]: stage s holds its tile (the producer's 128 threads arrive); empty[s]: both
+    // consumer warpgroups are done with it (their 256 threads arrive).
+    __shared__ __align__(8) uint64_t bars[2 * HP_STAGES];
     // Swizzle atoms must start on 1024-byte boundaries; the launch adds that much slack.
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t s_kv = s_q + HP_TILE;             // stage s: K at s_kv + 2s tiles, V after it
+    const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[HP_STAGES]);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int wg = warp / 4, wrow = (warp % 4) * 16;  // warpgroup, first row of the warp in it
-    const int g = lane >> 2, t = lane & 3, lm = lane >> 3, lr = lane & 7;
     const int bh = blockIdx.y, b = bh / (int)p.Hq, h = bh % (int)p.Hq;
     const int hk = h / (int)(p.Hq / p.Hkv);
     const int m0 = (int)blockIdx.x * HP_ROWS;
     const int Sq = (int)p.Sq, Skv = (int)p.Skv;
-    const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
-    const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
-    const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
-    T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
     const int n_tiles = (Skv + HP_KEYS - 1) / HP_KEYS;
-
-    const HpCopier copier;
-    auto load_kv = [&](int tile) {
-        if (tile < n_tiles) {
-            const uint32_t sk = s_kv + (uint32_t)(tile & 1) * 2 * HP_TILE;
-            copier.copy(sk, K, p.k_st[2], tile * HP_KEYS, Skv);
-            copier.copy(sk + HP_TILE, V, p.v_st[2], tile * HP_KEYS, Skv);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < HP_STAGES; i++) {
+            mbar_init(full0 + 8 * i, 128);
+            mbar_init(empty0 + 8 * i, 2 * 128);
         }
-        cp_async_commit();
-    };
-    copier.copy(s_q, Q, p.q_st[2], m0, Sq);
-    load_kv(0);
-    cp_async_wait_all();
-    fence_proxy_async();
+    }
     __syncthreads();
 
+    if (warp >= 2 * 4) {
+        // Producer: Q with tile 0, then each tile once its stage is free. A tile is
+        // announced when this lane's copies of it have landed (cp.async.wait_group) and
+        // are fenced for wgmma's proxy, one tile behind the newest.
+        const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
+        const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
+        const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
+        for (int j = 0; j < n_tiles; j++) {
+            const int st = j % HP_STAGES;
+            if (j >= HP_STAGES)
+                mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
+            const uint32_t sk = s_kv + (uint32_t)st * 2 * HP_TILE;
+            if (j == 0)
+                copy_tile(s_q, Q, p.q_st[2], m0, Sq, threadIdx.x - 256);
+            copy_tile(sk, K, p.k_st[2], j * HP_KEYS, Skv, threadIdx.x - 256);
+            copy_tile(sk + HP_TILE, V, p.v_st[2], j * HP_KEYS, Skv, threadIdx.x - 256);
+            cp_async_commit();
+            if (j > 0) {
+                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * ((j - 1) % HP_STAGES));
+            }
+        }
+        if (n_tiles > 0) {
+            cp_async_wait_all();
+            fence_proxy_async();
+            mbar_arrive(full0 + 8 * ((n_tiles - 1) % HP_STAGES));
+        }
+        return;
+    }
+
+    // Consumers: warpgroup wg takes query rows [64 wg, 64 wg + 64) of the block.
+    const int wg = warp / 4, wrow = (warp % 4) * 16;  // warpgroup, first row of the warp in it
+    const int g = lane >> 2, t = lane & 3;
+    T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
     float o[64];
 #pragma unroll
     for (int i = 0; i < 64; i++)
@@ -242,9 +284,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const float masked = pos_scale ? -INFINITY : INFINITY;
 
     for (int j = 0; j < n_tiles; j++) {
-        const uint32_t sk = s_kv + (uint32_t)(j & 1) * 2 * HP_TILE, sv = sk + HP_TILE;
-        load_kv(j + 1);           // into the stage tile j - 1 used; every warp is past it
-
+        const int st = j % HP_STAGES;
+        const uint32_t sk = s_kv + (uint32_t)st * 2 * HP_TILE, sv = sk + HP_TILE;
+        mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
         float s[64];
 #pragma unroll
         for (int i = 0; i < 64; i++)
@@ -322,9 +364,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         wg_wait_all();
         pin(o);
 
-        cp_async_wait_all();      // tile j + 1 has landed (this thread's part)
-        fence_proxy_async();      // ... visible to wgmma
-        __syncthreads();          // ... for all; all are done with tile j
+        mbar_arrive(empty0 + 8 * st);   // this thread is done with the stage
     }
 
 #pragma unroll

@@ -32,8 +32,10 @@ typedef struct gllm_cuda_attn_params {
  * layout needs as the tensor-core kernels. */
 #define GLLM_CUDA_HP_ROWS 128
 #define GLLM_CUDA_HP_KEYS 128
-#define GLLM_CUDA_HP_THREADS 256
-#define GLLM_CUDA_HP_SMEM (1024 + (GLLM_CUDA_HP_ROWS + 4 * GLLM_CUDA_HP_KEYS) * 128 * 2)
+#define GLLM_CUDA_HP_THREADS 384         /* two consumer warpgroups, one producer */
+#define GLLM_CUDA_HP_STAGES 3
+#define GLLM_CUDA_HP_SMEM \
+    (1024 + (GLLM_CUDA_HP_ROWS + 2 * GLLM_CUDA_HP_STAGES * GLLM_CUDA_HP_KEYS) * 128 * 2)
 
 /* Generic kernels gllm_attn_generic_{f32,f16,bf16}: any strides, D <= 256; grid
  * (ceil(Sq / GLLM_CUDA_GENERIC_ROWS), B * Hq), block GLLM_CUDA_GENERIC_ROWS * 32. */
