@@ -205,9 +205,11 @@ def main():
         (1, 4, 4, 100, 100, 64, "f16", True, -0.3), (1, 4, 2, 70, 90, 128, "bf16", True, 0.0),
         # wide score range: the running max keeps growing across tiles
         (1, 4, 4, 600, 600, 128, "f16", False, 1.0), (1, 4, 2, 300, 900, 64, "bf16", True, 2.0),
-        # the Hopper kernel (D = 128, not causal): GQA, ragged tails, one key, a negative scale
+        # the Hopper kernel (D = 128): GQA, ragged tails, one key, a negative scale, causal
+        # over several row blocks with Skv > Sq and Skv < Sq
         (2, 8, 2, 200, 333, 128, "bf16", False), (1, 8, 8, 129, 1, 128, "f16", False),
         (1, 4, 4, 1000, 77, 128, "bf16", False, -0.5), (1, 16, 4, 257, 1024, 128, "f16", False),
+        (1, 4, 2, 700, 1100, 128, "f16", True), (1, 4, 4, 1000, 300, 128, "bf16", True),
     ]
     for _ in range(6):   # fresh random shapes every run
         r = [int(x) for x in torch.randint(1, 700, (2,), generator=rng)]

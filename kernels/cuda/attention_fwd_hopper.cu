@@ -1,4 +1,4 @@
-// Hopper prefill for gllmd's CUDA backend: D = 128, not causal, wgmma (sm_90a only).
+// Hopper prefill for gllmd's CUDA backend: D = 128, causal or not, wgmma (sm_90a only).
 //
 // The Ampere-style kernel (attention_fwd.cu) feeds the tensor cores through mma.sync from
 // registers, and at D = 128 its 255 registers leave the tensor pipe idle most cycles. Here
@@ -213,7 +213,7 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t 
     }
 }
 
-template <typename T>
+template <typename T, bool CAUSAL>
 __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p)
 {
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -228,9 +228,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int bh = blockIdx.y, b = bh / (int)p.Hq, h = bh % (int)p.Hq;
     const int hk = h / (int)(p.Hq / p.Hkv);
-    const int m0 = (int)blockIdx.x * HP_ROWS;
     const int Sq = (int)p.Sq, Skv = (int)p.Skv;
-    const int n_tiles = (Skv + HP_KEYS - 1) / HP_KEYS;
+    // Causal: the heaviest blocks (last rows, most keys) first, so the last wave is light.
+    const int m0 = (CAUSAL ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x) * HP_ROWS;
+    const int shift = Skv - Sq;                      // causal: row r sees keys <= r + shift
+    const int n_end = CAUSAL ? max(0, min(Skv, m0 + HP_ROWS + shift)) : Skv;
+    const int n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
     if (threadIdx.x == 0) {
         for (int i = 0; i < HP_STAGES; i++) {
             mbar_init(full0 + 8 * i, 128);
@@ -287,6 +290,10 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         const int st = j % HP_STAGES;
         const uint32_t sk = s_kv + (uint32_t)st * 2 * HP_TILE, sv = sk + HP_TILE;
         mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
+        if (CAUSAL && j * HP_KEYS > m0 + wg * 64 + 63 + shift) {
+            mbar_arrive(empty0 + 8 * st);   // the other warpgroup's rows still see this tile
+            continue;
+        }
         float s[64];
 #pragma unroll
         for (int i = 0; i < 64; i++)
@@ -303,12 +310,15 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         wg_wait_all();
         pin(s);
 
-        const int n0 = j * HP_KEYS;
-        if (n0 + HP_KEYS > Skv) {
+        // Mask the tail tile and, causal, the tiles crossing this warpgroup's diagonal.
+        const int n0 = j * HP_KEYS, row0 = m0 + wg * 64 + wrow + g;
+        if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > m0 + wg * 64 + shift)) {
 #pragma unroll
-            for (int i = 0; i < 64; i++)
-                if (n0 + (i / 4) * 8 + 2 * t + (i & 1) >= Skv)
+            for (int i = 0; i < 64; i++) {
+                const int key = n0 + (i / 4) * 8 + 2 * t + (i & 1);
+                if (key >= Skv || (CAUSAL && key > row0 + 8 * ((i >> 1) & 1) + shift))
                     s[i] = masked;
+            }
         }
 
         // Online softmax, base 2, with attention_fwd.cu's lazy rescale: the reference max
@@ -391,15 +401,17 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 } // namespace
 
 #ifdef GLLM_HAVE_WGMMA
-#define HP_BODY(T) attention_fwd_hopper<T>(p)
+#define HP_BODY(T, CAUSAL) attention_fwd_hopper<T, CAUSAL>(p)
 #else
-#define HP_BODY(T) __trap()     // never launched off sm_90a (see the header comment)
+#define HP_BODY(T, CAUSAL) __trap()     // never launched off sm_90a (see the header comment)
 #endif
-#define HP_ENTRY(T, tname)                                                                     \
+#define HP_ENTRY(T, tname, CAUSAL, suffix)                                                     \
     extern "C" __global__ void __launch_bounds__(HP_THREADS, 1)                                \
-        gllm_attn_fwd_hopper_##tname##_d128(const gllm_cuda_attn_params p)                     \
+        gllm_attn_fwd_hopper_##tname##_d128##suffix(const gllm_cuda_attn_params p)             \
     {                                                                                          \
-        HP_BODY(T);                                                                            \
+        HP_BODY(T, CAUSAL);                                                                    \
     }
-HP_ENTRY(__half, f16)
-HP_ENTRY(__nv_bfloat16, bf16)
+HP_ENTRY(__half, f16, false, )
+HP_ENTRY(__half, f16, true, _causal)
+HP_ENTRY(__nv_bfloat16, bf16, false, )
+HP_ENTRY(__nv_bfloat16, bf16, true, _causal)

@@ -26,9 +26,10 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_TC_KEYS(D) 64
 #define GLLM_CUDA_TC_SMEM(D) ((GLLM_CUDA_TC_ROWS(D) + 4 * GLLM_CUDA_TC_KEYS(D)) * (D) * 2)
 
-/* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d128 (sm_90a image only; not causal):
+/* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d128[_causal] (sm_90a image only):
  * grid (ceil(Sq / GLLM_CUDA_HP_ROWS), B * Hq), block GLLM_CUDA_HP_THREADS, dynamic shared
- * memory GLLM_CUDA_HP_SMEM (Q plus two stages of K and V, plus 1 KiB to align them). Same
+ * memory GLLM_CUDA_HP_SMEM (Q plus GLLM_CUDA_HP_STAGES stages of K and V, plus 1 KiB to align
+ * them). Same
  * layout needs as the tensor-core kernels. */
 #define GLLM_CUDA_HP_ROWS 128
 #define GLLM_CUDA_HP_KEYS 128
