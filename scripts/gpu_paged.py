@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gllm_raw import Arena, Client  # noqa: E402
-from gpu_compare import time_torch  # noqa: E402
+from gpu_compare import time_torch, time_torch_graph  # noqa: E402
 
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
 TOL = {"f16": 3e-3, "bf16": 2e-2}
@@ -140,31 +140,6 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, results):
     results.append({"case": name, "rel_err": err, "ok": ok})
     pg.free()
     return ok
-
-
-def time_torch_graph(fn, iters, reps=20):
-    """Milliseconds per call of fn with the host out of the way: captured in a CUDA graph,
-    reps replays back to back between two events. time_torch's per-call events include the
-    host's dispatch of each call, which on a 20 us kernel is most of what they measure."""
-    fn()
-    torch.cuda.synchronize()
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        fn()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(max(3, iters // reps)):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps)
-    return float(np.median(times))
 
 
 def d2d_gbps(iters):
