@@ -44,8 +44,12 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # shellcheck disable=SC2086
-"$nvcc" -fatbin -O3 -std=c++17 $gencode -Xptxas -v -o "$tmp/k.fatbin" "$src/gllm_kernels.cu" \
-  2> "$tmp/ptxas.log"
+if ! "$nvcc" -fatbin -O3 -std=c++17 $gencode -Xptxas -v -o "$tmp/k.fatbin" "$src/gllm_kernels.cu" \
+  2> "$tmp/ptxas.log"; then
+  grep -v -E '^ptxas info|^    [0-9]+ bytes stack' "$tmp/ptxas.log" >&2   # the errors, not the report
+  echo "build-kernels: nvcc failed" >&2
+  exit 1
+fi
 grep -E 'entry function|registers|spill' "$tmp/ptxas.log" > "$out/ptxas.txt" || true
 mv "$tmp/k.fatbin" "$fatbin"
 {
