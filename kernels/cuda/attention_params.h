@@ -60,7 +60,7 @@ typedef struct gllm_cuda_attn_params {
     ((GLLM_CUDA_PAGED_ROWS + GLLM_CUDA_PAGED_STAGES * 2 * GLLM_CUDA_PAGED_KEYS) * (D) * 2)
 
 typedef struct gllm_cuda_paged_work {
-    int32_t b;            /* sequence */
+    int32_t page0;        /* the sequence's first entry in kv_indices (its kv_indptr[b]) */
     int32_t q0;           /* first query token (row of q and out) */
     int32_t nq;           /* query tokens, <= 16 / heads_per_cta */
     int32_t pos0;         /* position of token q0 in its sequence */
@@ -78,7 +78,7 @@ typedef struct gllm_cuda_paged_params {
     const void *q;
     void *out;
     const void *k_cache, *v_cache;
-    const int32_t *kv_indptr, *kv_indices;
+    const int32_t *kv_indices;
     const gllm_cuda_paged_work *work;
     const gllm_cuda_paged_combine *combine;
     float *part_o;        /* [part][grid.y][ROWS][D] */

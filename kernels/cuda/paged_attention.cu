@@ -92,7 +92,9 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
     // whose rows are [Hkv, D]: this block's head is at hkv * D within it.
     const T *Kc = reinterpret_cast<const T *>(p.k_cache) + hkv * D;
     const T *Vc = reinterpret_cast<const T *>(p.v_cache) + hkv * D;
-    const int32_t *pages = p.kv_indices + p.kv_indptr[w.b];
+    // The host put the sequence's kv_indptr entry in the work item: one dependent load fewer
+    // before the first page number, which every block waits for.
+    const int32_t *pages = p.kv_indices + w.page0;
     const int64_t row_elems = (int64_t)p.Hkv * D;
     const int n_tiles = (w.kv1 - w.kv0 + PG_KEYS - 1) / PG_KEYS;
     // Page numbers of the rows this thread copies, fetched one tile ahead of their copies

@@ -107,7 +107,7 @@ static void plan(const struct paged_args *p, const struct tiling *t, int64_t chu
                 if (work) {
                     const int64_t kv0 = s * chunk, kv1 = kv0 + chunk < kv_end ? kv0 + chunk : kv_end;
                     work[nw] = (gllm_cuda_paged_work){
-                        .b = (int32_t)b, .q0 = q_begin + q, .nq = nq, .pos0 = pos0,
+                        .page0 = p->kv_indptr[b], .q0 = q_begin + q, .nq = nq, .pos0 = pos0,
                         .kv0 = (int32_t)kv0, .kv1 = (int32_t)kv1,
                         .part = nsplit > 1 ? (int32_t)(np + s) : -1,
                         .comb = nsplit > 1 ? (int32_t)nc : -1};
@@ -213,7 +213,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
         if (nwork > INT32_MAX || ncomb > INT32_MAX / t.gy)
             return -E2BIG;
-        up_bytes = align256((size_t)(p->B + 1 + nidx) * 4) +
+        up_bytes = align256((size_t)nidx * 4) +
                    align256((size_t)nwork * sizeof(gllm_cuda_paged_work)) +
                    (size_t)ncomb * sizeof(gllm_cuda_paged_combine);
         part_bytes = (size_t)nparts * (size_t)t.gy * GLLM_CUDA_PAGED_ROWS * (size_t)(p->D + 1) * 4;
@@ -234,19 +234,18 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     if (rc < 0)
         return rc;
 
-    /* Fill the pinned upload: append, slots; attention, indptr + indices, work, combine. */
+    /* Fill the pinned upload: append, slots; attention, indices, work, combine. */
     char *h = x->hstage;
     gllm_cuda_paged_work *work = NULL;
     gllm_cuda_paged_combine *comb = NULL;
-    const size_t tab_bytes = align256((size_t)(p->B + 1 + nidx) * 4);
+    const size_t tab_bytes = align256((size_t)nidx * 4);
     if (append) {
         int64_t *slot = (int64_t *)(void *)h;
         for (int64_t b = 0, n = 0; b < p->B; b++)
             for (int32_t i = p->q_indptr[b]; i < p->q_indptr[b + 1]; i++, n++)
                 slot[n] = paged_row(p, b, p->kv_len[b] - (p->q_indptr[b + 1] - i));
     } else {
-        memcpy(h, p->kv_indptr, (size_t)(p->B + 1) * 4);
-        memcpy(h + (size_t)(p->B + 1) * 4, p->kv_indices, (size_t)nidx * 4);
+        memcpy(h, p->kv_indices, (size_t)nidx * 4);   /* work items carry each kv_indptr */
         work = (gllm_cuda_paged_work *)(void *)(h + tab_bytes);
         comb = (gllm_cuda_paged_combine *)(void *)(h + tab_bytes +
                                                   align256((size_t)nwork * sizeof *work));
@@ -300,8 +299,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             .out = (void *)(uintptr_t)st[PG_OUT].dev,
             .k_cache = (const void *)(uintptr_t)st[PG_KCACHE].dev,
             .v_cache = (const void *)(uintptr_t)st[PG_VCACHE].dev,
-            .kv_indptr = (const int32_t *)(uintptr_t)up,
-            .kv_indices = (const int32_t *)(uintptr_t)(up + (size_t)(p->B + 1) * 4),
+            .kv_indices = (const int32_t *)(uintptr_t)up,
             .work = (const gllm_cuda_paged_work *)(uintptr_t)dwork,
             .combine = (const gllm_cuda_paged_combine *)(uintptr_t)(
                 dwork + align256((size_t)nwork * sizeof(gllm_cuda_paged_work))),
