@@ -404,7 +404,7 @@ __device__ __forceinline__ void attention_fwd_generic(const gllm_cuda_attn_param
 // Entry points, looked up by name with cuModuleGetFunction (attention_params.h lists them).
 #define TC_ENTRY(T, tname, D, CAUSAL, suffix)                                                  \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_TC_WARPS(D) * 32,                  \
-                                                 D == 64 ? 3 : 8 / GLLM_CUDA_TC_WARPS(D))      \
+                                                 D == 64 ? 2 : 8 / GLLM_CUDA_TC_WARPS(D))      \
         gllm_attn_fwd_##tname##_d##D##suffix(const gllm_cuda_attn_params p)                    \
     {                                                                                          \
         attention_fwd_tc<T, D, GLLM_CUDA_TC_WARPS(D), GLLM_CUDA_TC_MTILES, GLLM_CUDA_TC_KEYS(D), \

@@ -23,7 +23,8 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_TC_WARPS(D) 4
 #define GLLM_CUDA_TC_MTILES 2      /* 16-row tiles per warp */
 #define GLLM_CUDA_TC_ROWS(D) (GLLM_CUDA_TC_WARPS(D) * GLLM_CUDA_TC_MTILES * 16)
-#define GLLM_CUDA_TC_KEYS(D) 64
+/* Keys per tile: 128 at D = 64 (FA2's shape there: +4%), 64 at D = 128 (registers). */
+#define GLLM_CUDA_TC_KEYS(D) ((D) == 64 ? 128 : 64)
 #define GLLM_CUDA_TC_SMEM(D) ((GLLM_CUDA_TC_ROWS(D) + 4 * GLLM_CUDA_TC_KEYS(D)) * (D) * 2)
 
 /* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d128[_causal] (sm_90a image only):
