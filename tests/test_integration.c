@@ -608,6 +608,47 @@ static void test_device_tensors(void **state)
     assert_int_equal(st.dtensors, 0);
 }
 
+/* Replies that arrived before the daemon went away still complete their jobs: a poll
+ * that reads them and then the end of the connection returns the results, not
+ * DISCONNECTED, and only a job with no reply gets DISCONNECTED. */
+static void test_poll_after_daemon_exit(void **state)
+{
+    (void)state;
+    struct daemon d;
+    assert_int_equal(daemon_start(&d, NULL), 0);
+    gllm_client *c;
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    enum { N = 3 };
+    struct live_job j[N];
+    struct job_spec s = {.B = 1, .Hq = 4, .Hkv = 2, .Sq = 64, .Skv = 80, .D = 64,
+                         .dtype = GLLM_DTYPE_F16};
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(job_setup(c, &j[i], &s, 40 + (uint64_t)i), 0);
+        assert_int_equal(gllm_attention_submit(c, &j[i].p, &j[i].id), 0);
+    }
+    /* SIGTERM: the daemon answers all three, closes the connection and exits, with the
+     * replies still unread in our socket. */
+    assert_int_equal(kill(d.pid, SIGTERM), 0);
+    int status;
+    assert_int_equal(waitpid(d.pid, &status, 0), d.pid);
+    d.pid = 0;
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    gllm_job_result res;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(gllm_job_poll(c, j[i].id, &res), 0);
+        assert_true(job_output_ok(&j[i]));
+    }
+    uint64_t late;
+    int r = gllm_attention_submit(c, &j[0].p, &late);
+    if (r == 0)
+        r = gllm_job_wait(c, late, &res);
+    assert_int_equal(r, GLLM_EDISCONNECTED);
+    gllm_disconnect(c);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(gllm_arena_release(j[i].arena), 0);
+    daemon_stop(&d);
+}
+
 static void test_not_running(void **state)
 {
     (void)state;
@@ -628,6 +669,7 @@ int main(void)
     };
     const struct CMUnitTest alone[] = {
         cmocka_unit_test(test_sigterm_drains),
+        cmocka_unit_test(test_poll_after_daemon_exit),
         cmocka_unit_test(test_not_running),
     };
     int failed = cmocka_run_group_tests_name("integration", shared, group_setup, group_teardown);
