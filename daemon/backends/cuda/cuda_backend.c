@@ -335,24 +335,33 @@ static bool contiguous(int rank, const int64_t *shape, const int64_t *st)
 }
 
 
+CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, size_t need)
+{
+    if (need <= *size)
+        return CUDA_SUCCESS;
+    if (*p)
+        d->cuMemFree(*p);
+    *p = 0;
+    *size = 0;
+    size_t want = need + need / 4;     /* grow with headroom: fewer reallocations */
+    CUresult r = d->cuMemAlloc(p, want);
+    if (r != CUDA_SUCCESS) {
+        *p = 0;
+        return r;
+    }
+    *size = want;
+    return CUDA_SUCCESS;
+}
+
 int cuda_ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need)
 {
-    if (need <= x->scratch_size)
-        return 0;
-    if (x->scratch)
-        d->cuMemFree(x->scratch);
-    x->scratch = 0;
-    x->scratch_size = 0;
-    size_t want = need + need / 4;     /* grow with headroom: fewer reallocations */
-    CUresult r = d->cuMemAlloc(&x->scratch, want);
+    CUresult r = cuda_grow(d, &x->scratch, &x->scratch_size, need);
     if (r != CUDA_SUCCESS) {
-        x->scratch = 0;
         char buf[160];
         log_err("cuda: GPU %d: out of device memory for a %zu-byte job (%s)", x->info.index, need,
                 cuda_error_text(d, r, buf, sizeof buf));
         return GLLM_EDEVMEM;
     }
-    x->scratch_size = want;
     return 0;
 }
 

@@ -23,7 +23,7 @@ struct cuda_dev {
     size_t scratch_size;
     void *hstage;                  /* pinned: page tables and plans on their way up */
     CUdeviceptr counters;          /* split-KV arrival counters (cuda_paged.c) */
-    size_t counters_n;
+    size_t counters_size;          /* bytes */
     size_t hstage_size;
     int sm_count;
     gllm_device_info info;
@@ -41,6 +41,9 @@ int cuda_fail(const struct cuda_driver *d, CUresult r, const char *what);
  * around the copies in and out (a job with nothing to copy records only the kernel's). */
 void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
                       struct attn_timing *t, uint64_t moved, bool copies);
+/* Grows device buffer *p of *size bytes to at least need bytes, with headroom; the contents
+ * are lost. On failure *p is 0 and *size 0. */
+CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, size_t need);
 /* Grows the device's scratch buffer to at least need bytes (contents are lost). */
 int cuda_ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need);
 

@@ -143,22 +143,16 @@ static int ensure_hstage(const struct cuda_driver *d, struct cuda_dev *x, size_t
  * last block of each item resets its own), so only a new, larger buffer is cleared. */
 static int ensure_counters(const struct cuda_driver *d, struct cuda_dev *x, size_t n)
 {
-    if (n <= x->counters_n)
+    if (n * 4 <= x->counters_size)
         return 0;
-    if (x->counters)
-        d->cuMemFree(x->counters);
-    x->counters = 0;
-    x->counters_n = 0;
-    size_t want = n + n / 4 + 256;
-    CUresult r = d->cuMemAlloc(&x->counters, want * 4);
-    if (r == CUDA_SUCCESS && (r = d->cuMemsetD32Async(x->counters, 0, want, x->stream))) {
-        d->cuMemFree(x->counters);
+    CUresult r = cuda_grow(d, &x->counters, &x->counters_size, n * 4);
+    if (r == CUDA_SUCCESS && (r = d->cuMemsetD32Async(x->counters, 0, x->counters_size / 4,
+                                                      x->stream)) != CUDA_SUCCESS) {
+        d->cuMemFree(x->counters);     /* never leave uncleared counters to a later job */
         x->counters = 0;
+        x->counters_size = 0;
     }
-    if (r != CUDA_SUCCESS)
-        return cuda_fail(d, r, "split-KV counters");
-    x->counters_n = want;
-    return 0;
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(d, r, "split-KV counters");
 }
 
 /* One tensor of the job: where the backend got it, where the kernel reads it. */
