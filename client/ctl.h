@@ -17,5 +17,7 @@ void ctl_sort_u64(uint64_t *v, int n);
 int ctl_bench_decode(gllm_client *c, int iters, bool json);
 /* Prints s as a JSON string literal, escaped. */
 void json_str(const char *s);
+/* Opens a benchmark's JSON object: backend, device, then the array named list. */
+void ctl_json_open(const gllm_caps *caps, const char *list);
 
 #endif

@@ -175,13 +175,8 @@ int ctl_bench(const char *socket_path, int argc, char **argv)
     bool cpu = strcmp(caps->backend, "cpu") == 0;
     const struct shape *shapes = cpu ? cpu_shapes : gpu_shapes;
     int n = (int)(cpu ? sizeof cpu_shapes / sizeof *cpu_shapes : sizeof gpu_shapes / sizeof *gpu_shapes);
-    if (json) {
-        printf("{\"backend\": ");
-        json_str(caps->backend);
-        printf(", \"device\": ");
-        json_str(caps->ndevices ? caps->devices[0].name : "");
-        printf(", \"results\": [");
-    }
+    if (json)
+        ctl_json_open(caps, "results");
     else
         printf("backend %s, device %s, median of %d runs (e2e: client submit to reply, "
                "tensors in arenas)\n%-38s %10s %10s %12s %12s %9s\n",

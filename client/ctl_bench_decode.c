@@ -175,11 +175,7 @@ int ctl_bench_decode(gllm_client *c, int iters, bool json)
         h[i] = (uint16_t)(((seed >> 40) & 0x83ffu) | 0x3000u);
     }
     if (json) {
-        printf("{\"backend\": ");
-        json_str(caps->backend);
-        printf(", \"device\": ");
-        json_str(caps->ndevices ? caps->devices[0].name : "");
-        printf(", \"decode\": [");
+        ctl_json_open(caps, "decode");
     } else {
         printf("backend %s, device %s, %d runs; all tensors device-resident, page table in an "
                "arena; times in us\nadd = e2e - kernel = accept (read, check) + queue + worker "

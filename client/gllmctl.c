@@ -60,6 +60,15 @@ void json_str(const char *s)
     putchar('"');
 }
 
+void ctl_json_open(const gllm_caps *caps, const char *list)
+{
+    printf("{\"backend\": ");
+    json_str(caps->backend);
+    printf(", \"device\": ");
+    json_str(caps->ndevices ? caps->devices[0].name : "");
+    printf(", \"%s\": [", list);
+}
+
 static int cmd_status(const char *sock, int argc, char **argv)
 {
     bool json = false;
