@@ -23,20 +23,6 @@
 #include "proto.h"
 #include "testutil.h"
 
-static struct daemon gd;
-
-static int setup(void **state)
-{
-    (void)state;
-    return daemon_start(&gd, NULL) == 0 ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    return daemon_stop(&gd) == 0 ? 0 : -1;
-}
-
 static void sleep_us(long us)
 {
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
@@ -47,7 +33,7 @@ static void sleep_us(long us)
 static long daemon_rss_kib(void)
 {
     char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)gd.pid);
+    snprintf(path, sizeof path, "/proc/%d/status", (int)group_daemon.pid);
     FILE *f = fopen(path, "r");
     assert_non_null(f);
     long kib = -1;
@@ -61,7 +47,7 @@ static long daemon_rss_kib(void)
 static int daemon_fds(void)
 {
     char path[64];
-    snprintf(path, sizeof path, "/proc/%d/fd", (int)gd.pid);
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)group_daemon.pid);
     DIR *d = opendir(path);
     assert_non_null(d);
     int n = 0;
@@ -75,7 +61,7 @@ static gllm_status status_now(void)
 {
     gllm_client *c;
     gllm_status st;
-    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
     assert_int_equal(gllm_status_get(c, &st), 0);
     gllm_disconnect(c);
     return st;
@@ -122,7 +108,7 @@ static pid_t bystander(int stop_fd)
         return pid;
     gllm_client *c;
     struct small_job j;
-    if (gllm_connect(gd.socket, &c) < 0 || small_job(c, &j, 64, GLLM_DTYPE_F16, 9) < 0)
+    if (gllm_connect(group_daemon.socket, &c) < 0 || small_job(c, &j, 64, GLLM_DTYPE_F16, 9) < 0)
         _exit(30);
     int ok = 0;
     for (;;) {
@@ -158,7 +144,7 @@ static void test_clients_killed_hundreds_of_times(void **state)
         if (kid == 0) {
             /* Dies wherever the kill finds it: connecting, registering, submitting, waiting. */
             gllm_client *c;
-            if (gllm_connect(gd.socket, &c) < 0)
+            if (gllm_connect(group_daemon.socket, &c) < 0)
                 _exit(1);
             struct small_job j[3];
             for (int i = 0; i < 3; i++) {
@@ -201,7 +187,7 @@ static void test_clients_killed_hundreds_of_times(void **state)
 static int raw_connect(void)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", gd.socket);
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", group_daemon.socket);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     assert_true(fd >= 0);
     assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
@@ -297,7 +283,7 @@ static void test_arena_resized_after_registration(void **state)
 {
     (void)state;
     gllm_client *c;
-    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
     struct small_job j;
     assert_int_equal(small_job(c, &j, 64, GLLM_DTYPE_F32, 3), 0);
     /* The library seals with F_SEAL_SEAL too; a hostile client would use its own fd: */
@@ -321,7 +307,7 @@ static void test_zero_huge_and_nan(void **state)
 {
     (void)state;
     gllm_client *c;
-    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
     struct small_job j;
     assert_int_equal(small_job(c, &j, 64, GLLM_DTYPE_F32, 4), 0);
     gllm_job_result res;
@@ -372,8 +358,8 @@ static void test_deep_queue_does_not_starve_others(void **state)
 {
     (void)state;
     gllm_client *deep, *small;
-    assert_int_equal(gllm_connect(gd.socket, &deep), 0);
-    assert_int_equal(gllm_connect(gd.socket, &small), 0);
+    assert_int_equal(gllm_connect(group_daemon.socket, &deep), 0);
+    assert_int_equal(gllm_connect(group_daemon.socket, &small), 0);
     struct small_job dj, sj;
     assert_int_equal(small_job(deep, &dj, 256, GLLM_DTYPE_F32, 1), 0);
     assert_int_equal(small_job(small, &sj, 16, GLLM_DTYPE_F32, 2), 0);
@@ -411,5 +397,5 @@ int main(void)
         cmocka_unit_test(test_zero_huge_and_nan),
         cmocka_unit_test(test_deep_queue_does_not_starve_others),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, group_daemon_start, group_daemon_stop);
 }

@@ -21,20 +21,6 @@
 #include "proto.h"
 #include "testutil.h"
 
-static struct daemon gd;   /* shared by the tests of the main group */
-
-static int group_setup(void **state)
-{
-    (void)state;
-    return daemon_start(&gd, NULL) == 0 ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return daemon_stop(&gd) == 0 ? 0 : -1;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -238,7 +224,7 @@ static void test_hello_and_status(void **state)
 {
     (void)state;
     gllm_client *c;
-    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
     const gllm_caps *caps = gllm_client_caps(c);
     assert_int_equal(caps->protocol_version, GLLM_PROTOCOL_VERSION);
     assert_string_equal(caps->backend, test_backend());
@@ -264,7 +250,7 @@ static void test_concurrent_pipelined_clients(void **state)
 {
     (void)state;
     enum { CLIENTS = 4, JOBS = 5 };
-    uint64_t done_before = status_of(gd.socket).jobs_done;
+    uint64_t done_before = status_of(group_daemon.socket).jobs_done;
     pid_t kids[CLIENTS];
     for (int k = 0; k < CLIENTS; k++) {
         kids[k] = fork();
@@ -272,7 +258,7 @@ static void test_concurrent_pipelined_clients(void **state)
         if (kids[k] > 0)
             continue;
         gllm_client *c;
-        if (gllm_connect(gd.socket, &c) < 0)
+        if (gllm_connect(group_daemon.socket, &c) < 0)
             _exit(10);
         struct live_job jobs[JOBS];
         for (int i = 0; i < JOBS; i++) {
@@ -305,7 +291,7 @@ static void test_concurrent_pipelined_clients(void **state)
         assert_true(WIFEXITED(st));
         assert_int_equal(WEXITSTATUS(st), 0);
     }
-    gllm_status st = wait_quiet(gd.socket, 0);
+    gllm_status st = wait_quiet(group_daemon.socket, 0);
     assert_int_equal(st.jobs_done - done_before, CLIENTS * JOBS);
     assert_int_equal(st.arenas, 0);
 }
@@ -314,7 +300,7 @@ static void test_concurrent_pipelined_clients(void **state)
 static void test_replies_in_submission_order(void **state)
 {
     (void)state;
-    int fd = raw_connect(gd.socket);
+    int fd = raw_connect(group_daemon.socket);
     raw_hello(fd);
     size_t size = 4 * 2 * 256 * 64 * 4;
     int mfd = sealed_memfd(size, true);
@@ -343,7 +329,7 @@ static pid_t start_good_client(int jobs)
     if (pid > 0)
         return pid;
     gllm_client *c;
-    if (gllm_connect(gd.socket, &c) < 0)
+    if (gllm_connect(group_daemon.socket, &c) < 0)
         _exit(20);
     struct live_job j;
     struct job_spec s = {.B = 1, .Hq = 4, .Hkv = 2, .Sq = 64, .Skv = 96, .D = 64,
@@ -365,7 +351,7 @@ static void test_bad_requests_get_errors(void **state)
 {
     (void)state;
     pid_t good = start_good_client(40);
-    int fd = raw_connect(gd.socket);
+    int fd = raw_connect(group_daemon.socket);
 
     proto_pack_attention(req(3, "attention"), &(struct proto_attention){0});
     expect_error(fd, -1, 3, GLLM_ENOHELLO);
@@ -450,7 +436,7 @@ static void test_bad_requests_get_errors(void **state)
 static void test_client_killed_mid_job(void **state)
 {
     (void)state;
-    gllm_status before = wait_quiet(gd.socket, 0);
+    gllm_status before = wait_quiet(group_daemon.socket, 0);
     for (int round = 0; round < 3; round++) {
         int ready[2];
         assert_int_equal(pipe(ready), 0);
@@ -461,7 +447,7 @@ static void test_client_killed_mid_job(void **state)
             struct live_job j[3];
             struct job_spec s = {.B = 1, .Hq = 8, .Hkv = 8, .Sq = 1024, .Skv = 1024, .D = 128,
                                  .dtype = GLLM_DTYPE_F32};
-            if (gllm_connect(gd.socket, &c) < 0)
+            if (gllm_connect(group_daemon.socket, &c) < 0)
                 _exit(1);
             for (int i = 0; i < 3; i++)
                 if (job_setup(c, &j[i], &s, 1) < 0 || gllm_attention_submit(c, &j[i].p, &j[i].id) < 0)
@@ -480,7 +466,7 @@ static void test_client_killed_mid_job(void **state)
         kill(kid, SIGKILL);
         waitpid(kid, NULL, 0);
     }
-    gllm_status after = wait_quiet(gd.socket, 0);
+    gllm_status after = wait_quiet(group_daemon.socket, 0);
     assert_int_equal(after.arenas, 0);
     assert_int_equal(after.bytes_mapped, 0);
     assert_int_equal(after.jobs_inflight, 0);
@@ -552,7 +538,7 @@ static void test_device_tensors(void **state)
 {
     (void)state;
     gllm_client *c;
-    assert_int_equal(gllm_connect(gd.socket, &c), 0);
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
     struct live_job j;
     struct job_spec s = {.B = 1, .Hq = 4, .Hkv = 2, .Sq = 96, .Skv = 160, .D = 64,
                          .dtype = GLLM_DTYPE_F16, .causal = true};
@@ -603,7 +589,7 @@ static void test_device_tensors(void **state)
     gllm_arena_release(j.arena);
     gllm_disconnect(c);
     assert_int_equal(gllm_dtensor_free(left), 0);                    /* only the handle */
-    st = wait_quiet(gd.socket, 0);
+    st = wait_quiet(group_daemon.socket, 0);
     assert_int_equal(st.device_bytes, 0);
     assert_int_equal(st.dtensors, 0);
 }
@@ -671,7 +657,7 @@ int main(void)
         cmocka_unit_test(test_poll_after_daemon_exit),
         cmocka_unit_test(test_not_running),
     };
-    int failed = cmocka_run_group_tests_name("integration", shared, group_setup, group_teardown);
+    int failed = cmocka_run_group_tests_name("integration", shared, group_daemon_start, group_daemon_stop);
     failed += cmocka_run_group_tests_name("lifecycle", alone, NULL, NULL);
     return failed;
 }

@@ -12,8 +12,6 @@
 #include "gllm/gllm.h"
 #include "testutil.h"
 
-static struct daemon gd;
-
 /* One test cache: B sequences of ragged lengths over a pool of shuffled pages, and the
  * dense K and V each sequence should read back as (the float64 reference's input). */
 struct cache_case {
@@ -292,7 +290,7 @@ static void attend(struct cache *k, bool prefill, uint64_t seed)
 static void run_case(const struct cache_case *c, uint64_t seed)
 {
     gllm_client *cl;
-    assert_int_equal(gllm_connect(gd.socket, &cl), 0);
+    assert_int_equal(gllm_connect(group_daemon.socket, &cl), 0);
     struct cache k;
     setup(&k, cl, c, seed);
     int *zero = calloc((size_t)c->B, sizeof *zero), *mid = malloc((size_t)c->B * sizeof *mid);
@@ -350,7 +348,7 @@ static void test_refusals(void **state)
 {
     (void)state;
     gllm_client *cl;
-    assert_int_equal(gllm_connect(gd.socket, &cl), 0);
+    assert_int_equal(gllm_connect(group_daemon.socket, &cl), 0);
     static const int len[] = {20, 5}, tail[] = {20, 5}, qlen[] = {1, 1};
     struct cache_case c = {2, 4, 2, 64, 16, GLLM_DTYPE_F16, len, tail, qlen, false};
     struct cache k;
@@ -443,18 +441,6 @@ static void test_refusals(void **state)
     gllm_disconnect(cl);
 }
 
-static int group_setup(void **state)
-{
-    (void)state;
-    return daemon_start(&gd, NULL) == 0 ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    return daemon_stop(&gd) == 0 ? 0 : -1;
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -463,5 +449,5 @@ int main(void)
         cmocka_unit_test(test_gqa8_bf16_page1),
         cmocka_unit_test(test_mha_page64),
     };
-    return cmocka_run_group_tests_name("paged", tests, group_setup, group_teardown);
+    return cmocka_run_group_tests_name("paged", tests, group_daemon_start, group_daemon_stop);
 }

@@ -228,3 +228,17 @@ int daemon_stop(struct daemon *d)
     rmdir(d->dir);
     return status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+struct daemon group_daemon;
+
+int group_daemon_start(void **state)
+{
+    (void)state;
+    return daemon_start(&group_daemon, NULL) == 0 ? 0 : -1;
+}
+
+int group_daemon_stop(void **state)
+{
+    (void)state;
+    return daemon_stop(&group_daemon) == 0 ? 0 : -1;
+}

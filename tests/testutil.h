@@ -51,5 +51,9 @@ int daemon_start(struct daemon *d, const char *const *extra);
 int daemon_start_env(struct daemon *d, const char *const *extra, const char *const *env);
 /* SIGTERM, wait; returns the exit status (or -1). */
 int daemon_stop(struct daemon *d);
+/* One gllmd shared by a group of tests: CMocka group setup and teardown for it. */
+extern struct daemon group_daemon;
+int group_daemon_start(void **state);
+int group_daemon_stop(void **state);
 
 #endif
