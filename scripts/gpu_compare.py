@@ -241,6 +241,9 @@ def main():
         (2, 8, 2, 200, 333, 128, "bf16", False), (1, 8, 8, 129, 1, 128, "f16", False),
         (1, 4, 4, 1000, 77, 128, "bf16", False, -0.5), (1, 16, 4, 257, 1024, 128, "f16", False),
         (1, 4, 2, 700, 1100, 128, "f16", True), (1, 4, 4, 1000, 300, 128, "bf16", True),
+        # the same for D = 64 (192-row blocks: a last block whose spare warpgroups sit idle)
+        (2, 8, 2, 200, 333, 64, "bf16", False), (1, 4, 4, 1000, 77, 64, "f16", False, -0.5),
+        (1, 4, 2, 700, 1100, 64, "f16", True), (1, 4, 4, 1000, 300, 64, "bf16", True),
     ]
     for _ in range(6):   # fresh random shapes every run
         r = [int(x) for x in torch.randint(1, 700, (2,), generator=rng)]

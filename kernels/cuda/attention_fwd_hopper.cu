@@ -1,16 +1,18 @@
-// Hopper prefill for gllmd's CUDA backend: D = 128, causal or not, wgmma (sm_90a only).
+// Hopper prefill for gllmd's CUDA backend: D = 64 and 128, causal or not, wgmma (sm_90a only).
 //
 // The Ampere-style kernel (attention_fwd.cu) feeds the tensor cores through mma.sync from
 // registers, and at D = 128 its 255 registers leave the tensor pipe idle most cycles. Here
 // wgmma reads Q and K (for S = Q K^T) and V (for O += P V) from shared memory, so a
 // warpgroup's registers hold only its scores, its output and P.
 //
-// A block is three warpgroups: two consumers of 64 query rows each and a producer that
-// copies K and V tiles of 128 keys (cp.async, wgmma's 128-byte swizzle) into three stages,
-// each guarded by a pair of mbarriers (full: the tile is in; empty: both consumers are done
-// with it). Nothing else ties the consumers together, so while one does its softmax the
-// other's wgmma has the tensor cores. With a barrier across all threads every tile instead
-// (v8) both consumers did their softmax at the same moment: 350 against 438 TFLOP/s.
+// A block is consumer warpgroups of 64 query rows each (two at D = 128, three at D = 64)
+// and a producer warpgroup that copies K and V tiles of 128 keys (cp.async, wgmma's
+// 128-byte swizzle) into three stages, each guarded by a pair of mbarriers (full: the tile
+// is in; empty: every consumer is done with it). Nothing else ties the consumers together,
+// so while one does its softmax another's wgmma has the tensor cores. With a barrier across
+// all threads every tile instead (v8) both consumers did their softmax at the same moment:
+// 350 against 438 TFLOP/s. At D = 64 a tile has half the GEMM work and the same softmax,
+// so two consumers could not cover each other (v11: 244 TFLOP/s); a third one can.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -27,23 +29,30 @@ namespace {
 #define GLLM_HAVE_WGMMA 1
 #endif
 
-constexpr int HP_D = 128;
-constexpr int HP_ROWS = GLLM_CUDA_HP_ROWS;       // query rows per block: 64 per warpgroup
 constexpr int HP_KEYS = GLLM_CUDA_HP_KEYS;       // keys per tile
-constexpr int HP_THREADS = GLLM_CUDA_HP_THREADS;
 constexpr int HP_STAGES = GLLM_CUDA_HP_STAGES;
-constexpr uint32_t HP_TILE = 128 * HP_D * 2;     // bytes of a [128][128] tile
-static_assert(HP_ROWS == 128 && HP_KEYS == 128 && HP_THREADS == 384, "tile shapes below");
+static_assert(HP_KEYS == 128, "tile shapes below");
+
+// Per head dimension: query rows per block (64 per consumer warpgroup), threads, and the
+// bytes of a K or V tile.
+template <int D> struct Hp {
+    static constexpr int ROWS = GLLM_CUDA_HP_ROWS(D);
+    static constexpr int CONSUMERS = ROWS / 64;
+    static constexpr int THREADS = GLLM_CUDA_HP_THREADS(D);
+    static constexpr uint32_t KV_TILE = HP_KEYS * D * 2;
+    static_assert(THREADS == 128 * (CONSUMERS + 1) && (D == 64 || D == 128), "shapes");
+};
 
 template <typename T> struct Tag {};
 
 #ifdef GLLM_HAVE_WGMMA
-// A [128 rows][128] tile as wgmma's 128-byte swizzle wants it: two column blocks of 64
-// elements (16 KiB each), rows of 128 bytes, the 16-byte unit u of row r stored at
+// A [ROWS][D] tile as wgmma's 128-byte swizzle wants it: column blocks of 64 elements
+// (ROWS * 128 bytes each), rows of 128 bytes, the 16-byte unit u of row r stored at
 // u ^ (r % 8); 8-row groups (1024 bytes) are the swizzle's atoms.
+template <int ROWS>
 __device__ __forceinline__ uint32_t hp_offset(int row, int col)
 {
-    return (uint32_t)((col >> 6) * 16384 + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) +
+    return (uint32_t)((col >> 6) * ROWS * 128 + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) +
                       (col & 7) * 2);
 }
 
@@ -57,7 +66,8 @@ __device__ __forceinline__ uint64_t desc_k_major(uint32_t saddr)
            (1ull << 62);
 }
 // MN-major (V tile as B of P V: keys are the K dimension, the head dim is N and
-// contiguous): column blocks of 64 (the N atoms) 16 KiB apart, 8-key groups 1024 apart.
+// contiguous): column blocks of 64 (the N atoms) 16 KiB apart (unused at D = 64), 8-key
+// groups 1024 apart.
 __device__ __forceinline__ uint64_t desc_mn_major(uint32_t saddr)
 {
     return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(16384 >> 4) << 16) |
@@ -70,10 +80,11 @@ __device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.s
 // wgmma reads and writes its accumulators after the instruction has issued, which the
 // compiler cannot see: pinning every register with an empty asm after the wait (and
 // before the issue) keeps ordinary code on them in order with the wgmma.
-__device__ __forceinline__ void pin(float (&r)[64])
+template <int N>
+__device__ __forceinline__ void pin(float (&r)[N])
 {
 #pragma unroll
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(r[i])::"memory");
 }
 // cp.async writes through the generic proxy, wgmma reads through the async one.
@@ -125,7 +136,7 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
 
 #define WGMMA_RS_M64N128K16(T, PTX)                                                            \
     template <int TRANS_B>                                                                     \
-    __device__ __forceinline__ void wgmma_m64n128k16(Tag<T>, float (&d)[64],                   \
+    __device__ __forceinline__ void wgmma_rs(Tag<T>, float (&d)[64],                   \
                                                      const uint32_t (&a)[4], uint64_t desc_b,  \
                                                      int scale_d)                              \
     {                                                                                          \
@@ -138,6 +149,32 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
     }
 WGMMA_RS_M64N128K16(__half, "f16")
 WGMMA_RS_M64N128K16(__nv_bfloat16, "bf16")
+
+// The same with N = 64 (P V at D = 64): 32 accumulators; wgmma_rs picks N by d's size.
+#define WG_ACC32_TEXT                                                                              \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                       \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_ACC32_OPS(d)                                                                            \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),        \
+    "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),     \
+    "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),     \
+    "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define WGMMA_RS_M64N64K16(T, PTX)                                                             \
+    template <int TRANS_B>                                                                     \
+    __device__ __forceinline__ void wgmma_rs(Tag<T>, float (&d)[32],                   \
+                                                     const uint32_t (&a)[4], uint64_t desc_b,  \
+                                                     int scale_d)                              \
+    {                                                                                          \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"                              \
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " {"            \
+                     WG_ACC32_TEXT "}, {%32, %33, %34, %35}, %37, p, 1, 1, %38;\n}\n"         \
+                     : WG_ACC32_OPS(d)                                                         \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(desc_b),  \
+                       "n"(TRANS_B));                                                          \
+    }
+WGMMA_RS_M64N64K16(__half, "f16")
+WGMMA_RS_M64N64K16(__nv_bfloat16, "bf16")
 
 // D = A (64 x 16, shared memory, K-major, desc_a) * B (as above, K-major) + (scale_d ? D : 0).
 #define WGMMA_SS_M64N128K16(T, PTX)                                                            \
@@ -153,33 +190,55 @@ WGMMA_RS_M64N128K16(__nv_bfloat16, "bf16")
 WGMMA_SS_M64N128K16(__half, "f16")
 WGMMA_SS_M64N128K16(__nv_bfloat16, "bf16")
 
-// The producer warpgroup's copy of rows [row0, row0 + 128) of one head into a swizzled
-// tile; rows >= nrows are zeros. Thread i copies 16-byte column i % 16 of rows i / 16 + 8 k:
-// one swizzle offset for all its rows.
-template <typename T>
+// The producer warpgroup's copy of rows [row0, row0 + ROWS) of one head into a swizzled
+// [ROWS][D] tile; rows >= nrows are zeros. Thread i copies 16-byte column i % (D / 8) of
+// rows i / (D / 8) + (128 / (D / 8)) k: one swizzle offset for all its rows.
+template <int D, int ROWS, typename T>
 __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t row_stride, int row0,
                                           int nrows, int i)
 {
-    const int r0 = i / 16, c = i % 16;
+    constexpr int CHUNKS = D / 8, STEP = 128 / CHUNKS;   // 16-byte columns, rows per pass
+    const int r0 = i / CHUNKS, c = i % CHUNKS;
     const T *src = base + (int64_t)(row0 + r0) * row_stride + c * 8;
-    const uint32_t soff = tile + hp_offset(r0, c * 8);
+    const uint32_t soff = tile + hp_offset<ROWS>(r0, c * 8);
 #pragma unroll
-    for (int it = 0; it < 16; it++) {
-        const bool ok = row0 + r0 + 8 * it < nrows;
-        cp_async16(soff + it * 8 * 128, ok ? src + (int64_t)8 * it * row_stride : base, ok ? 16 : 0);
+    for (int it = 0; it < ROWS / STEP; it++) {
+        const bool ok = row0 + r0 + STEP * it < nrows;
+        cp_async16(soff + it * STEP * 128, ok ? src + (int64_t)STEP * it * row_stride : base,
+                   ok ? 16 : 0);
     }
 }
 
-template <typename T, bool CAUSAL>
+// The largest (MAX) or smallest score of each of a thread's two rows, across the 4 lanes
+// that share them; a uniform branch picks the direction, not a select per score.
+template <bool MAX>
+__device__ __forceinline__ void row_extreme(const float (&s)[64], float (&out)[2])
+{
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float x = s[2 * hr];
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+            x = MAX ? fmaxf(x, fmaxf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]))
+                    : fminf(x, fminf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]));
+        const float y = __shfl_xor_sync(0xffffffff, x, 1);
+        x = MAX ? fmaxf(x, y) : fminf(x, y);
+        const float z = __shfl_xor_sync(0xffffffff, x, 2);
+        out[hr] = MAX ? fmaxf(x, z) : fminf(x, z);
+    }
+}
+
+template <typename T, bool CAUSAL, int D>
 __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p)
 {
+    using S = Hp<D>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    // full[s]: stage s holds its tile (the producer's 128 threads arrive); empty[s]: both
-    // consumer warpgroups are done with it (their 256 threads arrive).
+    // full[s]: stage s holds its tile (the producer's 128 threads arrive); empty[s]: every
+    // consumer warpgroup is done with it (all their threads arrive).
     __shared__ __align__(8) uint64_t bars[2 * HP_STAGES];
     // Swizzle atoms must start on 1024-byte boundaries; the launch adds that much slack.
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
-    const uint32_t s_kv = s_q + HP_TILE;             // stage s: K at s_kv + 2s tiles, V after it
+    const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
     const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[HP_STAGES]);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -187,22 +246,23 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const int hk = h / (int)(p.Hq / p.Hkv);
     const int Sq = (int)p.Sq, Skv = (int)p.Skv;
     // Causal: the heaviest blocks (last rows, most keys) first, so the last wave is light.
-    const int m0 = (CAUSAL ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x) * HP_ROWS;
+    const int m0 = (CAUSAL ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x) * S::ROWS;
     const int shift = Skv - Sq;                      // causal: row r sees keys <= r + shift
-    const int n_end = CAUSAL ? max(0, min(Skv, m0 + HP_ROWS + shift)) : Skv;
+    const int n_end = CAUSAL ? max(0, min(Skv, m0 + S::ROWS + shift)) : Skv;
     const int n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
     if (threadIdx.x == 0) {
         for (int i = 0; i < HP_STAGES; i++) {
             mbar_init(full0 + 8 * i, 128);
-            mbar_init(empty0 + 8 * i, 2 * 128);
+            mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
         }
     }
     __syncthreads();
 
-    if (warp >= 2 * 4) {
+    if (warp >= S::CONSUMERS * 4) {
         // Producer: Q with tile 0, then each tile once its stage is free. A tile is
         // announced when this lane's copies of it have landed (cp.async.wait_group) and
         // are fenced for wgmma's proxy, one tile behind the newest.
+        const int i = threadIdx.x - S::CONSUMERS * 128;
         const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
         const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
         const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
@@ -210,11 +270,11 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             const int st = j % HP_STAGES;
             if (j >= HP_STAGES)
                 mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
-            const uint32_t sk = s_kv + (uint32_t)st * 2 * HP_TILE;
+            const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE;
             if (j == 0)
-                copy_tile(s_q, Q, p.q_st[2], m0, Sq, threadIdx.x - 256);
-            copy_tile(sk, K, p.k_st[2], j * HP_KEYS, Skv, threadIdx.x - 256);
-            copy_tile(sk + HP_TILE, V, p.v_st[2], j * HP_KEYS, Skv, threadIdx.x - 256);
+                copy_tile<D, S::ROWS>(s_q, Q, p.q_st[2], m0, Sq, i);
+            copy_tile<D, HP_KEYS>(sk, K, p.k_st[2], j * HP_KEYS, Skv, i);
+            copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
             cp_async_commit();
             if (j > 0) {
                 asm volatile("cp.async.wait_group 1;\n" ::: "memory");
@@ -230,13 +290,14 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         return;
     }
 
-    // Consumers: warpgroup wg takes query rows [64 wg, 64 wg + 64) of the block.
+    // Consumers: warpgroup wg takes query rows [r_wg, r_wg + 64) of the head.
     const int wg = warp / 4, wrow = (warp % 4) * 16;  // warpgroup, first row of the warp in it
+    const int r_wg = m0 + wg * 64;
     const int g = lane >> 2, t = lane & 3;
     T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
-    float o[64];
+    float o[D / 2];
 #pragma unroll
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < D / 2; i++)
         o[i] = 0.f;
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
     const float qk_scale = p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;   // as attention_fwd.cu
@@ -245,10 +306,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 
     for (int j = 0; j < n_tiles; j++) {
         const int st = j % HP_STAGES;
-        const uint32_t sk = s_kv + (uint32_t)st * 2 * HP_TILE, sv = sk + HP_TILE;
+        const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE, sv = sk + S::KV_TILE;
         mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
-        if (CAUSAL && j * HP_KEYS > m0 + wg * 64 + 63 + shift) {
-            mbar_arrive(empty0 + 8 * st);   // the other warpgroup's rows still see this tile
+        // Rows past the end (the last block's spare warpgroups) or, causal, rows that see
+        // none of this tile skip its GEMMs; the other warpgroups still need the stage.
+        if (r_wg >= Sq || (CAUSAL && j * HP_KEYS > r_wg + 63 + shift)) {
+            mbar_arrive(empty0 + 8 * st);
             continue;
         }
         float s[64];
@@ -258,18 +321,20 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         pin(s);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < 8; kk++) {
-            const uint32_t koff = (uint32_t)(kk >> 2) * 16384 + (uint32_t)(kk & 3) * 32;
-            wgmma_ss_m64n128k16(Tag<T>(), s, desc_k_major(s_q + (uint32_t)wg * 64 * 128 + koff),
-                                desc_k_major(sk + koff), kk > 0);
+        for (int kk = 0; kk < D / 16; kk++) {
+            const uint32_t kcol = (uint32_t)(kk & 3) * 32;   // 16 elements within a 64-column block
+            wgmma_ss_m64n128k16(Tag<T>(), s,
+                                desc_k_major(s_q + (uint32_t)(kk >> 2) * S::ROWS * 128 +
+                                             (uint32_t)wg * 64 * 128 + kcol),
+                                desc_k_major(sk + (uint32_t)(kk >> 2) * HP_KEYS * 128 + kcol), kk > 0);
         }
         wg_commit();
         wg_wait_all();
         pin(s);
 
         // Mask the tail tile and, causal, the tiles crossing this warpgroup's diagonal.
-        const int n0 = j * HP_KEYS, row0 = m0 + wg * 64 + wrow + g;
-        if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > m0 + wg * 64 + shift)) {
+        const int n0 = j * HP_KEYS, row0 = r_wg + wrow + g;
+        if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > r_wg + shift)) {
 #pragma unroll
             for (int i = 0; i < 64; i++) {
                 const int key = n0 + (i / 4) * 8 + 2 * t + (i & 1);
@@ -281,19 +346,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         // Online softmax, base 2, with attention_fwd.cu's lazy rescale: the reference max
         // moves only when a row's maximum passes it by more than 8 (log2 units).
         float tile_max[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            float raw = s[2 * hr];
-#pragma unroll
-            for (int n = 0; n < 16; n++)
-                raw = pos_scale ? fmaxf(raw, fmaxf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]))
-                                : fminf(raw, fminf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]));
-            raw = pos_scale ? fmaxf(raw, __shfl_xor_sync(0xffffffff, raw, 1))
-                            : fminf(raw, __shfl_xor_sync(0xffffffff, raw, 1));
-            raw = pos_scale ? fmaxf(raw, __shfl_xor_sync(0xffffffff, raw, 2))
-                            : fminf(raw, __shfl_xor_sync(0xffffffff, raw, 2));
-            tile_max[hr] = raw * qk_scale;
-        }
+        if (pos_scale)
+            row_extreme<true>(s, tile_max);
+        else
+            row_extreme<false>(s, tile_max);
+        tile_max[0] *= qk_scale;
+        tile_max[1] *= qk_scale;
         const bool grow = tile_max[0] > row_max[0] + 8.f || tile_max[1] > row_max[1] + 8.f;
         if (__any_sync(0xffffffff, grow)) {
 #pragma unroll
@@ -303,7 +361,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 row_max[hr] = mx;
                 row_sum[hr] *= scale_o;
 #pragma unroll
-                for (int n = 0; n < 16; n++)
+                for (int n = 0; n < D / 8; n++)
                     o[4 * n + 2 * hr] *= scale_o, o[4 * n + 2 * hr + 1] *= scale_o;
             }
         }
@@ -326,7 +384,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < 8; kk++)
-            wgmma_m64n128k16<1>(Tag<T>(), o, pf[kk], desc_mn_major(sv + (uint32_t)kk * 2048), 1);
+            wgmma_rs<1>(Tag<T>(), o, pf[kk], desc_mn_major(sv + (uint32_t)kk * 2048), 1);
         wg_commit();
         wg_wait_all();
         pin(o);
@@ -339,12 +397,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         float sum = row_sum[hr];
         sum += __shfl_xor_sync(0xffffffff, sum, 1);
         sum += __shfl_xor_sync(0xffffffff, sum, 2);
-        const int row = m0 + wg * 64 + wrow + g + 8 * hr;
+        const int row = r_wg + wrow + g + 8 * hr;
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         if (row < Sq) {
             T *orow = O + (int64_t)row * p.o_st[2];
 #pragma unroll
-            for (int n = 0; n < 16; n++)
+            for (int n = 0; n < D / 8; n++)
                 *reinterpret_cast<uint32_t *>(orow + n * 8 + 2 * t) =
                     Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
             if (p.lse && t == 0)
@@ -358,17 +416,21 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 } // namespace
 
 #ifdef GLLM_HAVE_WGMMA
-#define HP_BODY(T, CAUSAL) attention_fwd_hopper<T, CAUSAL>(p)
+#define HP_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D>(p)
 #else
-#define HP_BODY(T, CAUSAL) __trap()     // never launched off sm_90a (see the header comment)
+#define HP_BODY(T, CAUSAL, D) __trap()  // never launched off sm_90a (see the header comment)
 #endif
-#define HP_ENTRY(T, tname, CAUSAL, suffix)                                                     \
-    extern "C" __global__ void __launch_bounds__(HP_THREADS, 1)                                \
-        gllm_attn_fwd_hopper_##tname##_d128##suffix(const gllm_cuda_attn_params p)             \
+#define HP_ENTRY(T, tname, D, CAUSAL, suffix)                                                  \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
+        gllm_attn_fwd_hopper_##tname##_d##D##suffix(const gllm_cuda_attn_params p)             \
     {                                                                                          \
-        HP_BODY(T, CAUSAL);                                                                    \
+        HP_BODY(T, CAUSAL, D);                                                                 \
     }
-HP_ENTRY(__half, f16, false, )
-HP_ENTRY(__half, f16, true, _causal)
-HP_ENTRY(__nv_bfloat16, bf16, false, )
-HP_ENTRY(__nv_bfloat16, bf16, true, _causal)
+HP_ENTRY(__half, f16, 128, false, )
+HP_ENTRY(__half, f16, 128, true, _causal)
+HP_ENTRY(__nv_bfloat16, bf16, 128, false, )
+HP_ENTRY(__nv_bfloat16, bf16, 128, true, _causal)
+HP_ENTRY(__half, f16, 64, false, )
+HP_ENTRY(__half, f16, 64, true, _causal)
+HP_ENTRY(__nv_bfloat16, bf16, 64, false, )
+HP_ENTRY(__nv_bfloat16, bf16, 64, true, _causal)

@@ -27,17 +27,17 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_TC_KEYS(D) ((D) == 64 ? 128 : 64)
 #define GLLM_CUDA_TC_SMEM(D) ((GLLM_CUDA_TC_ROWS(D) + 4 * GLLM_CUDA_TC_KEYS(D)) * (D) * 2)
 
-/* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d128[_causal] (sm_90a image only):
- * grid (ceil(Sq / GLLM_CUDA_HP_ROWS), B * Hq), block GLLM_CUDA_HP_THREADS, dynamic shared
- * memory GLLM_CUDA_HP_SMEM (Q plus GLLM_CUDA_HP_STAGES stages of K and V, plus 1 KiB to align
- * them). Same
- * layout needs as the tensor-core kernels. */
-#define GLLM_CUDA_HP_ROWS 128
+/* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d{64,128}[_causal] (sm_90a image only):
+ * grid (ceil(Sq / GLLM_CUDA_HP_ROWS(D)), B * Hq), block GLLM_CUDA_HP_THREADS(D), dynamic
+ * shared memory GLLM_CUDA_HP_SMEM(D) (Q plus GLLM_CUDA_HP_STAGES stages of K and V, plus
+ * 1 KiB to align them). Same layout needs as the tensor-core kernels. 64 query rows per
+ * consumer warpgroup: two at D = 128, three at D = 64; one producer warpgroup. */
+#define GLLM_CUDA_HP_ROWS(D) ((D) == 64 ? 192 : 128)
 #define GLLM_CUDA_HP_KEYS 128
-#define GLLM_CUDA_HP_THREADS 384         /* two consumer warpgroups, one producer */
+#define GLLM_CUDA_HP_THREADS(D) (2 * GLLM_CUDA_HP_ROWS(D) + 128)  /* 128 per warpgroup */
 #define GLLM_CUDA_HP_STAGES 3
-#define GLLM_CUDA_HP_SMEM \
-    (1024 + (GLLM_CUDA_HP_ROWS + 2 * GLLM_CUDA_HP_STAGES * GLLM_CUDA_HP_KEYS) * 128 * 2)
+#define GLLM_CUDA_HP_SMEM(D) \
+    (1024 + (GLLM_CUDA_HP_ROWS(D) + 2 * GLLM_CUDA_HP_STAGES * GLLM_CUDA_HP_KEYS) * (D) * 2)
 
 /* Generic kernels gllm_attn_generic_{f32,f16,bf16}: any strides, D <= 256; grid
  * (ceil(Sq / GLLM_CUDA_GENERIC_ROWS), B * Hq), block GLLM_CUDA_GENERIC_ROWS * 32. */

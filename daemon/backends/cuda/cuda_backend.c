@@ -162,14 +162,14 @@ static int open_dev(const struct cuda_driver *d, int ordinal, struct cuda_dev *x
             }
     /* The wgmma kernels run only from the sm_90a image, which the driver takes only on a
      * 9.0 GPU; anywhere else the tensor-core kernels above serve. */
-    for (int i = 0; i < 4 && strncmp(info->image, "sm_90a", 6) == 0; i++) {
+    for (int i = 0; i < 8 && strncmp(info->image, "sm_90a", 6) == 0; i++) {
         char name[64];
-        const int t = i / 2, c = i % 2;
-        snprintf(name, sizeof name, "gllm_attn_fwd_hopper_%s_d128%s", tnames[t], c ? "_causal" : "");
-        if ((r = d->cuModuleGetFunction(&x->hopper[t][c], x->mod, name)) ||
-            (r = d->cuFuncSetAttribute(x->hopper[t][c],
+        const int k = i / 4, t = (i / 2) % 2, c = i % 2, D = k ? 128 : 64;
+        snprintf(name, sizeof name, "gllm_attn_fwd_hopper_%s_d%d%s", tnames[t], D, c ? "_causal" : "");
+        if ((r = d->cuModuleGetFunction(&x->hopper[k][t][c], x->mod, name)) ||
+            (r = d->cuFuncSetAttribute(x->hopper[k][t][c],
                                        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       GLLM_CUDA_HP_SMEM))) {
+                                       GLLM_CUDA_HP_SMEM(D)))) {
             snprintf(why, len, "GPU %d: kernel %s: %s", ordinal, name,
                      cuda_error_text(d, r, buf, sizeof buf));
             return GLLM_EBACKEND;
@@ -505,11 +505,13 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     memcpy(p.o_st, a->o_st, sizeof p.o_st);
     memcpy(p.lse_st, a->lse_st, sizeof p.lse_st);
     void *params[] = {&p};
-    CUfunction hopper = a->D == 128 ? x->hopper[a->dtype == GLLM_DTYPE_BF16][a->causal] : NULL;
+    /* tc_eligible() admits D = 64 and 128 only. */
+    CUfunction hopper = x->hopper[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
     if (tc_eligible(a) && hopper) {
-        r = d->cuLaunchKernel(hopper, (unsigned)((a->Sq + GLLM_CUDA_HP_ROWS - 1) / GLLM_CUDA_HP_ROWS),
-                              (unsigned)(a->B * a->Hq), 1, GLLM_CUDA_HP_THREADS, 1, 1,
-                              GLLM_CUDA_HP_SMEM, x->stream, params, NULL);
+        const int64_t rows = GLLM_CUDA_HP_ROWS(a->D);
+        r = d->cuLaunchKernel(hopper, (unsigned)((a->Sq + rows - 1) / rows),
+                              (unsigned)(a->B * a->Hq), 1, (unsigned)GLLM_CUDA_HP_THREADS(a->D), 1, 1,
+                              (unsigned)GLLM_CUDA_HP_SMEM(a->D), x->stream, params, NULL);
     } else if (tc_eligible(a)) {
         CUfunction f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
         unsigned smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);

@@ -16,7 +16,7 @@ struct cuda_dev {
     CUevent ev[EV_COUNT];
     CUfunction tc[2][2][2];        /* [bf16?][D == 128?][causal?] */
     CUfunction generic[3];         /* by gllm_dtype */
-    CUfunction hopper[2][2];       /* [bf16?][causal?], D = 128; loaded with the sm_90a image */
+    CUfunction hopper[2][2][2];    /* [D == 128][bf16?][causal?]; loaded with the sm_90a image */
     CUfunction paged[2][2];        /* [bf16?][D == 128?] */
     CUfunction append;
     CUdeviceptr scratch;           /* inputs and outputs of the running job */
