@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "proto.h"
+#include "ring.h"
 
 /* A job submitted and not yet claimed by wait/poll. */
 struct job_slot {
@@ -37,6 +38,9 @@ struct gllm_client {
     int call_error;
     char last_error[PROTO_MAX_ERRMSG + 1];
     uint64_t wait_spin_ns;       /* gllm_job_wait polls this long before it sleeps */
+    struct gllm_reply_ring *ring; /* job replies from gllmd's workers; NULL: socket only */
+    uint32_t ring_tail;
+    uint64_t ring_bytes_offered; /* hello's reply_ring_bytes: the layout gllmd reads */
     char rx[PROTO_MAX_MESSAGE];
     struct proto_buf tx;
 };
@@ -129,6 +133,28 @@ static int receive(gllm_client *c, bool block)
         if (r < 0 || block)
             return r;
     }
+}
+
+/* Completes the jobs whose replies gllmd left in the reply ring since the last look. */
+static int drain_ring(gllm_client *c)
+{
+    struct gllm_reply_ring *rg = c->ring;
+    if (!rg)
+        return 0;
+    const uint32_t head = atomic_load_explicit(&rg->head, memory_order_acquire);
+    if (head - c->ring_tail > GLLM_RING_SLOTS)
+        return GLLM_EMALFORMED;   /* gllmd never publishes past our tail */
+    int r = 0;
+    for (; r == 0 && c->ring_tail != head; c->ring_tail++) {
+        const struct gllm_ring_slot *s = &rg->slot[c->ring_tail % GLLM_RING_SLOTS];
+        const uint32_t len = s->len;
+        if (len > sizeof s->data)
+            return GLLM_EMALFORMED;
+        memcpy(c->rx, s->data, len);
+        r = handle_packet(c, len);
+    }
+    atomic_store_explicit(&rg->tail, c->ring_tail, memory_order_release);
+    return r;
 }
 
 /* Sends one packet, reading replies meanwhile so a daemon that waits for us
@@ -300,11 +326,38 @@ static int hello(gllm_client *c)
     LIMIT_(max_rank);
     LIMIT_(max_page_entries);
 #undef LIMIT_
+    proto_get_u64(res, "reply_ring_bytes", false, &c->ring_bytes_offered);
     x = 0;
     proto_get_u64(res, "max_head_dim", false, &x);
     l->max_head_dim = (uint32_t)x;
     end_call(c);
     return r;
+}
+
+/* Hands gllmd a reply ring when it reads our layout. Best effort: without one, every
+ * reply comes by the socket, as from a daemon that predates rings. */
+static void open_reply_ring(gllm_client *c)
+{
+    if (c->ring_bytes_offered != GLLM_RING_BYTES)
+        return;
+    int fd = memfd_create("gllm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0)
+        return;
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, (off_t)GLLM_RING_BYTES) == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) == 0)
+        p = mmap(NULL, GLLM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+        uint64_t id;
+        msgpack_packer *pk = begin_request(c, "reply_ring", &id);
+        msgpack_pack_map(pk, 0);
+        if (call(c, id, fd) == 0)
+            c->ring = p;
+        else
+            munmap(p, GLLM_RING_BYTES);
+        end_call(c);
+    }
+    close(fd);
 }
 
 int gllm_connect(const char *path, gllm_client **out)
@@ -339,6 +392,7 @@ int gllm_connect(const char *path, gllm_client **out)
     }
     if (strcmp(c->caps.backend, "cpu") != 0)
         c->wait_spin_ns = (uint64_t)GLLM_WAIT_SPIN_US_DEFAULT * 1000;
+    open_reply_ring(c);
     *out = c;
     return 0;
 }
@@ -353,6 +407,8 @@ void gllm_disconnect(gllm_client *c)
         t->c = NULL;    /* and frees the device tensors */
     end_call(c);
     close(c->fd);
+    if (c->ring)
+        munmap(c->ring, GLLM_RING_BYTES);
     free(c->jobs);
     free(c);
 }
@@ -791,7 +847,9 @@ int gllm_job_poll(gllm_client *c, uint64_t job, gllm_job_result *res)
         return GLLM_ENOJOB;
     if (!j->done) {
         /* Replies read before a disconnect still count: look at the job before r. */
-        int r = receive(c, false);
+        int r = drain_ring(c);
+        if (r == 0)
+            r = receive(c, false);
         j = find_job(c, job);
         if (!j->done)
             return r < 0 ? r : -EAGAIN;
@@ -811,17 +869,57 @@ void gllm_client_set_wait_spin(gllm_client *c, uint32_t us)
     c->wait_spin_ns = (uint64_t)us * 1000;
 }
 
+/* While spinning with a ring, the socket is read this often: it still carries errors and
+ * replies published before `polling` was set. */
+#define RING_SOCKET_CHECK_NS 5000
+
+/* The spin of gllm_job_wait with a reply ring: `polling` tells gllmd to spare the socket
+ * copy. Before we stop, the flag is cleared and the ring read once more (proto/ring.h). */
+static int spin_on_ring(gllm_client *c, uint64_t job, uint64_t until)
+{
+    struct gllm_reply_ring *rg = c->ring;
+    atomic_store_explicit(&rg->polling, 1, memory_order_seq_cst);
+    uint64_t next_socket = 0;
+    int r = 0;
+    for (;;) {
+        if ((r = drain_ring(c)) < 0 || find_job(c, job)->done)
+            break;
+        const uint64_t now = mono_ns();
+        if (now >= until)
+            break;
+        if (now >= next_socket) {
+            next_socket = now + RING_SOCKET_CHECK_NS;
+            if ((r = receive(c, false)) < 0 || find_job(c, job)->done)
+                break;
+        }
+    }
+    atomic_store_explicit(&rg->polling, 0, memory_order_seq_cst);
+    atomic_thread_fence(memory_order_seq_cst);
+    int r2 = drain_ring(c);
+    return r < 0 ? r : r2;
+}
+
 int gllm_job_wait(gllm_client *c, uint64_t job, gllm_job_result *res)
 {
     struct job_slot *j = find_job(c, job);
     if (!j)
         return GLLM_ENOJOB;
+    int r = drain_ring(c);
+    j = find_job(c, job);
     const uint64_t spin_until = c->wait_spin_ns && !j->done ? mono_ns() + c->wait_spin_ns : 0;
-    while (!j->done) {
-        int r = receive(c, !spin_until || mono_ns() >= spin_until);
+    if (r == 0 && spin_until && c->ring) {
+        r = spin_on_ring(c, job, spin_until);
         j = find_job(c, job);
-        if (r < 0 && !j->done)
+    }
+    /* Without a ring's polling flag set, every reply also comes by the socket. */
+    while (!j->done) {
+        if (r < 0)
             return r;
+        r = receive(c, !spin_until || c->ring || mono_ns() >= spin_until);
+        const int r2 = drain_ring(c);   /* the same replies: keeps the ring from filling */
+        if (r == 0)
+            r = r2;
+        j = find_job(c, job);
     }
     return claim(c, j, res);
 }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "reply_ring.h"
 #include "server.h"
 #include "session.h"
 
@@ -70,8 +71,9 @@ static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int 
     }
     s->hello_done = true;
     msgpack_packer *pk = begin_result(s, m->id);
-    msgpack_pack_map(pk, 7);
+    msgpack_pack_map(pk, 8);
     proto_pack_kv_u64(pk, "version", GLLM_PROTOCOL_VERSION);
+    proto_pack_kv_u64(pk, "reply_ring_bytes", GLLM_RING_BYTES);   /* the layout this daemon reads */
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_str(pk, "backend", srv->be->iface->name);
     pack_devices(pk, srv);
@@ -191,6 +193,30 @@ static void h_arena_register(struct session *s, const struct proto_msg *m, int *
     end_result(s, m->id);
 }
 
+/* The session's reply ring (proto/ring.h): one per session, for its whole life. */
+static void h_reply_ring(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+{
+    int64_t id = (int64_t)m->id;
+    if (nfds != 1) {
+        session_reply_error(s, id, GLLM_ENOFD, "reply_ring: needs exactly one fd, got %d", nfds);
+        return;
+    }
+    if (s->ring) {
+        session_reply_error(s, id, GLLM_EQUOTA, "reply_ring: the session has one already");
+        return;
+    }
+    int r = reply_ring_open(fds[0], &s->ring);
+    if (r < 0) {
+        session_reply_error(s, id, r, "reply_ring: %s (a sealed memfd of %llu bytes)",
+                            gllm_strerror(r), (unsigned long long)GLLM_RING_BYTES);
+        return;
+    }
+    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_pack_map(pk, 1);
+    proto_pack_kv_u64(pk, "bytes", GLLM_RING_BYTES);
+    end_result(s, m->id);
+}
+
 static void h_arena_release(struct session *s, const struct proto_msg *m, int *fds, int nfds)
 {
     (void)fds, (void)nfds;
@@ -220,6 +246,7 @@ static void submit(struct session *s, struct job *job, uint64_t req_id, int dev)
     job->dev = dev;
     job->t_read = srv->packet_ns;
     job->session = session_ref(s);
+    job->ring = s->ring;
     job->cancel = &s->gone;
     job->abort = &srv->abort_jobs;
     s->inflight++;
@@ -455,6 +482,7 @@ static const struct method methods[] = {
     {"status", h_status, false},
     {"arena_register", h_arena_register, true},
     {"arena_release", h_arena_release, false},
+    {"reply_ring", h_reply_ring, true},
     {"attention", h_attention, false},
     {"dtensor_create", h_dtensor_create, false},
     {"dtensor_free", h_dtensor_free, false},

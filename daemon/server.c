@@ -13,6 +13,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "log.h"
+#include "reply_ring.h"
 #include "server.h"
 #include "session.h"
 
@@ -133,11 +134,13 @@ static void pack_job_result(struct proto_buf *b, const struct job *job)
     proto_pack_kv_u64(&b->pk, "copy_bytes", job->timing.copy_bytes);
 }
 
-/* Worker thread. A success reply goes out from here when the socket takes it at once: the
- * hand-off to the loop and its wake-up would add several microseconds to every job. The
- * fd cannot be reused under us: the job's session reference keeps it open until
- * server_job_done. Replies may overtake ones the loop has queued; ids tie them together.
- * Errors, a full socket and gone clients are left to the loop, which logs and queues. */
+/* Worker thread. A success reply goes out from here: into the session's reply ring when
+ * it has one (no system call on either side), else through the socket when it takes the
+ * packet at once: the hand-off to the loop and its wake-up would add several microseconds
+ * to every job. The fd cannot be reused under us: the job's session reference keeps it
+ * open until server_job_done. Replies may overtake ones the loop has queued; ids tie them
+ * together. Errors, a full socket and gone clients are left to the loop, which logs and
+ * queues. */
 void server_job_reply(struct job *job, void *arg, struct proto_buf *scratch)
 {
     (void)arg;
@@ -145,11 +148,17 @@ void server_job_reply(struct job *job, void *arg, struct proto_buf *scratch)
     if (job->status != 0 || atomic_load_explicit(&s->gone, memory_order_acquire))
         return;
     pack_job_result(scratch, job);
+    if (job->ring && reply_ring_publish(job->ring, scratch->data, scratch->len)) {
+        job->replied = true;
+        if (reply_ring_client_polling(job->ring))
+            return;
+        /* The client may be blocked on the socket or watching it: the reply goes there too. */
+    }
     ssize_t n;
     do
         n = send(s->fd, scratch->data, scratch->len, MSG_DONTWAIT | MSG_NOSIGNAL);
     while (n < 0 && errno == EINTR);
-    job->replied = n >= 0;
+    job->replied |= n >= 0;
 }
 
 void server_job_done(struct job *job, void *arg)

@@ -9,6 +9,7 @@
 
 #include "log.h"
 #include "server.h"
+#include "reply_ring.h"
 #include "session.h"
 
 #define MAX_FDS_PER_PACKET 4
@@ -109,6 +110,7 @@ static void free_session(uv_handle_t *h)
 {
     struct session *s = h->data;
     close(s->fd);
+    reply_ring_close(s->ring);   /* no job is left to publish: each held a reference */
     free(s);
 }
 

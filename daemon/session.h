@@ -40,6 +40,7 @@ struct session {
     struct out_packet *out_head, *out_tail;
     size_t out_bytes;
     struct lane lanes[GLLM_MAX_DEVICES];
+    struct reply_ring *ring;     /* job replies through shared memory; NULL: socket only */
 };
 
 /* Takes ownership of a connected, non-blocking, close-on-exec fd. */

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "proto.h"
+#include "ring.h"
 #include "testutil.h"
 
 static void sleep_ms(int ms)
@@ -634,6 +635,164 @@ static void test_poll_after_daemon_exit(void **state)
         assert_int_equal(gllm_arena_release(j[i].arena), 0);
 }
 
+/* ---- the reply ring (proto/ring.h) ---- */
+
+static struct gllm_reply_ring *raw_ring(int fd, uint64_t id)
+{
+    int mfd = sealed_memfd(GLLM_RING_BYTES, true);
+    struct gllm_reply_ring *rg =
+        mmap(NULL, GLLM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    assert_true(rg != MAP_FAILED);
+    msgpack_pack_map(req(id, "reply_ring"), 0);
+    raw_send(fd, tx.data, tx.len, mfd);
+    close(mfd);
+    int64_t got;
+    assert_int_equal(raw_reply(fd, &got, NULL), 0);
+    assert_int_equal(got, (int64_t)id);
+    return rg;
+}
+
+/* Waits (bounded) until gllmd has published n replies in all. */
+static uint32_t ring_wait_head(struct gllm_reply_ring *rg, uint32_t n)
+{
+    for (int i = 0; i < 10000 && atomic_load(&rg->head) < n; i++)
+        sleep_ms(1);
+    return atomic_load(&rg->head);
+}
+
+/* The id of the reply in slot i, which must be a success. */
+static int64_t ring_reply_id(const struct gllm_reply_ring *rg, uint32_t i)
+{
+    const struct gllm_ring_slot *s = &rg->slot[i % GLLM_RING_SLOTS];
+    assert_true(s->len > 0 && s->len <= sizeof s->data);
+    struct proto_msg m;
+    assert_int_equal(proto_decode(s->data, s->len, &m, NULL), 0);
+    assert_int_equal(m.kind, PROTO_RESPONSE);
+    assert_int_equal(m.error_code, 0);
+    int64_t id = (int64_t)m.id;
+    proto_msg_free(&m);
+    return id;
+}
+
+static void send_small_job(int fd, uint32_t arena, uint64_t id)
+{
+    struct proto_attention a = raw_job(arena, 8);
+    proto_pack_attention(req(id, "attention"), &a);
+    raw_send(fd, tx.data, tx.len, -1);
+}
+
+/* The id of the next packet on the socket, which must be a success. */
+static int64_t socket_reply_id(int fd)
+{
+    int64_t id;
+    assert_int_equal(raw_reply(fd, &id, NULL), 0);
+    return id;
+}
+
+/* The protocol as a client without the library sees it: which way each reply goes. */
+static void test_reply_ring_protocol(void **state)
+{
+    (void)state;
+    int fd = raw_connect(group_daemon.socket);
+    raw_hello(fd);
+    size_t size = 4 * 2 * 8 * 64 * 4;
+    int mfd = sealed_memfd(size, true);
+    uint32_t arena = raw_register(fd, mfd, size, 2);
+
+    /* Bad rings: no fd, a file of the wrong size, one that can shrink; then a good one,
+     * and no second. */
+    msgpack_pack_map(req(3, "reply_ring"), 0);
+    expect_error(fd, -1, 3, GLLM_ENOFD);
+    int bad = sealed_memfd(GLLM_RING_BYTES + 4096, true);
+    msgpack_pack_map(req(4, "reply_ring"), 0);
+    expect_error(fd, bad, 4, GLLM_EARENASIZE);
+    close(bad);
+    bad = sealed_memfd(GLLM_RING_BYTES, false);
+    msgpack_pack_map(req(5, "reply_ring"), 0);
+    expect_error(fd, bad, 5, GLLM_EUNSEALED);
+    struct gllm_reply_ring *rg = raw_ring(fd, 6);
+    msgpack_pack_map(req(7, "reply_ring"), 0);
+    expect_error(fd, bad, 7, GLLM_EQUOTA);
+    close(bad);
+
+    /* Not polling: the reply comes both ways. */
+    send_small_job(fd, arena, 10);
+    assert_int_equal(socket_reply_id(fd), 10);
+    assert_int_equal(ring_wait_head(rg, 1), 1);
+    assert_int_equal(ring_reply_id(rg, 0), 10);
+    atomic_store(&rg->tail, 1);
+
+    /* Polling: by the ring alone. The reply to a later request is the socket's next packet
+     * (the worker would have sent its copy right after publishing). */
+    atomic_store(&rg->polling, 1);
+    send_small_job(fd, arena, 11);
+    assert_int_equal(ring_wait_head(rg, 2), 2);
+    assert_int_equal(ring_reply_id(rg, 1), 11);
+    msgpack_pack_map(req(12, "status"), 0);
+    raw_send(fd, tx.data, tx.len, -1);
+    assert_int_equal(socket_reply_id(fd), 12);
+
+    /* A full ring (tail left at 1): the 63 that fit go there, the rest by the socket, in
+     * order. */
+    enum { N = GLLM_RING_SLOTS + 3 };
+    for (uint64_t id = 100; id < 100 + N; id++)
+        send_small_job(fd, arena, id);
+    assert_int_equal(ring_wait_head(rg, 1 + GLLM_RING_SLOTS), 1 + GLLM_RING_SLOTS);
+    for (uint32_t i = 2; i < 1 + GLLM_RING_SLOTS; i++)
+        assert_int_equal(ring_reply_id(rg, i), 100 + (i - 2));
+    for (uint64_t id = 100 + GLLM_RING_SLOTS - 1; id < 100 + N; id++)
+        assert_int_equal(socket_reply_id(fd), (int64_t)id);
+
+    /* A tail ahead of head is nonsense: the socket, and head stays. */
+    atomic_store(&rg->tail, atomic_load(&rg->head) + 5);
+    send_small_job(fd, arena, 200);
+    assert_int_equal(socket_reply_id(fd), 200);
+    assert_int_equal(atomic_load(&rg->head), 1 + GLLM_RING_SLOTS);
+
+    munmap(rg, GLLM_RING_BYTES);
+    close(mfd);
+    close(fd);
+}
+
+/* Through the library: spinning on the ring, sleeping on the socket, polling, and more
+ * jobs in flight than the ring has slots; every job completes once, with its output. */
+static void test_reply_ring_client(void **state)
+{
+    (void)state;
+    gllm_client *c;
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
+    struct live_job j;
+    struct job_spec s = {.B = 1, .Hq = 2, .Hkv = 1, .Sq = 16, .Skv = 24, .D = 64,
+                         .dtype = GLLM_DTYPE_F16, .causal = true};
+    assert_int_equal(job_setup(c, &j, &s, 77), 0);
+    enum { N = GLLM_RING_SLOTS + 16 };
+    uint64_t ids[N];
+    for (int round = 0; round < 3; round++) {
+        gllm_client_set_wait_spin(c, round == 0 ? 20000 : 0);
+        job_poison(&j);
+        for (int i = 0; i < N; i++)
+            assert_int_equal(gllm_attention_submit(c, &j.p, &ids[i]), 0);
+        gllm_job_result res;
+        for (int i = N - 1; i >= 0; i--) {
+            int r;
+            if (round == 2)
+                while ((r = gllm_job_poll(c, ids[i], &res)) == -EAGAIN)
+                    sleep_ms(1);
+            else
+                r = gllm_job_wait(c, ids[i], &res);
+            assert_int_equal(r, 0);
+            assert_int_equal(res.status, 0);
+            assert_int_equal(gllm_job_poll(c, ids[i], &res), GLLM_ENOJOB);
+        }
+        assert_true(job_output_ok(&j));
+        /* One job at a time, as a decode loop runs. */
+        for (int i = 0; i < 8; i++)
+            assert_int_equal(gllm_attention(c, &j.p, &res), 0);
+    }
+    assert_int_equal(gllm_arena_release(j.arena), 0);
+    gllm_disconnect(c);
+}
+
 static void test_not_running(void **state)
 {
     (void)state;
@@ -651,6 +810,8 @@ int main(void)
         cmocka_unit_test(test_bad_requests_get_errors),
         cmocka_unit_test(test_client_killed_mid_job),
         cmocka_unit_test(test_device_tensors),
+        cmocka_unit_test(test_reply_ring_protocol),
+        cmocka_unit_test(test_reply_ring_client),
     };
     const struct CMUnitTest alone[] = {
         cmocka_unit_test(test_sigterm_drains),
