@@ -38,9 +38,10 @@ struct gllm_client {
     int call_error;
     char last_error[PROTO_MAX_ERRMSG + 1];
     uint64_t wait_spin_ns;       /* gllm_job_wait polls this long before it sleeps */
-    struct gllm_reply_ring *ring; /* job replies from gllmd's workers; NULL: socket only */
-    uint32_t ring_tail;
-    uint64_t ring_bytes_offered; /* hello's reply_ring_bytes: the layout gllmd reads */
+    struct gllm_ring *ring;      /* requests and job replies by shared memory; NULL: socket */
+    uint32_t reply_tail, request_head;
+    uint64_t packets_sent;       /* through the socket: a ring request records it (`after`) */
+    uint64_t ring_bytes_offered; /* hello's ring_bytes: the layout gllmd reads */
     char rx[PROTO_MAX_MESSAGE];
     struct proto_buf tx;
 };
@@ -135,25 +136,25 @@ static int receive(gllm_client *c, bool block)
     }
 }
 
-/* Completes the jobs whose replies gllmd left in the reply ring since the last look. */
+/* Completes the jobs whose replies gllmd left in the ring since the last look. */
 static int drain_ring(gllm_client *c)
 {
-    struct gllm_reply_ring *rg = c->ring;
+    struct gllm_ring *rg = c->ring;
     if (!rg)
         return 0;
-    const uint32_t head = atomic_load_explicit(&rg->head, memory_order_acquire);
-    if (head - c->ring_tail > GLLM_RING_SLOTS)
+    const uint32_t head = atomic_load_explicit(&rg->reply_head, memory_order_acquire);
+    if (head - c->reply_tail > GLLM_RING_REPLY_SLOTS)
         return GLLM_EMALFORMED;   /* gllmd never publishes past our tail */
     int r = 0;
-    for (; r == 0 && c->ring_tail != head; c->ring_tail++) {
-        const struct gllm_ring_slot *s = &rg->slot[c->ring_tail % GLLM_RING_SLOTS];
+    for (; r == 0 && c->reply_tail != head; c->reply_tail++) {
+        const struct gllm_ring_reply_slot *s = &rg->reply[c->reply_tail % GLLM_RING_REPLY_SLOTS];
         const uint32_t len = s->len;
         if (len > sizeof s->data)
             return GLLM_EMALFORMED;
         memcpy(c->rx, s->data, len);
         r = handle_packet(c, len);
     }
-    atomic_store_explicit(&rg->tail, c->ring_tail, memory_order_release);
+    atomic_store_explicit(&rg->reply_tail, c->reply_tail, memory_order_release);
     return r;
 }
 
@@ -178,8 +179,10 @@ static int send_packet(gllm_client *c, const void *data, size_t len, int fd)
         memcpy(CMSG_DATA(cm), &fd, sizeof(int));
     }
     for (;;) {
-        if (sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+        if (sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) {
+            c->packets_sent++;
             return 0;
+        }
         if (errno == EINTR)
             continue;
         if (errno == EPIPE || errno == ECONNRESET)
@@ -195,6 +198,33 @@ static int send_packet(gllm_client *c, const void *data, size_t len, int fd)
                 return r;
         }
     }
+}
+
+/* Puts the request in c->tx into the ring while gllmd's loop polls it: no system call.
+ * 1: use the socket (no ring, gllmd not polling, too large, ring full). */
+static int ring_send(gllm_client *c)
+{
+    struct gllm_ring *rg = c->ring;
+    const size_t len = c->tx.len;
+    if (!rg || len > sizeof rg->request[0].data ||
+        !atomic_load_explicit(&rg->gllmd_polling, memory_order_acquire) ||
+        c->request_head - atomic_load_explicit(&rg->request_tail, memory_order_acquire) >=
+            GLLM_RING_REQUEST_SLOTS)
+        return 1;
+    struct gllm_ring_request_slot *s = &rg->request[c->request_head % GLLM_RING_REQUEST_SLOTS];
+    memcpy(s->data, c->tx.data, len);
+    s->len = (uint32_t)len;
+    s->after = (uint32_t)c->packets_sent;
+    atomic_store_explicit(&rg->request_head, ++c->request_head, memory_order_release);
+    /* gllmd clears its flag, fences, then looks at our head once more: one of us sees the
+     * other. If it stopped polling, wake it through the socket (proto/ring.h). */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&rg->gllmd_polling, memory_order_relaxed))
+        return 0;
+    proto_buf_init(&c->tx);   /* the request is in the ring: c->tx is free */
+    proto_pack_notify(&c->tx.pk, "ring_wake");
+    msgpack_pack_map(&c->tx.pk, 0);
+    return send_packet(c, c->tx.data, c->tx.len, -1);
 }
 
 static msgpack_packer *begin_request(gllm_client *c, const char *method, uint64_t *id)
@@ -326,7 +356,7 @@ static int hello(gllm_client *c)
     LIMIT_(max_rank);
     LIMIT_(max_page_entries);
 #undef LIMIT_
-    proto_get_u64(res, "reply_ring_bytes", false, &c->ring_bytes_offered);
+    proto_get_u64(res, "ring_bytes", false, &c->ring_bytes_offered);
     x = 0;
     proto_get_u64(res, "max_head_dim", false, &x);
     l->max_head_dim = (uint32_t)x;
@@ -334,9 +364,9 @@ static int hello(gllm_client *c)
     return r;
 }
 
-/* Hands gllmd a reply ring when it reads our layout. Best effort: without one, every
- * reply comes by the socket, as from a daemon that predates rings. */
-static void open_reply_ring(gllm_client *c)
+/* Hands gllmd a ring when it reads our layout. Best effort: without one, every request
+ * and reply goes by the socket, as with a daemon that predates rings. */
+static void open_ring(gllm_client *c)
 {
     if (c->ring_bytes_offered != GLLM_RING_BYTES)
         return;
@@ -349,7 +379,7 @@ static void open_reply_ring(gllm_client *c)
         p = mmap(NULL, GLLM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p != MAP_FAILED) {
         uint64_t id;
-        msgpack_packer *pk = begin_request(c, "reply_ring", &id);
+        msgpack_packer *pk = begin_request(c, "ring", &id);
         msgpack_pack_map(pk, 0);
         if (call(c, id, fd) == 0)
             c->ring = p;
@@ -392,7 +422,7 @@ int gllm_connect(const char *path, gllm_client **out)
     }
     if (strcmp(c->caps.backend, "cpu") != 0)
         c->wait_spin_ns = (uint64_t)GLLM_WAIT_SPIN_US_DEFAULT * 1000;
-    open_reply_ring(c);
+    open_ring(c);
     *out = c;
     return 0;
 }
@@ -456,6 +486,7 @@ int gllm_status_get(gllm_client *c, gllm_status *out)
     proto_get_u64(res, "requests", false, &st.requests);
     proto_get_u64(res, "errors", false, &st.errors);
     proto_get_u64(res, "limit_violations", false, &st.limit_violations);
+    proto_get_u64(res, "ring_requests", false, &st.ring_requests);
     x = 0;
     proto_get_u64(res, "arenas", false, &x);
     st.arenas = (uint32_t)x;
@@ -587,7 +618,9 @@ static int send_job(gllm_client *c, uint64_t id)
         c->capjobs = cap;
     }
     c->jobs[c->njobs++] = (struct job_slot){.id = id};
-    int r = send_packet(c, c->tx.data, c->tx.len, -1);
+    int r = ring_send(c);
+    if (r == 1)
+        r = send_packet(c, c->tx.data, c->tx.len, -1);
     if (r < 0)
         c->njobs--;
     return r;
@@ -877,7 +910,7 @@ void gllm_client_set_wait_spin(gllm_client *c, uint32_t us)
  * copy. Before we stop, the flag is cleared and the ring read once more (proto/ring.h). */
 static int spin_on_ring(gllm_client *c, uint64_t job, uint64_t until)
 {
-    struct gllm_reply_ring *rg = c->ring;
+    struct gllm_ring *rg = c->ring;
     atomic_store_explicit(&rg->polling, 1, memory_order_seq_cst);
     uint64_t next_socket = 0;
     int r = 0;

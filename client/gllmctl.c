@@ -98,13 +98,14 @@ static int cmd_status(const char *sock, int argc, char **argv)
         json_str(st.backend);
         printf(", \"uptime_s\": %.3f, \"clients\": %u, \"jobs_done\": %llu, \"jobs_failed\": %llu, "
                "\"jobs_inflight\": %llu, \"arenas\": %u, \"bytes_mapped\": %llu, \"dtensors\": %u, "
-               "\"device_bytes\": %llu, \"requests\": %llu, "
+               "\"device_bytes\": %llu, \"requests\": %llu, \"ring_requests\": %llu, "
                "\"errors\": %llu, \"limit_violations\": %llu, \"devices\": [",
                st.uptime_s, st.clients, (unsigned long long)st.jobs_done,
                (unsigned long long)st.jobs_failed, (unsigned long long)st.jobs_inflight, st.arenas,
                (unsigned long long)st.bytes_mapped, st.dtensors,
                (unsigned long long)st.device_bytes, (unsigned long long)st.requests,
-               (unsigned long long)st.errors, (unsigned long long)st.limit_violations);
+               (unsigned long long)st.ring_requests, (unsigned long long)st.errors,
+               (unsigned long long)st.limit_violations);
         for (int i = 0; i < st.ndevices; i++) {
             printf("%s{\"index\": %d, \"kind\": ", i ? ", " : "", st.devices[i].index);
             json_str(st.devices[i].kind);
@@ -148,9 +149,9 @@ static int cmd_status(const char *sock, int argc, char **argv)
            (double)st.device_bytes / (1 << 20));
     printf("jobs: %llu done, %llu failed, %llu in flight\n", (unsigned long long)st.jobs_done,
            (unsigned long long)st.jobs_failed, (unsigned long long)st.jobs_inflight);
-    printf("requests: %llu, error replies: %llu (limits hit: %llu)\n",
-           (unsigned long long)st.requests, (unsigned long long)st.errors,
-           (unsigned long long)st.limit_violations);
+    printf("requests: %llu (%llu by shared-memory ring), error replies: %llu (limits hit: %llu)\n",
+           (unsigned long long)st.requests, (unsigned long long)st.ring_requests,
+           (unsigned long long)st.errors, (unsigned long long)st.limit_violations);
     if (st.nlisted)
         printf("\n  %8s %6s %-16s %7s %12s %12s %8s\n", "PID", "UID", "COMMAND", "ARENAS",
                "MAPPED", "DEVICE", "IN FLIGHT");

@@ -31,7 +31,7 @@ struct job {
     const atomic_bool *cancel;    /* set when the session is gone: skip the work */
     const atomic_bool *abort;     /* set past the shutdown deadline: skip the work */
     int status;
-    struct reply_ring *ring;      /* the session's, when it has one: replies go there first */
+    struct session_ring *ring;    /* the session's, when it has one: replies go there first */
     bool replied;                 /* answered from the worker thread: the loop sends nothing */
     struct attn_timing timing;    /* what the backend measured */
     uint64_t t_read, t_submit, t_start, t_end;  /* CLOCK_MONOTONIC ns; read: its packet */

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "reply_ring.h"
+#include "session_ring.h"
 #include "server.h"
 #include "session.h"
 
@@ -73,7 +73,7 @@ static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int 
     msgpack_packer *pk = begin_result(s, m->id);
     msgpack_pack_map(pk, 8);
     proto_pack_kv_u64(pk, "version", GLLM_PROTOCOL_VERSION);
-    proto_pack_kv_u64(pk, "reply_ring_bytes", GLLM_RING_BYTES);   /* the layout this daemon reads */
+    proto_pack_kv_u64(pk, "ring_bytes", GLLM_RING_BYTES);   /* the ring layout this daemon reads */
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_str(pk, "backend", srv->be->iface->name);
     pack_devices(pk, srv);
@@ -107,7 +107,7 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     struct server *srv = s->srv;
     const struct server_stats *st = &srv->stats;
     msgpack_packer *pk = begin_result(s, m->id);
-    msgpack_pack_map(pk, 17);
+    msgpack_pack_map(pk, 18);
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_f64(pk, "uptime_s", (double)(now_ns() - srv->start_ns) / 1e9);
     proto_pack_kv_str(pk, "backend", srv->be->iface->name);
@@ -124,6 +124,7 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     proto_pack_kv_u64(pk, "requests", st->requests);
     proto_pack_kv_u64(pk, "errors", st->errors);
     proto_pack_kv_u64(pk, "limit_violations", st->limit_violations);
+    proto_pack_kv_u64(pk, "ring_requests", st->ring_requests);
     /* Who holds what: at most 64 entries so the reply stays within one packet. */
     uint32_t n = 0;
     for (struct session *c = srv->sessions; c && n < 64; c = c->next)
@@ -193,24 +194,25 @@ static void h_arena_register(struct session *s, const struct proto_msg *m, int *
     end_result(s, m->id);
 }
 
-/* The session's reply ring (proto/ring.h): one per session, for its whole life. */
-static void h_reply_ring(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+/* The session's rings (proto/ring.h): one file per session, for its whole life. */
+static void h_ring(struct session *s, const struct proto_msg *m, int *fds, int nfds)
 {
     int64_t id = (int64_t)m->id;
     if (nfds != 1) {
-        session_reply_error(s, id, GLLM_ENOFD, "reply_ring: needs exactly one fd, got %d", nfds);
+        session_reply_error(s, id, GLLM_ENOFD, "ring: needs exactly one fd, got %d", nfds);
         return;
     }
     if (s->ring) {
-        session_reply_error(s, id, GLLM_EQUOTA, "reply_ring: the session has one already");
+        session_reply_error(s, id, GLLM_EQUOTA, "ring: the session has one already");
         return;
     }
-    int r = reply_ring_open(fds[0], &s->ring);
+    int r = session_ring_open(fds[0], &s->ring);
     if (r < 0) {
-        session_reply_error(s, id, r, "reply_ring: %s (a sealed memfd of %llu bytes)",
+        session_reply_error(s, id, r, "ring: %s (a sealed memfd of %llu bytes)",
                             gllm_strerror(r), (unsigned long long)GLLM_RING_BYTES);
         return;
     }
+    session_ring_set_polling(s->ring, server_busy_polling(s->srv));
     msgpack_packer *pk = begin_result(s, m->id);
     msgpack_pack_map(pk, 1);
     proto_pack_kv_u64(pk, "bytes", GLLM_RING_BYTES);
@@ -482,7 +484,7 @@ static const struct method methods[] = {
     {"status", h_status, false},
     {"arena_register", h_arena_register, true},
     {"arena_release", h_arena_release, false},
-    {"reply_ring", h_reply_ring, true},
+    {"ring", h_ring, true},
     {"attention", h_attention, false},
     {"dtensor_create", h_dtensor_create, false},
     {"dtensor_free", h_dtensor_free, false},
@@ -510,7 +512,8 @@ void methods_dispatch(struct session *s, const void *buf, size_t len, int *fds, 
         return;
     }
     if (m.kind != PROTO_REQUEST) {
-        /* No notification is defined yet; a response from a client is a protocol error. */
+        /* The one notification, ring_wake, needs no handling: reading its packet took the
+         * ring's requests (session.c). A response from a client is a protocol error. */
         if (m.kind == PROTO_RESPONSE)
             session_reply_error(s, -1, GLLM_EMALFORMED, "clients send requests, not responses");
         proto_msg_free(&m);

@@ -13,7 +13,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "log.h"
-#include "reply_ring.h"
+#include "session_ring.h"
 #include "server.h"
 #include "session.h"
 
@@ -148,9 +148,9 @@ void server_job_reply(struct job *job, void *arg, struct proto_buf *scratch)
     if (job->status != 0 || atomic_load_explicit(&s->gone, memory_order_acquire))
         return;
     pack_job_result(scratch, job);
-    if (job->ring && reply_ring_publish(job->ring, scratch->data, scratch->len)) {
+    if (job->ring && session_ring_publish(job->ring, scratch->data, scratch->len)) {
         job->replied = true;
-        if (reply_ring_client_polling(job->ring))
+        if (session_ring_client_polling(job->ring))
             return;
         /* The client may be blocked on the socket or watching it: the reply goes there too. */
     }
@@ -193,11 +193,39 @@ void server_reap(struct server *srv)
             worker_reap(srv->workers[i]);
 }
 
+/* Takes what waits in every session's request ring. A session may close (and leave the
+ * list) in its turn, never another: the next one is read first. */
+static void take_ring_requests(struct server *srv)
+{
+    for (struct session *s = srv->sessions, *next; s; s = next) {
+        next = s->next;
+        if (!s->ring)
+            continue;
+        session_ref(s);
+        session_take_requests(s, s->packets_in, false);
+        session_unref(s);
+    }
+}
+
+static void set_ring_polling(struct server *srv, bool on)
+{
+    for (struct session *s = srv->sessions; s; s = s->next)
+        if (s->ring)
+            session_ring_set_polling(s->ring, on);
+}
+
 static void busy_poll_tick(uv_idle_t *h)
 {
     struct server *srv = h->data;
-    if (srv->stats.jobs_inflight == 0 && now_ns() >= srv->busy_until)
-        uv_idle_stop(h);
+    take_ring_requests(srv);
+    if (srv->stats.jobs_inflight || now_ns() < srv->busy_until)
+        return;
+    /* Clients see the flag go down, then we look once more: a request put in a ring just
+     * before comes with a wake-up packet, or is found here (proto/ring.h). */
+    uv_idle_stop(h);
+    set_ring_polling(srv, false);
+    atomic_thread_fence(memory_order_seq_cst);
+    take_ring_requests(srv);
 }
 
 void server_busy_poll(struct server *srv)
@@ -205,8 +233,15 @@ void server_busy_poll(struct server *srv)
     if (!srv->busy_poll)
         return;
     srv->busy_until = now_ns() + BUSY_POLL_LINGER_NS;
-    if (!uv_is_active((uv_handle_t *)&srv->busy_idle))
+    if (!uv_is_active((uv_handle_t *)&srv->busy_idle)) {
         uv_idle_start(&srv->busy_idle, busy_poll_tick);
+        set_ring_polling(srv, true);
+    }
+}
+
+bool server_busy_polling(const struct server *srv)
+{
+    return uv_is_active((const uv_handle_t *)&srv->busy_idle);
 }
 
 static void stop_listening(struct server *srv)

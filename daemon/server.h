@@ -12,6 +12,7 @@
 #include "job.h"
 #include "server_limits.h"
 #include "proto.h"
+#include "ring.h"
 
 struct session;
 struct worker;
@@ -22,6 +23,7 @@ struct server_stats {
     uint64_t jobs_done, jobs_failed, jobs_inflight;
     uint64_t requests, errors;
     uint64_t limit_violations;    /* replies TOOBIG, LIMIT, QUOTA or BUSY */
+    uint64_t ring_requests;       /* requests taken from shared-memory rings */
     uint64_t bytes_mapped;
     uint32_t arenas;
     uint64_t device_bytes;        /* in device tensors */
@@ -62,6 +64,7 @@ struct server {
     uint64_t packet_ns;           /* when the packet being dispatched was read */
     /* Loop-thread scratch: one packet in, one packet out at a time. */
     char rx[PROTO_MAX_MESSAGE];
+    char ring_rx[GLLM_RING_REQUEST_SLOT_BYTES];  /* a ring request, copied out of its slot */
     struct proto_buf tx;
 };
 
@@ -82,6 +85,7 @@ void server_job_done(struct job *job, void *srv);
 void server_reap(struct server *srv);
 /* A request came in or a job ended (loop thread): keep polling a while if enabled. */
 void server_busy_poll(struct server *srv);
+bool server_busy_polling(const struct server *srv);   /* the loop polls: rings need no wake */
 
 
 #endif

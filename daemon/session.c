@@ -9,7 +9,7 @@
 
 #include "log.h"
 #include "server.h"
-#include "reply_ring.h"
+#include "session_ring.h"
 #include "session.h"
 
 #define MAX_FDS_PER_PACKET 4
@@ -110,7 +110,7 @@ static void free_session(uv_handle_t *h)
 {
     struct session *s = h->data;
     close(s->fd);
-    reply_ring_close(s->ring);   /* no job is left to publish: each held a reference */
+    session_ring_close(s->ring);  /* no job is left to publish: each held a reference */
     free(s);
 }
 
@@ -331,6 +331,14 @@ static void read_packets(struct session *s)
             for (size_t i = 0; i < k && nfds < MAX_FDS_PER_PACKET; i++)
                 memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
         }
+        /* Requests the client put in its ring before this packet go first. */
+        s->packets_in++;
+        if (s->ring)
+            session_take_requests(s, s->packets_in - 1, true);
+        if (s->closed) {
+            close_fds(fds, nfds);
+            return;
+        }
         srv->stats.requests++;
         srv->packet_ns = now_ns();
         server_busy_poll(srv);
@@ -346,6 +354,49 @@ static void read_packets(struct session *s)
         else
             methods_dispatch(s, srv->rx, (size_t)len, fds, nfds);
         close_fds(fds, nfds);
+    }
+}
+
+void session_take_requests(struct session *s, uint64_t upto, bool before_packet)
+{
+    struct server *srv = s->srv;
+    struct session_ring *r = s->ring;
+    struct gllm_ring *shm = r->shm;
+    /* Before a socket packet, all that precede it (at most a ring's worth) go, whatever
+     * the reply queue holds: the packet is read already and must not overtake them. */
+    for (int n = 0; (before_packet || n < PACKETS_PER_WAKEUP) && !s->closed; n++) {
+        if (!before_packet && s->out_bytes >= srv->limits.max_outq_bytes)
+            return;
+        const uint32_t head = atomic_load_explicit(&shm->request_head, memory_order_acquire);
+        if (head == r->request_tail)
+            return;
+        if (head - r->request_tail > GLLM_RING_REQUEST_SLOTS) {
+            session_reply_error(s, -1, GLLM_EMALFORMED,
+                                "request ring: head %u is more than %u past tail %u", head,
+                                GLLM_RING_REQUEST_SLOTS, r->request_tail);
+            session_close_when_flushed(s);
+            return;
+        }
+        /* Copy out before looking: the client can rewrite the slot at any moment. */
+        const struct gllm_ring_request_slot *slot =
+            &shm->request[r->request_tail % GLLM_RING_REQUEST_SLOTS];
+        const uint32_t after = slot->after;
+        if (after > upto)
+            return;              /* a socket packet sent before it is still unread */
+        const uint32_t len = slot->len;
+        const bool fits = len > 0 && len <= sizeof slot->data;
+        if (fits)
+            memcpy(srv->ring_rx, slot->data, len);   /* srv->rx may hold a socket packet */
+        r->request_tail++;
+        atomic_store_explicit(&shm->request_tail, r->request_tail, memory_order_release);
+        srv->stats.requests++;
+        srv->stats.ring_requests++;
+        srv->packet_ns = now_ns();
+        server_busy_poll(srv);
+        if (!fits)
+            session_reply_error(s, -1, GLLM_EMALFORMED, "request ring: slot length %u", len);
+        else
+            methods_dispatch(s, srv->ring_rx, len, NULL, 0);
     }
 }
 

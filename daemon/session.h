@@ -40,7 +40,8 @@ struct session {
     struct out_packet *out_head, *out_tail;
     size_t out_bytes;
     struct lane lanes[GLLM_MAX_DEVICES];
-    struct reply_ring *ring;     /* job replies through shared memory; NULL: socket only */
+    struct session_ring *ring;   /* requests and job replies through shared memory, or NULL */
+    uint64_t packets_in;         /* packets read from the socket: orders them with the ring */
 };
 
 /* Takes ownership of a connected, non-blocking, close-on-exec fd. */
@@ -58,6 +59,11 @@ void session_close(struct session *s);
  * or NULL when the session has no such region. */
 int session_region_add(struct session *s, struct arena *a);
 struct arena *session_region_take(struct session *s, uint64_t id, bool device);
+
+/* Takes the requests waiting in the session's ring (proto/ring.h) that the client sent
+ * after at most `upto` socket packets, in order; a few per call, for fairness, unless a
+ * socket packet waits behind them (before_packet). */
+void session_take_requests(struct session *s, uint64_t upto, bool before_packet);
 
 /* Closes once every queued reply has been sent (at once if none is queued). */
 void session_close_when_flushed(struct session *s);

@@ -70,6 +70,13 @@ void proto_pack_request(msgpack_packer *pk, uint64_t id, const char *method)
     proto_pack_str(pk, method);
 }
 
+void proto_pack_notify(msgpack_packer *pk, const char *method)
+{
+    msgpack_pack_array(pk, 3);
+    msgpack_pack_uint8(pk, PROTO_NOTIFY);
+    proto_pack_str(pk, method);
+}
+
 void proto_pack_result(msgpack_packer *pk, uint64_t id)
 {
     msgpack_pack_array(pk, 4);

@@ -120,6 +120,8 @@ void proto_pack_kv_bool(msgpack_packer *pk, const char *key, bool val);
 /* Headers: the caller packs the params/result object that completes the message. */
 void proto_pack_request(msgpack_packer *pk, uint64_t id, const char *method);
 void proto_pack_result(msgpack_packer *pk, uint64_t id);
+/* [2, method, ...]: the params map follows. */
+void proto_pack_notify(msgpack_packer *pk, const char *method);
 /* A complete error response; id -1 packs nil (the request's id was unreadable). */
 void proto_pack_error(msgpack_packer *pk, int64_t id, int code, const char *message);
 

@@ -637,13 +637,13 @@ static void test_poll_after_daemon_exit(void **state)
 
 /* ---- the reply ring (proto/ring.h) ---- */
 
-static struct gllm_reply_ring *raw_ring(int fd, uint64_t id)
+static struct gllm_ring *raw_ring(int fd, uint64_t id)
 {
     int mfd = sealed_memfd(GLLM_RING_BYTES, true);
-    struct gllm_reply_ring *rg =
+    struct gllm_ring *rg =
         mmap(NULL, GLLM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
     assert_true(rg != MAP_FAILED);
-    msgpack_pack_map(req(id, "reply_ring"), 0);
+    msgpack_pack_map(req(id, "ring"), 0);
     raw_send(fd, tx.data, tx.len, mfd);
     close(mfd);
     int64_t got;
@@ -653,17 +653,17 @@ static struct gllm_reply_ring *raw_ring(int fd, uint64_t id)
 }
 
 /* Waits (bounded) until gllmd has published n replies in all. */
-static uint32_t ring_wait_head(struct gllm_reply_ring *rg, uint32_t n)
+static uint32_t ring_wait_head(struct gllm_ring *rg, uint32_t n)
 {
-    for (int i = 0; i < 10000 && atomic_load(&rg->head) < n; i++)
+    for (int i = 0; i < 10000 && atomic_load(&rg->reply_head) < n; i++)
         sleep_ms(1);
-    return atomic_load(&rg->head);
+    return atomic_load(&rg->reply_head);
 }
 
 /* The id of the reply in slot i, which must be a success. */
-static int64_t ring_reply_id(const struct gllm_reply_ring *rg, uint32_t i)
+static int64_t ring_reply_id(const struct gllm_ring *rg, uint32_t i)
 {
-    const struct gllm_ring_slot *s = &rg->slot[i % GLLM_RING_SLOTS];
+    const struct gllm_ring_reply_slot *s = &rg->reply[i % GLLM_RING_REPLY_SLOTS];
     assert_true(s->len > 0 && s->len <= sizeof s->data);
     struct proto_msg m;
     assert_int_equal(proto_decode(s->data, s->len, &m, NULL), 0);
@@ -701,17 +701,17 @@ static void test_reply_ring_protocol(void **state)
 
     /* Bad rings: no fd, a file of the wrong size, one that can shrink; then a good one,
      * and no second. */
-    msgpack_pack_map(req(3, "reply_ring"), 0);
+    msgpack_pack_map(req(3, "ring"), 0);
     expect_error(fd, -1, 3, GLLM_ENOFD);
     int bad = sealed_memfd(GLLM_RING_BYTES + 4096, true);
-    msgpack_pack_map(req(4, "reply_ring"), 0);
+    msgpack_pack_map(req(4, "ring"), 0);
     expect_error(fd, bad, 4, GLLM_EARENASIZE);
     close(bad);
     bad = sealed_memfd(GLLM_RING_BYTES, false);
-    msgpack_pack_map(req(5, "reply_ring"), 0);
+    msgpack_pack_map(req(5, "ring"), 0);
     expect_error(fd, bad, 5, GLLM_EUNSEALED);
-    struct gllm_reply_ring *rg = raw_ring(fd, 6);
-    msgpack_pack_map(req(7, "reply_ring"), 0);
+    struct gllm_ring *rg = raw_ring(fd, 6);
+    msgpack_pack_map(req(7, "ring"), 0);
     expect_error(fd, bad, 7, GLLM_EQUOTA);
     close(bad);
 
@@ -720,7 +720,7 @@ static void test_reply_ring_protocol(void **state)
     assert_int_equal(socket_reply_id(fd), 10);
     assert_int_equal(ring_wait_head(rg, 1), 1);
     assert_int_equal(ring_reply_id(rg, 0), 10);
-    atomic_store(&rg->tail, 1);
+    atomic_store(&rg->reply_tail, 1);
 
     /* Polling: by the ring alone. The reply to a later request is the socket's next packet
      * (the worker would have sent its copy right after publishing). */
@@ -734,20 +734,20 @@ static void test_reply_ring_protocol(void **state)
 
     /* A full ring (tail left at 1): the 63 that fit go there, the rest by the socket, in
      * order. */
-    enum { N = GLLM_RING_SLOTS + 3 };
+    enum { N = GLLM_RING_REPLY_SLOTS + 3 };
     for (uint64_t id = 100; id < 100 + N; id++)
         send_small_job(fd, arena, id);
-    assert_int_equal(ring_wait_head(rg, 1 + GLLM_RING_SLOTS), 1 + GLLM_RING_SLOTS);
-    for (uint32_t i = 2; i < 1 + GLLM_RING_SLOTS; i++)
+    assert_int_equal(ring_wait_head(rg, 1 + GLLM_RING_REPLY_SLOTS), 1 + GLLM_RING_REPLY_SLOTS);
+    for (uint32_t i = 2; i < 1 + GLLM_RING_REPLY_SLOTS; i++)
         assert_int_equal(ring_reply_id(rg, i), 100 + (i - 2));
-    for (uint64_t id = 100 + GLLM_RING_SLOTS - 1; id < 100 + N; id++)
+    for (uint64_t id = 100 + GLLM_RING_REPLY_SLOTS - 1; id < 100 + N; id++)
         assert_int_equal(socket_reply_id(fd), (int64_t)id);
 
     /* A tail ahead of head is nonsense: the socket, and head stays. */
-    atomic_store(&rg->tail, atomic_load(&rg->head) + 5);
+    atomic_store(&rg->reply_tail, atomic_load(&rg->reply_head) + 5);
     send_small_job(fd, arena, 200);
     assert_int_equal(socket_reply_id(fd), 200);
-    assert_int_equal(atomic_load(&rg->head), 1 + GLLM_RING_SLOTS);
+    assert_int_equal(atomic_load(&rg->reply_head), 1 + GLLM_RING_REPLY_SLOTS);
 
     munmap(rg, GLLM_RING_BYTES);
     close(mfd);
@@ -756,16 +756,15 @@ static void test_reply_ring_protocol(void **state)
 
 /* Through the library: spinning on the ring, sleeping on the socket, polling, and more
  * jobs in flight than the ring has slots; every job completes once, with its output. */
-static void test_reply_ring_client(void **state)
+static void ring_client_rounds(const char *sock)
 {
-    (void)state;
     gllm_client *c;
-    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
+    assert_int_equal(gllm_connect(sock, &c), 0);
     struct live_job j;
     struct job_spec s = {.B = 1, .Hq = 2, .Hkv = 1, .Sq = 16, .Skv = 24, .D = 64,
                          .dtype = GLLM_DTYPE_F16, .causal = true};
     assert_int_equal(job_setup(c, &j, &s, 77), 0);
-    enum { N = GLLM_RING_SLOTS + 16 };
+    enum { N = GLLM_RING_REPLY_SLOTS + 16 };
     uint64_t ids[N];
     for (int round = 0; round < 3; round++) {
         gllm_client_set_wait_spin(c, round == 0 ? 20000 : 0);
@@ -793,6 +792,118 @@ static void test_reply_ring_client(void **state)
     gllm_disconnect(c);
 }
 
+/* The group's daemon busy polls only on GPU backends: on the CPU one, requests go by the
+ * socket and replies by the ring. */
+static void test_reply_ring_client(void **state)
+{
+    (void)state;
+    uint64_t before = status_of(group_daemon.socket).ring_requests;
+    ring_client_rounds(group_daemon.socket);
+    if (strcmp(test_backend(), "cpu") == 0)
+        assert_int_equal(status_of(group_daemon.socket).ring_requests, before);
+}
+
+/* A gllmd that busy polls, as it does on GPUs: clients may put requests in their rings. */
+static void busy_daemon_start(struct daemon *d, char *conf)
+{
+    int fd = mkstemp(conf);
+    assert_true(fd >= 0);
+    static const char text[] = "busy_poll = on\n";
+    assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+    close(fd);
+    const char *args[] = {"--config", conf, NULL};
+    assert_int_equal(daemon_start(d, args), 0);
+}
+
+static void ring_put_request(struct gllm_ring *rg, uint32_t *head, uint32_t after)
+{
+    struct gllm_ring_request_slot *s = &rg->request[*head % GLLM_RING_REQUEST_SLOTS];
+    assert_true(tx.len <= sizeof s->data);
+    memcpy(s->data, tx.data, tx.len);
+    s->len = (uint32_t)tx.len;
+    s->after = after;
+    atomic_store(&rg->request_head, ++*head);
+}
+
+/* After a request is in the ring: a wake-up through the socket if gllmd stopped polling. */
+static void ring_wake_if_needed(int fd, struct gllm_ring *rg, uint32_t *sent)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&rg->gllmd_polling))
+        return;
+    proto_buf_init(&tx);
+    proto_pack_notify(&tx.pk, "ring_wake");
+    msgpack_pack_map(&tx.pk, 0);
+    raw_send(fd, tx.data, tx.len, -1);
+    ++*sent;
+}
+
+/* Requests both ways keep one order; bad ring slots get errors. */
+static void test_request_ring_protocol(void **state)
+{
+    (void)state;
+    char conf[] = "/tmp/gllm-conf-XXXXXX";
+    struct daemon d;
+    busy_daemon_start(&d, conf);
+    int fd = raw_connect(d.socket);
+    raw_hello(fd);
+    size_t size = 4 * 2 * 8 * 64 * 4;
+    int mfd = sealed_memfd(size, true);
+    uint32_t arena = raw_register(fd, mfd, size, 2);
+    struct gllm_ring *rg = raw_ring(fd, 3);
+    uint32_t sent = 3, head = 0;   /* packets so far: hello, arena_register, ring */
+
+    /* ring, socket, ring, socket, ring: answered in that order (one device, one client). */
+    for (uint64_t id = 10; id < 15; id++) {
+        struct proto_attention a = raw_job(arena, 8);
+        proto_pack_attention(req(id, "attention"), &a);
+        if (id % 2 == 0) {
+            ring_put_request(rg, &head, sent);
+            ring_wake_if_needed(fd, rg, &sent);
+        } else {
+            raw_send(fd, tx.data, tx.len, -1);
+            sent++;
+        }
+    }
+    for (uint64_t id = 10; id < 15; id++)
+        assert_int_equal(socket_reply_id(fd), (int64_t)id);
+    assert_int_equal(status_of(d.socket).ring_requests, 3);
+
+    /* An empty slot: an error without an id. */
+    tx.len = 0;
+    ring_put_request(rg, &head, sent);
+    ring_wake_if_needed(fd, rg, &sent);
+    int64_t id;
+    assert_int_equal(raw_reply(fd, &id, NULL), GLLM_EMALFORMED);
+    assert_int_equal(id, -1);
+
+    /* A head a whole ring past the tail: an error, then the connection closes. */
+    atomic_store(&rg->request_head, head + GLLM_RING_REQUEST_SLOTS + 1);
+    ring_wake_if_needed(fd, rg, &sent);
+    assert_int_equal(raw_reply(fd, &id, NULL), GLLM_EMALFORMED);
+    char byte;
+    assert_int_equal(recv(fd, &byte, 1, 0), 0);
+
+    munmap(rg, GLLM_RING_BYTES);
+    close(mfd);
+    close(fd);
+    assert_int_equal(daemon_stop(&d), 0);
+    unlink(conf);
+}
+
+/* The library against a busy-polling gllmd: requests go by the ring. */
+static void test_request_ring_client(void **state)
+{
+    (void)state;
+    char conf[] = "/tmp/gllm-conf-XXXXXX";
+    struct daemon d;
+    busy_daemon_start(&d, conf);
+    ring_client_rounds(d.socket);
+    assert_true(status_of(d.socket).ring_requests > 0);
+    assert_int_equal(daemon_stop(&d), 0);
+    unlink(conf);
+}
+
 static void test_not_running(void **state)
 {
     (void)state;
@@ -816,6 +927,8 @@ int main(void)
     const struct CMUnitTest alone[] = {
         cmocka_unit_test(test_sigterm_drains),
         cmocka_unit_test(test_poll_after_daemon_exit),
+        cmocka_unit_test(test_request_ring_protocol),
+        cmocka_unit_test(test_request_ring_client),
         cmocka_unit_test(test_not_running),
     };
     int failed = cmocka_run_group_tests_name("integration", shared, group_daemon_start, group_daemon_stop);

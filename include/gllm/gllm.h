@@ -113,7 +113,8 @@ typedef struct gllm_status {
     uint32_t arenas;
     uint64_t device_bytes;      /* in device tensors, all clients */
     uint32_t dtensors;
-    uint64_t requests;          /* packets received since start */
+    uint64_t requests;          /* requests received since start, both ways */
+    uint64_t ring_requests;     /* of which taken from shared-memory rings */
     uint64_t errors;            /* error replies sent */
     uint64_t limit_violations;  /* of which TOOBIG, LIMIT, QUOTA or BUSY */
     int ndevices;

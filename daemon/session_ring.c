@@ -1,0 +1,67 @@
+/* gllmd's end of a session's rings: map them, publish replies, read and set the flags. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arena.h"
+#include "session_ring.h"
+
+int session_ring_open(int fd, struct session_ring **out)
+{
+    struct session_ring *r = calloc(1, sizeof *r);
+    if (!r)
+        return -ENOMEM;
+    int e = arena_map(fd, GLLM_RING_BYTES, &r->map);
+    if (e < 0) {
+        free(r);
+        return e;
+    }
+    r->shm = r->map->base;
+    atomic_store_explicit(&r->shm->reply_head, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->shm->request_tail, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->shm->gllmd_polling, 0, memory_order_relaxed);
+    pthread_mutex_init(&r->lock, NULL);
+    *out = r;
+    return 0;
+}
+
+void session_ring_close(struct session_ring *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_destroy(&r->lock);
+    arena_unref(r->map);
+    free(r);
+}
+
+bool session_ring_publish(struct session_ring *r, const void *data, size_t len)
+{
+    if (len > sizeof r->shm->reply[0].data)
+        return false;
+    pthread_mutex_lock(&r->lock);
+    const uint32_t tail = atomic_load_explicit(&r->shm->reply_tail, memory_order_acquire);
+    /* In use: head - tail, at most the slot count for an honest client; a tail ahead of
+     * head wraps to a huge count and reads as full too. */
+    const bool room = r->reply_head - tail < GLLM_RING_REPLY_SLOTS;
+    if (room) {
+        struct gllm_ring_reply_slot *s = &r->shm->reply[r->reply_head % GLLM_RING_REPLY_SLOTS];
+        memcpy(s->data, data, len);
+        s->len = (uint32_t)len;
+        r->reply_head++;
+        atomic_store_explicit(&r->shm->reply_head, r->reply_head, memory_order_release);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return room;
+}
+
+bool session_ring_client_polling(struct session_ring *r)
+{
+    /* Pairs with the client's fence between clearing `polling` and its last look. */
+    atomic_thread_fence(memory_order_seq_cst);
+    return atomic_load_explicit(&r->shm->polling, memory_order_relaxed) != 0;
+}
+
+void session_ring_set_polling(struct session_ring *r, bool on)
+{
+    atomic_store_explicit(&r->shm->gllmd_polling, on ? 1u : 0u, memory_order_seq_cst);
+}
