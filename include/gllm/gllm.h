@@ -242,9 +242,11 @@ GLLM_EXPORT int gllm_attention_submit(gllm_client *c, const gllm_attention_param
                                       uint64_t *job);
 GLLM_EXPORT int gllm_job_wait(gllm_client *c, uint64_t job, gllm_job_result *res);
 GLLM_EXPORT int gllm_job_poll(gllm_client *c, uint64_t job, gllm_job_result *res);
-/* How long gllm_job_wait (and the synchronous job calls) poll the socket before they
- * sleep: a sleeping thread takes microseconds to wake when the reply lands, which a
- * decode step that lasts tens of microseconds feels. The default is
+/* How long gllm_job_wait (and the synchronous job calls) poll for the reply before they
+ * sleep on the socket: a sleeping thread takes microseconds to wake when the reply lands,
+ * which a decode step that lasts tens of microseconds feels. While polling, the client
+ * reads the shared-memory reply ring it gave the daemon at connect (no system call per
+ * reply) and looks at the socket every few microseconds. The default is
  * GLLM_WAIT_SPIN_US_DEFAULT on GPU backends and 0 on the CPU backend, whose jobs need
  * every core; 0 sleeps at once. Spinning keeps the calling CPU busy. */
 #define GLLM_WAIT_SPIN_US_DEFAULT 1000
