@@ -206,6 +206,15 @@ static uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id)
     return (uint32_t)arena;
 }
 
+/* A raw connection past hello, with one arena of `size` bytes (its request had id 2). */
+static uint32_t raw_session(const char *sock, size_t size, int *fd, int *mfd)
+{
+    *fd = raw_connect(sock);
+    raw_hello(*fd);
+    *mfd = sealed_memfd(size, true);
+    return raw_register(*fd, *mfd, size, 2);
+}
+
 /* q, k, v, out of [1, 2, S, 64] f32 back to back in one arena. */
 static struct proto_attention raw_job(uint32_t arena, int64_t S)
 {
@@ -301,11 +310,8 @@ static void test_concurrent_pipelined_clients(void **state)
 static void test_replies_in_submission_order(void **state)
 {
     (void)state;
-    int fd = raw_connect(group_daemon.socket);
-    raw_hello(fd);
-    size_t size = 4 * 2 * 256 * 64 * 4;
-    int mfd = sealed_memfd(size, true);
-    uint32_t arena = raw_register(fd, mfd, size, 2);
+    int fd, mfd;
+    uint32_t arena = raw_session(group_daemon.socket, 4 * 2 * 256 * 64 * 4, &fd, &mfd);
     enum { N = 24 };
     for (uint64_t id = 10; id < 10 + N; id++) {
         /* Long and short jobs mixed: a short one must not overtake a long one. */
@@ -693,11 +699,8 @@ static int64_t socket_reply_id(int fd)
 static void test_reply_ring_protocol(void **state)
 {
     (void)state;
-    int fd = raw_connect(group_daemon.socket);
-    raw_hello(fd);
-    size_t size = 4 * 2 * 8 * 64 * 4;
-    int mfd = sealed_memfd(size, true);
-    uint32_t arena = raw_register(fd, mfd, size, 2);
+    int fd, mfd;
+    uint32_t arena = raw_session(group_daemon.socket, 4 * 2 * 8 * 64 * 4, &fd, &mfd);
 
     /* Bad rings: no fd, a file of the wrong size, one that can shrink; then a good one,
      * and no second. */
@@ -845,11 +848,8 @@ static void test_request_ring_protocol(void **state)
     char conf[] = "/tmp/gllm-conf-XXXXXX";
     struct daemon d;
     busy_daemon_start(&d, conf);
-    int fd = raw_connect(d.socket);
-    raw_hello(fd);
-    size_t size = 4 * 2 * 8 * 64 * 4;
-    int mfd = sealed_memfd(size, true);
-    uint32_t arena = raw_register(fd, mfd, size, 2);
+    int fd, mfd;
+    uint32_t arena = raw_session(d.socket, 4 * 2 * 8 * 64 * 4, &fd, &mfd);
     struct gllm_ring *rg = raw_ring(fd, 3);
     uint32_t sent = 3, head = 0;   /* packets so far: hello, arena_register, ring */
 
