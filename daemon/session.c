@@ -362,9 +362,11 @@ void session_take_requests(struct session *s, uint64_t upto, bool before_packet)
     struct server *srv = s->srv;
     struct session_ring *r = s->ring;
     struct gllm_ring *shm = r->shm;
-    /* Before a socket packet, all that precede it (at most a ring's worth) go, whatever
-     * the reply queue holds: the packet is read already and must not overtake them. */
-    for (int n = 0; (before_packet || n < PACKETS_PER_WAKEUP) && !s->closed; n++) {
+    /* Before a socket packet, all that precede it (a ring's worth at most, from an honest
+     * client) go, whatever the reply queue holds: the packet is read already and must not
+     * overtake them. The bound holds even against a client that keeps publishing. */
+    const unsigned most = before_packet ? GLLM_RING_REQUEST_SLOTS : PACKETS_PER_WAKEUP;
+    for (unsigned n = 0; n < most && !s->closed; n++) {
         if (!before_packet && s->out_bytes >= srv->limits.max_outq_bytes)
             return;
         const uint32_t head = atomic_load_explicit(&shm->request_head, memory_order_acquire);
@@ -380,8 +382,8 @@ void session_take_requests(struct session *s, uint64_t upto, bool before_packet)
         /* Copy out before looking: the client can rewrite the slot at any moment. */
         const struct gllm_ring_request_slot *slot =
             &shm->request[r->request_tail % GLLM_RING_REQUEST_SLOTS];
-        const uint32_t after = slot->after;
-        if (after > upto)
+        /* Counted modulo 2^32 on both sides: "after > upto", wrap-safe. */
+        if ((int32_t)(slot->after - (uint32_t)upto) > 0)
             return;              /* a socket packet sent before it is still unread */
         const uint32_t len = slot->len;
         const bool fits = len > 0 && len <= sizeof slot->data;
