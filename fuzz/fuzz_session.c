@@ -2,9 +2,13 @@
  * backend) fed arbitrary packets through a socketpair, then disconnected.
  *
  * Input: a sequence of records [flags:1][len:2 little-endian][len bytes]. flags bit 0
- * attaches a sealed 64 KiB memfd to the packet, bit 1 an unsealed one, bit 2 a pipe.
- * Unless the first record has flags bit 7, a valid hello goes first, so the fuzzer spends
- * its time past the handshake. */
+ * attaches a sealed 64 KiB memfd to the packet, bit 1 an unsealed one, bit 2 a pipe, bit 3
+ * a sealed memfd of the ring's size, which the harness keeps mapped as the client's side
+ * of the ring (proto/ring.h). Bit 4: the record is not sent but put in that ring's next
+ * request slot (its first 4 bytes are the slot's `after`), bit 5: its first 12 bytes
+ * overwrite the client's ring counters (reply_tail, polling, request_head). Unless the
+ * first record has flags bit 7, a valid hello goes first, so the fuzzer spends its time
+ * past the handshake. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +17,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "ring.h"
 #include "server.h"
 #include "session.h"
 #include "testutil.h"
@@ -41,10 +46,23 @@ static void setup(void)
     unlink(path);                /* never connected to: the pair below is the client */
 }
 
+static struct gllm_ring *ring;   /* the last ring-sized memfd offered, as the client maps it */
+static uint32_t ring_head;
+
 static void send_packet(int fd, const uint8_t *p, size_t n, int flags)
 {
     int pass = -1;
-    if (flags & 1 || flags & 2) {
+    if (flags & 8) {
+        pass = make_memfd(GLLM_RING_BYTES, F_SEAL_SHRINK);
+        if (pass >= 0) {
+            if (ring)
+                munmap(ring, GLLM_RING_BYTES);
+            ring = mmap(NULL, GLLM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, pass, 0);
+            if (ring == MAP_FAILED)
+                ring = NULL;
+            ring_head = 0;
+        }
+    } else if (flags & 1 || flags & 2) {
         pass = make_memfd(65536, (flags & 1) ? F_SEAL_SHRINK : 0);
     } else if (flags & 4) {
         int pp[2];
@@ -97,8 +115,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         off += 3;
         if (len > size - off)
             len = size - off;
-        if (len > 0)
+        if ((flags & 16) && ring && len >= 4) {
+            struct gllm_ring_request_slot *slot = &ring->request[ring_head % GLLM_RING_REQUEST_SLOTS];
+            memcpy(&slot->after, data + off, 4);
+            slot->len = (uint32_t)(len - 4 < sizeof slot->data ? len - 4 : sizeof slot->data);
+            memcpy(slot->data, data + off + 4, slot->len);
+            atomic_store(&ring->request_head, ++ring_head);
+        } else if ((flags & 32) && ring && len >= 12) {
+            uint32_t v[3];
+            memcpy(v, data + off, sizeof v);
+            atomic_store(&ring->reply_tail, v[0]);
+            atomic_store(&ring->polling, v[1]);
+            atomic_store(&ring->request_head, v[2]);
+        } else if (len > 0) {
             send_packet(sv[1], data + off, len, flags);
+        }
         off += len;
         sent++;
         if (sent % 8 == 0)
@@ -106,6 +137,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     settle(sv[1]);
     close(sv[1]);                /* the client goes away: everything it held must go */
+    if (ring) {
+        munmap(ring, GLLM_RING_BYTES);
+        ring = NULL;
+    }
     settle(-1);
     for (int i = 0; i < 1000 && (srv->sessions || srv->stats.jobs_inflight); i++) {
         uv_run(&loop, UV_RUN_NOWAIT);

@@ -114,5 +114,31 @@ int main(int argc, char **argv)
     n = record(s, n, 2);                       /* unsealed: refused */
     n = record(s, n, 4);                       /* a pipe: refused */
     save(sd, "bad_fds", s, n);
+
+    /* A ring, an arena, a job by the ring (after: 3 packets: hello, ring, arena), a status
+     * by the socket that takes it out. */
+    n = 0;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 2, "ring");
+    msgpack_pack_map(&b.pk, 0);
+    n = record(s, n, 8);
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 3, "arena_register");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "size", 65536);
+    n = record(s, n, 1);
+    a = job(1, 8, false);
+    proto_buf_init(&b);
+    const uint32_t after = 3;
+    memcpy(b.data, &after, 4);
+    b.len = 4;
+    proto_pack_request(&b.pk, 4, "attention");
+    proto_pack_attention(&b.pk, &a);
+    n = record(s, n, 16);
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 5, "status");
+    msgpack_pack_map(&b.pk, 0);
+    n = record(s, n, 0);
+    save(sd, "ring_request", s, n);
     return 0;
 }
