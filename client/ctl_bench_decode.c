@@ -102,7 +102,8 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
         added[i] = e2e[i] > res.kernel_ns ? e2e[i] - res.kernel_ns : 0;
         /* Where the added time goes: reading and checking the request (accept), waiting
          * for the worker (queue), the worker's own work around the kernel (plan, upload,
-         * launch, wait), and the rest: the trip both ways (ring or socket), the client included. */
+         * launch, wait), and the rest: the trip both ways (ring or socket), the client
+         * included. */
         worker[i] = res.job_ns > res.kernel_ns ? res.job_ns - res.kernel_ns : 0;
         accept[i] = res.accept_ns;
         queue[i] = res.queue_ns;
@@ -179,7 +180,8 @@ int ctl_bench_decode(gllm_client *c, int iters, bool json)
     } else {
         printf("backend %s, device %s, %d runs; all tensors device-resident, page table in an "
                "arena; times in us\nadd = e2e - kernel = accept (read, check) + queue + worker "
-               "(around the kernel) + wire (ring or socket, both ends, client); the last four are p50s\n"
+               "(around the kernel) + wire (ring or socket, both ends, client); the last four "
+               "are p50s\n"
                "%-50s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n", caps->backend,
                caps->ndevices ? caps->devices[0].name : "?", iters, "decode shape", "kern",
                "e2e50", "e2e99", "add50", "add99", "accept", "queue", "worker", "wire", "KV GB/s");
