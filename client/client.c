@@ -41,7 +41,6 @@ struct gllm_client {
     struct gllm_ring *ring;      /* requests and job replies by shared memory; NULL: socket */
     uint32_t reply_tail, request_head;
     uint64_t packets_sent;       /* through the socket: a ring request records it (`after`) */
-    uint64_t ring_bytes_offered; /* hello's ring_bytes: the layout gllmd reads */
     char rx[PROTO_MAX_MESSAGE];
     struct proto_buf tx;
 };
@@ -309,7 +308,8 @@ static int decode_devices(const msgpack_object *res, gllm_device_info *devs, int
     return 0;
 }
 
-static int hello(gllm_client *c)
+/* *ring_bytes: the ring layout gllmd reads (left alone when it offers none). */
+static int hello(gllm_client *c, uint64_t *ring_bytes)
 {
     uint64_t id;
     msgpack_packer *pk = begin_request(c, "hello", &id);
@@ -356,7 +356,7 @@ static int hello(gllm_client *c)
     LIMIT_(max_rank);
     LIMIT_(max_page_entries);
 #undef LIMIT_
-    proto_get_u64(res, "ring_bytes", false, &c->ring_bytes_offered);
+    proto_get_u64(res, "ring_bytes", false, ring_bytes);
     x = 0;
     proto_get_u64(res, "max_head_dim", false, &x);
     l->max_head_dim = (uint32_t)x;
@@ -366,9 +366,9 @@ static int hello(gllm_client *c)
 
 /* Hands gllmd a ring when it reads our layout. Best effort: without one, every request
  * and reply goes by the socket, as with a daemon that predates rings. */
-static void open_ring(gllm_client *c)
+static void open_ring(gllm_client *c, uint64_t offered)
 {
-    if (c->ring_bytes_offered != GLLM_RING_BYTES)
+    if (offered != GLLM_RING_BYTES)
         return;
     int fd = memfd_create("gllm-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
@@ -414,7 +414,8 @@ int gllm_connect(const char *path, gllm_client **out)
         free(c);
         return e;
     }
-    int r = hello(c);
+    uint64_t ring_bytes = 0;
+    int r = hello(c, &ring_bytes);
     if (r < 0) {
         close(c->fd);
         free(c);
@@ -422,7 +423,7 @@ int gllm_connect(const char *path, gllm_client **out)
     }
     if (strcmp(c->caps.backend, "cpu") != 0)
         c->wait_spin_ns = (uint64_t)GLLM_WAIT_SPIN_US_DEFAULT * 1000;
-    open_ring(c);
+    open_ring(c, ring_bytes);
     *out = c;
     return 0;
 }
