@@ -1,4 +1,5 @@
 /* gllmctl bench --decode: paged decode with everything device-resident; what the daemon adds to the kernel. */
+/* (kv_indptr and kv_last_page_len stay in an arena: the daemon plans the split from them.) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,19 +9,22 @@
 struct decode_shape {
     int64_t B, Hq, Hkv, L, D, page_size;
     bool sleep;                    /* the client sleeps in its wait instead of polling */
+    bool pages_in_arena;           /* kv_indices in the arena beside the rest of the table */
 };
 
 /* The shapes on a GPU; on the CPU, small enough for two cores. */
 static const struct decode_shape gpu_decode[] = {
-    {64, 32, 8, 4096, 128, 16, false},
-    {1, 32, 8, 8192, 128, 16, false},
-    {1, 32, 8, 512, 128, 16, false},  /* a short sequence: latency, not bandwidth */
-    {1, 32, 8, 512, 128, 16, true},   /* what the client's wait spin is worth */
+    {64, 32, 8, 4096, 128, 16, false, false},
+    {64, 32, 8, 4096, 128, 16, false, true},  /* what checking the pages on the host costs */
+    {1, 32, 8, 8192, 128, 16, false, false},
+    {1, 32, 8, 512, 128, 16, false, false},  /* a short sequence: latency, not bandwidth */
+    {1, 32, 8, 512, 128, 16, true, false},   /* what the client's wait spin is worth */
 };
 static const struct decode_shape cpu_decode[] = {
-    {4, 8, 2, 1024, 128, 16, false},
-    {1, 8, 2, 256, 128, 16, false},
-    {1, 8, 2, 256, 128, 16, true},
+    {4, 8, 2, 1024, 128, 16, false, false},
+    {4, 8, 2, 1024, 128, 16, false, true},
+    {1, 8, 2, 256, 128, 16, false, false},
+    {1, 8, 2, 256, 128, 16, true, false},
 };
 
 /* The q-th quantile (0..1) of v, which it sorts. */
@@ -50,7 +54,7 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
     const int64_t pages_per_seq = (s->L + s->page_size - 1) / s->page_size, P = s->B * pages_per_seq;
     const size_t pool = (size_t)(P * s->page_size * s->Hkv * s->D) * 2;
     const size_t qbytes = (size_t)(s->B * s->Hq * s->D) * 2;
-    gllm_dtensor *kc = NULL, *vc = NULL, *qo = NULL;
+    gllm_dtensor *kc = NULL, *vc = NULL, *qo = NULL, *pages = NULL;
     gllm_arena *tab = NULL;
     uint64_t *kern = calloc((size_t)iters, sizeof *kern), *e2e = calloc((size_t)iters, sizeof *e2e);
     uint64_t *added = calloc((size_t)iters, sizeof *added);
@@ -60,6 +64,7 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
     if (r == 0 && (r = gllm_dtensor_create(c, pool, 0, &kc)) == 0 &&
         (r = gllm_dtensor_create(c, pool, 0, &vc)) == 0 &&
         (r = gllm_dtensor_create(c, 2 * qbytes, 0, &qo)) == 0 &&
+        (r = gllm_dtensor_create(c, (size_t)P * 4, 0, &pages)) == 0 &&
         (r = gllm_arena_create(c, (size_t)(2 * s->B + 2 + P) * 4, &tab)) == 0 &&
         (r = fill_device(c, kc, rnd)) == 0 && (r = fill_device(c, vc, rnd)) == 0)
         r = fill_device(c, qo, rnd);
@@ -89,7 +94,11 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
     int64_t n1 = s->B + 1, nb = s->B;
     gllm_tensor_init(&p.kv.indptr, tab, 0, GLLM_DTYPE_I32, 1, &n1);
     gllm_tensor_init(&p.kv.last_page_len, tab, (uint64_t)(s->B + 1) * 4, GLLM_DTYPE_I32, 1, &nb);
-    gllm_tensor_init(&p.kv.indices, tab, (uint64_t)(2 * s->B + 1) * 4, GLLM_DTYPE_I32, 1, &P);
+    const uint64_t idx_at = (uint64_t)(2 * s->B + 1) * 4;
+    if (s->pages_in_arena)
+        gllm_tensor_init(&p.kv.indices, tab, idx_at, GLLM_DTYPE_I32, 1, &P);
+    else if ((r = gllm_dtensor_write(c, pages, 0, tab, idx_at, (size_t)P * 4)) == 0)
+        gllm_tensor_init_device(&p.kv.indices, pages, 0, GLLM_DTYPE_I32, 1, &P);
     gllm_job_result res;
     gllm_client_set_wait_spin(c, s->sleep ? 0 : spin_us);
     for (int i = 0; i < 3 && r == 0; i++)            /* warm-up */
@@ -119,9 +128,10 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
              x50 = quantile(accept, iters, 0.5), q50 = quantile(queue, iters, 0.5),
              o50 = quantile(wire, iters, 0.5);
     char name[96];
-    snprintf(name, sizeof name, "decode B%lld Hq%lld Hkv%lld L%lld D%lld f16 page %lld%s",
+    snprintf(name, sizeof name, "decode B%lld Hq%lld Hkv%lld L%lld D%lld f16 page %lld%s%s",
              (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->L,
-             (long long)s->D, (long long)s->page_size, s->sleep ? " sleep" : "");
+             (long long)s->D, (long long)s->page_size, s->sleep ? " sleep" : "",
+             s->pages_in_arena ? " arena-pages" : "");
     if (json)
         printf("%s{\"shape\": \"%s\", \"iters\": %d, \"kernel_us\": %.1f, \"e2e_us_p50\": %.1f, "
                "\"e2e_us_p99\": %.1f, \"added_us_p50\": %.1f, \"added_us_p99\": %.1f, "
@@ -130,7 +140,7 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
                first ? "" : ",\n ", name, iters, k50 / 1e3, e50 / 1e3, e99 / 1e3, a50 / 1e3,
                a99 / 1e3, x50 / 1e3, q50 / 1e3, w50 / 1e3, o50 / 1e3, kv_bytes / (double)k50);
     else
-        printf("%-50s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.0f\n", name,
+        printf("%-56s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.0f\n", name,
                k50 / 1e3, e50 / 1e3, e99 / 1e3, a50 / 1e3, a99 / 1e3, x50 / 1e3, q50 / 1e3,
                w50 / 1e3, o50 / 1e3, kv_bytes / (double)k50);
     goto out;
@@ -143,6 +153,8 @@ out:
         gllm_dtensor_free(vc);
     if (qo)
         gllm_dtensor_free(qo);
+    if (pages)
+        gllm_dtensor_free(pages);
     if (tab)
         gllm_arena_release(tab);
     free(kern);
@@ -178,11 +190,12 @@ int ctl_bench_decode(gllm_client *c, int iters, bool json)
     if (json) {
         ctl_json_open(caps, "decode");
     } else {
-        printf("backend %s, device %s, %d runs; all tensors device-resident, page table in an "
-               "arena; times in us\nadd = e2e - kernel = accept (read, check) + queue + worker "
+        printf("backend %s, device %s, %d runs; tensors and kv_indices device-resident "
+               "(arena-pages: kv_indices in the arena), kv_indptr and last_page_len in an arena; "
+               "times in us\nadd = e2e - kernel = accept (read, check) + queue + worker "
                "(around the kernel) + wire (ring or socket, both ends, client); the last four "
                "are p50s\n"
-               "%-50s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n", caps->backend,
+               "%-56s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n", caps->backend,
                caps->ndevices ? caps->devices[0].name : "?", iters, "decode shape", "kern",
                "e2e50", "e2e99", "add50", "add99", "accept", "queue", "worker", "wire", "KV GB/s");
     }

@@ -43,7 +43,10 @@ struct copy_args {
 };
 
 /* A validated paged-KV job. The page table arrays are the daemon's own checked copies in
- * host memory (every index is in range, every length consistent); tensors are row-major:
+ * host memory (every length consistent, every index in range), except kv_indices when
+ * indices_on_device: then it points into a device tensor of at least kv_indptr[B] entries,
+ * read when the job runs, and the backend checks each page number before it reads through
+ * it (paged_check_pages on host memory; in the kernel on a GPU). Tensors are row-major:
  * caches [num_pages, page_size, Hkv, D], q/out [nq, Hq, D], k_new/v_new [nnew, Hkv, D]. */
 enum paged_op { PAGED_APPEND, PAGED_ATTEND };
 enum paged_tensor { PG_KCACHE, PG_VCACHE, PG_Q, PG_OUT, PG_KNEW, PG_VNEW, PG_COUNT };
@@ -66,8 +69,15 @@ struct paged_args {
     float scale;
     bool causal;                /* attend: always true (decode sees the whole sequence) */
     uint32_t device_mask;       /* bit (1 << enum paged_tensor): in device memory */
+    bool indices_on_device;     /* attend only; see above */
     struct attn_timing *timing; /* out, optional */
+    char *why;                  /* out, optional: a failed job's reason, one line */
+    size_t why_len;
 };
+
+/* 0 when each of the n page numbers is in [0, num_pages); else GLLM_EBOUNDS, naming the
+ * first one that is not in why. */
+int paged_check_pages(const int32_t *idx, int64_t n, int64_t num_pages, char *why, size_t len);
 
 /* Row of the pools (page * page_size + slot) that holds token pos of sequence b. */
 static inline int64_t paged_row(const struct paged_args *p, int64_t b, int64_t pos)

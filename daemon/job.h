@@ -31,6 +31,7 @@ struct job {
     const atomic_bool *cancel;    /* set when the session is gone: skip the work */
     const atomic_bool *abort;     /* set past the shutdown deadline: skip the work */
     int status;
+    char why[160];                /* a failed job's reason from its backend, when it gave one */
     struct session_ring *ring;    /* the session's, when it has one: replies go there first */
     bool replied;                 /* answered from the worker thread: the loop sends nothing */
     struct attn_timing timing;    /* what the backend measured */
@@ -71,7 +72,8 @@ int job_prepare_copy(struct job *job, const struct arena_table *regions, uint32_
                      bool to_device, char *err, size_t errlen);
 /* A paged KV cache job: resolves the tensors, copies the page table out of its arenas and
  * checks every entry of that copy (which is what the backend then reads), so a client
- * changing its arena afterwards cannot put a bad index in front of a kernel. */
+ * changing its arena afterwards cannot put a bad index in front of a kernel. kv_indices in
+ * a device tensor is not copied: the backend checks its entries when the job runs. */
 int job_prepare_paged(struct job *job, const struct proto_paged *pp,
                       const struct arena_table *arenas, const struct job_caps *caps,
                       char *err, size_t errlen);

@@ -102,18 +102,6 @@ static int check_slots_distinct(const struct paged_args *a, char *err, size_t er
     return rc;
 }
 
-/* The smallest and largest of n entries (n = 0: lo > hi). Written without branches or
- * early exits so the compiler vectorizes it. */
-static void min_max(const int32_t *v, int64_t n, int32_t *lo, int32_t *hi)
-{
-    int32_t l = INT32_MAX, h = INT32_MIN;
-    for (int64_t i = 0; i < n; i++) {
-        l = v[i] < l ? v[i] : l;
-        h = v[i] > h ? v[i] : h;
-    }
-    *lo = l, *hi = h;
-}
-
 static int check_tables(struct paged_args *a, int64_t nindices, char *err, size_t errlen)
 {
     int rc = check_indptr(a->kv_indptr, a->B, "kv_indptr", -1, nindices, err, errlen);
@@ -123,17 +111,10 @@ static int check_tables(struct paged_args *a, int64_t nindices, char *err, size_
     const char *qname = a->op == PAGED_APPEND ? "append_indptr" : "qo_indptr";
     if ((rc = check_indptr(a->q_indptr, a->B, qname, nq, nq, err, errlen)) < 0)
         return rc;
-    /* Every page number in range: a branch-free min/max pass first (a decode step of a big
-     * batch checks tens of thousands), then the search for the culprit only on failure. */
-    const int64_t used = a->kv_indptr[a->B];
-    int32_t lo, hi;
-    min_max(a->kv_indices, used, &lo, &hi);
-    for (int64_t i = 0; used > 0 && (lo < 0 || hi >= a->num_pages) && i < used; i++)
-        if (a->kv_indices[i] < 0 || a->kv_indices[i] >= a->num_pages) {
-            snprintf(err, errlen, "kv_indices[%lld] is %d, outside the pool's %lld pages",
-                     (long long)i, a->kv_indices[i], (long long)a->num_pages);
-            return GLLM_EBOUNDS;
-        }
+    /* Page numbers in a device tensor are the backend's to check, when the job runs. */
+    if (!a->indices_on_device &&
+        (rc = paged_check_pages(a->kv_indices, a->kv_indptr[a->B], a->num_pages, err, errlen)) < 0)
+        return rc;
     int32_t *kv_len = (int32_t *)a->kv_len;   /* ours: filled here */
     a->max_kv_len = a->max_q_len = 0;
     for (int64_t b = 0; b < a->B; b++) {
@@ -198,9 +179,14 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
             snprintf(err, errlen, "%s: must be a 1-d i32 tensor", r[i].name);
             return r[i].t->dtype != GLLM_DTYPE_I32 ? GLLM_EDTYPE : GLLM_ESHAPE;
         }
-        if (index && r[i].t->device) {
-            snprintf(err, errlen, "%s: page tables live in arenas, where the daemon can check "
-                     "them before a kernel runs", r[i].name);
+        /* kv_indices may stay on the device for attention: its entries are checked where
+         * they are read. The rest the loop needs on the host, to check the lengths and plan
+         * the split; kv_append needs every new token's page there to check no two share a
+         * slot (its table can be just the pages that take new tokens). */
+        if (index && r[i].t->device && (i != R_INDICES || append)) {
+            snprintf(err, errlen, "%s: must be in an arena%s", r[i].name,
+                     i == R_INDICES ? " for kv_append (kv_indices may be a device tensor "
+                                      "for attention)" : " (only kv_indices may be a device tensor)");
             return GLLM_EPARAM;
         }
         if (!index && r[i].t->dtype != pp->k_cache.dtype) {
@@ -268,17 +254,23 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
             }
     }
 
-    /* The daemon's copy: kv_indptr, kv_indices, kv_len (last_page_len, then lengths), q_indptr. */
-    size_t entries = (size_t)(nindptr + nindices + B + nindptr);
+    /* The daemon's copy: kv_indptr, kv_indices (unless on the device), kv_len
+     * (last_page_len, then lengths), q_indptr. */
+    const bool dev_indices = pp->kv_indices.device;
+    const int64_t ncopied = dev_indices ? 0 : nindices;
+    size_t entries = (size_t)(nindptr + ncopied + B + nindptr);
     int32_t *tables = malloc(entries * sizeof *tables + 1);
     if (!tables) {
         snprintf(err, errlen, "out of memory for a page table of %zu entries", entries);
         return -ENOMEM;
     }
-    int32_t *indptr = tables, *indices = indptr + nindptr, *kv_len = indices + nindices,
+    int32_t *indptr = tables, *indices = indptr + nindptr, *kv_len = indices + ncopied,
             *q_indptr = kv_len + B;
     snapshot(indptr, &r[R_INDPTR], nindptr);
-    snapshot(indices, &r[R_INDICES], nindices);
+    if (dev_indices)
+        indices = (int32_t *)(void *)((char *)r[R_INDICES].arena->base + pp->kv_indices.offset);
+    else
+        snapshot(indices, &r[R_INDICES], nindices);
     snapshot(kv_len, &r[R_LAST], B);
     if (decode)
         for (int64_t i = 0; i < nindptr; i++)
@@ -294,7 +286,7 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
         .k_cache = (char *)r[R_KC].arena->base + kc->offset,
         .v_cache = (char *)r[R_VC].arena->base + pp->v_cache.offset,
         .kv_indptr = indptr, .kv_indices = indices, .kv_len = kv_len, .q_indptr = q_indptr,
-        .causal = !append,
+        .causal = !append, .indices_on_device = dev_indices,
     };
     void *pa_ptr = (char *)r[R_A].arena->base + a->offset;
     void *pb_ptr = (char *)r[R_B].arena->base + b->offset;

@@ -172,7 +172,9 @@ void server_job_done(struct job *job, void *arg)
     else
         srv->stats.jobs_failed++;
     if (!s->closed && !job->replied) {
-        if (job->status < 0) {
+        if (job->status < 0 && job->why[0]) {
+            session_reply_error(s, (int64_t)job->req_id, job->status, "%s", job->why);
+        } else if (job->status < 0) {
             session_reply_error(s, (int64_t)job->req_id, job->status, "attention: %s",
                                 gllm_strerror(job->status));
         } else {

@@ -95,6 +95,7 @@ static void *worker_main(void *arg)
             j->status = w->be->iface->copy(w->be, w->dev, &j->copy);
         } else if (j->kind == JOB_PAGED) {
             j->paged.timing = &j->timing;
+            j->paged.why = j->why, j->paged.why_len = sizeof j->why;
             j->status = w->be->iface->paged(w->be, w->dev, &j->paged);
         } else
             j->status = w->be->iface->attention(w->be, w->dev, &j->args);

@@ -21,6 +21,7 @@ struct cache_case {
     const int *tail;          /* of which the second kv_append writes the last tail[b] */
     const int *qlen;          /* prefill queries per sequence (its last tokens) */
     bool device;              /* pools, q, out and new tokens in device tensors */
+    bool device_pages;        /* attention reads kv_indices from the device tensor too */
 };
 
 struct cache {
@@ -67,8 +68,9 @@ static gllm_tensor i32_tensor(struct cache *k, uint64_t off, int64_t n)
     return tensor(k, off, false, GLLM_DTYPE_I32, 1, &n);
 }
 
-/* The page table for lengths len[b] (a prefix of each sequence's pages). */
-static gllm_paged_kv table(struct cache *k, const int *len)
+/* The page table for lengths len[b] (a prefix of each sequence's pages); with on_device,
+ * kv_indices is copied to the same offset of the device tensor and read from there. */
+static gllm_paged_kv table_at(struct cache *k, const int *len, bool on_device)
 {
     const struct cache_case *c = &k->c;
     uint64_t o_ind = take(k, 4 * (size_t)(c->B + 1)), o_idx = take(k, 4 * (size_t)k->P + 4),
@@ -82,10 +84,18 @@ static gllm_paged_kv table(struct cache *k, const int *len)
         indptr[b + 1] = indptr[b] + np;
         last[b] = np ? len[b] - (np - 1) * c->page_size : 0;
     }
+    int64_t n = indptr[c->B];
+    if (on_device)
+        assert_int_equal(gllm_dtensor_write(k->cl, k->dt, o_idx, k->arena, o_idx, 4 * (size_t)n + 4), 0);
     return (gllm_paged_kv){.k_cache = k->kc, .v_cache = k->vc,
                            .indptr = i32_tensor(k, o_ind, c->B + 1),
-                           .indices = i32_tensor(k, o_idx, indptr[c->B]),
+                           .indices = tensor(k, o_idx, on_device, GLLM_DTYPE_I32, 1, &n),
                            .last_page_len = i32_tensor(k, o_last, c->B)};
+}
+
+static gllm_paged_kv table(struct cache *k, const int *len)
+{
+    return table_at(k, len, false);
 }
 
 /* The value every test token has: a function of (sequence, position, head, dim, K or V),
@@ -257,7 +267,7 @@ static void attend(struct cache *k, bool prefill, uint64_t seed)
     if (c->device)
         assert_int_equal(gllm_dtensor_write(k->cl, k->dt, oq, k->arena, oq, oo + (size_t)n * qrow * k->es - oq), 0);
     int64_t shape[3] = {n, c->Hq, c->D};
-    gllm_paged_attention_params p = {.size = sizeof p, .kv = table(k, c->len),
+    gllm_paged_attention_params p = {.size = sizeof p, .kv = table_at(k, c->len, c->device_pages),
                                      .q = tensor(k, oq, c->device, c->dtype, 3, shape),
                                      .out = tensor(k, oo, c->device, c->dtype, 3, shape)};
     if (prefill)
@@ -281,7 +291,7 @@ static void attend(struct cache *k, bool prefill, uint64_t seed)
     double err = rel_error_max(got, want, (size_t)n * qrow);
     fprintf(stderr, "  %s %s B%d Hq%d Hkv%d D%d page %d%s: rel err %.2e\n",
             prefill ? "prefill" : "decode", gllm_dtype_name(c->dtype), c->B, c->Hq, c->Hkv, c->D,
-            c->page_size, c->device ? " device" : "", err);
+            c->page_size, c->device_pages ? " device+pages" : c->device ? " device" : "", err);
     assert_true(err <= tolerance(c->dtype));
     free(want);
     free(got);
@@ -317,17 +327,19 @@ static void test_gqa4_f16_page16(void **state)
     (void)state;
     static const int len[] = {1, 17, 300, 16, 1100}, tail[] = {1, 2, 5, 16, 3},
                      qlen[] = {1, 5, 40, 16, 2};
-    struct cache_case c = {5, 8, 2, 128, 16, GLLM_DTYPE_F16, len, tail, qlen, false};
+    struct cache_case c = {5, 8, 2, 128, 16, GLLM_DTYPE_F16, len, tail, qlen, false, false};
     run_case(&c, 1);
     c.device = true;
     run_case(&c, 2);
+    c.device_pages = true;
+    run_case(&c, 6);
 }
 
 static void test_gqa8_bf16_page1(void **state)
 {
     (void)state;
     static const int len[] = {33, 2, 700}, tail[] = {1, 1, 4}, qlen[] = {33, 1, 20};
-    struct cache_case c = {3, 16, 2, 64, 1, GLLM_DTYPE_BF16, len, tail, qlen, true};
+    struct cache_case c = {3, 16, 2, 64, 1, GLLM_DTYPE_BF16, len, tail, qlen, true, true};
     run_case(&c, 3);
 }
 
@@ -335,7 +347,7 @@ static void test_mha_page64(void **state)
 {
     (void)state;
     static const int len[] = {64, 65, 2500}, tail[] = {1, 64, 1}, qlen[] = {3, 65, 7};
-    struct cache_case c = {3, 4, 4, 64, 64, GLLM_DTYPE_F16, len, tail, qlen, true};
+    struct cache_case c = {3, 4, 4, 64, 64, GLLM_DTYPE_F16, len, tail, qlen, true, false};
     run_case(&c, 4);
     if (backend_is_cpu()) {     /* f32 and odd head dims: the CPU backend only */
         c.dtype = GLLM_DTYPE_F32, c.D = 40, c.device = false;
@@ -350,7 +362,7 @@ static void test_refusals(void **state)
     gllm_client *cl;
     assert_int_equal(gllm_connect(group_daemon.socket, &cl), 0);
     static const int len[] = {20, 5}, tail[] = {20, 5}, qlen[] = {1, 1};
-    struct cache_case c = {2, 4, 2, 64, 16, GLLM_DTYPE_F16, len, tail, qlen, false};
+    struct cache_case c = {2, 4, 2, 64, 16, GLLM_DTYPE_F16, len, tail, qlen, true, false};
     struct cache k;
     setup(&k, cl, &c, 9);
     int zero[2] = {0, 0};
@@ -427,14 +439,40 @@ static void test_refusals(void **state)
     ap.kv.indptr.shape[0] = 2;                      /* tables of different batch sizes */
     assert_int_equal(gllm_kv_append(cl, &ap, &res), GLLM_ESHAPE);
 
-    /* Page tables must be where the daemon can read them. */
-    gllm_dtensor *dt;
-    assert_int_equal(gllm_dtensor_create(cl, 4096, 0, &dt), 0);
+    /* kv_indices in a device tensor: read when the job runs, each page number checked there
+     * before anything is read through it; the rest of the table must be in arenas. */
     p = good;
-    assert_int_equal(gllm_tensor_init_device(&p.kv.indices, dt, 0, GLLM_DTYPE_I32, 1,
-                                             good.kv.indices.shape), 0);
-    assert_int_equal(gllm_attention_decode(cl, &p, &res), GLLM_EPARAM);
-    assert_int_equal(gllm_dtensor_free(dt), 0);
+    p.kv = table_at(&k, len, true);
+    assert_int_equal(gllm_attention_decode(cl, &p, &res), 0);
+    int32_t *didx = i32_at(&k, p.kv.indices.offset), keep = didx[1];
+    didx[1] = k.P;                                  /* past the pool, written to the device */
+    assert_int_equal(gllm_dtensor_write(cl, k.dt, p.kv.indices.offset, k.arena,
+                                        p.kv.indices.offset, 12), 0);
+    assert_int_equal(gllm_attention_decode(cl, &p, &res), GLLM_EBOUNDS);
+    assert_non_null(strstr(gllm_client_last_error(cl), "kv_indices[1]"));
+    didx[1] = -7;
+    assert_int_equal(gllm_dtensor_write(cl, k.dt, p.kv.indices.offset, k.arena,
+                                        p.kv.indices.offset, 12), 0);
+    assert_int_equal(gllm_attention_decode(cl, &p, &res), GLLM_EBOUNDS);
+    assert_non_null(strstr(gllm_client_last_error(cl), "is -7"));
+    didx[1] = keep;
+    assert_int_equal(gllm_dtensor_write(cl, k.dt, p.kv.indices.offset, k.arena,
+                                        p.kv.indices.offset, 12), 0);
+    assert_int_equal(gllm_attention_decode(cl, &p, &res), 0);     /* repaired */
+    gllm_paged_attention_params dp = p;             /* indptr on the device: refused */
+    assert_int_equal(gllm_tensor_init_device(&dp.kv.indptr, k.dt, p.kv.indptr.offset,
+                                             GLLM_DTYPE_I32, 1, p.kv.indptr.shape), 0);
+    assert_int_equal(gllm_attention_decode(cl, &dp, &res), GLLM_EPARAM);
+    ap.kv.indptr.shape[0] = 3;                      /* kv_append: its table in arenas only */
+    ap.kv.indices = p.kv.indices;
+    assert_int_equal(gllm_kv_append(cl, &ap, &res), GLLM_EPARAM);
+    assert_non_null(strstr(gllm_client_last_error(cl), "kv_append"));
+    p.out = p.kv.indices;                           /* out over the page numbers it reads */
+    p.out.dtype = c.dtype, p.out.rank = 3;
+    p.out.shape[0] = 1, p.out.shape[1] = 4, p.out.shape[2] = 64;
+    p.out.strides[0] = 256, p.out.strides[1] = 64, p.out.strides[2] = 1;
+    p.q.shape[0] = 1, p.kv.indptr.shape[0] = 2, p.kv.last_page_len.shape[0] = 1;
+    assert_int_equal(gllm_attention_decode(cl, &p, &res), GLLM_EALIAS);
 
     assert_int_equal(gllm_attention_decode(cl, &good, &res), 0);   /* still serving */
     teardown(&k);

@@ -88,6 +88,8 @@ typedef struct gllm_cuda_paged_params {
     int32_t Hq, Hkv, page_size, page_shift;   /* page_shift: log2(page_size), or -1 */
     int32_t group, heads_per_cta, head_chunks;
     float scale;
+    uint32_t num_pages;   /* a page number at or past it is not followed: */
+    int32_t *bad_page;    /* ... the kernel sets this (pinned host memory) instead */
 } gllm_cuda_paged_params;
 
 /* gllm_kv_append_rows: grid (new tokens), block 128; row_bytes per [Hkv, D] row, vec16 when

@@ -120,8 +120,14 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
                 const int c = threadIdx.x + i * PG_THREADS, row = c / CH, tok = base + row;
                 const int tk = min(tok, w.kv1 - 1);
                 const int po = p.page_shift >= 0 ? tk & (p.page_size - 1) : tk % p.page_size;
-                const int64_t off = ((int64_t)pg[i] * p.page_size + po) * row_elems + (c % CH) * 8;
-                const bool ok = tok < w.kv1;
+                // Checked here, where the page number is used, not where it is fetched: a
+                // compare at the fetch would wait for the load the prefetch is hiding.
+                const bool in_pool = (uint32_t)pg[i] < p.num_pages;
+                if (!in_pool)
+                    *p.bad_page = 1;
+                const int64_t off = ((int64_t)(in_pool ? pg[i] : 0) * p.page_size + po) * row_elems +
+                                    (c % CH) * 8;
+                const bool ok = tok < w.kv1 && in_pool;
                 const uint32_t so = (uint32_t)swz<D>(row, c % CH) * 2;
                 cp_async16(sk + so, Kc + off, ok ? 16 : 0);
                 cp_async16(sv + so, Vc + off, ok ? 16 : 0);

@@ -25,6 +25,8 @@ struct cuda_dev {
     CUdeviceptr counters;          /* split-KV arrival counters (cuda_paged.c) */
     size_t counters_size;          /* bytes */
     size_t hstage_size;
+    volatile int32_t *bad_page;    /* pinned, mapped: the paged kernel sets it when it meets a
+                                    * page number outside the pool (never followed) */
     int sm_count;
     gllm_device_info info;
 };

@@ -1,6 +1,7 @@
 /* CUDA paged KV cache: plans the split-KV work on the host, uploads it with the page table, launches. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"
@@ -34,6 +35,14 @@ CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *
         snprintf(why, len, "kernel gllm_kv_append_rows missing from the image");
         return r;
     }
+    void *flag;
+    if ((r = d->cuMemAllocHost(&flag, 64))) {
+        snprintf(why, len, "pinned memory for the paged kernel's flag: %s",
+                 cuda_error_text(d, r, buf, sizeof buf));
+        return r;
+    }
+    x->bad_page = flag;
+    *x->bad_page = 0;
     if ((r = d->cuDeviceGetAttribute(&x->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, x->dev)))
         x->sm_count = 0;
     if (x->sm_count < 1)
@@ -155,6 +164,28 @@ static int ensure_counters(const struct cuda_driver *d, struct cuda_dev *x, size
     return r == CUDA_SUCCESS ? 0 : cuda_fail(d, r, "split-KV counters");
 }
 
+/* The kernel met a page number outside the pool (and read nothing through it). Tables in
+ * device tensors: fetched back to name the first bad entry, as the loop does for tables in
+ * arenas. A table the loop checked cannot get here: that is a bug, not bad input. */
+static int bad_page(const struct cuda_driver *d, struct cuda_dev *x, const struct paged_args *p)
+{
+    if (!p->indices_on_device) {
+        log_err("paged kernel: a checked page table failed the kernel's check");
+        return -EIO;
+    }
+    const int64_t n = p->kv_indptr[p->B];
+    int32_t *idx = malloc((size_t)n * sizeof *idx);
+    CUresult r = idx ? d->cuMemcpyDtoHAsync(idx, (CUdeviceptr)(uintptr_t)p->kv_indices,
+                                            (size_t)n * sizeof *idx, x->stream)
+                     : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = d->cuStreamSynchronize(x->stream);
+    int rc = r == CUDA_SUCCESS ? paged_check_pages(idx, n, p->num_pages, p->why, p->why_len)
+                               : cuda_fail(d, r, "reading back a bad page table");
+    free(idx);
+    return rc < 0 ? rc : GLLM_EBOUNDS;   /* changed since the kernel read it: still refused */
+}
+
 /* One tensor of the job: where the backend got it, where the kernel reads it. */
 struct staged {
     void *host;
@@ -191,7 +222,9 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     /* What goes up besides the tensors: attention, the page table and the plan; append,
      * the destination slot of each new token. */
     struct tiling t = {0};
-    int64_t nwork = 0, ncomb = 0, nparts = 0, nidx = p->kv_indptr[p->B], target = MIN_CHUNK;
+    /* Page numbers in a device tensor are read there (and checked by the kernel). */
+    const int64_t nidx = p->indices_on_device ? 0 : p->kv_indptr[p->B];
+    int64_t nwork = 0, ncomb = 0, nparts = 0, target = MIN_CHUNK;
     size_t up_bytes, part_bytes = 0;
     if (append) {
         up_bytes = (size_t)p->nnew * sizeof(int64_t);
@@ -293,7 +326,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             .out = (void *)(uintptr_t)st[PG_OUT].dev,
             .k_cache = (const void *)(uintptr_t)st[PG_KCACHE].dev,
             .v_cache = (const void *)(uintptr_t)st[PG_VCACHE].dev,
-            .kv_indices = (const int32_t *)(uintptr_t)up,
+            .kv_indices = p->indices_on_device ? p->kv_indices : (const int32_t *)(uintptr_t)up,
             .work = (const gllm_cuda_paged_work *)(uintptr_t)dwork,
             .combine = (const gllm_cuda_paged_combine *)(uintptr_t)(
                 dwork + align256((size_t)nwork * sizeof(gllm_cuda_paged_work))),
@@ -305,7 +338,10 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             .Hq = (int32_t)p->Hq, .Hkv = (int32_t)p->Hkv, .page_size = (int32_t)p->page_size,
             .page_shift = -1, .group = (int32_t)(p->Hq / p->Hkv), .heads_per_cta = t.hpc,
             .head_chunks = t.head_chunks, .scale = p->scale,
+            .num_pages = p->num_pages < INT32_MAX ? (uint32_t)p->num_pages : (uint32_t)INT32_MAX + 1,
+            .bad_page = (int32_t *)x->bad_page,
         };
+        *x->bad_page = 0;      /* the launch orders this store before the kernel's reads */
         for (int s = 0; s < 31; s++)
             if ((int64_t)1 << s == p->page_size)
                 k.page_shift = s;
@@ -329,6 +365,8 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
         return cuda_fail(d, r, append ? "kv_append kernel" : "paged attention kernel");
+    if (!append && *x->bad_page)
+        return bad_page(d, x, p);
     cuda_read_timing(d, x, p->timing, moved + up_bytes, staged);
     return 0;
 }
