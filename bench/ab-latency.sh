@@ -11,7 +11,7 @@ for r in $(seq "${ROUNDS:-2}"); do
     pid=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
     echo "== round $r: $build"
-    "$build/gllmctl" --socket "$sock" bench --decode --iters 2000 | tail -4
+    "$build/gllmctl" --socket "$sock" bench --decode --iters 2000 | grep "^decode"
     "$build/gllmctl" --socket "$sock" status | grep -i "requests"
     kill -TERM "$pid"; wait "$pid"
   done
