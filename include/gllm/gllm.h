@@ -156,12 +156,14 @@ typedef struct gllm_job_result {
  * FlashInfer layout, as i32 tensors in arenas: sequence b owns pages
  * indices[indptr[b] .. indptr[b + 1]) in order, and uses last_page_len[b] slots (1 ..
  * page_size) of its last page. Its length is (pages - 1) * page_size + last_page_len[b].
- * The daemon copies and checks every entry before a kernel sees it.
+ * The daemon copies and checks every entry before a kernel sees it. For attention, indices
+ * may be a device tensor instead: it is read when the job runs, each page number is checked
+ * before anything is read through it, and a bad one fails the job with GLLM_EBOUNDS.
  */
 typedef struct gllm_paged_kv {
     gllm_tensor k_cache, v_cache;
     gllm_tensor indptr;           /* i32 [B + 1], indptr[0] = 0, non-decreasing */
-    gllm_tensor indices;          /* i32 [>= indptr[B]], each in [0, num_pages) */
+    gllm_tensor indices;          /* i32 [>= indptr[B]], each in [0, num_pages); arena or device */
     gllm_tensor last_page_len;    /* i32 [B] */
 } gllm_paged_kv;
 
