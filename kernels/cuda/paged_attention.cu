@@ -18,6 +18,7 @@ constexpr int PG_KEYS = GLLM_CUDA_PAGED_KEYS;
 constexpr int PG_STAGES = GLLM_CUDA_PAGED_STAGES;
 constexpr int PG_WARPS = PG_THREADS / 32;
 static_assert(PG_KEYS == 16 * PG_WARPS, "each warp takes 16 keys of a stage");
+constexpr int PG_COMB = 16;                    // partial results a combining thread loads at once
 
 __device__ __forceinline__ void cp_async_wait_stages()
 {
@@ -41,19 +42,35 @@ __device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p,
         auto slot = [&](int s) {
             return ((int64_t)(c.part0 + s) * gridDim.y + blockIdx.y) * PG_ROWS + r;
         };
-        float M = -INFINITY;
-        for (int s = 0; s < c.nparts; s++)
-            M = fmaxf(M, __ldcg(p.part_lse + slot(s)));
-        const float ref = M == -INFINITY ? 0.f : M;
+        // One pass, PG_COMB parts at a time: all their loads are in flight together (the
+        // L2 round trips, not the arithmetic, are what the last block waits for), then the
+        // running maximum moves and what was summed so far is rescaled to it.
+        float M = -INFINITY, L = 0.f;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        float L = 0.f;
-#pragma unroll 8
-        for (int s = 0; s < c.nparts; s++) {
-            const int64_t sl = slot(s);
-            const float f = fast_exp2(__ldcg(p.part_lse + sl) - ref);
-            const float4 x = __ldcg(reinterpret_cast<const float4 *>(p.part_o + sl * D) + c4);
-            L += f;
-            acc.x += f * x.x, acc.y += f * x.y, acc.z += f * x.z, acc.w += f * x.w;
+        for (int s0 = 0; s0 < c.nparts; s0 += PG_COMB) {
+            float l[PG_COMB];
+            float4 x[PG_COMB];
+#pragma unroll
+            for (int k = 0; k < PG_COMB; k++) {
+                const int64_t sl = slot(min(s0 + k, c.nparts - 1));
+                l[k] = __ldcg(p.part_lse + sl);
+                x[k] = __ldcg(reinterpret_cast<const float4 *>(p.part_o + sl * D) + c4);
+            }
+            float m = M;
+#pragma unroll
+            for (int k = 0; k < PG_COMB; k++)
+                if (s0 + k < c.nparts)
+                    m = fmaxf(m, l[k]);
+            const float ref = m == -INFINITY ? 0.f : m;
+            const float a = fast_exp2(M - ref);
+            L *= a, acc.x *= a, acc.y *= a, acc.z *= a, acc.w *= a;
+#pragma unroll
+            for (int k = 0; k < PG_COMB; k++) {
+                const float f = s0 + k < c.nparts ? fast_exp2(l[k] - ref) : 0.f;
+                L += f;
+                acc.x += f * x[k].x, acc.y += f * x[k].y, acc.z += f * x[k].z, acc.w += f * x[k].w;
+            }
+            M = m;
         }
         const float inv = L > 0.f ? 1.f / L : 0.f;
         T *O = reinterpret_cast<T *>(p.out) + ((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + c4 * 4;
