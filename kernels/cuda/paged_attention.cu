@@ -233,27 +233,36 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
     __syncthreads();
 
     // Merge the four warps' key slices through shared memory (the stages are free now).
-    float *sO = reinterpret_cast<float *>(sKV);             // [WARPS][ROWS][D]
-    float *sM = sO + PG_WARPS * PG_ROWS * D, *sL = sM + PG_WARPS * PG_ROWS;
+    // Only the tile's real rows (a decode block has 4 of 16 at GQA 4) are written and
+    // merged, and rows are padded by 8 floats so a warp's 8 row groups store to different
+    // banks: the merge as first written (all rows, unpadded: 8-way conflicts) took
+    // 3.5 us of every block, more than B1 L8192 spends streaming after its first tile.
+    constexpr int OS = D + 8;
+    static_assert((PG_WARPS * PG_ROWS * OS + 2 * PG_WARPS * PG_ROWS) * 4 <= PG_STAGES * 2 * PG_KEYS * D * 2,
+                  "the merge fits in the stages");
+    float *sO = reinterpret_cast<float *>(sKV);             // [WARPS][ROWS][OS]
+    float *sM = sO + PG_WARPS * PG_ROWS * OS, *sL = sM + PG_WARPS * PG_ROWS;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float sum = row_sum[hr];
         sum += __shfl_xor_sync(0xffffffff, sum, 1);
         sum += __shfl_xor_sync(0xffffffff, sum, 2);
         const int r = g + 8 * hr;
-        float *orow = sO + (warp * PG_ROWS + r) * D;
+        if (r / hpc < w.nq && r % hpc < heads_here) {
+            float *orow = sO + (warp * PG_ROWS + r) * OS;
 #pragma unroll
-        for (int dn = 0; dn < DN; dn++)
-            orow[dn * 8 + 2 * t] = o[dn][2 * hr], orow[dn * 8 + 2 * t + 1] = o[dn][2 * hr + 1];
-        if (t == 0)
-            sM[warp * PG_ROWS + r] = row_max[hr], sL[warp * PG_ROWS + r] = sum;
+            for (int dn = 0; dn < DN; dn++)
+                *reinterpret_cast<float2 *>(orow + dn * 8 + 2 * t) = make_float2(o[dn][2 * hr], o[dn][2 * hr + 1]);
+            if (t == 0)
+                sM[warp * PG_ROWS + r] = row_max[hr], sL[warp * PG_ROWS + r] = sum;
+        }
     }
     __syncthreads();
     T *O = reinterpret_cast<T *>(p.out);
-    for (int idx = threadIdx.x; idx < PG_ROWS * D; idx += PG_THREADS) {
-        const int r = idx / D, d = idx % D, qi = r / hpc, hh = r % hpc;
-        if (qi >= w.nq || hh >= heads_here)
-            continue;
+    const int real_rows = w.nq * heads_here;
+    for (int idx = threadIdx.x; idx < real_rows * D; idx += PG_THREADS) {
+        const int v = idx / D, d = idx % D, qi = v / heads_here, hh = v - qi * heads_here;
+        const int r = qi * hpc + hh;
         float M = -INFINITY;
 #pragma unroll
         for (int k = 0; k < PG_WARPS; k++)
@@ -264,7 +273,7 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
         for (int k = 0; k < PG_WARPS; k++) {
             const float f = fast_exp2(sM[k * PG_ROWS + r] - ref);
             L += sL[k * PG_ROWS + r] * f;
-            acc += sO[(k * PG_ROWS + r) * D + d] * f;
+            acc += sO[(k * PG_ROWS + r) * OS + d] * f;
         }
         const float val = L > 0.f ? acc / L : 0.f;
         if (w.part < 0) {
