@@ -259,29 +259,35 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
     }
     __syncthreads();
     T *O = reinterpret_cast<T *>(p.out);
+    // Four columns per thread, as float4: a decode block's 4 real rows take one pass.
+    constexpr int C4 = D / 4;
     const int real_rows = w.nq * heads_here;
-    for (int idx = threadIdx.x; idx < real_rows * D; idx += PG_THREADS) {
-        const int v = idx / D, d = idx % D, qi = v / heads_here, hh = v - qi * heads_here;
+    for (int idx = threadIdx.x; idx < real_rows * C4; idx += PG_THREADS) {
+        const int v = idx / C4, c4 = idx % C4, qi = v / heads_here, hh = v - qi * heads_here;
         const int r = qi * hpc + hh;
-        float M = -INFINITY;
+        float mk[PG_WARPS], M = -INFINITY;
 #pragma unroll
         for (int k = 0; k < PG_WARPS; k++)
-            M = fmaxf(M, sM[k * PG_ROWS + r]);
+            mk[k] = sM[k * PG_ROWS + r], M = fmaxf(M, mk[k]);
         const float ref = M == -INFINITY ? 0.f : M;
-        float L = 0.f, acc = 0.f;
+        float L = 0.f;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
         for (int k = 0; k < PG_WARPS; k++) {
-            const float f = fast_exp2(sM[k * PG_ROWS + r] - ref);
+            const float f = fast_exp2(mk[k] - ref);
+            const float4 x = *reinterpret_cast<const float4 *>(sO + (k * PG_ROWS + r) * OS + 4 * c4);
             L += sL[k * PG_ROWS + r] * f;
-            acc += sO[(k * PG_ROWS + r) * OS + d] * f;
+            acc.x += f * x.x, acc.y += f * x.y, acc.z += f * x.z, acc.w += f * x.w;
         }
-        const float val = L > 0.f ? acc / L : 0.f;
+        const float inv = L > 0.f ? 1.f / L : 0.f;
+        acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
         if (w.part < 0) {
-            O[((int64_t)(w.q0 + qi) * p.Hq + head0 + hh) * D + d] = Elem<T>::from_float(val);
+            T *dst = O + ((int64_t)(w.q0 + qi) * p.Hq + head0 + hh) * D + 4 * c4;
+            *reinterpret_cast<uint2 *>(dst) = make_uint2(Elem<T>::pack(acc.x, acc.y), Elem<T>::pack(acc.z, acc.w));
         } else {
             const int64_t slot = (int64_t)w.part * gridDim.y + blockIdx.y;
-            p.part_o[(slot * PG_ROWS + r) * D + d] = val;
-            if (d == 0)
+            *reinterpret_cast<float4 *>(p.part_o + (slot * PG_ROWS + r) * D + 4 * c4) = acc;
+            if (c4 == 0)
                 p.part_lse[slot * PG_ROWS + r] = L > 0.f ? M + __log2f(L) : -INFINITY;
         }
     }
