@@ -16,6 +16,7 @@ struct decode_shape {
 static const struct decode_shape gpu_decode[] = {
     {64, 32, 8, 4096, 128, 16, false, false},
     {64, 32, 8, 4096, 128, 16, false, true},  /* what checking the pages on the host costs */
+    {64, 32, 8, 256, 128, 16, false, false},  /* B64's plan with a short kernel */
     {1, 32, 8, 8192, 128, 16, false, false},
     {1, 32, 8, 512, 128, 16, false, false},  /* a short sequence: latency, not bandwidth */
     {1, 32, 8, 512, 128, 16, true, false},   /* what the client's wait spin is worth */
