@@ -140,5 +140,65 @@ int main(int argc, char **argv)
     msgpack_pack_map(&b.pk, 0);
     n = record(s, n, 0);
     save(sd, "ring_request", s, n);
+
+    /* An arena, a device tensor filled from it, and paged jobs whose kv_indices is in the
+     * device tensor: decode (the tables are the arena's zeros), and kv_append (refused). */
+    n = 0;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 2, "arena_register");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "size", 65536);
+    n = record(s, n, 1);
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 3, "dtensor_create");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "bytes", 4096);
+    n = record(s, n, 0);
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 4, "dtensor_copy");
+    msgpack_pack_map(&b.pk, 6);
+    proto_pack_kv_u64(&b.pk, "dtensor", 2);
+    proto_pack_kv_u64(&b.pk, "offset", 0);
+    proto_pack_kv_u64(&b.pk, "arena", 1);
+    proto_pack_kv_u64(&b.pk, "arena_offset", 0);
+    proto_pack_kv_u64(&b.pk, "bytes", 4096);
+    proto_pack_kv_bool(&b.pk, "to_device", true);
+    n = record(s, n, 0);
+    struct proto_paged pg = {.op = PROTO_DECODE};
+    const struct {
+        struct proto_tensor *t;
+        uint64_t off;
+        gllm_dtype dt;
+        uint32_t rank;
+        int64_t shape[4];
+    } ts[] = {
+        {&pg.k_cache, 0, GLLM_DTYPE_F16, 4, {4, 16, 1, 64}},
+        {&pg.v_cache, 8192, GLLM_DTYPE_F16, 4, {4, 16, 1, 64}},
+        {&pg.kv_indptr, 16384, GLLM_DTYPE_I32, 1, {3}},
+        {&pg.kv_indices, 0, GLLM_DTYPE_I32, 1, {8}},
+        {&pg.kv_last_page_len, 16400, GLLM_DTYPE_I32, 1, {2}},
+        {&pg.q, 16512, GLLM_DTYPE_F16, 3, {2, 1, 64}},
+        {&pg.out, 16768, GLLM_DTYPE_F16, 3, {2, 1, 64}},
+        {&pg.k, 17024, GLLM_DTYPE_F16, 3, {2, 1, 64}},
+        {&pg.v, 17280, GLLM_DTYPE_F16, 3, {2, 1, 64}},
+        {&pg.append_indptr, 17536, GLLM_DTYPE_I32, 1, {3}},
+    };
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
+        *ts[i].t = (struct proto_tensor){.arena = ts[i].t == &pg.kv_indices ? 2 : 1,
+                                         .device = ts[i].t == &pg.kv_indices, .offset = ts[i].off,
+                                         .dtype = ts[i].dt, .rank = ts[i].rank};
+        memcpy(ts[i].t->shape, ts[i].shape, sizeof ts[i].shape);
+        proto_tensor_contiguous(ts[i].t);
+    }
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 5, "attention_decode");
+    proto_pack_paged(&b.pk, &pg);
+    n = record(s, n, 0);
+    pg.op = PROTO_KV_APPEND;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 6, "kv_append");
+    proto_pack_paged(&b.pk, &pg);
+    n = record(s, n, 0);
+    save(sd, "paged_device_indices", s, n);
     return 0;
 }
