@@ -173,7 +173,7 @@ static int ensure_counters(const struct cuda_driver *d, struct cuda_dev *x, size
 /* The kernel met a page number outside the pool (and read nothing through it). Tables in
  * device tensors: fetched back to name the first bad entry, as the loop does for tables in
  * arenas. A table the loop checked cannot get here: that is a bug, not bad input. */
-static int bad_page(const struct cuda_driver *d, struct cuda_dev *x, const struct paged_args *p)
+static int report_bad_page(const struct cuda_driver *d, struct cuda_dev *x, const struct paged_args *p)
 {
     if (!p->indices_on_device) {
         log_err("paged kernel: a checked page table failed the kernel's check");
@@ -372,7 +372,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     if ((r = d->cuStreamSynchronize(x->stream)))
         return cuda_fail(d, r, append ? "kv_append kernel" : "paged attention kernel");
     if (!append && *x->bad_page)
-        return bad_page(d, x, p);
+        return report_bad_page(d, x, p);
     cuda_read_timing(d, x, p->timing, moved + up_bytes, staged);
     return 0;
 }
