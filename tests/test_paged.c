@@ -22,6 +22,7 @@ struct cache_case {
     const int *qlen;          /* prefill queries per sequence (its last tokens) */
     bool device;              /* pools, q, out and new tokens in device tensors */
     bool device_pages;        /* attention reads kv_indices from the device tensor too */
+    bool trim_append;         /* the second kv_append's table holds only its pages */
 };
 
 struct cache {
@@ -98,6 +99,34 @@ static gllm_paged_kv table(struct cache *k, const int *len)
     return table_at(k, len, false);
 }
 
+/* The table kv_append needs for tokens [from[b], to[b]): only the pages they land in, the
+ * sequence seen as ending at to[b] and starting at the first of those pages. */
+static gllm_paged_kv table_tail(struct cache *k, const int *from, const int *to)
+{
+    const struct cache_case *c = &k->c;
+    uint64_t o_ind = take(k, 4 * (size_t)(c->B + 1)), o_idx = take(k, 4 * (size_t)k->P + 4),
+             o_last = take(k, 4 * (size_t)c->B + 4);
+    int32_t *indptr = i32_at(k, o_ind), *idx = i32_at(k, o_idx), *last = i32_at(k, o_last);
+    indptr[0] = 0;
+    for (int b = 0; b < c->B; b++) {
+        int n = 0;
+        if (to[b] > from[b]) {
+            int fp = from[b] / c->page_size, lp = (to[b] - 1) / c->page_size;
+            for (int i = fp; i <= lp; i++)
+                idx[indptr[b] + n++] = k->pages[k->first[b] + i];
+            last[b] = to[b] - lp * c->page_size;
+        } else {
+            last[b] = 0;
+        }
+        indptr[b + 1] = indptr[b] + n;
+    }
+    int64_t n = indptr[c->B];
+    return (gllm_paged_kv){.k_cache = k->kc, .v_cache = k->vc,
+                           .indptr = i32_tensor(k, o_ind, c->B + 1),
+                           .indices = i32_tensor(k, o_idx, n),
+                           .last_page_len = i32_tensor(k, o_last, c->B)};
+}
+
 /* The value every test token has: a function of (sequence, position, head, dim, K or V),
  * rounded to the dtype, so the reference needs no copy of the cache. */
 static double token_value(const struct cache *k, int b, int pos, int h, int d, int which)
@@ -158,11 +187,13 @@ static void teardown(struct cache *k)
     free(k->first);
 }
 
-/* Appends tokens [from[b], to[b]) of each sequence with one kv_append. */
-static void append(struct cache *k, const int *from, const int *to)
+/* Appends tokens [from[b], to[b]) of each sequence with one kv_append; trimmed: its table
+ * holds only the pages those tokens land in. */
+static void append(struct cache *k, const int *from, const int *to, bool trimmed)
 {
     const struct cache_case *c = &k->c;
-    gllm_kv_append_params p = {.size = sizeof p, .kv = table(k, to)};
+    gllm_kv_append_params p = {.size = sizeof p,
+                               .kv = trimmed ? table_tail(k, from, to) : table(k, to)};
     int n = 0;
     for (int b = 0; b < c->B; b++)
         n += to[b] - from[b];
@@ -306,8 +337,8 @@ static void run_case(const struct cache_case *c, uint64_t seed)
     int *zero = calloc((size_t)c->B, sizeof *zero), *mid = malloc((size_t)c->B * sizeof *mid);
     for (int b = 0; b < c->B; b++)
         mid[b] = c->len[b] - c->tail[b];
-    append(&k, zero, mid);          /* the prompt */
-    append(&k, mid, c->len);        /* then new tokens, starting inside a partial page */
+    append(&k, zero, mid, false);   /* the prompt */
+    append(&k, mid, c->len, c->trim_append);   /* then new tokens, from inside a partial page */
     check_pool(&k);
     attend(&k, false, seed + 1);
     attend(&k, true, seed + 2);
@@ -327,7 +358,7 @@ static void test_gqa4_f16_page16(void **state)
     (void)state;
     static const int len[] = {1, 17, 300, 16, 1100}, tail[] = {1, 2, 5, 16, 3},
                      qlen[] = {1, 5, 40, 16, 2};
-    struct cache_case c = {5, 8, 2, 128, 16, GLLM_DTYPE_F16, len, tail, qlen, false, false};
+    struct cache_case c = {5, 8, 2, 128, 16, GLLM_DTYPE_F16, len, tail, qlen, false, false, false};
     run_case(&c, 1);
     c.device = true;
     run_case(&c, 2);
@@ -339,7 +370,7 @@ static void test_gqa8_bf16_page1(void **state)
 {
     (void)state;
     static const int len[] = {33, 2, 700}, tail[] = {1, 1, 4}, qlen[] = {33, 1, 20};
-    struct cache_case c = {3, 16, 2, 64, 1, GLLM_DTYPE_BF16, len, tail, qlen, true, true};
+    struct cache_case c = {3, 16, 2, 64, 1, GLLM_DTYPE_BF16, len, tail, qlen, true, true, true};
     run_case(&c, 3);
 }
 
@@ -347,7 +378,7 @@ static void test_mha_page64(void **state)
 {
     (void)state;
     static const int len[] = {64, 65, 2500}, tail[] = {1, 64, 1}, qlen[] = {3, 65, 7};
-    struct cache_case c = {3, 4, 4, 64, 64, GLLM_DTYPE_F16, len, tail, qlen, true, false};
+    struct cache_case c = {3, 4, 4, 64, 64, GLLM_DTYPE_F16, len, tail, qlen, true, false, true};
     run_case(&c, 4);
     if (backend_is_cpu()) {     /* f32 and odd head dims: the CPU backend only */
         c.dtype = GLLM_DTYPE_F32, c.D = 40, c.device = false;
@@ -362,11 +393,11 @@ static void test_refusals(void **state)
     gllm_client *cl;
     assert_int_equal(gllm_connect(group_daemon.socket, &cl), 0);
     static const int len[] = {20, 5}, tail[] = {20, 5}, qlen[] = {1, 1};
-    struct cache_case c = {2, 4, 2, 64, 16, GLLM_DTYPE_F16, len, tail, qlen, true, false};
+    struct cache_case c = {2, 4, 2, 64, 16, GLLM_DTYPE_F16, len, tail, qlen, true, false, false};
     struct cache k;
     setup(&k, cl, &c, 9);
     int zero[2] = {0, 0};
-    append(&k, zero, len);
+    append(&k, zero, len, false);
     uint64_t oq = take(&k, 2 * 4 * 64 * 2), oo = take(&k, 2 * 4 * 64 * 2);
     int64_t shape[3] = {2, 4, 64};
     gllm_paged_attention_params good = {.size = sizeof good, .kv = table(&k, len),
