@@ -234,6 +234,19 @@ int job_prepare_copy(struct job *job, const struct arena_table *regions, uint32_
     return 0;
 }
 
+int job_check_device(const struct job *job, int dev, char *err, size_t errlen)
+{
+    for (int i = 0; i < job->narenas; i++) {
+        const struct arena *a = job->arenas[i];
+        if (a->device && a->dev != dev) {
+            snprintf(err, errlen, "device tensor %u lives on device %d, the job runs on device %d",
+                     a->id, a->dev, dev);
+            return GLLM_EPARAM;
+        }
+    }
+    return 0;
+}
+
 void job_release_arenas(struct job *job)
 {
     for (int i = 0; i < job->narenas; i++)

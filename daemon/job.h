@@ -77,6 +77,10 @@ int job_prepare_copy(struct job *job, const struct arena_table *regions, uint32_
 int job_prepare_paged(struct job *job, const struct proto_paged *pp,
                       const struct arena_table *arenas, const struct job_caps *caps,
                       char *err, size_t errlen);
+/* A job runs on one device: 0 when every device tensor it holds lives on dev, else
+ * GLLM_EPARAM with the first that does not in err. A kernel on one GPU reading another's
+ * memory without peer access faults, and a fault ends that GPU's context for every client. */
+int job_check_device(const struct job *job, int dev, char *err, size_t errlen);
 /* Drops the arena references and frees what the job owns. */
 void job_release_arenas(struct job *job);
 

@@ -412,6 +412,8 @@ static void h_attention(struct session *s, const struct proto_msg *m, int *fds, 
     }
     char err[PROTO_MAX_ERRMSG];
     r = job_prepare_attention(job, &pa, &s->arenas, &srv->caps, err, sizeof err);
+    if (r == 0 && (r = job_check_device(job, (int)dev, err, sizeof err)) < 0)
+        job_release_arenas(job);
     if (r < 0) {
         free(job);
         session_reply_error(s, id, r, "attention: %s", err);
@@ -446,6 +448,8 @@ static void paged(struct session *s, const struct proto_msg *m, enum proto_paged
     }
     char err[PROTO_MAX_ERRMSG];
     r = job_prepare_paged(job, &pp, &s->arenas, &srv->caps, err, sizeof err);
+    if (r == 0)
+        r = job_check_device(job, (int)dev, err, sizeof err);
     if (r == 0 && !srv->be->iface->paged) {
         snprintf(err, sizeof err, "not supported by the %s backend", srv->be->iface->name);
         r = GLLM_EMETHOD;

@@ -181,6 +181,28 @@ static void test_strided_views_accepted(void **state)
     job_release_arenas(&job);
 }
 
+/* A job on one device may not name a device tensor of another (stands in for one here:
+ * the region is marked as device 1's). */
+static void test_device_tensor_on_another_device(void **state)
+{
+    (void)state;
+    arena2->device = true, arena2->dev = 1;
+    struct proto_attention pa = good_job();
+    pa.out.device = true;
+    struct job job;
+    assert_int_equal(prepare(&pa, &job), 0);
+    char err[200] = "";
+    assert_int_equal(job_check_device(&job, 0, err, sizeof err), GLLM_EPARAM);
+    assert_non_null(strstr(err, "lives on device 1"));
+    assert_int_equal(job_check_device(&job, 1, err, sizeof err), 0);
+    job_release_arenas(&job);
+    arena2->device = false, arena2->dev = 0;
+    pa = good_job();                               /* arenas belong to no device */
+    assert_int_equal(prepare(&pa, &job), 0);
+    assert_int_equal(job_check_device(&job, 1, err, sizeof err), 0);
+    job_release_arenas(&job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -188,6 +210,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_dtype_not_supported_by_backend),
         cmocka_unit_test(test_strided_views_accepted),
+        cmocka_unit_test(test_device_tensor_on_another_device),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
