@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gllm_raw import Arena, Client  # noqa: E402
+from gllm_raw import Arena, Client, GllmError  # noqa: E402
 from gpu_compare import time_torch, time_torch_graph  # noqa: E402
 
 TORCH = {"f16": torch.float16, "bf16": torch.bfloat16}
@@ -31,13 +31,14 @@ def bits(t):
 class Paged:
     """Pools in device tensors, everything else in one arena."""
 
-    def __init__(self, client, P, ps, Hkv, D, dtype, extra_bytes):
+    def __init__(self, client, P, ps, Hkv, D, dtype, extra_bytes, device=0):
         self.c, self.P, self.ps, self.Hkv, self.D, self.dtype = client, P, ps, Hkv, D, dtype
+        self.device = device
         self.pool_bytes = P * ps * Hkv * D * 2
         self.arena = Arena(client, self.pool_bytes + extra_bytes + (1 << 20))
         self.used = self.pool_bytes    # the pool's staging copy sits at offset 0
-        self.kc = client.call("dtensor_create", {"bytes": self.pool_bytes})["dtensor"]
-        self.vc = client.call("dtensor_create", {"bytes": self.pool_bytes})["dtensor"]
+        self.kc = client.call("dtensor_create", {"bytes": self.pool_bytes, "device": device})["dtensor"]
+        self.vc = client.call("dtensor_create", {"bytes": self.pool_bytes, "device": device})["dtensor"]
         self.qo = None
         self.extra = []
 
@@ -66,7 +67,7 @@ class Paged:
         """values in a device tensor of their own, by way of the arena."""
         t = self.i32(values)
         n = max(4 * len(values), 4)
-        dt = self.c.call("dtensor_create", {"bytes": n})["dtensor"]
+        dt = self.c.call("dtensor_create", {"bytes": n, "device": self.device})["dtensor"]
         self.extra.append(dt)
         self.c.call("dtensor_copy", {"dtensor": dt, "offset": 0, "arena": self.arena.id,
                                      "arena_offset": t["offset"], "bytes": n, "to_device": True})
@@ -104,12 +105,12 @@ def gather(pool, indices, indptr, b, n):
     return pages.reshape(-1, pool.shape[2], pool.shape[3])[:n]
 
 
-def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results):
+def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, device=0):
     lens = [int(x) for x in torch.randint(1, 900, (B,), generator=g)]
     qlens = [int(torch.randint(1, n + 1, (1,), generator=g)) if prefill else 1 for n in lens]
     P = sum((n + ps - 1) // ps for n in lens) + 5
     N = sum(qlens)
-    pg = Paged(client, P, ps, Hkv, D, dtype, 4 * N * Hq * D * 2 + 16 * (P + 4 * B))
+    pg = Paged(client, P, ps, Hkv, D, dtype, 4 * N * Hq * D * 2 + 16 * (P + 4 * B), device)
     kpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
     vpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
     pg.upload_pool(pg.kc, kpool)
@@ -128,6 +129,7 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results):
               "out": Client.tensor(pg.arena, oo, dtype, [N, Hq, D])}
     if prefill:
         params["qo_indptr"] = pg.i32(np.concatenate([[0], np.cumsum(qlens)]))
+    params["device"] = device
     client.call("attention_prefill" if prefill else "attention_decode", params)
     raw = np.frombuffer(pg.arena.map, dtype=np.int16, count=N * Hq * D, offset=oo).copy()
     got = torch.from_numpy(raw).view(TORCH[dtype]).reshape(N, Hq, D).double().cuda()
@@ -147,6 +149,7 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results):
     err = float((got - want).abs().max() / want.abs().max())
     ok = err <= TOL[dtype]
     name = (f"{'prefill' if prefill else 'decode'} B{B} Hq{Hq} Hkv{Hkv} D{D} page {ps} {dtype} "
+            f"{f'device {device} ' if device else ''}"
             f"(lens {min(lens)}..{max(lens)}){' pages on device' if dev_pages else ''}")
     print(f"  {'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e}", flush=True)
     results.append({"case": name, "rel_err": err, "ok": ok})
@@ -259,6 +262,29 @@ def main():
             for prefill in (False, True):     # every other case reads kv_indices on the device
                 total += 1
                 passed += check(client, g, *c, prefill, i % 2 == 1, results)
+        # Every other device of a multi-GPU host: a decode and a prefill with everything on
+        # it, and a job on device 0 naming its device tensor, which must be refused.
+        for dev in range(1, len(client.caps["devices"])):
+            for prefill in (False, True):
+                total += 1
+                passed += check(client, g, 3, 16, 4, 128, 16, "f16", prefill, True, results, dev)
+            total += 1
+            pg = Paged(client, 4, 16, 4, 128, "f16", 1 << 16, dev)
+            kc, vc = pg.pools()
+            try:
+                client.call("attention_decode", {
+                    "k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32([0, 1]),
+                    "kv_indices": pg.i32([0]), "kv_last_page_len": pg.i32([1]),
+                    "q": Client.tensor(pg.arena, pg.take(2048), "f16", [1, 16, 128]),
+                    "out": Client.tensor(pg.arena, pg.take(2048), "f16", [1, 16, 128]),
+                    "device": 0})
+                print(f"  FAIL a job on device 0 with device {dev}'s pools ran", flush=True)
+            except GllmError as e:
+                ok = e.code == -1004 and f"lives on device {dev}" in str(e)   # PARAM
+                passed += ok
+                print(f"  {'ok  ' if ok else 'FAIL'} device 0 job with device {dev}'s pools refused: {e}",
+                      flush=True)
+            pg.free()
         print(f"paged correctness: {passed} passed, {total - passed} failed", flush=True)
     rows = []
     d2d = d2d_gbps(args.iters)
