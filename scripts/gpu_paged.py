@@ -275,8 +275,8 @@ def main():
                 client.call("attention_decode", {
                     "k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32([0, 1]),
                     "kv_indices": pg.i32([0]), "kv_last_page_len": pg.i32([1]),
-                    "q": Client.tensor(pg.arena, pg.take(2048), "f16", [1, 16, 128]),
-                    "out": Client.tensor(pg.arena, pg.take(2048), "f16", [1, 16, 128]),
+                    "q": Client.tensor(pg.arena, pg.take(4096), "f16", [1, 16, 128]),
+                    "out": Client.tensor(pg.arena, pg.take(4096), "f16", [1, 16, 128]),
                     "device": 0})
                 print(f"  FAIL a job on device 0 with device {dev}'s pools ran", flush=True)
             except GllmError as e:
