@@ -69,21 +69,24 @@ static gllm_tensor i32_tensor(struct cache *k, uint64_t off, int64_t n)
     return tensor(k, off, false, GLLM_DTYPE_I32, 1, &n);
 }
 
-/* The page table for lengths len[b] (a prefix of each sequence's pages); with on_device,
- * kv_indices is copied to the same offset of the device tensor and read from there. */
-static gllm_paged_kv table_at(struct cache *k, const int *len, bool on_device)
+/* The page table of each sequence's tokens [0, to[b]), starting at its page that holds
+ * token from[b] (from NULL: at its first page; kv_append needs only the pages its new
+ * tokens land in). With on_device, kv_indices is copied to the same offset of the device
+ * tensor and read from there. */
+static gllm_paged_kv table_span(struct cache *k, const int *from, const int *to, bool on_device)
 {
     const struct cache_case *c = &k->c;
+    const int ps = c->page_size;
     uint64_t o_ind = take(k, 4 * (size_t)(c->B + 1)), o_idx = take(k, 4 * (size_t)k->P + 4),
              o_last = take(k, 4 * (size_t)c->B + 4);
     int32_t *indptr = i32_at(k, o_ind), *idx = i32_at(k, o_idx), *last = i32_at(k, o_last);
     indptr[0] = 0;
     for (int b = 0; b < c->B; b++) {
-        int np = (len[b] + c->page_size - 1) / c->page_size;
+        int fp = from ? from[b] / ps : 0, np = to[b] > fp * ps ? (to[b] - 1) / ps + 1 - fp : 0;
         for (int i = 0; i < np; i++)
-            idx[indptr[b] + i] = k->pages[k->first[b] + i];
+            idx[indptr[b] + i] = k->pages[k->first[b] + fp + i];
         indptr[b + 1] = indptr[b] + np;
-        last[b] = np ? len[b] - (np - 1) * c->page_size : 0;
+        last[b] = np ? to[b] - (fp + np - 1) * ps : 0;
     }
     int64_t n = indptr[c->B];
     if (on_device)
@@ -96,35 +99,7 @@ static gllm_paged_kv table_at(struct cache *k, const int *len, bool on_device)
 
 static gllm_paged_kv table(struct cache *k, const int *len)
 {
-    return table_at(k, len, false);
-}
-
-/* The table kv_append needs for tokens [from[b], to[b]): only the pages they land in, the
- * sequence seen as ending at to[b] and starting at the first of those pages. */
-static gllm_paged_kv table_tail(struct cache *k, const int *from, const int *to)
-{
-    const struct cache_case *c = &k->c;
-    uint64_t o_ind = take(k, 4 * (size_t)(c->B + 1)), o_idx = take(k, 4 * (size_t)k->P + 4),
-             o_last = take(k, 4 * (size_t)c->B + 4);
-    int32_t *indptr = i32_at(k, o_ind), *idx = i32_at(k, o_idx), *last = i32_at(k, o_last);
-    indptr[0] = 0;
-    for (int b = 0; b < c->B; b++) {
-        int n = 0;
-        if (to[b] > from[b]) {
-            int fp = from[b] / c->page_size, lp = (to[b] - 1) / c->page_size;
-            for (int i = fp; i <= lp; i++)
-                idx[indptr[b] + n++] = k->pages[k->first[b] + i];
-            last[b] = to[b] - lp * c->page_size;
-        } else {
-            last[b] = 0;
-        }
-        indptr[b + 1] = indptr[b] + n;
-    }
-    int64_t n = indptr[c->B];
-    return (gllm_paged_kv){.k_cache = k->kc, .v_cache = k->vc,
-                           .indptr = i32_tensor(k, o_ind, c->B + 1),
-                           .indices = i32_tensor(k, o_idx, n),
-                           .last_page_len = i32_tensor(k, o_last, c->B)};
+    return table_span(k, NULL, len, false);
 }
 
 /* The value every test token has: a function of (sequence, position, head, dim, K or V),
@@ -193,7 +168,7 @@ static void append(struct cache *k, const int *from, const int *to, bool trimmed
 {
     const struct cache_case *c = &k->c;
     gllm_kv_append_params p = {.size = sizeof p,
-                               .kv = trimmed ? table_tail(k, from, to) : table(k, to)};
+                               .kv = table_span(k, trimmed ? from : NULL, to, false)};
     int n = 0;
     for (int b = 0; b < c->B; b++)
         n += to[b] - from[b];
@@ -298,7 +273,7 @@ static void attend(struct cache *k, bool prefill, uint64_t seed)
     if (c->device)
         assert_int_equal(gllm_dtensor_write(k->cl, k->dt, oq, k->arena, oq, oo + (size_t)n * qrow * k->es - oq), 0);
     int64_t shape[3] = {n, c->Hq, c->D};
-    gllm_paged_attention_params p = {.size = sizeof p, .kv = table_at(k, c->len, c->device_pages),
+    gllm_paged_attention_params p = {.size = sizeof p, .kv = table_span(k, NULL, c->len, c->device_pages),
                                      .q = tensor(k, oq, c->device, c->dtype, 3, shape),
                                      .out = tensor(k, oo, c->device, c->dtype, 3, shape)};
     if (prefill)
@@ -473,7 +448,7 @@ static void test_refusals(void **state)
     /* kv_indices in a device tensor: read when the job runs, each page number checked there
      * before anything is read through it; the rest of the table must be in arenas. */
     p = good;
-    p.kv = table_at(&k, len, true);
+    p.kv = table_span(&k, NULL, len, true);
     assert_int_equal(gllm_attention_decode(cl, &p, &res), 0);
     int32_t *didx = i32_at(&k, p.kv.indices.offset), keep = didx[1];
     didx[1] = k.P;                                  /* past the pool, written to the device */
