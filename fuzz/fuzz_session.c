@@ -6,9 +6,11 @@
  * a sealed memfd of the ring's size, which the harness keeps mapped as the client's side
  * of the ring (proto/ring.h). Bit 4: the record is not sent but put in that ring's next
  * request slot (its first 4 bytes are the slot's `after`), bit 5: its first 12 bytes
- * overwrite the client's ring counters (reply_tail, polling, request_head). Unless the
- * first record has flags bit 7, a valid hello goes first, so the fuzzer spends its time
- * past the handshake. */
+ * overwrite the client's ring counters (reply_tail, polling, request_head). Bit 6: the
+ * record is not sent but written into the last sealed 64 KiB memfd (the client's arena),
+ * at the offset in its first 2 bytes (little-endian), so tables and tensors hold what the
+ * fuzzer chose. Unless the first record has flags bit 7, a valid hello goes first, so the
+ * fuzzer spends its time past the handshake. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +50,7 @@ static void setup(void)
 
 static struct gllm_ring *ring;   /* the last ring-sized memfd offered, as the client maps it */
 static uint32_t ring_head;
+static uint8_t *arena;           /* the last sealed 64 KiB memfd offered, as the client maps it */
 
 static void send_packet(int fd, const uint8_t *p, size_t n, int flags)
 {
@@ -64,6 +67,13 @@ static void send_packet(int fd, const uint8_t *p, size_t n, int flags)
         }
     } else if (flags & 1 || flags & 2) {
         pass = make_memfd(65536, (flags & 1) ? F_SEAL_SHRINK : 0);
+        if (pass >= 0 && (flags & 1)) {
+            if (arena)
+                munmap(arena, 65536);
+            arena = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_SHARED, pass, 0);
+            if (arena == MAP_FAILED)
+                arena = NULL;
+        }
     } else if (flags & 4) {
         int pp[2];
         if (pipe2(pp, O_CLOEXEC) == 0) {
@@ -121,6 +131,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             slot->len = (uint32_t)(len - 4 < sizeof slot->data ? len - 4 : sizeof slot->data);
             memcpy(slot->data, data + off + 4, slot->len);
             atomic_store(&ring->request_head, ++ring_head);
+        } else if ((flags & 64) && arena && len >= 2) {
+            size_t at = (size_t)data[off] | (size_t)data[off + 1] << 8, n = len - 2;
+            memcpy(arena + at, data + off + 2, n < 65536 - at ? n : 65536 - at);
         } else if ((flags & 32) && ring && len >= 12) {
             uint32_t v[3];
             memcpy(v, data + off, sizeof v);
@@ -140,6 +153,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (ring) {
         munmap(ring, GLLM_RING_BYTES);
         ring = NULL;
+    }
+    if (arena) {
+        munmap(arena, 65536);
+        arena = NULL;
     }
     settle(-1);
     for (int i = 0; i < 1000 && (srv->sessions || srv->stats.jobs_inflight); i++) {

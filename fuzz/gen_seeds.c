@@ -44,6 +44,29 @@ static size_t record(unsigned char *out, size_t at, int flags)
     return at + 3 + b.len;
 }
 
+/* Fills b with a fuzz_session arena write (flags bit 6): [offset lo][offset hi][bytes]. */
+static void arena_bytes(unsigned at, const void *p, size_t n)
+{
+    b.data[0] = (char)(at & 0xff);
+    b.data[1] = (char)(at >> 8);
+    memcpy(b.data + 2, p, n);
+    b.len = 2 + n;
+}
+
+/* Fills b with a dtensor_copy of 4096 bytes from arena 1 at `from` to device tensor 2. */
+static void copy_to_dtensor(uint64_t id, uint64_t from)
+{
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, "dtensor_copy");
+    msgpack_pack_map(&b.pk, 6);
+    proto_pack_kv_u64(&b.pk, "dtensor", 2);
+    proto_pack_kv_u64(&b.pk, "offset", 0);
+    proto_pack_kv_u64(&b.pk, "arena", 1);
+    proto_pack_kv_u64(&b.pk, "arena_offset", from);
+    proto_pack_kv_u64(&b.pk, "bytes", 4096);
+    proto_pack_kv_bool(&b.pk, "to_device", true);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -141,28 +164,29 @@ int main(int argc, char **argv)
     n = record(s, n, 0);
     save(sd, "ring_request", s, n);
 
-    /* An arena, a device tensor filled from it, and paged jobs whose kv_indices is in the
-     * device tensor: decode (the tables are the arena's zeros), and kv_append (refused). */
+    /* An arena whose tables the harness writes (two sequences: 5 tokens on page 1, 3 on
+     * page 3 of a 4-page pool), a device tensor that takes kv_indices from it, a decode
+     * that runs, the same with page 9 (refused when it runs), and a kv_append with the
+     * device table (refused). */
     n = 0;
     proto_buf_init(&b);
     proto_pack_request(&b.pk, 2, "arena_register");
     msgpack_pack_map(&b.pk, 1);
     proto_pack_kv_u64(&b.pk, "size", 65536);
     n = record(s, n, 1);
+    const int32_t indptr[3] = {0, 1, 2}, last[2] = {5, 3}, pages[2] = {1, 3}, bad[2] = {1, 9};
+    arena_bytes(16384, indptr, sizeof indptr);
+    n = record(s, n, 64);
+    arena_bytes(16400, last, sizeof last);
+    n = record(s, n, 64);
+    arena_bytes(20000, pages, sizeof pages);
+    n = record(s, n, 64);
     proto_buf_init(&b);
     proto_pack_request(&b.pk, 3, "dtensor_create");
     msgpack_pack_map(&b.pk, 1);
     proto_pack_kv_u64(&b.pk, "bytes", 4096);
     n = record(s, n, 0);
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 4, "dtensor_copy");
-    msgpack_pack_map(&b.pk, 6);
-    proto_pack_kv_u64(&b.pk, "dtensor", 2);
-    proto_pack_kv_u64(&b.pk, "offset", 0);
-    proto_pack_kv_u64(&b.pk, "arena", 1);
-    proto_pack_kv_u64(&b.pk, "arena_offset", 0);
-    proto_pack_kv_u64(&b.pk, "bytes", 4096);
-    proto_pack_kv_bool(&b.pk, "to_device", true);
+    copy_to_dtensor(4, 20000);
     n = record(s, n, 0);
     struct proto_paged pg = {.op = PROTO_DECODE};
     const struct {
@@ -192,6 +216,14 @@ int main(int argc, char **argv)
     }
     proto_buf_init(&b);
     proto_pack_request(&b.pk, 5, "attention_decode");
+    proto_pack_paged(&b.pk, &pg);
+    n = record(s, n, 0);
+    arena_bytes(20000, bad, sizeof bad);
+    n = record(s, n, 64);
+    copy_to_dtensor(7, 20000);
+    n = record(s, n, 0);
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 8, "attention_decode");
     proto_pack_paged(&b.pk, &pg);
     n = record(s, n, 0);
     pg.op = PROTO_KV_APPEND;
