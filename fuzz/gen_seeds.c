@@ -44,6 +44,15 @@ static size_t record(unsigned char *out, size_t at, int flags)
     return at + 3 + b.len;
 }
 
+/* Fills b with a request whose params are one unsigned key. */
+static void request_u64(uint64_t id, const char *method, const char *key, uint64_t val)
+{
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, method);
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, key, val);
+}
+
 /* Fills b with a fuzz_session arena write (flags bit 6): [offset lo][offset hi][bytes]. */
 static void arena_bytes(unsigned at, const void *p, size_t n)
 {
@@ -84,10 +93,7 @@ int main(int argc, char **argv)
     proto_pack_request(&b.pk, 2, "status");
     msgpack_pack_map(&b.pk, 0);
     save(pd, "status", b.data, b.len);
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 3, "arena_register");
-    msgpack_pack_map(&b.pk, 1);
-    proto_pack_kv_u64(&b.pk, "size", 65536);
+    request_u64(3, "arena_register", "size", 65536);
     save(pd, "arena_register", b.data, b.len);
     struct proto_attention a = job(1, 8, true);
     proto_buf_init(&b);
@@ -106,10 +112,7 @@ int main(int argc, char **argv)
 
     static unsigned char s[1 << 16];
     size_t n = 0;
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 2, "arena_register");
-    msgpack_pack_map(&b.pk, 1);
-    proto_pack_kv_u64(&b.pk, "size", 65536);
+    request_u64(2, "arena_register", "size", 65536);
     n = record(s, n, 1);                       /* with a sealed memfd */
     for (int i = 0; i < 3; i++) {
         a = job(1, 4 + 8 * i, i == 1);
@@ -123,17 +126,11 @@ int main(int argc, char **argv)
     proto_pack_request(&b.pk, 20, "status");
     msgpack_pack_map(&b.pk, 0);
     n = record(s, n, 0);
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 21, "arena_release");
-    msgpack_pack_map(&b.pk, 1);
-    proto_pack_kv_u64(&b.pk, "arena", 1);
+    request_u64(21, "arena_release", "arena", 1);
     n = record(s, n, 0);
     save(sd, "register_attention_release", s, n);
     n = 0;
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 2, "arena_register");
-    msgpack_pack_map(&b.pk, 1);
-    proto_pack_kv_u64(&b.pk, "size", 65536);
+    request_u64(2, "arena_register", "size", 65536);
     n = record(s, n, 2);                       /* unsealed: refused */
     n = record(s, n, 4);                       /* a pipe: refused */
     save(sd, "bad_fds", s, n);
@@ -145,10 +142,7 @@ int main(int argc, char **argv)
     proto_pack_request(&b.pk, 2, "ring");
     msgpack_pack_map(&b.pk, 0);
     n = record(s, n, 8);
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 3, "arena_register");
-    msgpack_pack_map(&b.pk, 1);
-    proto_pack_kv_u64(&b.pk, "size", 65536);
+    request_u64(3, "arena_register", "size", 65536);
     n = record(s, n, 1);
     a = job(1, 8, false);
     proto_buf_init(&b);
@@ -169,10 +163,7 @@ int main(int argc, char **argv)
      * that runs, the same with page 9 (refused when it runs), and a kv_append with the
      * device table (refused). */
     n = 0;
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 2, "arena_register");
-    msgpack_pack_map(&b.pk, 1);
-    proto_pack_kv_u64(&b.pk, "size", 65536);
+    request_u64(2, "arena_register", "size", 65536);
     n = record(s, n, 1);
     const int32_t indptr[3] = {0, 1, 2}, last[2] = {5, 3}, pages[2] = {1, 3}, bad[2] = {1, 9};
     arena_bytes(16384, indptr, sizeof indptr);
@@ -181,10 +172,7 @@ int main(int argc, char **argv)
     n = record(s, n, 64);
     arena_bytes(20000, pages, sizeof pages);
     n = record(s, n, 64);
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 3, "dtensor_create");
-    msgpack_pack_map(&b.pk, 1);
-    proto_pack_kv_u64(&b.pk, "bytes", 4096);
+    request_u64(3, "dtensor_create", "bytes", 4096);
     n = record(s, n, 0);
     copy_to_dtensor(4, 20000);
     n = record(s, n, 0);
