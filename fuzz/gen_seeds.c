@@ -44,6 +44,14 @@ static size_t record(unsigned char *out, size_t at, int flags)
     return at + 3 + b.len;
 }
 
+/* Fills b with a request whose params are an empty map. */
+static void request_empty(uint64_t id, const char *method)
+{
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, method);
+    msgpack_pack_map(&b.pk, 0);
+}
+
 /* Fills b with a request whose params are one unsigned key. */
 static void request_u64(uint64_t id, const char *method, const char *key, uint64_t val)
 {
@@ -89,9 +97,7 @@ int main(int argc, char **argv)
     proto_pack_kv_u64(&b.pk, "version", 1);
     proto_pack_kv_str(&b.pk, "client", "seed");
     save(pd, "hello", b.data, b.len);
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 2, "status");
-    msgpack_pack_map(&b.pk, 0);
+    request_empty(2, "status");
     save(pd, "status", b.data, b.len);
     request_u64(3, "arena_register", "size", 65536);
     save(pd, "arena_register", b.data, b.len);
@@ -122,9 +128,7 @@ int main(int argc, char **argv)
         proto_pack_attention(&b.pk, &a);
         n = record(s, n, 0);
     }
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 20, "status");
-    msgpack_pack_map(&b.pk, 0);
+    request_empty(20, "status");
     n = record(s, n, 0);
     request_u64(21, "arena_release", "arena", 1);
     n = record(s, n, 0);
@@ -138,9 +142,7 @@ int main(int argc, char **argv)
     /* A ring, an arena, a job by the ring (after: 3 packets: hello, ring, arena), a status
      * by the socket that takes it out. */
     n = 0;
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 2, "ring");
-    msgpack_pack_map(&b.pk, 0);
+    request_empty(2, "ring");
     n = record(s, n, 8);
     request_u64(3, "arena_register", "size", 65536);
     n = record(s, n, 1);
@@ -152,9 +154,7 @@ int main(int argc, char **argv)
     proto_pack_request(&b.pk, 4, "attention");
     proto_pack_attention(&b.pk, &a);
     n = record(s, n, 16);
-    proto_buf_init(&b);
-    proto_pack_request(&b.pk, 5, "status");
-    msgpack_pack_map(&b.pk, 0);
+    request_empty(5, "status");
     n = record(s, n, 0);
     save(sd, "ring_request", s, n);
 

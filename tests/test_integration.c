@@ -71,6 +71,16 @@ static int job_setup(gllm_client *c, struct live_job *j, const struct job_spec *
     return 0;
 }
 
+/* Sets up and submits n jobs of spec s, seeded seed0, seed0 + 1, ... */
+static void submit_jobs(gllm_client *c, struct live_job *j, int n, const struct job_spec *s,
+                        uint64_t seed0)
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(job_setup(c, &j[i], s, seed0 + (uint64_t)i), 0);
+        assert_int_equal(gllm_attention_submit(c, &j[i].p, &j[i].id), 0);
+    }
+}
+
 /* True when the output matches the float64 reference within the dtype's tolerance. */
 static bool job_output_ok(const struct live_job *j)
 {
@@ -498,10 +508,7 @@ static void test_sigterm_drains(void **state)
     struct live_job j[N];
     struct job_spec s = {.B = 1, .Hq = 8, .Hkv = 4, .Sq = 512, .Skv = 512, .D = 128,
                          .dtype = GLLM_DTYPE_BF16};
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(job_setup(c, &j[i], &s, (uint64_t)i), 0);
-        assert_int_equal(gllm_attention_submit(c, &j[i].p, &j[i].id), 0);
-    }
+    submit_jobs(c, j, N, &s, 0);
     gllm_status st = {0};
     for (int i = 0; i < 3000; i++) {      /* until the daemon has read them all */
         assert_int_equal(gllm_status_get(watcher, &st), 0);
@@ -615,10 +622,7 @@ static void test_poll_after_daemon_exit(void **state)
     struct live_job j[N];
     struct job_spec s = {.B = 1, .Hq = 4, .Hkv = 2, .Sq = 64, .Skv = 80, .D = 64,
                          .dtype = GLLM_DTYPE_F16};
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(job_setup(c, &j[i], &s, 40 + (uint64_t)i), 0);
-        assert_int_equal(gllm_attention_submit(c, &j[i].p, &j[i].id), 0);
-    }
+    submit_jobs(c, j, N, &s, 40);
     /* The daemon has read all three once it answers a later request on the connection
      * (requests are handled in order), so SIGTERM cannot refuse any of them. */
     gllm_status st;
