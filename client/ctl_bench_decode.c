@@ -65,7 +65,7 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
     if (r == 0 && (r = gllm_dtensor_create(c, pool, 0, &kc)) == 0 &&
         (r = gllm_dtensor_create(c, pool, 0, &vc)) == 0 &&
         (r = gllm_dtensor_create(c, 2 * qbytes, 0, &qo)) == 0 &&
-        (r = gllm_dtensor_create(c, (size_t)P * 4, 0, &pages)) == 0 &&
+        (s->pages_in_arena || (r = gllm_dtensor_create(c, (size_t)P * 4, 0, &pages)) == 0) &&
         (r = gllm_arena_create(c, (size_t)(2 * s->B + 2 + P) * 4, &tab)) == 0 &&
         (r = fill_device(c, kc, rnd)) == 0 && (r = fill_device(c, vc, rnd)) == 0)
         r = fill_device(c, qo, rnd);

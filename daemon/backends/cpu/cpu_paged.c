@@ -1,6 +1,5 @@
 /* CPU paged KV cache: appends by copying rows, attention by gathering pages for the dense kernel. */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,14 +75,11 @@ int cpu_paged_run(struct cpu_attention *dense, const struct paged_args *p)
     }
     /* A "device" tensor is the daemon's host memory here; its page numbers are read now,
      * after the jobs before this one wrote them, and checked before any is followed. */
-    char why[160];
-    int rc = p->indices_on_device
-                 ? paged_check_pages(p->kv_indices, p->kv_indptr[p->B], p->num_pages, why, sizeof why)
-                 : 0;
-    if (rc < 0) {
-        if (p->why)
-            snprintf(p->why, p->why_len, "%s", why);
-        return rc;
+    if (p->indices_on_device) {
+        int rc = paged_check_pages(p->kv_indices, p->kv_indptr[p->B], p->num_pages, p->why,
+                                   p->why ? p->why_len : 0);
+        if (rc < 0)
+            return rc;
     }
     return attend(dense, p, es);
 }
