@@ -241,9 +241,19 @@ static void h_arena_release(struct session *s, const struct proto_msg *m, int *f
 }
 
 /* Queues a job on the session's lane of device dev; the reply comes when it is done. */
-static void submit(struct session *s, struct job *job, uint64_t req_id, int dev)
+/* Queues a prepared job on its device's worker; a job naming another device's tensor is
+ * refused here, for every kind of job. */
+static void submit(struct session *s, struct job *job, uint64_t req_id, int dev, const char *method)
 {
     struct server *srv = s->srv;
+    char err[PROTO_MAX_ERRMSG];
+    int r = job_check_device(job, dev, err, sizeof err);
+    if (r < 0) {
+        job_release_arenas(job);
+        free(job);
+        session_reply_error(s, (int64_t)req_id, r, "%s: %s", method, err);
+        return;
+    }
     job->req_id = req_id;
     job->dev = dev;
     job->t_read = srv->packet_ns;
@@ -385,7 +395,7 @@ static void h_dtensor_copy(struct session *s, const struct proto_msg *m, int *fd
         session_reply_error(s, id, r, "dtensor_copy: %s", err);
         return;
     }
-    submit(s, job, m->id, d->dev);
+    submit(s, job, m->id, d->dev, "dtensor_copy");
 }
 
 static void h_attention(struct session *s, const struct proto_msg *m, int *fds, int nfds)
@@ -412,14 +422,12 @@ static void h_attention(struct session *s, const struct proto_msg *m, int *fds, 
     }
     char err[PROTO_MAX_ERRMSG];
     r = job_prepare_attention(job, &pa, &s->arenas, &srv->caps, err, sizeof err);
-    if (r == 0 && (r = job_check_device(job, (int)dev, err, sizeof err)) < 0)
-        job_release_arenas(job);
     if (r < 0) {
         free(job);
         session_reply_error(s, id, r, "attention: %s", err);
         return;
     }
-    submit(s, job, m->id, (int)dev);
+    submit(s, job, m->id, (int)dev, "attention");
 }
 
 /* kv_append, attention_decode and attention_prefill: validated like attention, plus the
@@ -448,8 +456,6 @@ static void paged(struct session *s, const struct proto_msg *m, enum proto_paged
     }
     char err[PROTO_MAX_ERRMSG];
     r = job_prepare_paged(job, &pp, &s->arenas, &srv->caps, err, sizeof err);
-    if (r == 0)
-        r = job_check_device(job, (int)dev, err, sizeof err);
     if (r == 0 && !srv->be->iface->paged) {
         snprintf(err, sizeof err, "not supported by the %s backend", srv->be->iface->name);
         r = GLLM_EMETHOD;
@@ -462,7 +468,7 @@ static void paged(struct session *s, const struct proto_msg *m, enum proto_paged
         session_reply_error(s, id, r, "%s: %s", method, err);
         return;
     }
-    submit(s, job, m->id, (int)dev);
+    submit(s, job, m->id, (int)dev, method);
 }
 
 static void h_kv_append(struct session *s, const struct proto_msg *m, int *fds, int nfds)
