@@ -74,12 +74,17 @@ static int decode_job_reply(const struct proto_msg *m, gllm_job_result *res)
     memset(res, 0, sizeof *res);
     res->status = m->error_code;
     if (m->error_code == 0) {
-        proto_get_u64(m->result, "kernel_ns", false, &res->kernel_ns);
-        proto_get_u64(m->result, "queue_ns", false, &res->queue_ns);
-        proto_get_u64(m->result, "job_ns", false, &res->job_ns);
-        proto_get_u64(m->result, "copy_ns", false, &res->copy_ns);
-        proto_get_u64(m->result, "copy_bytes", false, &res->copy_bytes);
-        proto_get_u64(m->result, "accept_ns", false, &res->accept_ns);
+        static const struct proto_key keys[] = {
+            PROTO_KEY("kernel_ns"), PROTO_KEY("queue_ns"), PROTO_KEY("job_ns"),
+            PROTO_KEY("copy_ns"), PROTO_KEY("copy_bytes"), PROTO_KEY("accept_ns"),
+        };
+        uint64_t *const out[] = {&res->kernel_ns, &res->queue_ns, &res->job_ns,
+                                 &res->copy_ns, &res->copy_bytes, &res->accept_ns};
+        const msgpack_object *f[sizeof keys / sizeof *keys];
+        proto_map_find(m->result, keys, sizeof keys / sizeof *keys, f);
+        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
+            if (f[i] && f[i]->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                *out[i] = f[i]->via.u64;
     }
     return 0;
 }

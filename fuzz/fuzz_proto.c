@@ -8,12 +8,49 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* msgpack_object_equal, except that floats compare by their bits: a NaN is not equal to
+ * itself, but both trees must hold the same one. */
+static bool same_tree(const msgpack_object *a, const msgpack_object *b)
+{
+    if (a->type != b->type)
+        return false;
+    switch (a->type) {
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        return memcmp(&a->via.f64, &b->via.f64, sizeof a->via.f64) == 0;
+    case MSGPACK_OBJECT_ARRAY:
+        if (a->via.array.size != b->via.array.size)
+            return false;
+        for (uint32_t i = 0; i < a->via.array.size; i++)
+            if (!same_tree(&a->via.array.ptr[i], &b->via.array.ptr[i]))
+                return false;
+        return true;
+    case MSGPACK_OBJECT_MAP:
+        if (a->via.map.size != b->via.map.size)
+            return false;
+        for (uint32_t i = 0; i < a->via.map.size; i++)
+            if (!same_tree(&a->via.map.ptr[i].key, &b->via.map.ptr[i].key) ||
+                !same_tree(&a->via.map.ptr[i].val, &b->via.map.ptr[i].val))
+                return false;
+        return true;
+    default:
+        return msgpack_object_equal(*a, *b);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct proto_msg m;
     int64_t id = -1;
     if (proto_decode(data, size, &m, &id) < 0)
         return 0;
+    /* The tree proto_decode built must be the one msgpack-c's unpacker builds. */
+    msgpack_unpacked theirs;
+    msgpack_unpacked_init(&theirs);
+    if (msgpack_unpack_next(&theirs, (const char *)data, size, NULL) != MSGPACK_UNPACK_SUCCESS ||
+        !same_tree(&m.root, &theirs.data))
+        __builtin_trap();
+    msgpack_unpacked_destroy(&theirs);
     const msgpack_object *map = m.kind == PROTO_RESPONSE ? m.result : m.params;
     uint64_t u;
     int64_t i;

@@ -1,5 +1,6 @@
 /* Message decoding and typed field access for gllm's msgpack-rpc messages. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "proto.h"
@@ -7,9 +8,29 @@
 static bool str_eq(const msgpack_object *o, const char *s)
 {
     size_t n = strlen(s);
-    /* msgpack-c gives an empty string a NULL pointer: memcmp must not see it. */
+    /* msgpack-c's unpacker (the tests' trees) gives an empty string a NULL pointer. */
     return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
            (n == 0 || memcmp(o->via.str.ptr, s, n) == 0);
+}
+
+void proto_map_find(const msgpack_object *map, const struct proto_key *keys, size_t n,
+                    const msgpack_object **found)
+{
+    for (size_t i = 0; i < n; i++)
+        found[i] = NULL;
+    if (!map || map->type != MSGPACK_OBJECT_MAP)
+        return;
+    for (uint32_t k = 0; k < map->via.map.size; k++) {
+        const msgpack_object *key = &map->via.map.ptr[k].key;
+        if (key->type != MSGPACK_OBJECT_STR)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            if (!found[i] && key->via.str.size == keys[i].len &&
+                memcmp(key->via.str.ptr, keys[i].name, keys[i].len) == 0) {
+                found[i] = &map->via.map.ptr[k].val;
+                break;
+            }
+    }
 }
 
 static int copy_str(const msgpack_object *o, char *out, size_t cap)
@@ -102,19 +123,16 @@ static int decode_envelope(const msgpack_object *root, struct proto_msg *msg, in
 
 int proto_decode(const void *buf, size_t len, struct proto_msg *msg, int64_t *id_out)
 {
-    int r = proto_scan(buf, len);
+    struct proto_shape n;
+    int r = proto_scan_shape(buf, len, &n);
     if (r < 0)
         return r;
     memset(msg, 0, sizeof *msg);
-    msgpack_unpacked_init(&msg->unpacked);
-    size_t off = 0;
-    if (msgpack_unpack_next(&msg->unpacked, buf, len, &off) != MSGPACK_UNPACK_SUCCESS) {
-        msgpack_unpacked_destroy(&msg->unpacked);
-        return GLLM_EMALFORMED;
-    }
-    r = decode_envelope(&msg->unpacked.data, msg, id_out);
+    if ((r = proto_tree_build(buf, len, &n, &msg->root, &msg->nodes)) < 0)
+        return r;
+    r = decode_envelope(&msg->root, msg, id_out);
     if (r < 0) {
-        msgpack_unpacked_destroy(&msg->unpacked);
+        proto_msg_free(msg);
         return r;
     }
     return 0;
@@ -122,8 +140,10 @@ int proto_decode(const void *buf, size_t len, struct proto_msg *msg, int64_t *id
 
 void proto_msg_free(struct proto_msg *msg)
 {
-    if (msg)
-        msgpack_unpacked_destroy(&msg->unpacked);
+    if (msg) {
+        free(msg->nodes);
+        msg->nodes = NULL;
+    }
 }
 
 const msgpack_object *proto_map_get(const msgpack_object *map, const char *key)
@@ -241,23 +261,32 @@ int proto_decode_tensor(const msgpack_object *obj, struct proto_tensor *t)
 {
     if (!obj || obj->type != MSGPACK_OBJECT_MAP)
         return GLLM_EPARAM;
+    enum { F_DTENSOR, F_ARENA, F_OFFSET, F_DTYPE, F_SHAPE, F_STRIDES, F_COUNT };
+    static const struct proto_key keys[F_COUNT] = {
+        PROTO_KEY("dtensor"), PROTO_KEY("arena"), PROTO_KEY("offset"),
+        PROTO_KEY("dtype"),   PROTO_KEY("shape"), PROTO_KEY("strides"),
+    };
+    const msgpack_object *f[F_COUNT];
+    proto_map_find(obj, keys, F_COUNT, f);
     struct proto_tensor v = {0};
     uint64_t arena = 0;
     char dtype[8];
     int r;
-    v.device = proto_map_get(obj, "dtensor") != NULL;
-    if (v.device && proto_map_get(obj, "arena"))
+    v.device = f[F_DTENSOR] != NULL;
+    if (v.device && f[F_ARENA])
         return GLLM_EPARAM;              /* one region, not two */
-    if ((r = proto_get_u64(obj, v.device ? "dtensor" : "arena", true, &arena)) < 0 ||
-        (r = proto_get_u64(obj, "offset", true, &v.offset)) < 0 ||
-        (r = proto_get_str(obj, "dtype", true, dtype, sizeof dtype)) < 0)
+    const msgpack_object *region = v.device ? f[F_DTENSOR] : f[F_ARENA];
+    if (!region || !f[F_OFFSET] || !f[F_DTYPE] || !as_u64(region, &arena) ||
+        !as_u64(f[F_OFFSET], &v.offset))
+        return GLLM_EPARAM;
+    if ((r = copy_str(f[F_DTYPE], dtype, sizeof dtype)) < 0)
         return r;
     if (arena > UINT32_MAX)
         return GLLM_ENOARENA;
     v.arena = (uint32_t)arena;
     if ((r = proto_dtype_parse(dtype, &v.dtype)) < 0)
         return r;
-    const msgpack_object *shape = proto_map_get(obj, "shape");
+    const msgpack_object *shape = f[F_SHAPE];
     if (!shape || shape->type != MSGPACK_OBJECT_ARRAY)
         return GLLM_EPARAM;
     if (shape->via.array.size > GLLM_MAX_RANK)
@@ -265,7 +294,7 @@ int proto_decode_tensor(const msgpack_object *obj, struct proto_tensor *t)
     v.rank = shape->via.array.size;
     if ((r = decode_dims(shape, v.rank, v.shape)) < 0)
         return r;
-    const msgpack_object *strides = proto_map_get(obj, "strides");
+    const msgpack_object *strides = f[F_STRIDES];
     if (strides && strides->type != MSGPACK_OBJECT_NIL) {
         if ((r = decode_dims(strides, v.rank, v.strides)) < 0)
             return r;
@@ -315,33 +344,34 @@ int proto_decode_attention(const msgpack_object *params, struct proto_attention 
 
 int proto_decode_paged(const msgpack_object *params, enum proto_paged_op op, struct proto_paged *p)
 {
+    if (!params || params->type != MSGPACK_OBJECT_MAP)
+        return GLLM_EPARAM;
     struct proto_paged v = {.op = op};
-    struct {
-        const char *key;
-        struct proto_tensor *t;
-        bool needed;
-    } fields[] = {
-        {"k_cache", &v.k_cache, true},
-        {"v_cache", &v.v_cache, true},
-        {"kv_indptr", &v.kv_indptr, true},
-        {"kv_indices", &v.kv_indices, true},
-        {"kv_last_page_len", &v.kv_last_page_len, true},
-        {"q", &v.q, op != PROTO_KV_APPEND},
-        {"out", &v.out, op != PROTO_KV_APPEND},
-        {"qo_indptr", &v.qo_indptr, op == PROTO_PREFILL},
-        {"k", &v.k, op == PROTO_KV_APPEND},
-        {"v", &v.v, op == PROTO_KV_APPEND},
-        {"append_indptr", &v.append_indptr, op == PROTO_KV_APPEND},
+    enum { NFIELDS = 11 };
+    static const struct proto_key keys[NFIELDS] = {
+        PROTO_KEY("k_cache"),   PROTO_KEY("v_cache"), PROTO_KEY("kv_indptr"),
+        PROTO_KEY("kv_indices"), PROTO_KEY("kv_last_page_len"), PROTO_KEY("q"),
+        PROTO_KEY("out"),       PROTO_KEY("qo_indptr"), PROTO_KEY("k"),
+        PROTO_KEY("v"),         PROTO_KEY("append_indptr"),
     };
+    struct proto_tensor *const dst[NFIELDS] = {
+        &v.k_cache, &v.v_cache, &v.kv_indptr, &v.kv_indices, &v.kv_last_page_len, &v.q, &v.out,
+        &v.qo_indptr, &v.k, &v.v, &v.append_indptr,
+    };
+    const bool needed[NFIELDS] = {
+        true, true, true, true, true, op != PROTO_KV_APPEND, op != PROTO_KV_APPEND,
+        op == PROTO_PREFILL, op == PROTO_KV_APPEND, op == PROTO_KV_APPEND, op == PROTO_KV_APPEND,
+    };
+    const msgpack_object *f[NFIELDS];
+    proto_map_find(params, keys, NFIELDS, f);
     int r;
-    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
-        const msgpack_object *o = proto_map_get(params, fields[i].key);
-        if (!fields[i].needed) {
-            if (o && o->type != MSGPACK_OBJECT_NIL)
+    for (size_t i = 0; i < NFIELDS; i++) {
+        if (!needed[i]) {
+            if (f[i] && f[i]->type != MSGPACK_OBJECT_NIL)
                 return GLLM_EPARAM;      /* a field this operation does not take */
             continue;
         }
-        if ((r = proto_decode_tensor(o, fields[i].t)) < 0)
+        if ((r = proto_decode_tensor(f[i], dst[i])) < 0)
             return r;
     }
     if (op != PROTO_KV_APPEND && (r = decode_scale(params, &v.has_scale, &v.scale)) < 0)

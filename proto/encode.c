@@ -3,6 +3,8 @@
 
 #include "proto.h"
 
+/* msgpack-c's packer hands over every header and value separately, mostly a few bytes each:
+ * those are copied inline rather than through a call to memcpy. */
 static int buf_write(void *data, const char *src, size_t len)
 {
     struct proto_buf *b = data;
@@ -10,7 +12,12 @@ static int buf_write(void *data, const char *src, size_t len)
         b->overflow = true;
         return -1;
     }
-    memcpy(b->data + b->len, src, len);
+    char *dst = b->data + b->len;
+    if (len <= 16)
+        for (size_t i = 0; i < len; i++)
+            dst[i] = src[i];
+    else
+        memcpy(dst, src, len);
     b->len += len;
     return 0;
 }
@@ -25,6 +32,13 @@ void proto_buf_init(struct proto_buf *b)
 void proto_pack_str(msgpack_packer *pk, const char *s)
 {
     size_t n = strlen(s);
+    if (n < 32) {               /* a fixstr (every field name): header and body in one write */
+        char one[32];
+        one[0] = (char)(0xa0 | n);
+        memcpy(one + 1, s, n);
+        pk->callback(pk->data, one, n + 1);
+        return;
+    }
     msgpack_pack_str(pk, n);
     msgpack_pack_str_body(pk, s, n);
 }

@@ -29,20 +29,25 @@ static int skip(const unsigned char **p, const unsigned char *end, uint64_t len)
 }
 
 static int scan_object(const unsigned char **p, const unsigned char *end, unsigned depth,
-                       bool want_string);
+                       bool want_string, struct proto_shape *n);
 
+/* Counts the container's children into n: what proto_tree_build() will need. */
 static int scan_container(const unsigned char **p, const unsigned char *end, unsigned depth,
-                          int64_t count, bool is_map)
+                          int64_t count, bool is_map, struct proto_shape *n)
 {
     if (count < 0)
         return GLLM_EMALFORMED;
     if (count > PROTO_MAX_CONTAINER || depth >= PROTO_MAX_DEPTH)
         return GLLM_ELIMIT;
+    if (is_map)
+        n->kvs += (size_t)count;
+    else
+        n->objs += (size_t)count;
     for (int64_t i = 0; i < count; i++) {
         int r;
-        if (is_map && (r = scan_object(p, end, depth + 1, true)) < 0)
+        if (is_map && (r = scan_object(p, end, depth + 1, true, n)) < 0)
             return r;
-        if ((r = scan_object(p, end, depth + 1, false)) < 0)
+        if ((r = scan_object(p, end, depth + 1, false, n)) < 0)
             return r;
     }
     return 0;
@@ -59,7 +64,7 @@ static int scan_string(const unsigned char **p, const unsigned char *end, int64_
 
 /* Map keys must be strings: every field name in the protocol is one. */
 static int scan_object(const unsigned char **p, const unsigned char *end, unsigned depth,
-                       bool want_string)
+                       bool want_string, struct proto_shape *n)
 {
     if (*p >= end)
         return GLLM_EMALFORMED;
@@ -71,9 +76,9 @@ static int scan_object(const unsigned char **p, const unsigned char *end, unsign
     if (t <= 0x7f || t >= 0xe0)                 /* fixints */
         return 0;
     if (t <= 0x8f)
-        return scan_container(p, end, depth, t & 0x0f, true);
+        return scan_container(p, end, depth, t & 0x0f, true, n);
     if (t <= 0x9f)
-        return scan_container(p, end, depth, t & 0x0f, false);
+        return scan_container(p, end, depth, t & 0x0f, false, n);
     if (t <= 0xbf)
         return scan_string(p, end, t & 0x1f);
     switch (t) {
@@ -83,10 +88,10 @@ static int scan_object(const unsigned char **p, const unsigned char *end, unsign
     case 0xc5: return scan_string(p, end, read_len(p, end, 2));
     case 0xc6: return scan_string(p, end, read_len(p, end, 4));
     case 0xc7: case 0xc8: case 0xc9: {         /* ext: nothing in the protocol uses it */
-        int64_t n = read_len(p, end, t == 0xc7 ? 1 : t == 0xc8 ? 2 : 4);
-        if (n < 0)
+        int64_t len = read_len(p, end, t == 0xc7 ? 1 : t == 0xc8 ? 2 : 4);
+        if (len < 0)
             return GLLM_EMALFORMED;
-        return n > PROTO_MAX_STRING ? GLLM_ELIMIT : skip(p, end, (uint64_t)n + 1);
+        return len > PROTO_MAX_STRING ? GLLM_ELIMIT : skip(p, end, (uint64_t)len + 1);
     }
     case 0xca: return skip(p, end, 4);
     case 0xcb: return skip(p, end, 8);
@@ -102,23 +107,30 @@ static int scan_object(const unsigned char **p, const unsigned char *end, unsign
     case 0xd9: return scan_string(p, end, read_len(p, end, 1));
     case 0xda: return scan_string(p, end, read_len(p, end, 2));
     case 0xdb: return scan_string(p, end, read_len(p, end, 4));
-    case 0xdc: return scan_container(p, end, depth, read_len(p, end, 2), false);
-    case 0xdd: return scan_container(p, end, depth, read_len(p, end, 4), false);
-    case 0xde: return scan_container(p, end, depth, read_len(p, end, 2), true);
-    case 0xdf: return scan_container(p, end, depth, read_len(p, end, 4), true);
+    case 0xdc: return scan_container(p, end, depth, read_len(p, end, 2), false, n);
+    case 0xdd: return scan_container(p, end, depth, read_len(p, end, 4), false, n);
+    case 0xde: return scan_container(p, end, depth, read_len(p, end, 2), true, n);
+    case 0xdf: return scan_container(p, end, depth, read_len(p, end, 4), true, n);
     default:   return GLLM_EMALFORMED;        /* 0xc1 is never used */
     }
 }
 
-int proto_scan(const void *buf, size_t len)
+int proto_scan_shape(const void *buf, size_t len, struct proto_shape *n)
 {
+    *n = (struct proto_shape){0, 0};
     if (len > PROTO_MAX_MESSAGE)
         return GLLM_ETOOBIG;
     if (len == 0)
         return GLLM_EMALFORMED;
     const unsigned char *p = buf, *end = p + len;
-    int r = scan_object(&p, end, 0, false);
+    int r = scan_object(&p, end, 0, false, n);
     if (r < 0)
         return r;
     return p == end ? 0 : GLLM_EMALFORMED;   /* one message per packet, nothing after it */
+}
+
+int proto_scan(const void *buf, size_t len)
+{
+    struct proto_shape n;
+    return proto_scan_shape(buf, len, &n);
 }

@@ -245,6 +245,81 @@ static void test_field_types(void **state)
     msgpack_unpacked_destroy(&u);
 }
 
+/* Builds the packet's tree with proto_tree_build and with msgpack-c's unpacker: the two agree. */
+static void assert_tree_matches_msgpack(const void *data, size_t len)
+{
+    struct proto_shape n;
+    assert_int_equal(proto_scan_shape(data, len, &n), 0);
+    msgpack_object ours;
+    void *nodes;
+    assert_int_equal(proto_tree_build(data, len, &n, &ours, &nodes), 0);
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(msgpack_unpack_next(&u, data, len, NULL), MSGPACK_UNPACK_SUCCESS);
+    assert_true(msgpack_object_equal(ours, u.data));
+    msgpack_unpacked_destroy(&u);
+    free(nodes);
+}
+
+static void test_tree_every_type(void **state)
+{
+    (void)state;
+    /* Every format msgpack has, each width of each, and signed encodings of values that are
+     * not negative (which msgpack-c reads as positive integers). */
+    static const unsigned char packet[] = {
+        0xdc, 0x00, 24,                                    /* array 16 of 24 */
+        0x05, 0xe0, 0xff, 0xc0, 0xc2, 0xc3,                /* fixints, nil, false, true */
+        0xcc, 0xff, 0xcd, 0x12, 0x34, 0xce, 0x80, 0, 0, 1,
+        0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        0xd0, 0x80, 0xd1, 0x7f, 0xff, 0xd2, 0xff, 0xff, 0xfe, 0x00, 0xd1, 0x00, 0x00,
+        0xdc, 0x00, 0x03,                                   /* array 16 of 3 */
+        0xd3, 0x80, 0, 0, 0, 0, 0, 0, 0, 0xd3, 0, 0, 0, 0, 0, 0, 0, 9, 0xd0, 0x05,
+        0xca, 0x40, 0x20, 0x00, 0x00,                       /* float32 2.5 */
+        0xcb, 0xbf, 0xf0, 0, 0, 0, 0, 0, 0,                 /* float64 -1 */
+        0xde, 0x00, 0x02,                                   /* map 16 of 2 */
+        0xa1, 'a', 0xd9, 0x03, 'x', 'y', 'z',               /* fixstr, str8 */
+        0xda, 0x00, 0x00, 0x80,                             /* str16, empty: key of {} */
+        0xc4, 0x02, 1, 2, 0xc5, 0x00, 0x01, 7,              /* bin8, bin16 */
+        0xd4, 0x01, 0xaa, 0xd5, 0xfe, 1, 2,                 /* fixext 1, 2 */
+        0xc7, 0x03, 0x05, 1, 2, 3,                          /* ext8 */
+        0xd8, 0x10, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, /* fixext 16 */
+    };
+    assert_tree_matches_msgpack(packet, sizeof packet);
+
+    /* A request as the client sends it. */
+    struct proto_paged p = {.op = PROTO_PREFILL, .has_scale = true, .scale = 0.125};
+    struct proto_tensor *all[] = {&p.k_cache, &p.v_cache, &p.kv_indptr, &p.kv_indices,
+                                  &p.kv_last_page_len, &p.q, &p.out, &p.qo_indptr};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        *all[i] = sample_tensor((uint32_t)i + 1, GLLM_DTYPE_BF16);
+    p.kv_indices.device = true;
+    proto_buf_init(&buf);
+    proto_pack_request(&buf.pk, (uint64_t)1 << 40, "attention_prefill");
+    proto_pack_paged(&buf.pk, &p);
+    assert_tree_matches_msgpack(buf.data, buf.len);
+}
+
+/* Bytes that change after the scan (they cannot in gllmd, which copies a packet before
+ * decoding it) fail the build; they never write past what the scan counted. */
+static void test_tree_build_bounded_by_scan(void **state)
+{
+    (void)state;
+    unsigned char packet[] = {0x92, 0x01, 0x02};
+    struct proto_shape n;
+    assert_int_equal(proto_scan_shape(packet, sizeof packet, &n), 0);
+    assert_int_equal(n.objs, 2);
+    assert_int_equal(n.kvs, 0);
+    packet[0] = 0x93;                  /* now claims three elements */
+    msgpack_object root;
+    void *nodes = (void *)&root;
+    assert_int_equal(proto_tree_build(packet, sizeof packet, &n, &root, &nodes), GLLM_EMALFORMED);
+    assert_null(nodes);
+    packet[0] = 0x81;                  /* a map, for which nothing was counted */
+    assert_int_equal(proto_tree_build(packet, sizeof packet, &n, &root, &nodes), GLLM_EMALFORMED);
+    packet[0] = 0x91;                  /* fewer: bytes left over */
+    assert_int_equal(proto_tree_build(packet, sizeof packet, &n, &root, &nodes), GLLM_EMALFORMED);
+}
+
 static int decode_tensor_map(void (*fill)(msgpack_packer *pk), struct proto_tensor *t)
 {
     proto_buf_init(&buf);
@@ -397,6 +472,8 @@ int main(void)
         cmocka_unit_test(test_depth_and_size_limits),
         cmocka_unit_test(test_method_name_limits),
         cmocka_unit_test(test_field_types),
+        cmocka_unit_test(test_tree_every_type),
+        cmocka_unit_test(test_tree_build_bounded_by_scan),
         cmocka_unit_test(test_tensor_decoding),
         cmocka_unit_test(test_tensor_span),
         cmocka_unit_test(test_fp16_conversions),
