@@ -66,6 +66,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         proto_get_bool(map, keys[k], false, &b);
         proto_get_str(map, keys[k], false, s, sizeof s);
     }
+    /* The paged operations' fields, each operation's way (seeds: attention_decode,
+     * attention_prefill, kv_append). */
+    for (int op = PROTO_KV_APPEND; op <= PROTO_PREFILL; op++) {
+        struct proto_paged p;
+        if (proto_decode_paged(map, (enum proto_paged_op)op, &p) == 0) {
+            uint64_t first, end;
+            proto_tensor_span(&p.k_cache, &first, &end);
+            proto_tensor_span(&p.kv_indices, &first, &end);
+        }
+    }
     struct proto_attention a;
     if (proto_decode_attention(map, &a) == 0) {
         uint64_t first, end;

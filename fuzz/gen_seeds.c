@@ -34,6 +34,25 @@ static struct proto_attention job(uint32_t arena, int64_t S, bool lse)
     return a;
 }
 
+/* A paged request as a client sends it (proto_decode_paged_request's path in gllmd). */
+static void paged_request(uint64_t id, enum proto_paged_op op, const char *method)
+{
+    struct proto_paged p = {.op = op, .has_scale = op == PROTO_PREFILL, .scale = 0.125};
+    struct proto_tensor *t[] = {&p.k_cache, &p.v_cache, &p.kv_indptr, &p.kv_indices,
+                                &p.kv_last_page_len, &p.q, &p.out, &p.qo_indptr, &p.k, &p.v,
+                                &p.append_indptr};
+    for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+        const bool index = i >= 2 && i <= 4;
+        *t[i] = (struct proto_tensor){.arena = 1, .device = i == 3, .offset = 256 * i,
+                                      .dtype = index ? GLLM_DTYPE_I32 : GLLM_DTYPE_F16,
+                                      .rank = index ? 1 : 3, .shape = {4, 2, 64}};
+        proto_tensor_contiguous(t[i]);
+    }
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, method);
+    proto_pack_paged(&b.pk, &p);
+}
+
 /* Appends one fuzz_session record: [flags][len lo][len hi][bytes]. */
 static size_t record(unsigned char *out, size_t at, int flags)
 {
@@ -115,6 +134,12 @@ int main(int argc, char **argv)
     proto_buf_init(&b);
     proto_pack_error(&b.pk, 5, GLLM_EBOUNDS, "q: outside");
     save(pd, "error", b.data, b.len);
+    paged_request(6, PROTO_DECODE, "attention_decode");
+    save(pd, "attention_decode", b.data, b.len);
+    paged_request(7, PROTO_PREFILL, "attention_prefill");
+    save(pd, "attention_prefill", b.data, b.len);
+    paged_request(8, PROTO_KV_APPEND, "kv_append");
+    save(pd, "kv_append", b.data, b.len);
 
     static unsigned char s[1 << 16];
     size_t n = 0;
