@@ -123,12 +123,9 @@ static int decode_envelope(const msgpack_object *root, struct proto_msg *msg, in
 
 int proto_decode(const void *buf, size_t len, struct proto_msg *msg, int64_t *id_out)
 {
-    struct proto_shape n;
-    int r = proto_scan_shape(buf, len, &n);
-    if (r < 0)
-        return r;
     memset(msg, 0, sizeof *msg);
-    if ((r = proto_tree_build(buf, len, &n, &msg->root, &msg->nodes)) < 0)
+    int r = proto_tree_build(buf, len, &msg->root, &msg->nodes);
+    if (r < 0)
         return r;
     r = decode_envelope(&msg->root, msg, id_out);
     if (r < 0) {

@@ -11,9 +11,8 @@
 #include "gllm/gllm.h"
 
 /*
- * Limits every decoder enforces before it allocates anything. A message's tree is then one
- * allocation of 24 bytes per array element and 48 per map pair the scan counted: at most
- * about 1.5 MiB for a 64 KiB packet of one-byte elements.
+ * Limits every decoder enforces. A message's tree is one allocation of at most 24 bytes per
+ * byte of a packet whose size was checked first: 1.5 MiB for a 64 KiB packet.
  */
 #define PROTO_MAX_MESSAGE   65536u
 #define PROTO_MAX_DEPTH     16u
@@ -43,18 +42,12 @@ struct proto_msg {
 
 /* Checks the raw bytes against the limits above without allocating. */
 int proto_scan(const void *buf, size_t len);
-/* What a packet's tree needs besides its root: array elements and map pairs. */
-struct proto_shape {
-    size_t objs, kvs;
-};
-/* proto_scan(), counting into *n. */
-int proto_scan_shape(const void *buf, size_t len, struct proto_shape *n);
-/* The tree of a packet proto_scan_shape() accepted, in one allocation (*nodes, for free()).
- * Our own builder instead of msgpack-c's unpacker: the scan has walked and bounded the packet
- * already, and the unpacker's second, general walk was most of a request's decoding time. */
-int proto_tree_build(const void *buf, size_t len, const struct proto_shape *n,
-                     msgpack_object *root, void **nodes);
-/* proto_scan_shape(), then proto_tree_build() into msg. On failure msg needs no freeing. When
+/* The same checks (the same code for the same packet) in the same walk that builds the
+ * packet's tree: *nodes, one allocation of at most 24 bytes per packet byte, for free().
+ * Our own builder instead of msgpack-c's unpacker: its second, general walk after our
+ * bounds scan was most of a request's decoding time. */
+int proto_tree_build(const void *buf, size_t len, msgpack_object *root, void **nodes);
+/* proto_tree_build(), then the envelope into msg. On failure msg needs no freeing. When
  * the id could be read, *id_out gets it (so the error can be answered). */
 int proto_decode(const void *buf, size_t len, struct proto_msg *msg, int64_t *id_out);
 void proto_msg_free(struct proto_msg *msg);

@@ -248,11 +248,10 @@ static void test_field_types(void **state)
 /* Builds the packet's tree with proto_tree_build and with msgpack-c's unpacker: the two agree. */
 static void assert_tree_matches_msgpack(const void *data, size_t len)
 {
-    struct proto_shape n;
-    assert_int_equal(proto_scan_shape(data, len, &n), 0);
+    assert_int_equal(proto_scan(data, len), 0);
     msgpack_object ours;
     void *nodes;
-    assert_int_equal(proto_tree_build(data, len, &n, &ours, &nodes), 0);
+    assert_int_equal(proto_tree_build(data, len, &ours, &nodes), 0);
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     assert_int_equal(msgpack_unpack_next(&u, data, len, NULL), MSGPACK_UNPACK_SUCCESS);
@@ -299,25 +298,45 @@ static void test_tree_every_type(void **state)
     assert_tree_matches_msgpack(buf.data, buf.len);
 }
 
-/* Bytes that change after the scan (they cannot in gllmd, which copies a packet before
- * decoding it) fail the build; they never write past what the scan counted. */
-static void test_tree_build_bounded_by_scan(void **state)
+/* Building a tree fails where the scan fails, with the scan's code, and allocates nothing
+ * it keeps: headers claiming more than the packet holds, limits, truncation, leftovers. */
+static void test_tree_build_fails_as_scan(void **state)
 {
     (void)state;
-    unsigned char packet[] = {0x92, 0x01, 0x02};
-    struct proto_shape n;
-    assert_int_equal(proto_scan_shape(packet, sizeof packet, &n), 0);
-    assert_int_equal(n.objs, 2);
-    assert_int_equal(n.kvs, 0);
-    packet[0] = 0x93;                  /* now claims three elements */
-    msgpack_object root;
-    void *nodes = (void *)&root;
-    assert_int_equal(proto_tree_build(packet, sizeof packet, &n, &root, &nodes), GLLM_EMALFORMED);
-    assert_null(nodes);
-    packet[0] = 0x81;                  /* a map, for which nothing was counted */
-    assert_int_equal(proto_tree_build(packet, sizeof packet, &n, &root, &nodes), GLLM_EMALFORMED);
-    packet[0] = 0x91;                  /* fewer: bytes left over */
-    assert_int_equal(proto_tree_build(packet, sizeof packet, &n, &root, &nodes), GLLM_EMALFORMED);
+    unsigned char deep[PROTO_MAX_DEPTH + 2];    /* 17 arrays, one in another */
+    memset(deep, 0x91, sizeof deep - 1);
+    deep[sizeof deep - 1] = 0x01;
+    static const unsigned char big_claim[] = {0xdd, 0, 0, 0x01, 0x2c, 0x01, 0x02}; /* 300 */
+    static const unsigned char claim_then_deep[] = {0xdc, 0, 200, 0x91, 0x91, 0x91, 0x91, 0x91,
+                                                    0x91, 0x91, 0x91, 0x91, 0x91, 0x91, 0x91,
+                                                    0x91, 0x91, 0x91, 0x91, 0x91, 0x01};
+    static const unsigned char map_claim[] = {0xde, 0, 100, 0xa1, 'k', 0x01};
+    static const unsigned char long_string[] = {0xda, 0x20, 0x00, 'x'};
+    static const unsigned char number_key[] = {0x81, 0x01, 0x02};
+    static const unsigned char leftover[] = {0x01, 0x02};
+    static const unsigned char never_used[] = {0xc1};
+    const struct {
+        const void *p;
+        size_t n;
+        int rc;
+    } cases[] = {
+        {deep, sizeof deep, GLLM_ELIMIT},
+        {big_claim, sizeof big_claim, GLLM_ELIMIT},
+        {claim_then_deep, sizeof claim_then_deep, GLLM_ELIMIT},
+        {map_claim, sizeof map_claim, GLLM_EMALFORMED},
+        {long_string, sizeof long_string, GLLM_ELIMIT},
+        {number_key, sizeof number_key, GLLM_EMALFORMED},
+        {leftover, sizeof leftover, GLLM_EMALFORMED},
+        {never_used, sizeof never_used, GLLM_EMALFORMED},
+        {"", 0, GLLM_EMALFORMED},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        assert_int_equal(proto_scan(cases[i].p, cases[i].n), cases[i].rc);
+        msgpack_object root;
+        void *nodes = &root;
+        assert_int_equal(proto_tree_build(cases[i].p, cases[i].n, &root, &nodes), cases[i].rc);
+        assert_null(nodes);
+    }
 }
 
 static int decode_tensor_map(void (*fill)(msgpack_packer *pk), struct proto_tensor *t)
@@ -473,7 +492,7 @@ int main(void)
         cmocka_unit_test(test_method_name_limits),
         cmocka_unit_test(test_field_types),
         cmocka_unit_test(test_tree_every_type),
-        cmocka_unit_test(test_tree_build_bounded_by_scan),
+        cmocka_unit_test(test_tree_build_fails_as_scan),
         cmocka_unit_test(test_tensor_decoding),
         cmocka_unit_test(test_tensor_span),
         cmocka_unit_test(test_fp16_conversions),
