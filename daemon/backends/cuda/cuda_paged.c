@@ -236,14 +236,23 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         up_bytes = (size_t)p->nnew * sizeof(int64_t);
     } else {
         t = tiling_of(p);
-        int64_t total = 0;
-        for (int64_t b = 0; b < p->B; b++)
-            total += (int64_t)(p->q_indptr[b + 1] - p->q_indptr[b]) * p->kv_len[b];
+        int64_t total = 0, with_queries = 0;
+        for (int64_t b = 0; b < p->B; b++) {
+            const int32_t qn = p->q_indptr[b + 1] - p->q_indptr[b];
+            total += (int64_t)qn * p->kv_len[b];
+            with_queries += qn > 0;
+        }
         /* Keys per block that would make about BLOCKS_PER_SM blocks per SM. */
         target = total * t.gy / ((int64_t)x->sm_count * BLOCKS_PER_SM) + 1;
         if (target < MIN_CHUNK)
             target = MIN_CHUNK;
-        plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
+        /* When no sequence is split and none has more query tokens than a block takes (a
+         * batch of decode steps that fills the chip), each sequence with queries is one work
+         * item and the counting pass over the batch is not needed. */
+        if (p->max_kv_len <= target && p->max_q_len <= t.tpc)
+            nwork = with_queries;
+        else
+            plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
         if (nwork > INT32_MAX || ncomb > INT32_MAX / t.gy)
             return -E2BIG;
         up_bytes = align256((size_t)nidx * 4) +
