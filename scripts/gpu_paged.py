@@ -105,8 +105,9 @@ def gather(pool, indices, indptr, b, n):
     return pages.reshape(-1, pool.shape[2], pool.shape[3])[:n]
 
 
-def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, device=0):
-    lens = [int(x) for x in torch.randint(1, 900, (B,), generator=g)]
+def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, device=0,
+          max_len=900):
+    lens = [int(x) for x in torch.randint(1, max_len, (B,), generator=g)]
     qlens = [int(torch.randint(1, n + 1, (1,), generator=g)) if prefill else 1 for n in lens]
     P = sum((n + ps - 1) // ps for n in lens) + 5
     N = sum(qlens)
@@ -262,7 +263,12 @@ def main():
             for prefill in (False, True):     # every other case reads kv_indices on the device
                 total += 1
                 passed += check(client, g, *c, prefill, i % 2 == 1, results)
-        # Every other device of a multi-GPU host: a decode and a prefill with everything on
+        # Batches of one-token sequences of at most 128 tokens, which are never split: their
+        # plan travels in the launch's parameters (gllm_paged_attn_batch_*).
+        for c in [(48, 32, 8, 128, 16, "f16"), (64, 16, 2, 64, 16, "bf16")]:
+            total += 1
+            passed += check(client, g, *c, False, True, results, max_len=129)
+                # Every other device of a multi-GPU host: a decode and a prefill with everything on
         # it, and a job on device 0 naming its device tensor, which must be refused.
         for dev in range(1, len(client.caps["devices"])):
             for prefill in (False, True):

@@ -92,6 +92,17 @@ typedef struct gllm_cuda_paged_params {
     int32_t *bad_page;    /* ... the kernel sets this (pinned host memory) instead */
 } gllm_cuda_paged_params;
 
+/* gllm_paged_attn_batch_{f16,bf16}_d{64,128}: the same kernel for a batch of sequences with
+ * one query token each, none split (block x takes sequence x, B <= GLLM_CUDA_PAGED_BATCH):
+ * the plan travels in the launch's parameters (its work and combine pointers are unused), so
+ * the job needs no upload before its launch. */
+#define GLLM_CUDA_PAGED_BATCH 64
+typedef struct gllm_cuda_paged_batch_params {
+    gllm_cuda_paged_params p;
+    int32_t page0[GLLM_CUDA_PAGED_BATCH];   /* sequence x's first entry in kv_indices */
+    int32_t len[GLLM_CUDA_PAGED_BATCH];     /* its length in tokens, >= 1 */
+} gllm_cuda_paged_batch_params;
+
 /* gllm_kv_append_rows: grid (new tokens), block 128; row_bytes per [Hkv, D] row, vec16 when
  * rows and pointers allow 16-byte copies. */
 typedef struct gllm_cuda_append_params {

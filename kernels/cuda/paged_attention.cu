@@ -80,7 +80,8 @@ __device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p,
 }
 
 template <typename T, int D>
-__device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
+__device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
+                                                const gllm_cuda_paged_work w)
 {
     constexpr int CH = D / 8;                  // 16-byte chunks per row
     constexpr int DK = D / 16, DN = D / 8;
@@ -89,7 +90,6 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
     T *sQ = reinterpret_cast<T *>(smem_raw);
     T *sKV = sQ + PG_ROWS * D;                 // stage s: K [KEYS][D], then V [KEYS][D]
 
-    const gllm_cuda_paged_work w = p.work[blockIdx.x];
     const int hkv = blockIdx.y / p.head_chunks, hc = blockIdx.y % p.head_chunks;
     const int hpc = p.heads_per_cta;
     const int head0 = hkv * p.group + hc * hpc;
@@ -314,11 +314,27 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p)
 
 } // namespace
 
+// A batch of one-token sequences, none split: block x's work item is made from the
+// launch's parameters (constant memory), not loaded from an uploaded plan.
+template <typename T, int D>
+__device__ __forceinline__ void paged_batch(const gllm_cuda_paged_batch_params &b)
+{
+    const int x = blockIdx.x;
+    const gllm_cuda_paged_work w = {b.page0[x], x, 1, b.len[x] - 1, 0, b.len[x], -1, -1};
+    paged_attention<T, D>(b.p, w);
+}
+
 #define PAGED_ENTRY(T, tname, D)                                                               \
     extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
         gllm_paged_attn_##tname##_d##D(const gllm_cuda_paged_params p)                         \
     {                                                                                          \
-        paged_attention<T, D>(p);                                                              \
+        paged_attention<T, D>(p, p.work[blockIdx.x]);                                          \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
+        gllm_paged_attn_batch_##tname##_d##D(                                                  \
+            const __grid_constant__ gllm_cuda_paged_batch_params b)                            \
+    {                                                                                          \
+        paged_batch<T, D>(b);                                                                  \
     }
 PAGED_ENTRY(__half, f16, 64)
 PAGED_ENTRY(__half, f16, 128)

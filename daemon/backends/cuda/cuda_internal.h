@@ -18,6 +18,7 @@ struct cuda_dev {
     CUfunction generic[3];         /* by gllm_dtype */
     CUfunction hopper[2][2][2];    /* [D == 128][bf16?][causal?]; loaded with the sm_90a image */
     CUfunction paged[2][2];        /* [bf16?][D == 128?] */
+    CUfunction paged_batch[2][2];  /* the same, plan in the parameters */
     CUfunction append;
     CUdeviceptr scratch;           /* inputs and outputs of the running job */
     size_t scratch_size;
