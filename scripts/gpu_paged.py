@@ -106,8 +106,8 @@ def gather(pool, indices, indptr, b, n):
 
 
 def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, device=0,
-          max_len=900):
-    lens = [int(x) for x in torch.randint(1, max_len, (B,), generator=g)]
+          max_len=900, min_len=1):
+    lens = [int(x) for x in torch.randint(min_len, max_len, (B,), generator=g)]
     qlens = [int(torch.randint(1, n + 1, (1,), generator=g)) if prefill else 1 for n in lens]
     P = sum((n + ps - 1) // ps for n in lens) + 5
     N = sum(qlens)
@@ -268,6 +268,11 @@ def main():
         for c in [(48, 32, 8, 128, 16, "f16"), (64, 16, 2, 64, 16, "bf16")]:
             total += 1
             passed += check(client, g, *c, False, True, results, max_len=129)
+        # One long one-token sequence, split: its plan travels in the parameters too
+        # (gllm_paged_attn_single_*).
+        for c in [(1, 32, 8, 128, 16, "f16"), (1, 16, 2, 64, 64, "bf16")]:
+            total += 1
+            passed += check(client, g, *c, False, True, results, min_len=2000, max_len=6000)
                 # Every other device of a multi-GPU host: a decode and a prefill with everything on
         # it, and a job on device 0 naming its device tensor, which must be refused.
         for dev in range(1, len(client.caps["devices"])):

@@ -103,6 +103,15 @@ typedef struct gllm_cuda_paged_batch_params {
     int32_t len[GLLM_CUDA_PAGED_BATCH];     /* its length in tokens, >= 1 */
 } gllm_cuda_paged_batch_params;
 
+/* gllm_paged_attn_single_{f16,bf16}_d{64,128}: the same for one one-token sequence split
+ * into grid.x ranges of chunk keys (block x reads [x * chunk, min((x + 1) * chunk, len))),
+ * merged by the one combine item in comb: its plan, too, travels in the parameters. */
+typedef struct gllm_cuda_paged_single_params {
+    gllm_cuda_paged_params p;
+    gllm_cuda_paged_combine comb;
+    int32_t page0, len, chunk;
+} gllm_cuda_paged_single_params;
+
 /* gllm_kv_append_rows: grid (new tokens), block 128; row_bytes per [Hkv, D] row, vec16 when
  * rows and pointers allow 16-byte copies. */
 typedef struct gllm_cuda_append_params {

@@ -79,9 +79,12 @@ __device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p,
     }
 }
 
+// w: this block's work item; combine: where its combine item is (with w.part >= 0), read
+// only after the block's keys are done.
 template <typename T, int D>
 __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
-                                                const gllm_cuda_paged_work w)
+                                                const gllm_cuda_paged_work w,
+                                                const gllm_cuda_paged_combine *combine)
 {
     constexpr int CH = D / 8;                  // 16-byte chunks per row
     constexpr int DK = D / 16, DN = D / 8;
@@ -296,7 +299,7 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
     // Count this part in; the block that brings the count to nparts merges them all and
     // zeroes the counter for the next job (every other block has counted by then).
     __shared__ int last;
-    const gllm_cuda_paged_combine c = p.combine[w.comb];
+    const gllm_cuda_paged_combine c = *combine;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -321,20 +324,39 @@ __device__ __forceinline__ void paged_batch(const gllm_cuda_paged_batch_params &
 {
     const int x = blockIdx.x;
     const gllm_cuda_paged_work w = {b.page0[x], x, 1, b.len[x] - 1, 0, b.len[x], -1, -1};
-    paged_attention<T, D>(b.p, w);
+    paged_attention<T, D>(b.p, w, nullptr);
+}
+
+// One one-token sequence split into gridDim.x key ranges of s.chunk keys: block x's work
+// item and the one combine item come from the launch's parameters.
+template <typename T, int D>
+__device__ __forceinline__ void paged_single(const gllm_cuda_paged_single_params &s)
+{
+    const int x = blockIdx.x, kv0 = x * s.chunk;
+    const bool split = gridDim.x > 1;
+    const gllm_cuda_paged_work w = {s.page0, 0, 1, s.len - 1, kv0, min(kv0 + s.chunk, s.len),
+                                    split ? x : -1, split ? 0 : -1};
+    paged_attention<T, D>(s.p, w, &s.comb);
 }
 
 #define PAGED_ENTRY(T, tname, D)                                                               \
     extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
         gllm_paged_attn_##tname##_d##D(const gllm_cuda_paged_params p)                         \
     {                                                                                          \
-        paged_attention<T, D>(p, p.work[blockIdx.x]);                                          \
+        const gllm_cuda_paged_work w = p.work[blockIdx.x];                                     \
+        paged_attention<T, D>(p, w, w.part >= 0 ? p.combine + w.comb : nullptr);               \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
         gllm_paged_attn_batch_##tname##_d##D(                                                  \
             const __grid_constant__ gllm_cuda_paged_batch_params b)                            \
     {                                                                                          \
         paged_batch<T, D>(b);                                                                  \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
+        gllm_paged_attn_single_##tname##_d##D(                                                 \
+            const __grid_constant__ gllm_cuda_paged_single_params s)                           \
+    {                                                                                          \
+        paged_single<T, D>(s);                                                                 \
     }
 PAGED_ENTRY(__half, f16, 64)
 PAGED_ENTRY(__half, f16, 128)

@@ -18,7 +18,8 @@ struct cuda_dev {
     CUfunction generic[3];         /* by gllm_dtype */
     CUfunction hopper[2][2][2];    /* [D == 128][bf16?][causal?]; loaded with the sm_90a image */
     CUfunction paged[2][2];        /* [bf16?][D == 128?] */
-    CUfunction paged_batch[2][2];  /* the same, plan in the parameters */
+    CUfunction paged_batch[2][2];  /* the same, a batch's plan in the parameters */
+    CUfunction paged_single[2][2]; /* the same, one split sequence's plan in them */
     CUfunction append;
     CUdeviceptr scratch;           /* inputs and outputs of the running job */
     size_t scratch_size;

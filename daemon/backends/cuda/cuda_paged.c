@@ -21,12 +21,14 @@ CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *
     static const int dims[2] = {64, 128};
     char name[64], buf[160];
     CUresult r;
-    for (int b = 0; b < 2; b++)
+    static const char *const entries[3] = {"", "batch_", "single_"};
+    for (int e = 0; e < 3; e++)
         for (int t = 0; t < 2; t++)
             for (int k = 0; k < 2; k++) {
-                snprintf(name, sizeof name, "gllm_paged_attn_%s%s_d%d", b ? "batch_" : "",
-                         tnames[t], dims[k]);
-                CUfunction *f = b ? &x->paged_batch[t][k] : &x->paged[t][k];
+                snprintf(name, sizeof name, "gllm_paged_attn_%s%s_d%d", entries[e], tnames[t],
+                         dims[k]);
+                CUfunction *f = e == 0 ? &x->paged[t][k]
+                              : e == 1 ? &x->paged_batch[t][k] : &x->paged_single[t][k];
                 if ((r = d->cuModuleGetFunction(f, x->mod, name)) ||
                     (r = d->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                GLLM_CUDA_PAGED_SMEM(dims[k])))) {
@@ -99,6 +101,15 @@ int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, 
     return 0;
 }
 
+/* kv_end keys cut into *nsplit ranges of *chunk keys (a multiple of 64, the last range
+ * shorter), about chunk_target each. */
+static void split_keys(int64_t kv_end, int64_t chunk_target, int64_t *nsplit, int64_t *chunk)
+{
+    int64_t n = (kv_end + chunk_target - 1) / chunk_target;
+    *chunk = ((kv_end + n - 1) / n + 63) & ~(int64_t)63;
+    *nsplit = (kv_end + *chunk - 1) / *chunk;
+}
+
 /* Work items for an attention job: pass 0 counts, pass 1 writes (work and comb non-NULL). */
 static void plan(const struct paged_args *p, const struct tiling *t, int64_t chunk_target,
                  gllm_cuda_paged_work *work, gllm_cuda_paged_combine *comb, int64_t *nwork,
@@ -114,11 +125,8 @@ static void plan(const struct paged_args *p, const struct tiling *t, int64_t chu
              * fills the chip by itself, no item is, and the plan costs no division (three
              * per item, twice, were 1.6 us of a B64 decode step on the H200's host). */
             int64_t nsplit = 1, chunk = kv_end;
-            if (kv_end > chunk_target) {
-                nsplit = (kv_end + chunk_target - 1) / chunk_target;
-                chunk = ((kv_end + nsplit - 1) / nsplit + 63) & ~(int64_t)63;
-                nsplit = (kv_end + chunk - 1) / chunk;
-            }
+            if (kv_end > chunk_target)
+                split_keys(kv_end, chunk_target, &nsplit, &chunk);
             if (comb && nsplit > 1)
                 comb[nc] = (gllm_cuda_paged_combine){q_begin + q, nq, (int32_t)np, (int32_t)nsplit};
             for (int64_t s = 0; s < nsplit; s++) {
@@ -235,7 +243,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     const int64_t nidx = p->indices_on_device ? 0 : p->kv_indptr[p->B];
     int64_t nwork = 0, ncomb = 0, nparts = 0, target = MIN_CHUNK;
     size_t up_bytes, part_bytes = 0;
-    bool batch = false;
+    bool batch = false, single = false;
     if (append) {
         up_bytes = (size_t)p->nnew * sizeof(int64_t);
     } else {
@@ -264,7 +272,10 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
          * and copy were 3.5-4 us of a B64 step's 20). */
         batch = nidx == 0 && ncomb == 0 && nwork == p->B && p->max_q_len == 1 &&
                 p->B <= GLLM_CUDA_PAGED_BATCH;
-        up_bytes = batch ? 0
+        /* The same for one one-token sequence that is split (B1 decode): its plan is the
+         * range length, in the parameters too. */
+        single = nidx == 0 && p->B == 1 && p->max_q_len == 1 && ncomb == 1;
+        up_bytes = batch || single ? 0
                          : align256((size_t)nidx * 4) +
                                align256((size_t)nwork * sizeof(gllm_cuda_paged_work)) +
                                (size_t)ncomb * sizeof(gllm_cuda_paged_combine);
@@ -290,6 +301,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
      * batch, the launch's parameters). */
     char *h = x->hstage;
     gllm_cuda_paged_batch_params bp;
+    gllm_cuda_paged_single_params sp;
     gllm_cuda_paged_work *work = NULL;
     gllm_cuda_paged_combine *comb = NULL;
     const size_t tab_bytes = align256((size_t)nidx * 4);
@@ -301,6 +313,11 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     } else if (batch) {
         for (int64_t b = 0; b < p->B; b++)
             bp.page0[b] = p->kv_indptr[b], bp.len[b] = p->kv_len[b];
+    } else if (single) {
+        int64_t nsplit, chunk;
+        split_keys(p->kv_len[0], target, &nsplit, &chunk);
+        sp.page0 = p->kv_indptr[0], sp.len = p->kv_len[0], sp.chunk = (int32_t)chunk;
+        sp.comb = (gllm_cuda_paged_combine){0, 1, 0, (int32_t)nsplit};
     } else {
         memcpy(h, p->kv_indices, (size_t)nidx * 4);   /* work items carry each kv_indptr */
         work = (gllm_cuda_paged_work *)(void *)(h + tab_bytes);
@@ -376,13 +393,15 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             if ((int64_t)1 << s == p->page_size)
                 k.page_shift = s;
         const int bf = p->dtype == GLLM_DTYPE_BF16, wide = p->D == 128;
-        void *args[] = {&k}, *batch_args[] = {&bp};
-        if (batch)
-            bp.p = k;
-        r = d->cuLaunchKernel(batch ? x->paged_batch[bf][wide] : x->paged[bf][wide],
-                              (unsigned)nwork, (unsigned)t.gy, 1, GLLM_CUDA_PAGED_THREADS, 1, 1,
-                              (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), x->stream,
-                              batch ? batch_args : args, NULL);
+        void *args[] = {&k};
+        CUfunction f = x->paged[bf][wide];
+        if (batch) {
+            bp.p = k, args[0] = &bp, f = x->paged_batch[bf][wide];
+        } else if (single) {
+            sp.p = k, args[0] = &sp, f = x->paged_single[bf][wide];
+        }
+        r = d->cuLaunchKernel(f, (unsigned)nwork, (unsigned)t.gy, 1, GLLM_CUDA_PAGED_THREADS, 1, 1,
+                              (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), x->stream, args, NULL);
     }
     if (r)
         return cuda_fail(d, r, "paged kernel launch");
