@@ -298,7 +298,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         return rc;
 
     /* Fill the pinned upload: append, slots; attention, indices, work, combine (or, for a
-     * batch, the launch's parameters). */
+     * batch or a single split sequence, the launch's parameters). */
     char *h = x->hstage;
     gllm_cuda_paged_batch_params bp;
     gllm_cuda_paged_single_params sp;
