@@ -142,7 +142,7 @@ typedef struct gllm_attention_params {
 
 typedef struct gllm_job_result {
     int status;              /* 0 or a negative error code */
-    uint64_t kernel_ns;      /* time of the kernel (GPU: device time) or of the whole job (CPU) */
+    uint64_t kernel_ns;      /* GPU: events around the kernel's launch; CPU: the whole job */
     uint64_t queue_ns;       /* time the job waited for its device */
     uint64_t job_ns;         /* time the worker spent on the job, copies included */
     uint64_t copy_ns;        /* GPU: device time of the arena <-> device copies */
