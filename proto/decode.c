@@ -5,14 +5,6 @@
 
 #include "proto.h"
 
-static bool str_eq(const msgpack_object *o, const char *s)
-{
-    size_t n = strlen(s);
-    /* msgpack-c's unpacker (the tests' trees) gives an empty string a NULL pointer. */
-    return o->type == MSGPACK_OBJECT_STR && o->via.str.size == n &&
-           (n == 0 || memcmp(o->via.str.ptr, s, n) == 0);
-}
-
 void proto_map_find(const msgpack_object *map, const struct proto_key *keys, size_t n,
                     const msgpack_object **found)
 {
@@ -25,8 +17,10 @@ void proto_map_find(const msgpack_object *map, const struct proto_key *keys, siz
         if (key->type != MSGPACK_OBJECT_STR)
             continue;
         for (size_t i = 0; i < n; i++)
+            /* msgpack-c's unpacker (the tests' trees) gives an empty string a NULL
+             * pointer, which memcmp must not see. */
             if (!found[i] && key->via.str.size == keys[i].len &&
-                memcmp(key->via.str.ptr, keys[i].name, keys[i].len) == 0) {
+                (keys[i].len == 0 || memcmp(key->via.str.ptr, keys[i].name, keys[i].len) == 0)) {
                 found[i] = &map->via.map.ptr[k].val;
                 break;
             }
@@ -145,12 +139,10 @@ void proto_msg_free(struct proto_msg *msg)
 
 const msgpack_object *proto_map_get(const msgpack_object *map, const char *key)
 {
-    if (!map || map->type != MSGPACK_OBJECT_MAP)
-        return NULL;
-    for (uint32_t i = 0; i < map->via.map.size; i++)
-        if (str_eq(&map->via.map.ptr[i].key, key))
-            return &map->via.map.ptr[i].val;
-    return NULL;
+    const struct proto_key k = {key, (uint32_t)strlen(key)};
+    const msgpack_object *found;
+    proto_map_find(map, &k, 1, &found);
+    return found;
 }
 
 int proto_get_u64(const msgpack_object *map, const char *key, bool required, uint64_t *out)

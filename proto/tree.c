@@ -72,16 +72,13 @@ static int walk_container(struct walk *w, msgpack_object *o, uint64_t n, unsigne
         return GLLM_ELIMIT;
     o->type = map ? MSGPACK_OBJECT_MAP : MSGPACK_OBJECT_ARRAY;
     o->via.array.size = (uint32_t)n;  /* array and map share the layout of size and ptr */
-    o->via.array.ptr = NULL;
-    o->via.map.ptr = NULL;
-    msgpack_object *elems = NULL;
-    msgpack_object_kv *pairs = NULL;
-    if (w->front && n) {
-        if (map)
-            o->via.map.ptr = pairs = take_nodes(w, n, true);
-        else
-            o->via.array.ptr = elems = take_nodes(w, n, false);
-    }
+    const bool build = w->front && n;
+    msgpack_object_kv *pairs = map && build ? take_nodes(w, n, true) : NULL;
+    msgpack_object *elems = !map && build ? take_nodes(w, n, false) : NULL;
+    if (map)
+        o->via.map.ptr = pairs;
+    else
+        o->via.array.ptr = elems;
     for (uint64_t i = 0; i < n; i++) {
         msgpack_object key, val;     /* count mode: filled and dropped */
         int r;
@@ -237,10 +234,8 @@ int proto_scan(const void *buf, size_t len)
 int proto_tree_build(const void *buf, size_t len, msgpack_object *root, void **nodes)
 {
     *nodes = NULL;
-    if (len > PROTO_MAX_MESSAGE || len == 0) {
-        struct walk w = {.p = buf, .end = (const unsigned char *)buf + len};
-        return walk_packet(&w, len, root);
-    }
+    if (len > PROTO_MAX_MESSAGE || len == 0)
+        return proto_scan(buf, len);  /* refused before any walk: nothing to build */
     char *region = malloc(len * sizeof(msgpack_object));
     if (!region)
         return -ENOMEM;
