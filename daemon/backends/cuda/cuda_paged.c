@@ -314,10 +314,10 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         for (int64_t b = 0; b < p->B; b++)
             bp.page0[b] = p->kv_indptr[b], bp.len[b] = p->kv_len[b];
     } else if (single) {
-        int64_t nsplit, chunk;
+        int64_t nsplit, chunk;                 /* nsplit: the plan's nwork, the grid */
         split_keys(p->kv_len[0], target, &nsplit, &chunk);
         sp.page0 = p->kv_indptr[0], sp.len = p->kv_len[0], sp.chunk = (int32_t)chunk;
-        sp.comb = (gllm_cuda_paged_combine){0, 1, 0, (int32_t)nsplit};
+        sp.comb = (gllm_cuda_paged_combine){0, 1, 0, (int32_t)nwork};
     } else {
         memcpy(h, p->kv_indices, (size_t)nidx * 4);   /* work items carry each kv_indptr */
         work = (gllm_cuda_paged_work *)(void *)(h + tab_bytes);
