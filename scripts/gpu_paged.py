@@ -106,7 +106,7 @@ def gather(pool, indices, indptr, b, n):
 
 
 def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, device=0,
-          max_len=900, min_len=1):
+          max_len=900, min_len=1, scale=None):
     lens = [int(x) for x in torch.randint(min_len, max_len, (B,), generator=g)]
     qlens = [int(torch.randint(1, n + 1, (1,), generator=g)) if prefill else 1 for n in lens]
     P = sum((n + ps - 1) // ps for n in lens) + 5
@@ -131,6 +131,8 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, devi
     if prefill:
         params["qo_indptr"] = pg.i32(np.concatenate([[0], np.cumsum(qlens)]))
     params["device"] = device
+    if scale is not None:
+        params["scale"] = scale
     client.call("attention_prefill" if prefill else "attention_decode", params)
     raw = np.frombuffer(pg.arena.map, dtype=np.int16, count=N * Hq * D, offset=oo).copy()
     got = torch.from_numpy(raw).view(TORCH[dtype]).reshape(N, Hq, D).double().cuda()
@@ -145,13 +147,15 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, devi
         qq = qd[row:row + m].permute(1, 0, 2).unsqueeze(0)
         # query i sits at position n - m + i and sees keys 0 .. n - m + i
         mask = torch.arange(n, device="cuda")[None, :] <= (n - m + torch.arange(m, device="cuda"))[:, None]
-        want[row:row + m] = F.scaled_dot_product_attention(qq, k, v, attn_mask=mask)[0].permute(1, 0, 2)
+        want[row:row + m] = F.scaled_dot_product_attention(qq, k, v, attn_mask=mask,
+                                                           scale=scale)[0].permute(1, 0, 2)
         row += m
     err = float((got - want).abs().max() / want.abs().max())
     ok = err <= TOL[dtype]
     name = (f"{'prefill' if prefill else 'decode'} B{B} Hq{Hq} Hkv{Hkv} D{D} page {ps} {dtype} "
             f"{f'device {device} ' if device else ''}"
-            f"(lens {min(lens)}..{max(lens)}){' pages on device' if dev_pages else ''}")
+            f"(lens {min(lens)}..{max(lens)}){' pages on device' if dev_pages else ''}"
+            f"{f' scale {scale}' if scale is not None else ''}")
     print(f"  {'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e}", flush=True)
     results.append({"case": name, "rel_err": err, "ok": ok})
     pg.free()
@@ -270,10 +274,14 @@ def main():
             passed += check(client, g, *c, False, True, results, max_len=129)
         # One long one-token sequence, split: its plan travels in the parameters too
         # (gllm_paged_attn_single_*).
-        for c in [(1, 32, 8, 128, 16, "f16"), (1, 16, 2, 64, 64, "bf16")]:
+        # Scale 1 spreads the blocks' maxima far apart inside the range of the fast merge's
+        # fp32 sums; scale 40 puts them past it, where the last block merges the partials.
+        for c, scale in [((1, 32, 8, 128, 16, "f16"), None), ((1, 16, 2, 64, 64, "bf16"), None),
+                         ((1, 32, 8, 128, 16, "f16"), 1.0), ((1, 8, 8, 64, 16, "bf16"), 40.0)]:
             total += 1
-            passed += check(client, g, *c, False, True, results, min_len=2000, max_len=6000)
-                # Every other device of a multi-GPU host: a decode and a prefill with everything on
+            passed += check(client, g, *c, False, True, results, min_len=2000, max_len=6000,
+                            scale=scale)
+        # Every other device of a multi-GPU host: a decode and a prefill with everything on
         # it, and a job on device 0 naming its device tensor, which must be refused.
         for dev in range(1, len(client.caps["devices"])):
             for prefill in (False, True):

@@ -105,9 +105,13 @@ typedef struct gllm_cuda_paged_batch_params {
 
 /* gllm_paged_attn_single_{f16,bf16}_d{64,128}: the same for one one-token sequence split
  * into grid.x ranges of chunk keys (block x reads [x * chunk, min((x + 1) * chunk, len))),
- * merged by the one combine item in comb: its plan, too, travels in the parameters. */
+ * merged by the one combine item in comb: its plan, too, travels in the parameters. Every
+ * block also adds its part, scaled to 2^0, to sums, and the last block divides them instead
+ * of reading every partial back, unless they left fp32's range (then the exact merge). */
+#define GLLM_CUDA_PAGED_SUM_STRIDE(D) ((D) + 4)   /* O in the first D floats, the sum at D */
 typedef struct gllm_cuda_paged_single_params {
     gllm_cuda_paged_params p;
+    float *sums;          /* [grid.y][ROWS][SUM_STRIDE(D)], zero between jobs: the fast merge's */
     gllm_cuda_paged_combine comb;
     int32_t page0, len, chunk;
 } gllm_cuda_paged_single_params;

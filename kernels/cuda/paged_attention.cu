@@ -25,66 +25,121 @@ __device__ __forceinline__ void cp_async_wait_stages()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PG_STAGES - 2));
 }
 
+// Output element (token qi, head slot hh, columns 4 c4 .. 4 c4 + 3) of combine item c, merged
+// exactly from the item's partial results, weighted by 2^(lse - max); the partials are read
+// from L2 (ld.cg), where the other blocks' writes landed.
+template <typename T, int D>
+__device__ __forceinline__ void combine_exact(const gllm_cuda_paged_params &p,
+                                              const gllm_cuda_paged_combine &c, int head0,
+                                              int qi, int hh, int c4)
+{
+    const int r = qi * p.heads_per_cta + hh;
+    auto slot = [&](int s) {
+        return ((int64_t)(c.part0 + s) * gridDim.y + blockIdx.y) * PG_ROWS + r;
+    };
+    // One pass, PG_COMB parts at a time: all their loads are in flight together (the L2
+    // round trips, not the arithmetic, are what the last block waits for), then the running
+    // maximum moves and what was summed so far is rescaled to it.
+    float M = -INFINITY, L = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < c.nparts; s0 += PG_COMB) {
+        float l[PG_COMB];
+        float4 x[PG_COMB];
+#pragma unroll
+        for (int k = 0; k < PG_COMB; k++) {
+            const int64_t sl = slot(min(s0 + k, c.nparts - 1));
+            l[k] = __ldcg(p.part_lse + sl);
+            x[k] = __ldcg(reinterpret_cast<const float4 *>(p.part_o + sl * D) + c4);
+        }
+        float m = M;
+#pragma unroll
+        for (int k = 0; k < PG_COMB; k++)
+            if (s0 + k < c.nparts)
+                m = fmaxf(m, l[k]);
+        const float ref = m == -INFINITY ? 0.f : m;
+        const float a = fast_exp2(M - ref);
+        L *= a, acc.x *= a, acc.y *= a, acc.z *= a, acc.w *= a;
+#pragma unroll
+        for (int k = 0; k < PG_COMB; k++) {
+            const float f = s0 + k < c.nparts ? fast_exp2(l[k] - ref) : 0.f;
+            L += f;
+            acc.x += f * x[k].x, acc.y += f * x[k].y, acc.z += f * x[k].z, acc.w += f * x[k].w;
+        }
+        M = m;
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    T *O = reinterpret_cast<T *>(p.out) + ((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + c4 * 4;
+    *reinterpret_cast<uint2 *>(O) = make_uint2(Elem<T>::pack(acc.x * inv, acc.y * inv),
+                                               Elem<T>::pack(acc.z * inv, acc.w * inv));
+}
+
 // The last block of combine item c: merges the item's partial results for this block's
-// rows, weighted by 2^(lse - max). Each thread takes 4 columns of one (token, head) row;
-// the partials are read from L2 (ld.cg), where the other blocks' writes landed.
+// rows, each thread 4 columns of one (token, head) row.
 template <typename T, int D>
 __device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p,
                                               const gllm_cuda_paged_combine &c, int head0,
                                               int heads_here)
 {
     constexpr int C4 = D / 4;
-    const int hpc = p.heads_per_cta;
-    const int items = c.nq * heads_here * C4;
-    for (int idx = threadIdx.x; idx < items; idx += PG_THREADS) {
-        const int v = idx / C4, c4 = idx % C4, qi = v / heads_here, hh = v % heads_here;
-        const int r = qi * hpc + hh;
-        auto slot = [&](int s) {
-            return ((int64_t)(c.part0 + s) * gridDim.y + blockIdx.y) * PG_ROWS + r;
-        };
-        // One pass, PG_COMB parts at a time: all their loads are in flight together (the
-        // L2 round trips, not the arithmetic, are what the last block waits for), then the
-        // running maximum moves and what was summed so far is rescaled to it.
-        float M = -INFINITY, L = 0.f;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s0 = 0; s0 < c.nparts; s0 += PG_COMB) {
-            float l[PG_COMB];
-            float4 x[PG_COMB];
-#pragma unroll
-            for (int k = 0; k < PG_COMB; k++) {
-                const int64_t sl = slot(min(s0 + k, c.nparts - 1));
-                l[k] = __ldcg(p.part_lse + sl);
-                x[k] = __ldcg(reinterpret_cast<const float4 *>(p.part_o + sl * D) + c4);
-            }
-            float m = M;
-#pragma unroll
-            for (int k = 0; k < PG_COMB; k++)
-                if (s0 + k < c.nparts)
-                    m = fmaxf(m, l[k]);
-            const float ref = m == -INFINITY ? 0.f : m;
-            const float a = fast_exp2(M - ref);
-            L *= a, acc.x *= a, acc.y *= a, acc.z *= a, acc.w *= a;
-#pragma unroll
-            for (int k = 0; k < PG_COMB; k++) {
-                const float f = s0 + k < c.nparts ? fast_exp2(l[k] - ref) : 0.f;
-                L += f;
-                acc.x += f * x[k].x, acc.y += f * x[k].y, acc.z += f * x[k].z, acc.w += f * x[k].w;
-            }
-            M = m;
-        }
-        const float inv = L > 0.f ? 1.f / L : 0.f;
-        T *O = reinterpret_cast<T *>(p.out) + ((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + c4 * 4;
-        uint2 packed = {Elem<T>::pack(acc.x * inv, acc.y * inv), Elem<T>::pack(acc.z * inv, acc.w * inv)};
-        *reinterpret_cast<uint2 *>(O) = packed;
+    for (int idx = threadIdx.x; idx < c.nq * heads_here * C4; idx += PG_THREADS) {
+        const int v = idx / C4;
+        combine_exact<T, D>(p, c, head0, v / heads_here, v % heads_here, idx % C4);
     }
 }
 
+// Sums of the fast merge: [grid.y][ROWS][D + 4] floats, O in the first D, the softmax sum
+// at D; every block of the item adds its part to them relative to 2^0, so the last block
+// reads one row instead of every partial. Zero between jobs (the last block clears them).
+#define SUM_STRIDE GLLM_CUDA_PAGED_SUM_STRIDE
+
+__device__ __forceinline__ void red_add4(float *a, float4 v)
+{
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float4 *>(a), v);       // one vector reduction
+#else
+    atomicAdd(a, v.x), atomicAdd(a + 1, v.y), atomicAdd(a + 2, v.z), atomicAdd(a + 3, v.w);
+#endif
+}
+
+// The last block of the single sequence's combine item, with the sums: out = O / L where
+// both are in the range fp32 holds them exactly enough (every block's maximum within about
+// 2^+-90 of 2^0, so no part overflowed or vanished); elsewhere the exact merge above. The
+// sums are cleared for the next job as they are read.
+template <typename T, int D>
+__device__ __forceinline__ void paged_combine_sums(const gllm_cuda_paged_params &p,
+                                                   const gllm_cuda_paged_combine &c, int head0,
+                                                   int heads_here, float *sums)
+{
+    constexpr int C4 = D / 4;
+    const int rows = c.nq * heads_here;
+    for (int idx = threadIdx.x; idx < rows * C4; idx += PG_THREADS) {
+        const int v = idx / C4, c4 = idx % C4, qi = v / heads_here, hh = v % heads_here;
+        float *a = sums + ((int64_t)blockIdx.y * PG_ROWS + qi * p.heads_per_cta + hh) * SUM_STRIDE(D);
+        const float L = __ldcg(a + D);
+        const float4 x = __ldcg(reinterpret_cast<const float4 *>(a) + c4);
+        __stcg(reinterpret_cast<float4 *>(a) + c4, make_float4(0.f, 0.f, 0.f, 0.f));
+        if (L >= 0x1p-90f && L <= 0x1p90f && isfinite(x.x + x.y + x.z + x.w)) {
+            const float inv = 1.f / L;
+            T *O = reinterpret_cast<T *>(p.out) + ((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + c4 * 4;
+            *reinterpret_cast<uint2 *>(O) = make_uint2(Elem<T>::pack(x.x * inv, x.y * inv),
+                                                       Elem<T>::pack(x.z * inv, x.w * inv));
+        } else {
+            combine_exact<T, D>(p, c, head0, qi, hh, c4);
+        }
+    }
+    __syncthreads();                           // every thread of a row has read its L
+    for (int v = threadIdx.x; v < rows; v += PG_THREADS)
+        __stcg(sums + ((int64_t)blockIdx.y * PG_ROWS + (v / heads_here) * p.heads_per_cta +
+                       v % heads_here) * SUM_STRIDE(D) + D, 0.f);
+}
+
 // w: this block's work item; combine: where its combine item is (with w.part >= 0), read
-// only after the block's keys are done.
+// only after the block's keys are done; sums: the fast merge's (paged_combine_sums), or null.
 template <typename T, int D>
 __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
                                                 const gllm_cuda_paged_work w,
-                                                const gllm_cuda_paged_combine *combine)
+                                                const gllm_cuda_paged_combine *combine,
+                                                float *sums = nullptr)
 {
     constexpr int CH = D / 8;                  // 16-byte chunks per row
     constexpr int DK = D / 16, DN = D / 8;
@@ -282,6 +337,15 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
             L += sL[k * PG_ROWS + r] * f;
             acc.x += f * x.x, acc.y += f * x.y, acc.z += f * x.z, acc.w += f * x.w;
         }
+        if (sums && w.part >= 0) {
+            // This block's part of the sums, relative to 2^0: exact while 2^M and the sums
+            // stay in fp32's range; the last block checks that, else merges the partials.
+            const float e = M == -INFINITY ? 0.f : fast_exp2(M);
+            float *a = sums + ((int64_t)blockIdx.y * PG_ROWS + r) * SUM_STRIDE(D);
+            red_add4(a + 4 * c4, make_float4(acc.x * e, acc.y * e, acc.z * e, acc.w * e));
+            if (c4 == 0)
+                atomicAdd(a + D, L * e);
+        }
         const float inv = L > 0.f ? 1.f / L : 0.f;
         acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
         if (w.part < 0) {
@@ -311,7 +375,10 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
     __syncthreads();
     if (last) {
         __threadfence();
-        paged_combine<T, D>(p, c, head0, heads_here);
+        if (sums)
+            paged_combine_sums<T, D>(p, c, head0, heads_here, sums);
+        else
+            paged_combine<T, D>(p, c, head0, heads_here);
     }
 }
 
@@ -336,7 +403,7 @@ __device__ __forceinline__ void paged_single(const gllm_cuda_paged_single_params
     const bool split = gridDim.x > 1;
     const gllm_cuda_paged_work w = {s.page0, 0, 1, s.len - 1, kv0, min(kv0 + s.chunk, s.len),
                                     split ? x : -1, split ? 0 : -1};
-    paged_attention<T, D>(s.p, w, &s.comb);
+    paged_attention<T, D>(s.p, w, &s.comb, s.sums);
 }
 
 #define PAGED_ENTRY(T, tname, D)                                                               \

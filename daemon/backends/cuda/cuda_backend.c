@@ -78,6 +78,8 @@ static void close_dev(const struct cuda_driver *d, struct cuda_dev *x)
         d->cuMemFreeHost(x->hstage);
     if (x->counters)
         d->cuMemFree(x->counters);
+    if (x->sums)
+        d->cuMemFree(x->sums);
     if (x->bad_page)
         d->cuMemFreeHost((void *)x->bad_page);
     for (int i = 0; i < EV_COUNT; i++)

@@ -26,6 +26,8 @@ struct cuda_dev {
     void *hstage;                  /* pinned: page tables and plans on their way up */
     CUdeviceptr counters;          /* split-KV arrival counters (cuda_paged.c) */
     size_t counters_size;          /* bytes */
+    CUdeviceptr sums;              /* a split sequence's fast-merge sums (cuda_paged.c) */
+    size_t sums_size;              /* bytes */
     size_t hstage_size;
     volatile int32_t *bad_page;    /* pinned, mapped: the paged kernel sets it when it meets a
                                     * page number outside the pool (never followed) */

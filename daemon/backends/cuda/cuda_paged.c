@@ -165,20 +165,21 @@ static int ensure_hstage(const struct cuda_driver *d, struct cuda_dev *x, size_t
     return 0;
 }
 
-/* The split kernel's per-(combine item, head slot) arrival counters: zero between jobs (the
- * last block of each item resets its own), so only a new, larger buffer is cleared. */
-static int ensure_counters(const struct cuda_driver *d, struct cuda_dev *x, size_t n)
+/* Device memory the split kernel keeps zero between jobs (its last blocks clear what they
+ * used): the arrival counters per (combine item, head slot) and the fast merge's sums. Only
+ * a new, larger buffer is cleared here. */
+static int ensure_zeroed(const struct cuda_driver *d, struct cuda_dev *x, CUdeviceptr *p,
+                         size_t *size, size_t bytes, const char *what)
 {
-    if (n * 4 <= x->counters_size)
+    if (bytes <= *size)
         return 0;
-    CUresult r = cuda_grow(d, &x->counters, &x->counters_size, n * 4);
-    if (r == CUDA_SUCCESS && (r = d->cuMemsetD32Async(x->counters, 0, x->counters_size / 4,
-                                                      x->stream)) != CUDA_SUCCESS) {
-        d->cuMemFree(x->counters);     /* never leave uncleared counters to a later job */
-        x->counters = 0;
-        x->counters_size = 0;
+    CUresult r = cuda_grow(d, p, size, bytes);
+    if (r == CUDA_SUCCESS && (r = d->cuMemsetD32Async(*p, 0, *size / 4, x->stream)) != CUDA_SUCCESS) {
+        d->cuMemFree(*p);              /* never leave an uncleared buffer to a later job */
+        *p = 0;
+        *size = 0;
     }
-    return r == CUDA_SUCCESS ? 0 : cuda_fail(d, r, "split-KV counters");
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(d, r, what);
 }
 
 /* The kernel met a page number outside the pool (and read nothing through it). Tables in
@@ -293,7 +294,12 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     if (rc == 0)
         rc = ensure_hstage(d, x, up_bytes ? up_bytes : 16);
     if (rc == 0)
-        rc = ensure_counters(d, x, (size_t)ncomb * (size_t)t.gy);
+        rc = ensure_zeroed(d, x, &x->counters, &x->counters_size, (size_t)ncomb * (size_t)t.gy * 4,
+                           "split-KV counters");
+    if (rc == 0 && single)
+        rc = ensure_zeroed(d, x, &x->sums, &x->sums_size,
+                           (size_t)t.gy * GLLM_CUDA_PAGED_ROWS * (size_t)GLLM_CUDA_PAGED_SUM_STRIDE(p->D) * 4,
+                           "split-KV sums");
     if (rc < 0)
         return rc;
 
@@ -398,7 +404,8 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         if (batch) {
             bp.p = k, args[0] = &bp, f = x->paged_batch[bf][wide];
         } else if (single) {
-            sp.p = k, args[0] = &sp, f = x->paged_single[bf][wide];
+            sp.p = k, sp.sums = (float *)(uintptr_t)x->sums, args[0] = &sp;
+            f = x->paged_single[bf][wide];
         }
         r = d->cuLaunchKernel(f, (unsigned)nwork, (unsigned)t.gy, 1, GLLM_CUDA_PAGED_THREADS, 1, 1,
                               (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), x->stream, args, NULL);

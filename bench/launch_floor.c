@@ -1,0 +1,150 @@
+/* Times what a launch costs on this host: the launch call, and the event interval around a near-empty kernel and around B1 decode. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attention_params.h"
+#include "cuda_driver.h"
+#include "fatbin.h"
+
+#define N 2000
+
+static const struct cuda_driver *d;
+static CUstream stream;
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void must(CUresult r, const char *what)
+{
+    if (r != CUDA_SUCCESS) {
+        char buf[160];
+        fprintf(stderr, "%s: %s\n", what, cuda_error_text(d, r, buf, sizeof buf));
+        exit(1);
+    }
+}
+
+struct launch {
+    const char *name;
+    CUfunction f;
+    unsigned gx, gy, smem;
+    void *params;
+};
+
+/* N launches, each alone on an idle stream: the call's host time and the events' interval,
+ * p10/p50/p90 of each. */
+static void measure(const struct launch *l)
+{
+    static double call[N], ev[N];
+    CUevent a, b;
+    must(d->cuEventCreate(&a, CU_EVENT_DEFAULT), "event");
+    must(d->cuEventCreate(&b, CU_EVENT_DEFAULT), "event");
+    void *args[] = {l->params};
+    for (int i = -50; i < N; i++) {
+        must(d->cuEventRecord(a, stream), "record");
+        const double t0 = now_us();
+        must(d->cuLaunchKernel(l->f, l->gx, l->gy, 1, 128, 1, 1, l->smem, stream, args, NULL),
+             l->name);
+        const double t1 = now_us();
+        must(d->cuEventRecord(b, stream), "record");
+        must(d->cuStreamSynchronize(stream), l->name);
+        float ms;
+        must(d->cuEventElapsedTime(&ms, a, b), "elapsed");
+        if (i >= 0)
+            call[i] = t1 - t0, ev[i] = ms * 1e3;
+    }
+    qsort(call, N, sizeof *call, cmp);
+    qsort(ev, N, sizeof *ev, cmp);
+    printf("%-34s launch call p10/p50/p90 %5.2f %5.2f %5.2f us   events %6.2f %6.2f %6.2f us\n",
+           l->name, call[N / 10], call[N / 2], call[N * 9 / 10], ev[N / 10], ev[N / 2],
+           ev[N * 9 / 10]);
+    d->cuEventDestroy(a);
+    d->cuEventDestroy(b);
+}
+
+static CUdeviceptr alloc(size_t bytes, unsigned fill)
+{
+    CUdeviceptr p;
+    must(d->cuMemAlloc(&p, bytes), "alloc");
+    must(d->cuMemsetD32Async(p, fill, bytes / 4, stream), "memset");
+    return p;
+}
+
+int main(void)
+{
+    char why[160];
+    if (!(d = cuda_driver_load(why, sizeof why))) {
+        fprintf(stderr, "%s\n", why);
+        return 1;
+    }
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    must(d->cuInit(0), "init");
+    must(d->cuDeviceGet(&dev, 0), "device");
+    d->cuDevicePrimaryCtxSetFlags(dev, CU_CTX_SCHED_SPIN);     /* as gllmd does */
+    must(d->cuDevicePrimaryCtxRetain(&ctx, dev), "context");
+    must(d->cuCtxSetCurrent(ctx), "context");
+    must(d->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "stream");
+    must(d->cuModuleLoadData(&mod, fatbin_data()), "module");
+
+    /* A near-empty kernel: kv_append of one row of zero bytes (it reads one slot). */
+    CUfunction append, single;
+    must(d->cuModuleGetFunction(&append, mod, "gllm_kv_append_rows"), "append");
+    const CUdeviceptr slot = alloc(256, 0);
+    gllm_cuda_append_params ap = {.slot = (const int64_t *)(uintptr_t)slot, .row_bytes = 0};
+    struct launch empty = {"near-empty kernel (40 B params)", append, 1, 1, 0, &ap};
+
+    /* B1 decode as gllmd launches it: Hq 32, Hkv 8, L 8192, D 128, f16, pages of 16 in
+     * order, 32 ranges of 256 keys. */
+    enum { HQ = 32, HKV = 8, L = 8192, D = 128, PS = 16, PAGES = L / PS, SPLIT = 32 };
+    must(d->cuModuleGetFunction(&single, mod, "gllm_paged_attn_single_f16_d128"), "single");
+    must(d->cuFuncSetAttribute(single, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                               GLLM_CUDA_PAGED_SMEM(D)), "smem");
+    const size_t pool = (size_t)L * HKV * D * 2;
+    int32_t idx[PAGES];
+    for (int i = 0; i < PAGES; i++)
+        idx[i] = (i * 7) % PAGES;                 /* scattered, each page once */
+    const CUdeviceptr kv_idx = alloc(sizeof idx, 0);
+    must(d->cuMemcpyHtoDAsync(kv_idx, idx, sizeof idx, stream), "indices");
+    int32_t *bad;
+    must(d->cuMemAllocHost((void **)&bad, 64), "pinned");
+    *bad = 0;
+    gllm_cuda_paged_single_params sp = {
+        .p = {.q = (const void *)(uintptr_t)alloc((size_t)HQ * D * 2, 0x3c003c00u),
+              .out = (void *)(uintptr_t)alloc((size_t)HQ * D * 2, 0),
+              .k_cache = (const void *)(uintptr_t)alloc(pool, 0x2e662e66u),
+              .v_cache = (const void *)(uintptr_t)alloc(pool, 0x3c003c00u),
+              .kv_indices = (const int32_t *)(uintptr_t)kv_idx,
+              .part_o = (float *)(uintptr_t)alloc((size_t)SPLIT * HKV * 16 * D * 4, 0),
+              .part_lse = (float *)(uintptr_t)alloc((size_t)SPLIT * HKV * 16 * 4, 0),
+              .counters = (int32_t *)(uintptr_t)alloc(256, 0),
+              .Hq = HQ, .Hkv = HKV, .page_size = PS, .page_shift = 4, .group = HQ / HKV,
+              .heads_per_cta = HQ / HKV, .head_chunks = 1, .scale = 1.f / sqrtf(D),
+              .num_pages = PAGES, .bad_page = bad},
+        .sums = (float *)(uintptr_t)alloc((size_t)HKV * 16 * GLLM_CUDA_PAGED_SUM_STRIDE(D) * 4, 0),
+        .comb = {0, 1, 0, SPLIT}, .page0 = 0, .len = L, .chunk = L / SPLIT};
+    struct launch b1 = {"B1 L8192 D128 f16 (single, 32x8)", single, SPLIT, HKV,
+                        GLLM_CUDA_PAGED_SMEM(D), &sp};
+    must(d->cuStreamSynchronize(stream), "setup");
+
+    for (int round = 0; round < 3; round++) {
+        measure(&empty);
+        measure(&b1);
+    }
+    if (*bad)
+        printf("the kernel reported a bad page: the probe's table is wrong\n");
+    return 0;
+}
