@@ -82,6 +82,28 @@ static CUdeviceptr alloc(size_t bytes, unsigned fill)
     return p;
 }
 
+/* bytes of f16 values spread over about [-2, 2] (a sum of uniforms), as random attention data. */
+static CUdeviceptr alloc_random(size_t bytes, uint32_t seed)
+{
+    const CUdeviceptr p = alloc(bytes, 0);
+    uint16_t *h = malloc(bytes);
+    for (size_t i = 0; i < bytes / 2; i++) {
+        int sum = 0;
+        for (int k = 0; k < 4; k++)
+            seed = seed * 1664525u + 1013904223u, sum += (int)(seed >> 24) - 128;
+        const float x = sum / 128.f;                 /* in (-4, 4), mostly within 2 */
+        /* to f16: sign, exponent and 10 mantissa bits of the float (no denormals needed) */
+        uint32_t b;
+        memcpy(&b, &x, 4);
+        const int e = (int)((b >> 23) & 0xff) - 127 + 15;
+        h[i] = x == 0.f || e <= 0 ? 0 : (uint16_t)(((b >> 16) & 0x8000) | (e << 10) | ((b >> 13) & 0x3ff));
+    }
+    must(d->cuMemcpyHtoDAsync(p, h, bytes, stream), "random data");
+    must(d->cuStreamSynchronize(stream), "random data");
+    free(h);
+    return p;
+}
+
 int main(void)
 {
     char why[160];
@@ -116,17 +138,21 @@ int main(void)
     const size_t pool = (size_t)L * HKV * D * 2;
     int32_t idx[PAGES];
     for (int i = 0; i < PAGES; i++)
-        idx[i] = (i * 7) % PAGES;                 /* scattered, each page once */
+        idx[i] = i;
+    for (int i = PAGES - 1; i > 0; i--) {         /* shuffled, each page once */
+        const int j = (int)(((uint32_t)i * 2654435761u) % (uint32_t)(i + 1)), x = idx[i];
+        idx[i] = idx[j], idx[j] = x;
+    }
     const CUdeviceptr kv_idx = alloc(sizeof idx, 0);
     must(d->cuMemcpyHtoDAsync(kv_idx, idx, sizeof idx, stream), "indices");
     int32_t *bad;
     must(d->cuMemAllocHost((void **)&bad, 64), "pinned");
     *bad = 0;
     gllm_cuda_paged_single_params sp = {
-        .p = {.q = (const void *)(uintptr_t)alloc((size_t)HQ * D * 2, 0x3c003c00u),
+        .p = {.q = (const void *)(uintptr_t)alloc_random((size_t)HQ * D * 2, 1),
               .out = (void *)(uintptr_t)alloc((size_t)HQ * D * 2, 0),
-              .k_cache = (const void *)(uintptr_t)alloc(pool, 0x2e662e66u),
-              .v_cache = (const void *)(uintptr_t)alloc(pool, 0x3c003c00u),
+              .k_cache = (const void *)(uintptr_t)alloc_random(pool, 2),
+              .v_cache = (const void *)(uintptr_t)alloc_random(pool, 3),
               .kv_indices = (const int32_t *)(uintptr_t)kv_idx,
               .part_o = (float *)(uintptr_t)alloc((size_t)SPLIT * HKV * 16 * D * 4, 0),
               .part_lse = (float *)(uintptr_t)alloc((size_t)SPLIT * HKV * 16 * 4, 0),
