@@ -6,7 +6,9 @@
 // pages once; the tile's unused rows cost tensor-core time the memory bound leaves idle.
 // Long sequences are cut into key ranges run by separate blocks (flash-decoding); the last
 // block of a sequence to finish merges the partial results by their log-sum-exp, which
-// saves a second launch and its gap on the GPU.
+// saves a second launch and its gap on the GPU. A single split sequence (B1 decode) also
+// sums every block's part, scaled to 2^0, in L2, so its last block reads one row back
+// instead of a partial per block (paged_combine_sums).
 #include "attention_params.h"
 #include "mma_common.cuh"
 
