@@ -104,9 +104,9 @@ __device__ __forceinline__ void red_add4(float *a, float4 v)
 }
 
 // The last block of the single sequence's combine item, with the sums: out = O / L where
-// both are in the range fp32 holds them exactly enough (every block's maximum within about
-// 2^+-90 of 2^0, so no part overflowed or vanished); elsewhere the exact merge above. The
-// sums are cleared for the next job as they are read.
+// the row's sums show that no part overflowed and the largest did not vanish (L within
+// 2^-90 .. 2^90, O finite: the row's maximum score within about +-90 of 0 in log2 units);
+// elsewhere the exact merge above. The sums are cleared for the next job as they are read.
 template <typename T, int D>
 __device__ __forceinline__ void paged_combine_sums(const gllm_cuda_paged_params &p,
                                                    const gllm_cuda_paged_combine &c, int head0,
