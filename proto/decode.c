@@ -169,11 +169,9 @@ int proto_get_i64(const msgpack_object *map, const char *key, bool required, int
     return GLLM_EPARAM;
 }
 
-int proto_get_f64(const msgpack_object *map, const char *key, bool required, double *out)
+/* A number of any msgpack kind, as a double. */
+static int object_f64(const msgpack_object *o, double *out)
 {
-    const msgpack_object *o = proto_map_get(map, key);
-    if (!o)
-        return required ? GLLM_EPARAM : 0;
     switch (o->type) {
     case MSGPACK_OBJECT_FLOAT32:
     case MSGPACK_OBJECT_FLOAT64: *out = o->via.f64; return 0;
@@ -181,6 +179,14 @@ int proto_get_f64(const msgpack_object *map, const char *key, bool required, dou
     case MSGPACK_OBJECT_NEGATIVE_INTEGER: *out = (double)o->via.i64; return 0;
     default: return GLLM_EPARAM;
     }
+}
+
+int proto_get_f64(const msgpack_object *map, const char *key, bool required, double *out)
+{
+    const msgpack_object *o = proto_map_get(map, key);
+    if (!o)
+        return required ? GLLM_EPARAM : 0;
+    return object_f64(o, out);
 }
 
 int proto_get_bool(const msgpack_object *map, const char *key, bool required, bool *out)
@@ -299,7 +305,7 @@ static int decode_scale(const msgpack_object *params, bool *has, double *scale)
     const msgpack_object *o = proto_map_get(params, "scale");
     if (!o || o->type == MSGPACK_OBJECT_NIL)
         return 0;
-    int r = proto_get_f64(params, "scale", true, scale);
+    int r = object_f64(o, scale);
     if (r < 0)
         return r;
     if (!isfinite(*scale))
