@@ -356,7 +356,6 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     const CUdeviceptr up = x->scratch + up_at;
     if (up_bytes && (r = d->cuMemcpyHtoDAsync(up, h, up_bytes, x->stream)))
         return cuda_fail(d, r, "page table upload");
-    d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
 
     if (append) {
         const size_t row = (size_t)(p->Hkv * p->D) * es;
@@ -371,6 +370,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         for (int i = 0; i < PG_COUNT; i++)
             a.vec16 &= st[i].dev % 16 == 0;
         void *args[] = {&a};
+        d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
         r = d->cuLaunchKernel(x->append, (unsigned)p->nnew, 1, 1, 128, 1, 1, 0, x->stream, args, NULL);
     } else {
         const CUdeviceptr dwork = up + tab_bytes;
@@ -407,6 +407,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             sp.p = k, sp.sums = (float *)(uintptr_t)x->sums, args[0] = &sp;
             f = x->paged_single[bf][wide];
         }
+        d->cuEventRecord(x->ev[EV_KERNEL], x->stream);     /* the events hold only the launch */
         r = d->cuLaunchKernel(f, (unsigned)nwork, (unsigned)t.gy, 1, GLLM_CUDA_PAGED_THREADS, 1, 1,
                               (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), x->stream, args, NULL);
     }
