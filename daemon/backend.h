@@ -88,6 +88,7 @@ static inline int64_t paged_row(const struct paged_args *p, int64_t b, int64_t p
 
 struct backend_config {
     int threads;                /* CPU worker threads; 0 = one per online CPU */
+    bool deterministic;         /* results may not depend on the order GPU blocks finish in */
 };
 
 struct backend;

@@ -141,6 +141,14 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
         snprintf(why, whylen, "busy_poll wants auto, on or off");
         return -EINVAL;
     }
+    if (strcmp(key, "deterministic") == 0) {
+        if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
+            snprintf(why, whylen, "deterministic wants on or off");
+            return -EINVAL;
+        }
+        c->deterministic = val[1] == 'n';
+        return 0;
+    }
     if (strcmp(key, "socket") == 0) {
         if (val[0] != '/' || strlen(val) >= sizeof c->socket_path) {
             snprintf(why, whylen, "socket wants an absolute path under %zu bytes",

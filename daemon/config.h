@@ -32,6 +32,7 @@ struct config {
     unsigned drain_timeout_s;     /* SIGTERM: then queued jobs are cancelled */
     unsigned status_interval_s;   /* sd_notify STATUS= refresh */
     int busy_poll;                /* 1 on, 0 off, -1 auto (on for GPU backends) */
+    bool deterministic;           /* GPU kernels merge split parts in a fixed order */
 };
 
 /* Which fields the command line set, so a reload keeps them over the file's. */

@@ -75,8 +75,9 @@ static int reload(struct server *s, void *arg)
         log_err("reload: %s; keeping the running configuration", err);
         return -EINVAL;
     }
-    if (cfg.threads != 0 || strcmp(cfg.backend, "auto") != 0 || cfg.socket_path[0])
-        log_info("reload: socket, backend and threads take effect at the next start");
+    if (cfg.threads != 0 || strcmp(cfg.backend, "auto") != 0 || cfg.socket_path[0] ||
+        cfg.deterministic)
+        log_info("reload: socket, backend, threads and deterministic take effect at the next start");
     server_apply_config(s, &cfg);
     return 0;
 }
@@ -99,6 +100,7 @@ static void print_config(const struct config *c, const char *socket_path)
            c->limits.max_outq_bytes, c->limits.max_page_entries, c->drain_timeout_s,
            c->status_interval_s);
     printf("busy_poll = %s\n", c->busy_poll < 0 ? "auto" : c->busy_poll ? "on" : "off");
+    printf("deterministic = %s\n", c->deterministic ? "on" : "off");
     printf("allow_users =");
     for (int i = 0; i < c->policy.nuids; i++)
         printf("%s%u", i ? ", " : " ", (unsigned)c->policy.uids[i]);
@@ -228,7 +230,7 @@ int main(int argc, char **argv)
 
     struct backend *be;
     char why[512];
-    struct backend_config bcfg = {.threads = cfg.threads};
+    struct backend_config bcfg = {.threads = cfg.threads, .deterministic = cfg.deterministic};
     int r = backend_select(cfg.backend, &bcfg, &be, why, sizeof why);
     if (r < 0) {
         log_err("backend '%s': %s", cfg.backend, why[0] ? why : gllm_strerror(r));

@@ -43,7 +43,20 @@ if [ -n "${GPU_CHECK_PAGED_ONLY:-}" ]; then :
 elif "$build/gllm_loadtest" --socket "$sock" --clients 64 --jobs 2000 --depth 8 > "$out/loadtest.txt" 2>&1
 then note "ok   load test: $(cat "$out/loadtest.txt")"
 else note "FAIL load test: $(tail -3 "$out/loadtest.txt")"; fails=$((fails + 1)); fi
+python3 "$here/gpu_paged.py" --socket "$sock" --repeat-only 50 > "$out/repeat-default.log" 2>&1
+note "info $(grep -E '^  (ok|FAIL)' "$out/repeat-default.log" | sed 's/^  ok   //')"
 kill -TERM "$pid"; wait "$pid"; note "gllmd exit status after SIGTERM: $?"
+
+# gllmd with deterministic = on: the same long decode must come back the same every time.
+dconf=$(mktemp); echo "deterministic = on" > "$dconf"
+dsock=$(mktemp -d)/gllmd.sock
+"$build/gllmd" --config "$dconf" --socket "$dsock" --backend cuda 2> "$out/gllmd-deterministic.log" &
+dpid=$!
+for _ in $(seq 200); do [ -S "$dsock" ] && break; sleep 0.05; done
+if python3 "$here/gpu_paged.py" --socket "$dsock" --repeat-only 50 --expect-repeatable > "$out/repeat.log" 2>&1
+then note "ok   $(grep -E '^  ok' "$out/repeat.log" | sed 's/^  ok   //')"
+else note "FAIL deterministic = on: $(tail -1 "$out/repeat.log")"; fails=$((fails + 1)); fi
+kill -TERM "$dpid"; wait "$dpid"
 
 echo; echo "== summary"; cat "$out/status.txt"; cat "$out/gllmctl_bench.txt" "$out/gllmctl_bench_decode.txt"
 printf '%s\n' "${summary[@]}"

@@ -162,6 +162,38 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, devi
     return ok
 
 
+def repeat_check(client, g, runs, expect):
+    """One long B1 decode (split, the single entry point) run `runs` times on the same data:
+    how many different outputs came back. expect: gllmd runs with deterministic = on, so
+    anything but one is a failure."""
+    Hq, Hkv, D, ps, L = 32, 8, 128, 16, int(torch.randint(4000, 6000, (1,), generator=g))
+    P = (L + ps - 1) // ps + 5
+    pg = Paged(client, P, ps, Hkv, D, "f16", 4 * Hq * D * 2 + 16 * (P + 4))
+    pg.upload_pool(pg.kc, torch.randn(P, ps, Hkv, D, generator=g).half())
+    pg.upload_pool(pg.vc, torch.randn(P, ps, Hkv, D, generator=g).half())
+    indptr, indices, last = make_tables([L], ps, P, g)
+    qb = bits(torch.randn(1, Hq, D, generator=g).half())
+    oq, oo = pg.take(qb.nbytes), pg.take(qb.nbytes)
+    pg.arena.map[oq:oq + qb.nbytes] = qb.tobytes()
+    kc, vc = pg.pools()
+    params = {"k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32(indptr),
+              "kv_indices": pg.i32_device(indices), "kv_last_page_len": pg.i32(last),
+              "q": Client.tensor(pg.arena, oq, "f16", [1, Hq, D]),
+              "out": Client.tensor(pg.arena, oo, "f16", [1, Hq, D])}
+    seen = set()
+    for _ in range(runs):
+        pg.arena.map[oo:oo + qb.nbytes] = b"\xff" * qb.nbytes      # poisoned: NaN
+        client.call("attention_decode", params)
+        seen.add(bytes(pg.arena.map[oo:oo + qb.nbytes]))
+    pg.free()
+    ok = len(seen) == 1 or not expect
+    print(f"  {'ok  ' if ok else 'FAIL'} B1 L{L} decode run {runs} times: {len(seen)} different "
+          f"output{'s' if len(seen) != 1 else ''}"
+          f"{' (gllmd deterministic = on)' if expect else ' (informational: deterministic = off)'}",
+          flush=True)
+    return ok
+
+
 def d2d_gbps(iters):
     x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     y = torch.empty_like(x)
@@ -254,10 +286,16 @@ def main():
     ap.add_argument("--out", default=".")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--repeat-only", type=int, default=0, metavar="N",
+                    help="only run one B1 decode N times and count the different outputs")
+    ap.add_argument("--expect-repeatable", action="store_true",
+                    help="with --repeat-only: fail unless every output is the same")
     args = ap.parse_args()
     client = Client(args.socket)
     g = torch.Generator().manual_seed(int(time.time()))
     results, passed, total = [], 0, 0
+    if args.repeat_only:
+        return 0 if repeat_check(client, g, args.repeat_only, args.expect_repeatable) else 1
     if not args.skip_check:
         # GQA ratios 1, 4, 8, and 20 and 32 (more heads than one 16-row tile holds)
         cases = [(3, 8, 8, 128, 1, "f16"), (3, 16, 4, 128, 16, "bf16"), (4, 32, 4, 64, 16, "f16"),

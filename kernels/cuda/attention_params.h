@@ -111,7 +111,8 @@ typedef struct gllm_cuda_paged_batch_params {
 #define GLLM_CUDA_PAGED_SUM_STRIDE(D) ((D) + 4)   /* O in the first D floats, the sum at D */
 typedef struct gllm_cuda_paged_single_params {
     gllm_cuda_paged_params p;
-    float *sums;          /* [grid.y][ROWS][SUM_STRIDE(D)], zero between jobs: the fast merge's */
+    float *sums;          /* [grid.y][ROWS][SUM_STRIDE(D)], zero between jobs: the fast merge's;
+                           * NULL: the exact merge only, bit-for-bit repeatable */
     gllm_cuda_paged_combine comb;
     int32_t page0, len, chunk;
 } gllm_cuda_paged_single_params;

@@ -217,7 +217,6 @@ static void cuda_close(struct backend *be)
 
 static int cuda_open(const struct backend_config *cfg, struct backend **out)
 {
-    (void)cfg;
     char why[256];
     const struct cuda_driver *d = cuda_driver_load(why, sizeof why);
     if (!d)
@@ -235,6 +234,7 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     be->iface = &cuda_backend_iface;
     be->ctx = c;
     c->d = d;
+    c->deterministic = cfg->deterministic;
     for (int i = 0; i < n && c->ndev < GLLM_MAX_DEVICES; i++) {
         struct cuda_dev *x = &c->dev[c->ndev];
         if (open_dev(d, i, x, why, sizeof why) < 0) {

@@ -37,6 +37,7 @@ struct cuda_dev {
 
 struct cuda_ctx {
     const struct cuda_driver *d;
+    bool deterministic;            /* gllmd.conf: no sums added in L2 (cuda_paged.c) */
     int ndev;
     struct cuda_dev dev[GLLM_MAX_DEVICES];
 };

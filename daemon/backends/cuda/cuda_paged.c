@@ -296,7 +296,9 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     if (rc == 0)
         rc = ensure_zeroed(d, x, &x->counters, &x->counters_size, (size_t)ncomb * (size_t)t.gy * 4,
                            "split-KV counters");
-    if (rc == 0 && single)
+    /* Sums added in L2 in the order blocks finish: not when results must repeat bit for bit. */
+    const bool sums = single && !c->deterministic;
+    if (rc == 0 && sums)
         rc = ensure_zeroed(d, x, &x->sums, &x->sums_size,
                            (size_t)t.gy * GLLM_CUDA_PAGED_ROWS * (size_t)GLLM_CUDA_PAGED_SUM_STRIDE(p->D) * 4,
                            "split-KV sums");
@@ -404,7 +406,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         if (batch) {
             bp.p = k, args[0] = &bp, f = x->paged_batch[bf][wide];
         } else if (single) {
-            sp.p = k, sp.sums = (float *)(uintptr_t)x->sums, args[0] = &sp;
+            sp.p = k, sp.sums = sums ? (float *)(uintptr_t)x->sums : NULL, args[0] = &sp;
             f = x->paged_single[bf][wide];
         }
         d->cuEventRecord(x->ev[EV_KERNEL], x->stream);     /* the events hold only the launch */
