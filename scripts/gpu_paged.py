@@ -314,8 +314,10 @@ def main():
         # (gllm_paged_attn_single_*).
         # Scale 1 spreads the blocks' maxima far apart inside the range of the fast merge's
         # fp32 sums; scale 40 puts them past it, where the last block merges the partials.
+        # GQA 20: a second head chunk of 4 heads in 16 rows.
         for c, scale in [((1, 32, 8, 128, 16, "f16"), None), ((1, 16, 2, 64, 64, "bf16"), None),
-                         ((1, 32, 8, 128, 16, "f16"), 1.0), ((1, 8, 8, 64, 16, "bf16"), 40.0)]:
+                         ((1, 32, 8, 128, 16, "f16"), 1.0), ((1, 8, 8, 64, 16, "bf16"), 40.0),
+                         ((1, 40, 2, 128, 16, "f16"), None)]:
             total += 1
             passed += check(client, g, *c, False, True, results, min_len=2000, max_len=6000,
                             scale=scale)
