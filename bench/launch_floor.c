@@ -87,6 +87,10 @@ static CUdeviceptr alloc_random(size_t bytes, uint32_t seed)
 {
     const CUdeviceptr p = alloc(bytes, 0);
     uint16_t *h = malloc(bytes);
+    if (!h) {
+        fprintf(stderr, "out of memory for %zu bytes of random data\n", bytes);
+        exit(1);
+    }
     for (size_t i = 0; i < bytes / 2; i++) {
         int sum = 0;
         for (int k = 0; k < 4; k++)
