@@ -242,7 +242,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     struct tiling t = {0};
     /* Page numbers in a device tensor are read there (and checked by the kernel). */
     const int64_t nidx = p->indices_on_device ? 0 : p->kv_indptr[p->B];
-    int64_t nwork = 0, ncomb = 0, nparts = 0, target = MIN_CHUNK;
+    int64_t nwork = 0, ncomb = 0, nparts = 0, target = MIN_CHUNK, chunk1 = 0;
     size_t up_bytes, part_bytes = 0;
     bool batch = false, single = false;
     if (append) {
@@ -262,10 +262,16 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         /* When no sequence is split and none has more query tokens than a block takes (a
          * batch of decode steps that fills the chip), each sequence with queries is one work
          * item and the counting pass over the batch is not needed. */
-        if (p->max_kv_len <= target && p->max_q_len <= t.tpc)
+        if (p->max_kv_len <= target && p->max_q_len <= t.tpc) {
             nwork = with_queries;
-        else
+        } else if (p->B == 1 && p->max_q_len == 1) {
+            /* One one-token sequence longer than a block's share: its key ranges are the
+             * whole plan (the counting pass would find the same). */
+            split_keys(p->kv_len[0], target, &nwork, &chunk1);
+            ncomb = nwork > 1, nparts = nwork > 1 ? nwork : 0;
+        } else {
             plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
+        }
         if (nwork > INT32_MAX || ncomb > INT32_MAX / t.gy)
             return -E2BIG;
         /* One query token per sequence, none split, the page numbers on the device: the
@@ -322,9 +328,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         for (int64_t b = 0; b < p->B; b++)
             bp.page0[b] = p->kv_indptr[b], bp.len[b] = p->kv_len[b];
     } else if (single) {
-        int64_t nsplit, chunk;                 /* nsplit: the plan's nwork, the grid */
-        split_keys(p->kv_len[0], target, &nsplit, &chunk);
-        sp.page0 = p->kv_indptr[0], sp.len = p->kv_len[0], sp.chunk = (int32_t)chunk;
+        sp.page0 = p->kv_indptr[0], sp.len = p->kv_len[0], sp.chunk = (int32_t)chunk1;
         sp.comb = (gllm_cuda_paged_combine){0, 1, 0, (int32_t)nwork};
     } else {
         memcpy(h, p->kv_indices, (size_t)nidx * 4);   /* work items carry each kv_indptr */
