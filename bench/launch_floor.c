@@ -1,4 +1,4 @@
-/* Times what a launch costs on this host: the launch call, and the event interval around a near-empty kernel and around B1 decode. */
+/* Times what a launch costs on this host: the launch call, and the event interval around a near-empty kernel and around B1 decode, with cuLaunchKernel and through gllmd's graphs. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,12 +7,14 @@
 
 #include "attention_params.h"
 #include "cuda_driver.h"
+#include "cuda_internal.h"
 #include "fatbin.h"
 
 #define N 2000
 
 static const struct cuda_driver *d;
 static CUstream stream;
+static struct cuda_dev graphs;      /* only its stream and its graph slots are used */
 
 static double now_us(void)
 {
@@ -41,35 +43,42 @@ struct launch {
     CUfunction f;
     unsigned gx, gy, smem;
     void *params;
+    bool graph;                     /* through cuda_launch, as gllmd launches */
 };
 
-/* N launches, each alone on an idle stream: the call's host time and the events' interval,
+/* N launches, each alone on an idle stream: the call's host time, the events' interval, and the
+ * host's round trip (from recording the start event to the stream's synchronize returning),
  * p10/p50/p90 of each. */
 static void measure(const struct launch *l)
 {
-    static double call[N], ev[N];
+    static double call[N], ev[N], trip[N];
     CUevent a, b;
     must(d->cuEventCreate(&a, CU_EVENT_DEFAULT), "event");
     must(d->cuEventCreate(&b, CU_EVENT_DEFAULT), "event");
     void *args[] = {l->params};
     for (int i = -50; i < N; i++) {
+        const double t00 = now_us();
         must(d->cuEventRecord(a, stream), "record");
         const double t0 = now_us();
-        must(d->cuLaunchKernel(l->f, l->gx, l->gy, 1, 128, 1, 1, l->smem, stream, args, NULL),
+        must(l->graph ? cuda_launch(d, &graphs, l->f, l->gx, l->gy, 128, l->smem, l->params)
+                      : d->cuLaunchKernel(l->f, l->gx, l->gy, 1, 128, 1, 1, l->smem, stream, args, NULL),
              l->name);
         const double t1 = now_us();
         must(d->cuEventRecord(b, stream), "record");
         must(d->cuStreamSynchronize(stream), l->name);
+        const double t2 = now_us();
         float ms;
         must(d->cuEventElapsedTime(&ms, a, b), "elapsed");
         if (i >= 0)
-            call[i] = t1 - t0, ev[i] = ms * 1e3;
+            call[i] = t1 - t0, ev[i] = ms * 1e3, trip[i] = t2 - t00;
     }
     qsort(call, N, sizeof *call, cmp);
     qsort(ev, N, sizeof *ev, cmp);
-    printf("%-34s launch call p10/p50/p90 %5.2f %5.2f %5.2f us   events %6.2f %6.2f %6.2f us\n",
+    qsort(trip, N, sizeof *trip, cmp);
+    printf("%-34s launch call p10/p50/p90 %5.2f %5.2f %5.2f us   events %6.2f %6.2f %6.2f us"
+           "   round trip %6.2f %6.2f %6.2f us\n",
            l->name, call[N / 10], call[N / 2], call[N * 9 / 10], ev[N / 10], ev[N / 2],
-           ev[N * 9 / 10]);
+           ev[N * 9 / 10], trip[N / 10], trip[N / 2], trip[N * 9 / 10]);
     d->cuEventDestroy(a);
     d->cuEventDestroy(b);
 }
@@ -131,7 +140,7 @@ int main(void)
     must(d->cuModuleGetFunction(&append, mod, "gllm_kv_append_rows"), "append");
     const CUdeviceptr slot = alloc(256, 0);
     gllm_cuda_append_params ap = {.slot = (const int64_t *)(uintptr_t)slot, .row_bytes = 0};
-    struct launch empty = {"near-empty kernel (40 B params)", append, 1, 1, 0, &ap};
+    struct launch empty = {"near-empty kernel (40 B params)", append, 1, 1, 0, &ap, false};
 
     /* B1 decode as gllmd launches it: Hq 32, Hkv 8, L 8192, D 128, f16, pages of 16 in
      * order, 32 ranges of 256 keys. */
@@ -167,12 +176,19 @@ int main(void)
         .sums = (float *)(uintptr_t)alloc((size_t)HKV * 16 * GLLM_CUDA_PAGED_SUM_STRIDE(D) * 4, 0),
         .comb = {0, 1, 0, SPLIT}, .page0 = 0, .len = L, .chunk = L / SPLIT};
     struct launch b1 = {"B1 L8192 D128 f16 (single, 32x8)", single, SPLIT, HKV,
-                        GLLM_CUDA_PAGED_SMEM(D), &sp};
+                        GLLM_CUDA_PAGED_SMEM(D), &sp, false};
     must(d->cuStreamSynchronize(stream), "setup");
+    graphs.stream = stream;
+    struct launch empty_graph = empty, b1_graph = b1;
+    empty_graph.graph = b1_graph.graph = true;
+    empty_graph.name = "near-empty kernel, graph";
+    b1_graph.name = "B1 L8192 D128 f16, graph";
 
     for (int round = 0; round < 3; round++) {
         measure(&empty);
+        measure(&empty_graph);
         measure(&b1);
+        measure(&b1_graph);
     }
     if (*bad)
         printf("the kernel reported a bad page: the probe's table is wrong\n");

@@ -72,6 +72,7 @@ static void close_dev(const struct cuda_driver *d, struct cuda_dev *x)
     if (!x->ctx)
         return;
     d->cuCtxSetCurrent(x->ctx);
+    cuda_launch_free(d, x);
     if (x->scratch)
         d->cuMemFree(x->scratch);
     if (x->hstage)
@@ -508,26 +509,23 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     memcpy(p.v_st, a->v_st, sizeof p.v_st);
     memcpy(p.o_st, a->o_st, sizeof p.o_st);
     memcpy(p.lse_st, a->lse_st, sizeof p.lse_st);
-    void *params[] = {&p};
     /* tc_eligible() admits D = 64 and 128 only. */
     CUfunction hopper = x->hopper[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
+    const unsigned heads = (unsigned)(a->B * a->Hq);
     if (tc_eligible(a) && hopper) {
         const int64_t rows = GLLM_CUDA_HP_ROWS(a->D);
-        r = d->cuLaunchKernel(hopper, (unsigned)((a->Sq + rows - 1) / rows),
-                              (unsigned)(a->B * a->Hq), 1, (unsigned)GLLM_CUDA_HP_THREADS(a->D), 1, 1,
-                              (unsigned)GLLM_CUDA_HP_SMEM(a->D), x->stream, params, NULL);
+        r = cuda_launch(d, x, hopper, (unsigned)((a->Sq + rows - 1) / rows), heads,
+                        (unsigned)GLLM_CUDA_HP_THREADS(a->D), (unsigned)GLLM_CUDA_HP_SMEM(a->D), &p);
     } else if (tc_eligible(a)) {
         CUfunction f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
-        unsigned smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
         const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
-        r = d->cuLaunchKernel(f, (unsigned)((a->Sq + rows - 1) / rows), (unsigned)(a->B * a->Hq),
-                              1, (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), 1, 1, smem,
-                              x->stream, params, NULL);
+        r = cuda_launch(d, x, f, (unsigned)((a->Sq + rows - 1) / rows), heads,
+                        (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), (unsigned)GLLM_CUDA_TC_SMEM(a->D),
+                        &p);
     } else {
-        r = d->cuLaunchKernel(x->generic[a->dtype],
-                              (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS),
-                              (unsigned)(a->B * a->Hq), 1, GLLM_CUDA_GENERIC_ROWS * 32, 1, 1, 0,
-                              x->stream, params, NULL);
+        r = cuda_launch(d, x, x->generic[a->dtype],
+                        (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS),
+                        heads, GLLM_CUDA_GENERIC_ROWS * 32, 0, &p);
     }
     if (r)
         return cuda_fail(d, r, "kernel launch");

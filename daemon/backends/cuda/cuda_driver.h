@@ -14,6 +14,22 @@ typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
+
+/* A kernel node's launch, the driver's CUDA_KERNEL_NODE_PARAMS_v2 (kern and ctx stay NULL:
+ * func, in the current context). */
+typedef struct {
+    CUfunction func;
+    unsigned gridDimX, gridDimY, gridDimZ;
+    unsigned blockDimX, blockDimY, blockDimZ;
+    unsigned sharedMemBytes;
+    void **kernelParams;
+    void **extra;
+    void *kern;
+    CUcontext ctx;
+} CUDA_KERNEL_NODE_PARAMS;
 
 enum {
     CUDA_SUCCESS = 0,
@@ -60,6 +76,17 @@ enum {
     X(CUresult, cuLaunchKernel, "cuLaunchKernel",                                           \
       (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,       \
        unsigned bz, unsigned smem, CUstream s, void **params, void **extra))                \
+    X(CUresult, cuGraphCreate, "cuGraphCreate", (CUgraph * g, unsigned int flags))          \
+    X(CUresult, cuGraphDestroy, "cuGraphDestroy", (CUgraph g))                              \
+    X(CUresult, cuGraphAddKernelNode, "cuGraphAddKernelNode_v2",                            \
+      (CUgraphNode * n, CUgraph g, const CUgraphNode *deps, size_t ndeps,                   \
+       const CUDA_KERNEL_NODE_PARAMS *p))                                                   \
+    X(CUresult, cuGraphInstantiate, "cuGraphInstantiateWithFlags",                          \
+      (CUgraphExec * e, CUgraph g, unsigned long long flags))                               \
+    X(CUresult, cuGraphExecDestroy, "cuGraphExecDestroy", (CUgraphExec e))                  \
+    X(CUresult, cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2",        \
+      (CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p))                     \
+    X(CUresult, cuGraphLaunch, "cuGraphLaunch", (CUgraphExec e, CUstream s))                \
     X(CUresult, cuStreamCreate, "cuStreamCreate", (CUstream * s, unsigned int flags))       \
     X(CUresult, cuStreamDestroy, "cuStreamDestroy_v2", (CUstream s))                        \
     X(CUresult, cuStreamSynchronize, "cuStreamSynchronize", (CUstream s))                   \

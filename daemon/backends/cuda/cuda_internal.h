@@ -8,6 +8,18 @@
 
 enum { EV_COPY_IN, EV_KERNEL, EV_KERNEL_END, EV_COPY_OUT, EV_COUNT };
 
+/* One launch shape and, from its second launch, its one-node graph (cuda_launch.c). */
+#define GLLM_CUDA_GRAPH_SLOTS 16
+struct cuda_graph_slot {
+    CUfunction f;                  /* NULL: a free slot */
+    unsigned gx, gy, bx, smem;
+    uint64_t used;                 /* the device's launch clock at its last launch */
+    bool failed;                   /* no graph could be built: launched directly */
+    CUgraph graph;
+    CUgraphNode node;
+    CUgraphExec exec;
+};
+
 struct cuda_dev {
     CUdevice dev;
     CUcontext ctx;
@@ -31,6 +43,8 @@ struct cuda_dev {
     size_t hstage_size;
     volatile int32_t *bad_page;    /* pinned, mapped: the paged kernel sets it when it meets a
                                     * page number outside the pool (never followed) */
+    struct cuda_graph_slot graphs[GLLM_CUDA_GRAPH_SLOTS];
+    uint64_t graph_clock;          /* launches through cuda_launch */
     int sm_count;
     gllm_device_info info;
 };
@@ -53,6 +67,14 @@ void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
 CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, size_t need);
 /* Grows the device's scratch buffer to at least need bytes (contents are lost). */
 int cuda_ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need);
+
+/* Launches f (one parameter struct, grid gx x gy, bx threads, smem bytes of dynamic shared
+ * memory) on x's stream: through the shape's graph once it has been launched before, else
+ * with cuLaunchKernel. The parameters are copied before it returns. */
+CUresult cuda_launch(const struct cuda_driver *d, struct cuda_dev *x, CUfunction f, unsigned gx,
+                     unsigned gy, unsigned bx, unsigned smem, void *param);
+/* Destroys x's graphs (with its context current). */
+void cuda_launch_free(const struct cuda_driver *d, struct cuda_dev *x);
 
 static inline size_t align256(size_t x)
 {

@@ -375,9 +375,8 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         a.vec16 = row % 16 == 0;
         for (int i = 0; i < PG_COUNT; i++)
             a.vec16 &= st[i].dev % 16 == 0;
-        void *args[] = {&a};
         d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
-        r = d->cuLaunchKernel(x->append, (unsigned)p->nnew, 1, 1, 128, 1, 1, 0, x->stream, args, NULL);
+        r = cuda_launch(d, x, x->append, (unsigned)p->nnew, 1, 128, 0, &a);
     } else {
         const CUdeviceptr dwork = up + tab_bytes;
         gllm_cuda_paged_params k = {
@@ -405,17 +404,17 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             if ((int64_t)1 << s == p->page_size)
                 k.page_shift = s;
         const int bf = p->dtype == GLLM_DTYPE_BF16, wide = p->D == 128;
-        void *args[] = {&k};
+        void *param = &k;
         CUfunction f = x->paged[bf][wide];
         if (batch) {
-            bp.p = k, args[0] = &bp, f = x->paged_batch[bf][wide];
+            bp.p = k, param = &bp, f = x->paged_batch[bf][wide];
         } else if (single) {
-            sp.p = k, sp.sums = sums ? (float *)(uintptr_t)x->sums : NULL, args[0] = &sp;
+            sp.p = k, sp.sums = sums ? (float *)(uintptr_t)x->sums : NULL, param = &sp;
             f = x->paged_single[bf][wide];
         }
         d->cuEventRecord(x->ev[EV_KERNEL], x->stream);     /* the events hold only the launch */
-        r = d->cuLaunchKernel(f, (unsigned)nwork, (unsigned)t.gy, 1, GLLM_CUDA_PAGED_THREADS, 1, 1,
-                              (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), x->stream, args, NULL);
+        r = cuda_launch(d, x, f, (unsigned)nwork, (unsigned)t.gy, GLLM_CUDA_PAGED_THREADS,
+                        (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), param);
     }
     if (r)
         return cuda_fail(d, r, "paged kernel launch");
