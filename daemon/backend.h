@@ -46,7 +46,10 @@ struct copy_args {
  * host memory (every length consistent, every index in range), except kv_indices when
  * indices_on_device: then it points into a device tensor of at least kv_indptr[B] entries,
  * read when the job runs, and the backend checks each page number before it reads through
- * it (paged_check_pages on host memory; in the kernel on a GPU). Tensors are row-major:
+ * it (paged_check_pages on host memory; in the kernel on a GPU); or when indices_in_arena
+ * (only for a backend with reads_arena_tables): then it points into the client's arena,
+ * which the client may still be writing, unchecked, and the backend copies it once and
+ * checks each page number of its copy where it is used. Tensors are row-major:
  * caches [num_pages, page_size, Hkv, D], q/out [nq, Hq, D], k_new/v_new [nnew, Hkv, D]. */
 enum paged_op { PAGED_APPEND, PAGED_ATTEND };
 enum paged_tensor { PG_KCACHE, PG_VCACHE, PG_Q, PG_OUT, PG_KNEW, PG_VNEW, PG_COUNT };
@@ -70,6 +73,7 @@ struct paged_args {
     bool causal;                /* attend: always true (decode sees the whole sequence) */
     uint32_t device_mask;       /* bit (1 << enum paged_tensor): in device memory */
     bool indices_on_device;     /* attend only; see above */
+    bool indices_in_arena;      /* attend only; see above */
     struct attn_timing *timing; /* out, optional */
     char *why;                  /* out, optional: a failed job's reason, one line */
     size_t why_len;
@@ -126,6 +130,10 @@ struct backend_iface {
      * this backend can run it, else a code and a one-line reason. paged runs on the worker. */
     int (*paged_check)(struct backend *be, const struct paged_args *p, char *why, size_t len);
     int (*paged)(struct backend *be, int dev, const struct paged_args *p);
+    /* Attention may leave kv_indices in its arena (indices_in_arena): the backend checks
+     * every page number where it is used anyway (the CUDA kernel does), so the loop need
+     * not copy and check the table first. */
+    bool reads_arena_tables;
 };
 
 struct backend {

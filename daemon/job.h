@@ -44,6 +44,7 @@ struct job_caps {
     int max_head_dim;
     uint64_t max_elements;        /* per tensor; 0 = no limit */
     uint32_t max_page_entries;    /* page-table entries, queries or new tokens of a paged job */
+    bool reads_arena_tables;      /* the backend's: attention's kv_indices left in its arena */
 };
 
 /* Shared by the job_prepare_* functions: a tensor reference resolved to its region. */
@@ -73,7 +74,8 @@ int job_prepare_copy(struct job *job, const struct arena_table *regions, uint32_
 /* A paged KV cache job: resolves the tensors, copies the page table out of its arenas and
  * checks every entry of that copy (which is what the backend then reads), so a client
  * changing its arena afterwards cannot put a bad index in front of a kernel. kv_indices in
- * a device tensor is not copied: the backend checks its entries when the job runs. */
+ * a device tensor is not copied: the backend checks its entries when the job runs; nor,
+ * for attention on a backend that reads_arena_tables, is kv_indices in an arena. */
 int job_prepare_paged(struct job *job, const struct proto_paged *pp,
                       const struct arena_table *arenas, const struct job_caps *caps,
                       char *err, size_t errlen);

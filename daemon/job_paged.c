@@ -111,8 +111,8 @@ static int check_tables(struct paged_args *a, int64_t nindices, char *err, size_
     const char *qname = a->op == PAGED_APPEND ? "append_indptr" : "qo_indptr";
     if ((rc = check_indptr(a->q_indptr, a->B, qname, nq, nq, err, errlen)) < 0)
         return rc;
-    /* Page numbers in a device tensor are the backend's to check, when the job runs. */
-    if (!a->indices_on_device &&
+    /* Page numbers the backend reads itself are its to check, when the job runs. */
+    if (!a->indices_on_device && !a->indices_in_arena &&
         (rc = paged_check_pages(a->kv_indices, a->kv_indptr[a->B], a->num_pages, err, errlen)) < 0)
         return rc;
     int32_t *kv_len = (int32_t *)a->kv_len;   /* ours: filled here */
@@ -254,10 +254,13 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
             }
     }
 
-    /* The daemon's copy: kv_indptr, kv_indices (unless on the device), kv_len
-     * (last_page_len, then lengths), q_indptr. */
+    /* The daemon's copy: kv_indptr, kv_indices (unless on the device, or left in its
+     * arena for a backend that checks it where it reads it), kv_len (last_page_len, then
+     * lengths), q_indptr. Copying and checking a decode batch's 16384 entries took the loop
+     * and the worker 30 us together; the CUDA kernel checks them anyway. */
     const bool dev_indices = pp->kv_indices.device;
-    const int64_t ncopied = dev_indices ? 0 : nindices;
+    const bool arena_indices = !dev_indices && !append && caps->reads_arena_tables;
+    const int64_t ncopied = dev_indices || arena_indices ? 0 : nindices;
     size_t entries = (size_t)(nindptr + ncopied + B + nindptr);
     int32_t *tables = malloc(entries * sizeof *tables + 1);
     if (!tables) {
@@ -267,7 +270,7 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
     int32_t *indptr = tables, *indices = indptr + nindptr, *kv_len = indices + ncopied,
             *q_indptr = kv_len + B;
     snapshot(indptr, &r[R_INDPTR], nindptr);
-    if (dev_indices)
+    if (dev_indices || arena_indices)
         indices = (int32_t *)(void *)((char *)r[R_INDICES].arena->base + pp->kv_indices.offset);
     else
         snapshot(indices, &r[R_INDICES], nindices);
@@ -286,7 +289,7 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
         .k_cache = (char *)r[R_KC].arena->base + kc->offset,
         .v_cache = (char *)r[R_VC].arena->base + pp->v_cache.offset,
         .kv_indptr = indptr, .kv_indices = indices, .kv_len = kv_len, .q_indptr = q_indptr,
-        .causal = !append, .indices_on_device = dev_indices,
+        .causal = !append, .indices_on_device = dev_indices, .indices_in_arena = arena_indices,
     };
     void *pa_ptr = (char *)r[R_A].arena->base + a->offset;
     void *pb_ptr = (char *)r[R_B].arena->base + b->offset;

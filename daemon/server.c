@@ -394,6 +394,7 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->start_ns = srv->status_ns_last = now_ns();
     srv->caps.dtypes = be->iface->dtypes(be);
     srv->caps.max_head_dim = be->iface->max_head_dim(be);
+    srv->caps.reads_arena_tables = be->iface->reads_arena_tables;
     srv->caps.max_elements = cfg->limits.max_elements;
     srv->caps.max_page_entries = cfg->limits.max_page_entries;
     srv->ndevices = be->iface->device_count(be);

@@ -1,4 +1,4 @@
-/* Attention request validation: arenas, bounds, shapes, dtypes, head dims, aliasing. */
+/* Attention request validation: arenas, bounds, shapes, dtypes, head dims, aliasing; where a paged job's page table is read from. */
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -203,6 +203,85 @@ static void test_device_tensor_on_another_device(void **state)
     job_release_arenas(&job);
 }
 
+static struct proto_tensor tensor_n(struct arena *a, uint64_t offset, gllm_dtype dt, int rank,
+                                    const int64_t *shape)
+{
+    struct proto_tensor t = {.arena = a->id, .offset = offset, .dtype = dt, .rank = rank};
+    memcpy(t.shape, shape, (size_t)rank * sizeof *shape);
+    proto_tensor_contiguous(&t);
+    return t;
+}
+
+/* A decode step of two sequences over a pool of 8 pages of 16 tokens (Hkv 2, D 64) in
+ * arena1, its table in arena2: pages {3, 5} and {7}, 20 and 9 tokens. */
+static struct proto_paged paged_job(enum proto_paged_op op, int32_t bad)
+{
+    int32_t *t = arena2->base;
+    const int32_t tables[] = {0, 2, 3, /* indices */ 3, 5, bad, /* last_page_len */ 4, 9};
+    memcpy(t, tables, sizeof tables);
+    struct proto_paged p = {.op = op};
+    const int64_t pool[4] = {8, 16, 2, 64}, rows[3] = {2, 4, 64}, kv[3] = {2, 2, 64};
+    p.k_cache = tensor_n(arena1, 0, GLLM_DTYPE_F16, 4, pool);
+    p.v_cache = tensor_n(arena1, 65536, GLLM_DTYPE_F16, 4, pool);
+    p.kv_indptr = tensor_n(arena2, 0, GLLM_DTYPE_I32, 1, (int64_t[]){3});
+    p.kv_indices = tensor_n(arena2, 12, GLLM_DTYPE_I32, 1, (int64_t[]){3});
+    p.kv_last_page_len = tensor_n(arena2, 24, GLLM_DTYPE_I32, 1, (int64_t[]){2});
+    if (op == PROTO_KV_APPEND) {
+        p.k = tensor_n(arena1, 2 * 65536, GLLM_DTYPE_F16, 3, kv);
+        p.v = tensor_n(arena1, 2 * 65536 + 4096, GLLM_DTYPE_F16, 3, kv);
+        p.append_indptr = tensor_n(arena2, 64, GLLM_DTYPE_I32, 1, (int64_t[]){3});
+        memcpy((char *)arena2->base + 64, (const int32_t[]){0, 1, 2}, 12);
+    } else {
+        p.q = tensor_n(arena1, 2 * 65536, GLLM_DTYPE_F16, 3, rows);
+        p.out = tensor_n(arena1, 2 * 65536 + 4096, GLLM_DTYPE_F16, 3, rows);
+    }
+    return p;
+}
+
+/* The loop copies a page table out of its arena and checks every page number, unless the
+ * backend reads kv_indices where it lies and checks each entry itself (attention only:
+ * kv_append's slots are worked out on the host). */
+static void test_page_table_copied_or_left(void **state)
+{
+    (void)state;
+    struct job_caps c = caps;
+    c.max_page_entries = 1024;
+    char err[200];
+    struct job job;
+    struct proto_paged pp = paged_job(PROTO_DECODE, 7);
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_paged(&job, &pp, &table, &c, err, sizeof err), 0);
+    assert_false(job.paged.indices_in_arena);
+    assert_ptr_not_equal(job.paged.kv_indices, (int32_t *)arena2->base + 3);   /* a copy */
+    assert_int_equal(job.paged.kv_indices[2], 7);
+    assert_int_equal(job.paged.kv_len[0], 20);
+    job_release_arenas(&job);
+
+    pp = paged_job(PROTO_DECODE, 8);                 /* past the pool: refused here */
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_paged(&job, &pp, &table, &c, err, sizeof err), GLLM_EBOUNDS);
+    assert_non_null(strstr(err, "kv_indices[2]"));
+
+    c.reads_arena_tables = true;                     /* left for the backend to check */
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_paged(&job, &pp, &table, &c, err, sizeof err), 0);
+    assert_true(job.paged.indices_in_arena);
+    assert_false(job.paged.indices_on_device);
+    assert_ptr_equal(job.paged.kv_indices, (int32_t *)arena2->base + 3);
+    assert_int_equal(job.paged.kv_len[1], 9);       /* the rest of the table still checked */
+    job_release_arenas(&job);
+
+    pp = paged_job(PROTO_KV_APPEND, 8);              /* kv_append: always copied and checked */
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_paged(&job, &pp, &table, &c, err, sizeof err), GLLM_EBOUNDS);
+    pp = paged_job(PROTO_KV_APPEND, 7);
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_paged(&job, &pp, &table, &c, err, sizeof err), 0);
+    assert_false(job.paged.indices_in_arena);
+    assert_ptr_not_equal(job.paged.kv_indices, (int32_t *)arena2->base + 3);
+    job_release_arenas(&job);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -211,6 +290,7 @@ int main(void)
         cmocka_unit_test(test_dtype_not_supported_by_backend),
         cmocka_unit_test(test_strided_views_accepted),
         cmocka_unit_test(test_device_tensor_on_another_device),
+        cmocka_unit_test(test_page_table_copied_or_left),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -564,4 +564,5 @@ const struct backend_iface cuda_backend_iface = {
     .attention = cuda_attention,
     .paged_check = cuda_paged_check,
     .paged = cuda_paged,
+    .reads_arena_tables = true,
 };

@@ -182,19 +182,20 @@ static int ensure_zeroed(const struct cuda_driver *d, struct cuda_dev *x, CUdevi
     return r == CUDA_SUCCESS ? 0 : cuda_fail(d, r, what);
 }
 
-/* The kernel met a page number outside the pool (and read nothing through it). Tables in
- * device tensors: fetched back to name the first bad entry, as the loop does for tables in
- * arenas. A table the loop checked cannot get here: that is a bug, not bad input. */
-static int report_bad_page(const struct cuda_driver *d, struct cuda_dev *x, const struct paged_args *p)
+/* The kernel met a page number outside the pool (and read nothing through it). A table in
+ * a device tensor, or the device's copy of one left in its arena, is fetched back (tbl) to
+ * name the first bad entry, as the loop does for the tables it checks. A table the loop
+ * checked cannot get here: that is a bug, not bad input. */
+static int report_bad_page(const struct cuda_driver *d, struct cuda_dev *x, const struct paged_args *p,
+                           CUdeviceptr tbl)
 {
-    if (!p->indices_on_device) {
+    if (!p->indices_on_device && !p->indices_in_arena) {
         log_err("paged kernel: a checked page table failed the kernel's check");
         return -EIO;
     }
     const int64_t n = p->kv_indptr[p->B];
     int32_t *idx = malloc((size_t)n * sizeof *idx);
-    CUresult r = idx ? d->cuMemcpyDtoHAsync(idx, (CUdeviceptr)(uintptr_t)p->kv_indices,
-                                            (size_t)n * sizeof *idx, x->stream)
+    CUresult r = idx ? d->cuMemcpyDtoHAsync(idx, tbl, (size_t)n * sizeof *idx, x->stream)
                      : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS)
         r = d->cuStreamSynchronize(x->stream);
@@ -240,8 +241,11 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     /* What goes up besides the tensors: attention, the page table and the plan; append,
      * the destination slot of each new token. */
     struct tiling t = {0};
-    /* Page numbers in a device tensor are read there (and checked by the kernel). */
-    const int64_t nidx = p->indices_on_device ? 0 : p->kv_indptr[p->B];
+    /* Page numbers in a device tensor are read there, and those left in an arena are copied
+     * to the device as they are, like a tensor (the kernel checks each). Only a table the
+     * loop checked goes up with the plan. */
+    const int64_t nidx = p->indices_on_device || p->indices_in_arena ? 0 : p->kv_indptr[p->B];
+    const size_t arena_idx_bytes = p->indices_in_arena ? (size_t)p->kv_indptr[p->B] * 4 : 0;
     int64_t nwork = 0, ncomb = 0, nparts = 0, target = MIN_CHUNK, chunk1 = 0;
     size_t up_bytes, part_bytes = 0;
     bool batch = false, single = false;
@@ -292,6 +296,8 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     for (int i = 0; i < PG_COUNT; i++)
         if (st[i].bytes && !(p->device_mask & (1u << i)))
             total += align256(st[i].bytes);
+    const size_t idx_at = total;
+    total += align256(arena_idx_bytes);
     const size_t up_at = total;
     total += align256(up_bytes);
     const size_t part_at = total;
@@ -362,6 +368,13 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     const CUdeviceptr up = x->scratch + up_at;
     if (up_bytes && (r = d->cuMemcpyHtoDAsync(up, h, up_bytes, x->stream)))
         return cuda_fail(d, r, "page table upload");
+    if (arena_idx_bytes) {
+        if ((r = d->cuMemcpyHtoDAsync(x->scratch + idx_at, p->kv_indices, arena_idx_bytes, x->stream)))
+            return cuda_fail(d, r, "page table copy");
+        moved += arena_idx_bytes;
+    }
+    const CUdeviceptr tbl = p->indices_on_device ? (CUdeviceptr)(uintptr_t)p->kv_indices
+                            : p->indices_in_arena ? x->scratch + idx_at : up;
 
     if (append) {
         const size_t row = (size_t)(p->Hkv * p->D) * es;
@@ -384,7 +397,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             .out = (void *)(uintptr_t)st[PG_OUT].dev,
             .k_cache = (const void *)(uintptr_t)st[PG_KCACHE].dev,
             .v_cache = (const void *)(uintptr_t)st[PG_VCACHE].dev,
-            .kv_indices = p->indices_on_device ? p->kv_indices : (const int32_t *)(uintptr_t)up,
+            .kv_indices = (const int32_t *)(uintptr_t)tbl,
             .work = (const gllm_cuda_paged_work *)(uintptr_t)dwork,
             .combine = (const gllm_cuda_paged_combine *)(uintptr_t)(
                 dwork + align256((size_t)nwork * sizeof(gllm_cuda_paged_work))),
@@ -431,7 +444,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     if ((r = d->cuStreamSynchronize(x->stream)))
         return cuda_fail(d, r, append ? "kv_append kernel" : "paged attention kernel");
     if (!append && *x->bad_page)
-        return report_bad_page(d, x, p);
+        return report_bad_page(d, x, p, tbl);
     cuda_read_timing(d, x, p->timing, moved + up_bytes, staged);
     return 0;
 }
