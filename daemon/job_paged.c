@@ -256,8 +256,8 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
 
     /* The daemon's copy: kv_indptr, kv_indices (unless on the device, or left in its
      * arena for a backend that checks it where it reads it), kv_len (last_page_len, then
-     * lengths), q_indptr. Copying and checking a decode batch's 16384 entries took the loop
-     * and the worker 30 us together; the CUDA kernel checks them anyway. */
+     * lengths), q_indptr. Copying and checking B64 L4096's 16384 entries cost the loop 12-13
+     * us of the step; the CUDA kernel checks them anyway. */
     const bool dev_indices = pp->kv_indices.device;
     const bool arena_indices = !dev_indices && !append && caps->reads_arena_tables;
     const int64_t ncopied = dev_indices || arena_indices ? 0 : nindices;
