@@ -83,6 +83,37 @@ static void measure(const struct launch *l)
     d->cuEventDestroy(b);
 }
 
+/* What a shape's first graph costs cuda_launch: building it (create, add the node,
+ * instantiate) and, when it is replaced, destroying it; p10/p50/p90 over 200. */
+static void measure_build(const struct launch *l)
+{
+    enum { NB = 200 };
+    static double build[NB], destroy[NB];
+    void *args[] = {l->params};
+    const CUDA_KERNEL_NODE_PARAMS kp = {.func = l->f, .gridDimX = l->gx, .gridDimY = l->gy,
+                                        .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1,
+                                        .blockDimZ = 1, .sharedMemBytes = l->smem,
+                                        .kernelParams = args};
+    for (int i = 0; i < NB; i++) {
+        CUgraph g;
+        CUgraphNode n;
+        CUgraphExec e;
+        const double t0 = now_us();
+        must(d->cuGraphCreate(&g, 0), "graph");
+        must(d->cuGraphAddKernelNode(&n, g, NULL, 0, &kp), "graph node");
+        must(d->cuGraphInstantiate(&e, g, 0), "graph instantiate");
+        const double t1 = now_us();
+        d->cuGraphExecDestroy(e);
+        d->cuGraphDestroy(g);
+        build[i] = t1 - t0, destroy[i] = now_us() - t1;
+    }
+    qsort(build, NB, sizeof *build, cmp);
+    qsort(destroy, NB, sizeof *destroy, cmp);
+    printf("%-34s graph build p10/p50/p90 %6.1f %6.1f %6.1f us   destroy %5.1f %5.1f %5.1f us\n",
+           l->name, build[NB / 10], build[NB / 2], build[NB * 9 / 10], destroy[NB / 10],
+           destroy[NB / 2], destroy[NB * 9 / 10]);
+}
+
 static CUdeviceptr alloc(size_t bytes, unsigned fill)
 {
     CUdeviceptr p;
@@ -184,6 +215,7 @@ int main(void)
     empty_graph.name = "near-empty kernel, graph";
     b1_graph.name = "B1 L8192 D128 f16, graph";
 
+    measure_build(&b1);
     for (int round = 0; round < 3; round++) {
         measure(&empty);
         measure(&empty_graph);

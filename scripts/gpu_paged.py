@@ -2,7 +2,7 @@
 """Paged KV cache on the GPU machine: gllmd's decode and prefill vs PyTorch float64 on random page
 tables, then decode bandwidth against PyTorch SDPA (cuDNN, FA2) and a device-to-device copy, in one run.
 
-Usage: gpu_paged.py --socket PATH [--out DIR] [--iters N]
+Usage: gpu_paged.py --socket PATH [--out DIR] [--iters N] [--shapes B:L,B:L...]
 """
 import argparse
 import json
@@ -288,6 +288,9 @@ def main():
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--repeat-only", type=int, default=0, metavar="N",
                     help="only run one B1 decode N times and count the different outputs")
+    ap.add_argument("--shapes", default="64:4096,1:8192", metavar="B:L,...",
+                    help="decode shapes to time (Hq 32, Hkv 8, D 128, f16, pages of 16); "
+                         "the default is issue 4's pair")
     ap.add_argument("--expect-repeatable", action="store_true",
                     help="with --repeat-only: fail unless every output is the same")
     args = ap.parse_args()
@@ -321,6 +324,18 @@ def main():
             total += 1
             passed += check(client, g, *c, False, True, results, min_len=2000, max_len=6000,
                             scale=scale)
+        # A few long one-token sequences (2 to 16), most split, on the general path (plan
+        # uploaded, partials merged exactly): tables on the device or in an arena, some
+        # sequences short enough to stay whole, scale 40, GQA 20.
+        for c, dev_pages, lens, scale in [
+                ((4, 32, 8, 128, 16, "f16"), True, (2000, 6000), None),
+                ((8, 16, 2, 64, 64, "bf16"), False, (50, 6000), None),
+                ((16, 32, 4, 128, 16, "f16"), True, (300, 3000), None),
+                ((3, 8, 8, 64, 16, "bf16"), True, (2000, 6000), 40.0),
+                ((2, 40, 2, 128, 16, "f16"), False, (2000, 6000), None)]:
+            total += 1
+            passed += check(client, g, *c, False, dev_pages, results, min_len=lens[0],
+                            max_len=lens[1], scale=scale)
         # Every other device of a multi-GPU host: a decode and a prefill with everything on
         # it, and a job on device 0 naming its device tensor, which must be refused.
         for dev in range(1, len(client.caps["devices"])):
@@ -348,8 +363,9 @@ def main():
     rows = []
     d2d = d2d_gbps(args.iters)
     print(f"PyTorch device-to-device copy: {d2d:.0f} GB/s (read + written)", flush=True)
-    bench(client, g, 64, 32, 8, 4096, 128, 16, args.iters, rows, d2d)
-    bench(client, g, 1, 32, 8, 8192, 128, 16, args.iters, rows, d2d)
+    for shape in args.shapes.split(","):
+        B, L = (int(v) for v in shape.split(":"))
+        bench(client, g, B, 32, 8, L, 128, 16, args.iters, rows, d2d)
     with open(os.path.join(args.out, "gpu_paged.json"), "w") as f:
         json.dump({"correctness": results, "decode": rows, "d2d_gbps": d2d}, f, indent=1)
     print(f"\n{'decode shape':42} {'gllm':>6} {'cuDNN':>6} {'FA2':>6} {'xcuDNN':>7} {'ofD2D':>6} "
