@@ -102,10 +102,14 @@ int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, 
 }
 
 /* kv_end keys cut into *nsplit ranges of *chunk keys (a multiple of 64, the last range
- * shorter), about chunk_target each. */
+ * shorter), about chunk_target each. The count is rounded to the nearest, not up: chunk_target
+ * is what fills one wave of blocks, and rounding up put B4 L8192 at 288 blocks (9 per
+ * sequence and head) on 264 slots, a second wave for 24 of them. */
 static void split_keys(int64_t kv_end, int64_t chunk_target, int64_t *nsplit, int64_t *chunk)
 {
-    int64_t n = (kv_end + chunk_target - 1) / chunk_target;
+    int64_t n = (kv_end + chunk_target / 2) / chunk_target;
+    if (n < 1)
+        n = 1;
     *chunk = ((kv_end + n - 1) / n + 63) & ~(int64_t)63;
     *nsplit = (kv_end + *chunk - 1) / *chunk;
 }
