@@ -74,6 +74,7 @@ struct paged_args {
     uint32_t device_mask;       /* bit (1 << enum paged_tensor): in device memory */
     bool indices_on_device;     /* attend only; see above */
     bool indices_in_arena;      /* attend only; see above */
+    bool indices_pinned;        /* with indices_in_arena: its arena is registered (host_register) */
     struct attn_timing *timing; /* out, optional */
     char *why;                  /* out, optional: a failed job's reason, one line */
     size_t why_len;

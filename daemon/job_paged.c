@@ -290,6 +290,7 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
         .v_cache = (char *)r[R_VC].arena->base + pp->v_cache.offset,
         .kv_indptr = indptr, .kv_indices = indices, .kv_len = kv_len, .q_indptr = q_indptr,
         .causal = !append, .indices_on_device = dev_indices, .indices_in_arena = arena_indices,
+        .indices_pinned = arena_indices && r[R_INDICES].arena->pinned_by != NULL,
     };
     void *pa_ptr = (char *)r[R_A].arena->base + a->offset;
     void *pb_ptr = (char *)r[R_B].arena->base + b->offset;

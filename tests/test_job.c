@@ -268,8 +268,16 @@ static void test_page_table_copied_or_left(void **state)
     assert_true(job.paged.indices_in_arena);
     assert_false(job.paged.indices_on_device);
     assert_ptr_equal(job.paged.kv_indices, (int32_t *)arena2->base + 3);
+    assert_false(job.paged.indices_pinned);          /* not registered: copied to the device */
     assert_int_equal(job.paged.kv_len[1], 9);       /* the rest of the table still checked */
     job_release_arenas(&job);
+    static struct backend pinner;
+    arena2->pinned_by = &pinner;                     /* registered: the kernel may read it there */
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_paged(&job, &pp, &table, &c, err, sizeof err), 0);
+    assert_true(job.paged.indices_pinned);
+    job_release_arenas(&job);
+    arena2->pinned_by = NULL;
 
     pp = paged_job(PROTO_KV_APPEND, 8);              /* kv_append: always copied and checked */
     memset(&job, 0, sizeof job);

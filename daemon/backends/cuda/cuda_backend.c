@@ -299,7 +299,8 @@ static int cuda_host_register(struct backend *be, void *p, size_t len)
 {
     struct cuda_ctx *c = be->ctx;
     c->d->cuCtxSetCurrent(c->dev[0].ctx);
-    CUresult r = c->d->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE);
+    /* Mapped too: a paged kernel reads an attention's page table in place (cuda_paged.c). */
+    CUresult r = c->d->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
     if (r != CUDA_SUCCESS) {
         char buf[160];
         log_warn("cuda: pinning a %zu-byte arena failed (%s); copies will be slower", len,

@@ -46,6 +46,7 @@ struct cuda_dev {
     struct cuda_graph_slot graphs[GLLM_CUDA_GRAPH_SLOTS];
     uint64_t graph_clock;          /* launches through cuda_launch */
     int sm_count;
+    bool host_pointers;            /* kernels may use a registered host pointer as it is */
     gllm_device_info info;
 };
 

@@ -50,6 +50,9 @@ CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *
     *x->bad_page = 0;
     if ((r = d->cuDeviceGetAttribute(&x->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, x->dev)))
         x->sm_count = 0;
+    int host_ptr = 0;
+    x->host_pointers = d->cuDeviceGetAttribute(&host_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+                                               x->dev) == CUDA_SUCCESS && host_ptr;
     if (x->sm_count < 1)
         x->sm_count = 1;
     return CUDA_SUCCESS;
@@ -188,16 +191,21 @@ static int ensure_zeroed(const struct cuda_driver *d, struct cuda_dev *x, CUdevi
 
 /* The kernel met a page number outside the pool (and read nothing through it). A table in
  * a device tensor, or the device's copy of one left in its arena, is fetched back (tbl) to
- * name the first bad entry, as the loop does for the tables it checks. A table the loop
- * checked cannot get here: that is a bug, not bad input. */
+ * name the first bad entry, as the loop does for the tables it checks; one the kernel read
+ * in its arena is looked at there (in_place). A table the loop checked cannot get here:
+ * that is a bug, not bad input. */
 static int report_bad_page(const struct cuda_driver *d, struct cuda_dev *x, const struct paged_args *p,
-                           CUdeviceptr tbl)
+                           CUdeviceptr tbl, bool in_place)
 {
     if (!p->indices_on_device && !p->indices_in_arena) {
         log_err("paged kernel: a checked page table failed the kernel's check");
         return -EIO;
     }
     const int64_t n = p->kv_indptr[p->B];
+    if (in_place) {
+        const int rc = paged_check_pages(p->kv_indices, n, p->num_pages, p->why, p->why_len);
+        return rc < 0 ? rc : GLLM_EBOUNDS;   /* rewritten since the kernel read it */
+    }
     int32_t *idx = malloc((size_t)n * sizeof *idx);
     CUresult r = idx ? d->cuMemcpyDtoHAsync(idx, tbl, (size_t)n * sizeof *idx, x->stream)
                      : CUDA_ERROR_OUT_OF_MEMORY;
@@ -245,11 +253,15 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     /* What goes up besides the tensors: attention, the page table and the plan; append,
      * the destination slot of each new token. */
     struct tiling t = {0};
-    /* Page numbers in a device tensor are read there, and those left in an arena are copied
-     * to the device as they are, like a tensor (the kernel checks each). Only a table the
-     * loop checked goes up with the plan. */
+    /* Page numbers in a device tensor are read there, and those left in an arena are read
+     * in place when the arena is pinned and mapped (B64 L4096: 64 KiB over PCIe, fetched a
+     * tile ahead; its copy to the device cost the worker 10 us), else copied to the device
+     * as they are, like a tensor. The kernel checks each. Only a table the loop checked
+     * goes up with the plan. */
     const int64_t nidx = p->indices_on_device || p->indices_in_arena ? 0 : p->kv_indptr[p->B];
-    const size_t arena_idx_bytes = p->indices_in_arena ? (size_t)p->kv_indptr[p->B] * 4 : 0;
+    const bool idx_in_place = p->indices_in_arena && p->indices_pinned && x->host_pointers;
+    const size_t arena_idx_bytes =
+        p->indices_in_arena && !idx_in_place ? (size_t)p->kv_indptr[p->B] * 4 : 0;
     int64_t nwork = 0, ncomb = 0, nparts = 0, target = MIN_CHUNK, chunk1 = 0;
     size_t up_bytes, part_bytes = 0;
     bool batch = false, single = false;
@@ -377,7 +389,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
             return cuda_fail(d, r, "page table copy");
         moved += arena_idx_bytes;
     }
-    const CUdeviceptr tbl = p->indices_on_device ? (CUdeviceptr)(uintptr_t)p->kv_indices
+    const CUdeviceptr tbl = p->indices_on_device || idx_in_place ? (CUdeviceptr)(uintptr_t)p->kv_indices
                             : p->indices_in_arena ? x->scratch + idx_at : up;
 
     if (append) {
@@ -448,7 +460,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     if ((r = d->cuStreamSynchronize(x->stream)))
         return cuda_fail(d, r, append ? "kv_append kernel" : "paged attention kernel");
     if (!append && *x->bad_page)
-        return report_bad_page(d, x, p, tbl);
+        return report_bad_page(d, x, p, tbl, idx_in_place);
     cuda_read_timing(d, x, p->timing, moved + up_bytes, staged);
     return 0;
 }
