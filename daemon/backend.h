@@ -48,8 +48,9 @@ struct copy_args {
  * read when the job runs, and the backend checks each page number before it reads through
  * it (paged_check_pages on host memory; in the kernel on a GPU); or when indices_in_arena
  * (only for a backend with reads_arena_tables): then it points into the client's arena,
- * which the client may still be writing, unchecked, and the backend copies it once and
- * checks each page number of its copy where it is used. Tensors are row-major:
+ * which the client may still be writing, unchecked, and the backend reads each page number
+ * once (in place when indices_pinned allows, or from one copy) and checks the value it
+ * uses. Tensors are row-major:
  * caches [num_pages, page_size, Hkv, D], q/out [nq, Hq, D], k_new/v_new [nnew, Hkv, D]. */
 enum paged_op { PAGED_APPEND, PAGED_ATTEND };
 enum paged_tensor { PG_KCACHE, PG_VCACHE, PG_Q, PG_OUT, PG_KNEW, PG_VNEW, PG_COUNT };
