@@ -5,15 +5,8 @@
 #include <string.h>
 
 #include "cuda_internal.h"
+#include "cuda_plan.h"
 #include "log.h"
-
-/* Keys per block never go below this when a sequence is split: a block must stream a few
- * tiles for its pipeline to pay off. */
-#define MIN_CHUNK 128
-/* Split until there are about this many blocks per SM: two are resident at a time, so one
- * full wave. More splits only add partial results to write and merge (measured: B64 L4096
- * ran 0.92x cuDNN at four per SM, the combine costing more than the tail it saved). */
-#define BLOCKS_PER_SM 2
 
 CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len)
 {
@@ -58,22 +51,6 @@ CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *
     return CUDA_SUCCESS;
 }
 
-/* The (query token, head) tiling of a group: heads per block, blocks per group, tokens per block. */
-struct tiling {
-    int hpc, head_chunks, tpc, gy;
-};
-
-static struct tiling tiling_of(const struct paged_args *p)
-{
-    struct tiling t;
-    const int group = (int)(p->Hq / p->Hkv);
-    t.hpc = group < GLLM_CUDA_PAGED_ROWS ? group : GLLM_CUDA_PAGED_ROWS;
-    t.head_chunks = (group + t.hpc - 1) / t.hpc;
-    t.tpc = GLLM_CUDA_PAGED_ROWS / t.hpc;
-    t.gy = (int)p->Hkv * t.head_chunks;
-    return t;
-}
-
 int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
 {
     (void)be;
@@ -97,61 +74,11 @@ int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, 
                      names[i]);
             return GLLM_EPARAM;
         }
-    if (tiling_of(p).gy > 65535) {
+    if (paged_tiling(p).gy > 65535) {
         snprintf(why, len, "Hkv %lld with this group size passes the grid limit", (long long)p->Hkv);
         return GLLM_ESHAPE;
     }
     return 0;
-}
-
-/* kv_end keys cut into *nsplit ranges of *chunk keys (a multiple of 64, the last range
- * shorter), about chunk_target each. The count is rounded to the nearest, not up: chunk_target
- * is what fills one wave of blocks, and rounding up put B4 L8192 at 288 blocks (9 per
- * sequence and head) on 264 slots, a second wave for 24 of them. */
-static void split_keys(int64_t kv_end, int64_t chunk_target, int64_t *nsplit, int64_t *chunk)
-{
-    int64_t n = (kv_end + chunk_target / 2) / chunk_target;
-    if (n < 1)
-        n = 1;
-    *chunk = ((kv_end + n - 1) / n + 63) & ~(int64_t)63;
-    *nsplit = (kv_end + *chunk - 1) / *chunk;
-}
-
-/* Work items for an attention job: pass 0 counts, pass 1 writes (work and comb non-NULL). */
-static void plan(const struct paged_args *p, const struct tiling *t, int64_t chunk_target,
-                 gllm_cuda_paged_work *work, gllm_cuda_paged_combine *comb, int64_t *nwork,
-                 int64_t *ncomb, int64_t *nparts)
-{
-    int64_t nw = 0, nc = 0, np = 0;
-    for (int64_t b = 0; b < p->B; b++) {
-        const int32_t q_begin = p->q_indptr[b], qn = p->q_indptr[b + 1] - q_begin;
-        for (int32_t q = 0; q < qn; q += t->tpc) {
-            const int32_t nq = qn - q < t->tpc ? qn - q : t->tpc;
-            const int32_t pos0 = p->kv_len[b] - qn + q, kv_end = pos0 + nq;
-            /* Unsplit unless the sequence is longer than a block's share: in a batch that
-             * fills the chip by itself, no item is, and the plan costs no division (three
-             * per item, twice, were 1.6 us of a B64 decode step on the H200's host). */
-            int64_t nsplit = 1, chunk = kv_end;
-            if (kv_end > chunk_target)
-                split_keys(kv_end, chunk_target, &nsplit, &chunk);
-            if (comb && nsplit > 1)
-                comb[nc] = (gllm_cuda_paged_combine){q_begin + q, nq, (int32_t)np, (int32_t)nsplit};
-            for (int64_t s = 0; s < nsplit; s++) {
-                if (work) {
-                    const int64_t kv0 = s * chunk, kv1 = kv0 + chunk < kv_end ? kv0 + chunk : kv_end;
-                    work[nw] = (gllm_cuda_paged_work){
-                        .page0 = p->kv_indptr[b], .q0 = q_begin + q, .nq = nq, .pos0 = pos0,
-                        .kv0 = (int32_t)kv0, .kv1 = (int32_t)kv1,
-                        .part = nsplit > 1 ? (int32_t)(np + s) : -1,
-                        .comb = nsplit > 1 ? (int32_t)nc : -1};
-                }
-                nw++;
-            }
-            if (nsplit > 1)
-                nc++, np += nsplit;
-        }
-    }
-    *nwork = nw, *ncomb = nc, *nparts = np;
 }
 
 static int ensure_hstage(const struct cuda_driver *d, struct cuda_dev *x, size_t need)
@@ -252,7 +179,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
 
     /* What goes up besides the tensors: attention, the page table and the plan; append,
      * the destination slot of each new token. */
-    struct tiling t = {0};
+    struct paged_tiling t = {0};
     /* Page numbers in a device tensor are read there, and those left in an arena are read
      * in place when the arena is pinned and mapped (B64 L4096: 64 KiB over PCIe, fetched a
      * tile ahead; its copy to the device cost the worker 10 us), else copied to the device
@@ -262,23 +189,20 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     const bool idx_in_place = p->indices_in_arena && p->indices_pinned && x->host_pointers;
     const size_t arena_idx_bytes =
         p->indices_in_arena && !idx_in_place ? (size_t)p->kv_indptr[p->B] * 4 : 0;
-    int64_t nwork = 0, ncomb = 0, nparts = 0, target = MIN_CHUNK, chunk1 = 0;
+    int64_t nwork = 0, ncomb = 0, nparts = 0, target = 0, chunk1 = 0;
     size_t up_bytes, part_bytes = 0;
     bool batch = false, single = false;
     if (append) {
         up_bytes = (size_t)p->nnew * sizeof(int64_t);
     } else {
-        t = tiling_of(p);
+        t = paged_tiling(p);
         int64_t total = 0, with_queries = 0;
         for (int64_t b = 0; b < p->B; b++) {
             const int32_t qn = p->q_indptr[b + 1] - p->q_indptr[b];
             total += (int64_t)qn * p->kv_len[b];
             with_queries += qn > 0;
         }
-        /* Keys per block that would make about BLOCKS_PER_SM blocks per SM. */
-        target = total * t.gy / ((int64_t)x->sm_count * BLOCKS_PER_SM) + 1;
-        if (target < MIN_CHUNK)
-            target = MIN_CHUNK;
+        target = paged_chunk_target(total, &t, x->sm_count);
         /* When no sequence is split and none has more query tokens than a block takes (a
          * batch of decode steps that fills the chip), each sequence with queries is one work
          * item and the counting pass over the batch is not needed. */
@@ -287,10 +211,10 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         } else if (p->B == 1 && p->max_q_len == 1) {
             /* One one-token sequence longer than a block's share: its key ranges are the
              * whole plan (the counting pass would find the same). */
-            split_keys(p->kv_len[0], target, &nwork, &chunk1);
+            paged_split_keys(p->kv_len[0], target, &nwork, &chunk1);
             ncomb = nwork > 1, nparts = nwork > 1 ? nwork : 0;
         } else {
-            plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
+            paged_plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
         }
         if (nwork > INT32_MAX || ncomb > INT32_MAX / t.gy)
             return -E2BIG;
@@ -357,7 +281,7 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         work = (gllm_cuda_paged_work *)(void *)(h + tab_bytes);
         comb = (gllm_cuda_paged_combine *)(void *)(h + tab_bytes +
                                                   align256((size_t)nwork * sizeof *work));
-        plan(p, &t, target, work, comb, &nwork, &ncomb, &nparts);
+        paged_plan(p, &t, target, work, comb, &nwork, &ncomb, &nparts);
     }
 
     CUresult r;

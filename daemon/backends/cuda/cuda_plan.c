@@ -1,0 +1,67 @@
+/* Split-KV planning for the paged kernels: tiling, keys per block, work and combine items. */
+#include "cuda_plan.h"
+
+struct paged_tiling paged_tiling(const struct paged_args *p)
+{
+    struct paged_tiling t;
+    const int group = (int)(p->Hq / p->Hkv);
+    t.hpc = group < GLLM_CUDA_PAGED_ROWS ? group : GLLM_CUDA_PAGED_ROWS;
+    t.head_chunks = (group + t.hpc - 1) / t.hpc;
+    t.tpc = GLLM_CUDA_PAGED_ROWS / t.hpc;
+    t.gy = (int)p->Hkv * t.head_chunks;
+    return t;
+}
+
+int64_t paged_chunk_target(int64_t query_keys, const struct paged_tiling *t, int sm_count)
+{
+    const int64_t target = query_keys * t->gy / ((int64_t)sm_count * PAGED_BLOCKS_PER_SM) + 1;
+    return target < PAGED_MIN_CHUNK ? PAGED_MIN_CHUNK : target;
+}
+
+/* The count is rounded to the nearest, not up: chunk_target is what fills one wave of
+ * blocks, and rounding up put B4 L8192 at 288 blocks (9 per sequence and head) on an H100's
+ * 264 slots, a second wave for 24 of them (16% slower than 256). */
+void paged_split_keys(int64_t kv_end, int64_t chunk_target, int64_t *nsplit, int64_t *chunk)
+{
+    int64_t n = (kv_end + chunk_target / 2) / chunk_target;
+    if (n < 1)
+        n = 1;
+    *chunk = ((kv_end + n - 1) / n + 63) & ~(int64_t)63;
+    *nsplit = (kv_end + *chunk - 1) / *chunk;
+}
+
+void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_t chunk_target,
+                gllm_cuda_paged_work *work, gllm_cuda_paged_combine *comb, int64_t *nwork,
+                int64_t *ncomb, int64_t *nparts)
+{
+    int64_t nw = 0, nc = 0, np = 0;
+    for (int64_t b = 0; b < p->B; b++) {
+        const int32_t q_begin = p->q_indptr[b], qn = p->q_indptr[b + 1] - q_begin;
+        for (int32_t q = 0; q < qn; q += t->tpc) {
+            const int32_t nq = qn - q < t->tpc ? qn - q : t->tpc;
+            const int32_t pos0 = p->kv_len[b] - qn + q, kv_end = pos0 + nq;
+            /* Unsplit unless the sequence is longer than a block's share: in a batch that
+             * fills the chip by itself, no item is, and the plan costs no division (three
+             * per item, twice, were 1.6 us of a B64 decode step on the H200's host). */
+            int64_t nsplit = 1, chunk = kv_end;
+            if (kv_end > chunk_target)
+                paged_split_keys(kv_end, chunk_target, &nsplit, &chunk);
+            if (comb && nsplit > 1)
+                comb[nc] = (gllm_cuda_paged_combine){q_begin + q, nq, (int32_t)np, (int32_t)nsplit};
+            for (int64_t s = 0; s < nsplit; s++) {
+                if (work) {
+                    const int64_t kv0 = s * chunk, kv1 = kv0 + chunk < kv_end ? kv0 + chunk : kv_end;
+                    work[nw] = (gllm_cuda_paged_work){
+                        .page0 = p->kv_indptr[b], .q0 = q_begin + q, .nq = nq, .pos0 = pos0,
+                        .kv0 = (int32_t)kv0, .kv1 = (int32_t)kv1,
+                        .part = nsplit > 1 ? (int32_t)(np + s) : -1,
+                        .comb = nsplit > 1 ? (int32_t)nc : -1};
+                }
+                nw++;
+            }
+            if (nsplit > 1)
+                nc++, np += nsplit;
+        }
+    }
+    *nwork = nw, *ncomb = nc, *nparts = np;
+}

@@ -1,0 +1,171 @@
+/* The paged kernels' split planning, without a GPU: keys per block, split counts that fill
+ * one wave, and work items that cover every key of every query once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cuda_plan.h"
+
+enum { SMS = 132 };                 /* an H100 or H200: 264 block slots at two per SM */
+
+/* A decode or prefill job's tables: B sequences of len[b] tokens, qn[b] queries each. */
+struct job {
+    struct paged_args p;
+    int32_t indptr[65], q_indptr[65], kv_len[64];
+};
+
+static void make(struct job *j, int B, int Hq, int Hkv, const int *len, const int *qn)
+{
+    memset(j, 0, sizeof *j);
+    j->p = (struct paged_args){.op = PAGED_ATTEND, .B = B, .Hq = Hq, .Hkv = Hkv, .D = 128,
+                               .page_size = 16, .kv_indptr = j->indptr, .kv_len = j->kv_len,
+                               .q_indptr = j->q_indptr};
+    for (int b = 0; b < B; b++) {
+        j->indptr[b + 1] = j->indptr[b] + (len[b] + 15) / 16;
+        j->q_indptr[b + 1] = j->q_indptr[b] + qn[b];
+        j->kv_len[b] = len[b];
+    }
+}
+
+static int64_t target_of(const struct job *j, const struct paged_tiling *t)
+{
+    int64_t keys = 0;
+    for (int b = 0; b < j->p.B; b++)
+        keys += (int64_t)(j->q_indptr[b + 1] - j->q_indptr[b]) * j->kv_len[b];
+    return paged_chunk_target(keys, t, SMS);
+}
+
+static void test_split_keys(void **state)
+{
+    (void)state;
+    static const int64_t cases[][4] = {
+        /* keys, target -> ranges, keys per range */
+        {8192, 993, 8, 1024},       /* B4 L8192: 8.25 -> 8 (rounding up gave 9 and 288 blocks) */
+        {8192, 249, 32, 256},       /* B1 L8192 */
+        {4096, 993, 4, 1024},       /* B8 L4096 (was 5, 320 blocks) */
+        {150, 128, 1, 192},         /* just past a block's share: one range */
+        {200, 128, 2, 128},
+        {1000, 128, 8, 128},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int64_t n, chunk;
+        paged_split_keys(cases[i][0], cases[i][1], &n, &chunk);
+        assert_int_equal(n, cases[i][2]);
+        assert_int_equal(chunk, cases[i][3]);
+        assert_int_equal(chunk % 64, 0);
+        assert_true((n - 1) * chunk < cases[i][0] && n * chunk >= cases[i][0]);   /* all keys, no empty range */
+    }
+}
+
+static void test_tiling(void **state)
+{
+    (void)state;
+    struct job j;
+    const int len[1] = {100}, one[1] = {1};
+    make(&j, 1, 32, 8, len, one);                   /* GQA 4: four heads per tile, four tokens */
+    struct paged_tiling t = paged_tiling(&j.p);
+    assert_int_equal(t.hpc, 4), assert_int_equal(t.tpc, 4), assert_int_equal(t.gy, 8);
+    make(&j, 1, 40, 2, len, one);                   /* GQA 20: a tile of 16 heads and one of 4 */
+    t = paged_tiling(&j.p);
+    assert_int_equal(t.hpc, 16), assert_int_equal(t.head_chunks, 2), assert_int_equal(t.gy, 4);
+}
+
+/* Decode batches of equal sequences, B a power of two at GQA 4: a split fills at most one
+ * wave and at least half of it, with blocks of PAGED_MIN_CHUNK keys or more. (Other batch
+ * sizes can overshoot: B5 makes 280 blocks; bench/gpu-2026-11-22-graphs/split-rounding/.) */
+static void test_one_wave(void **state)
+{
+    (void)state;
+    static const int Bs[] = {1, 2, 4, 8, 16, 32, 64}, Ls[] = {2048, 4096, 8192, 32768};
+    int len[64], one[64];
+    for (int i = 0; i < 64; i++)
+        one[i] = 1;
+    for (size_t bi = 0; bi < sizeof Bs / sizeof *Bs; bi++)
+        for (size_t li = 0; li < sizeof Ls / sizeof *Ls; li++) {
+            struct job j;
+            for (int b = 0; b < Bs[bi]; b++)
+                len[b] = Ls[li];
+            make(&j, Bs[bi], 32, 8, len, one);
+            const struct paged_tiling t = paged_tiling(&j.p);
+            const int64_t target = target_of(&j, &t);
+            assert_true(target >= PAGED_MIN_CHUNK);
+            int64_t nwork, ncomb, nparts;
+            paged_plan(&j.p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
+            const int64_t blocks = nwork * t.gy;
+            /* splitting never makes a second wave (a batch may fill several by itself) */
+            assert_true(blocks <= SMS * PAGED_BLOCKS_PER_SM || nwork == Bs[bi]);
+            /* at least half of it, unless no sequence is split or blocks are at their least */
+            assert_true(blocks * 2 > SMS * PAGED_BLOCKS_PER_SM || nwork == Bs[bi] ||
+                        target == PAGED_MIN_CHUNK);
+        }
+}
+
+/* Every (query token, key) pair lands in exactly one work item; split items point at their
+ * combine item, whose partial slots are theirs alone. */
+static void test_items_cover(void **state)
+{
+    (void)state;
+    static const int len[5] = {9000, 37, 4096, 700, 1}, qn[5] = {1, 37, 5, 21, 1};
+    struct job j;
+    make(&j, 5, 32, 8, len, qn);                    /* ragged; prefill rows of several tiles */
+    const struct paged_tiling t = paged_tiling(&j.p);
+    const int64_t target = target_of(&j, &t);
+    int64_t nwork, ncomb, nparts;
+    paged_plan(&j.p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
+    gllm_cuda_paged_work *w = calloc((size_t)nwork, sizeof *w);
+    gllm_cuda_paged_combine *c = calloc((size_t)(ncomb ? ncomb : 1), sizeof *c);
+    int64_t nw2, nc2, np2;
+    paged_plan(&j.p, &t, target, w, c, &nw2, &nc2, &np2);
+    assert_int_equal(nw2, nwork), assert_int_equal(nc2, ncomb), assert_int_equal(np2, nparts);
+    assert_true(ncomb > 0);                         /* the 9000-token sequence is split */
+
+    const int rows = j.q_indptr[5];
+    int64_t *seen = calloc((size_t)rows * 9000, sizeof *seen);   /* [query row][key] */
+    char *part_used = calloc((size_t)(nparts ? nparts : 1), 1);
+    for (int64_t i = 0; i < nwork; i++) {
+        assert_true(w[i].nq >= 1 && w[i].nq <= t.tpc);
+        assert_true(w[i].kv0 < w[i].kv1);
+        if (w[i].part >= 0) {
+            assert_true(w[i].comb >= 0 && w[i].comb < ncomb);
+            const gllm_cuda_paged_combine *ci = &c[w[i].comb];
+            assert_true(w[i].part >= ci->part0 && w[i].part < ci->part0 + ci->nparts);
+            assert_int_equal(ci->q0, w[i].q0);
+            assert_false(part_used[w[i].part]);
+            part_used[w[i].part] = 1;
+        }
+        for (int q = 0; q < w[i].nq; q++)
+            for (int k = w[i].kv0; k < w[i].kv1; k++)
+                seen[(int64_t)(w[i].q0 + q) * 9000 + k]++;
+    }
+    for (int b = 0; b < 5; b++)                     /* query row r of sequence b sees its keys */
+        for (int r = j.q_indptr[b]; r < j.q_indptr[b + 1]; r++) {
+            const int pos = len[b] - (j.q_indptr[b + 1] - r);   /* causal: keys 0 .. pos */
+            for (int k = 0; k < 9000; k++) {
+                const int64_t n = seen[(int64_t)r * 9000 + k];
+                /* a work item covers all keys up to its tile's last position; the kernel
+                 * masks past each row's own, so a row may be offered keys beyond pos */
+                if (k <= pos)
+                    assert_int_equal(n, 1);
+                else if (k >= len[b])
+                    assert_int_equal(n, 0);
+            }
+        }
+    for (int64_t i = 0; i < nparts; i++)
+        assert_true(part_used[i]);
+    free(seen), free(part_used), free(w), free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_split_keys),
+        cmocka_unit_test(test_tiling),
+        cmocka_unit_test(test_one_wave),
+        cmocka_unit_test(test_items_cover),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
