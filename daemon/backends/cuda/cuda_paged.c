@@ -186,7 +186,10 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
      * as they are, like a tensor. The kernel checks each. Only a table the loop checked
      * goes up with the plan. */
     const int64_t nidx = p->indices_on_device || p->indices_in_arena ? 0 : p->kv_indptr[p->B];
-    const bool idx_in_place = p->indices_in_arena && p->indices_pinned && x->host_pointers;
+    /* Device 0 only: arenas are registered in its context (portable and mapped, which
+     * should reach every GPU), but a kernel faulting on a mapping another GPU lacks would
+     * end that GPU's context for every client, and no multi-GPU host has run it yet. */
+    const bool idx_in_place = p->indices_in_arena && p->indices_pinned && x->host_pointers && dev == 0;
     const size_t arena_idx_bytes =
         p->indices_in_arena && !idx_in_place ? (size_t)p->kv_indptr[p->B] * 4 : 0;
     int64_t nwork = 0, ncomb = 0, nparts = 0, target = 0, chunk1 = 0;
