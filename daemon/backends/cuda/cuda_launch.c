@@ -10,33 +10,21 @@
  * each shape gets its own graph. A shape's graph is built the second time it is launched:
  * shapes seen once (a prefill of an odd length) never pay for building one. */
 
-static void drop(const struct cuda_driver *d, struct cuda_graph_slot *s)
+/* Destroys s's graph, if it has one; the shape stays remembered. */
+static void release(const struct cuda_driver *d, struct cuda_graph_slot *s)
 {
     if (s->exec)
         d->cuGraphExecDestroy(s->exec);
     if (s->graph)
         d->cuGraphDestroy(s->graph);
-    memset(s, 0, sizeof *s);
+    s->exec = NULL, s->graph = NULL;
 }
 
 void cuda_launch_free(const struct cuda_driver *d, struct cuda_dev *x)
 {
-    for (int i = 0; i < GLLM_CUDA_GRAPH_SLOTS; i++)
-        drop(d, &x->graphs[i]);
-}
-
-/* Builds s's graph around kp; on failure leaves none (the shape is then launched directly,
- * as if never seen twice). */
-static void build(const struct cuda_driver *d, struct cuda_graph_slot *s,
-                  const CUDA_KERNEL_NODE_PARAMS *kp)
-{
-    if (d->cuGraphCreate(&s->graph, 0) || d->cuGraphAddKernelNode(&s->node, s->graph, NULL, 0, kp) ||
-        d->cuGraphInstantiate(&s->exec, s->graph, 0)) {
-        s->exec = NULL;
-        if (s->graph)
-            d->cuGraphDestroy(s->graph);
-        s->graph = NULL;
-        s->failed = true;
+    for (int i = 0; i < GLLM_CUDA_GRAPH_SLOTS; i++) {
+        release(d, &x->graphs[i]);
+        memset(&x->graphs[i], 0, sizeof x->graphs[i]);
     }
 }
 
@@ -55,23 +43,26 @@ CUresult cuda_launch(const struct cuda_driver *d, struct cuda_dev *x, CUfunction
         else if (t->used < oldest->used)
             oldest = t;
     }
-    if (!s) {                                /* a new shape: remembered, launched directly */
-        drop(d, oldest);
-        *oldest = (struct cuda_graph_slot){.f = f, .gx = gx, .gy = gy, .bx = bx, .smem = smem};
+    const bool seen = s != NULL;
+    if (!seen) {                             /* a new shape: remembered, launched directly */
         s = oldest;
-    } else if (!s->exec && !s->failed) {     /* the second time: its graph, built with kp */
-        s->used = ++x->graph_clock;
-        build(d, s, &kp);
-        if (s->exec)
-            return d->cuGraphLaunch(s->exec, x->stream);
-    } else if (s->exec) {
-        s->used = ++x->graph_clock;
-        if (d->cuGraphExecKernelNodeSetParams(s->exec, s->node, &kp) == CUDA_SUCCESS)
-            return d->cuGraphLaunch(s->exec, x->stream);
-        drop(d, s);                          /* not updatable: launched directly from now */
-        *s = (struct cuda_graph_slot){.f = f, .gx = gx, .gy = gy, .bx = bx, .smem = smem,
-                                      .failed = true};
+        release(d, s);
+        *s = (struct cuda_graph_slot){.f = f, .gx = gx, .gy = gy, .bx = bx, .smem = smem};
     }
     s->used = ++x->graph_clock;
+    if (seen && !s->exec && !s->failed) {    /* the second time: its graph, built with kp */
+        if (d->cuGraphCreate(&s->graph, 0) == CUDA_SUCCESS &&
+            d->cuGraphAddKernelNode(&s->node, s->graph, NULL, 0, &kp) == CUDA_SUCCESS &&
+            d->cuGraphInstantiate(&s->exec, s->graph, 0) == CUDA_SUCCESS)
+            return d->cuGraphLaunch(s->exec, x->stream);
+        s->exec = NULL;                      /* (not set by a failed instantiate) */
+        release(d, s);
+        s->failed = true;                    /* launched directly from now */
+    } else if (s->exec) {
+        if (d->cuGraphExecKernelNodeSetParams(s->exec, s->node, &kp) == CUDA_SUCCESS)
+            return d->cuGraphLaunch(s->exec, x->stream);
+        release(d, s);                       /* not updatable: launched directly from now */
+        s->failed = true;
+    }
     return d->cuLaunchKernel(f, gx, gy, 1, bx, 1, 1, smem, x->stream, args, NULL);
 }

@@ -43,11 +43,11 @@ CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *
     *x->bad_page = 0;
     if ((r = d->cuDeviceGetAttribute(&x->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, x->dev)))
         x->sm_count = 0;
+    if (x->sm_count < 1)
+        x->sm_count = 1;
     int host_ptr = 0;
     x->host_pointers = d->cuDeviceGetAttribute(&host_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
                                                x->dev) == CUDA_SUCCESS && host_ptr;
-    if (x->sm_count < 1)
-        x->sm_count = 1;
     return CUDA_SUCCESS;
 }
 
