@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fp16.h"
+#include "gllm/elem.h"
 #include "gllm/gllm.h"
 
 /*
@@ -59,8 +59,8 @@ static uint64_t splitmix(uint64_t *s)
 static double get(const void *p, gllm_dtype dt, size_t i)
 {
     switch (dt) {
-    case GLLM_DTYPE_F16: return f16_to_f32(((const uint16_t *)p)[i]);
-    case GLLM_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)p)[i]);
+    case GLLM_DTYPE_F16: return gllm_f16_to_f32(((const uint16_t *)p)[i]);
+    case GLLM_DTYPE_BF16: return gllm_bf16_to_f32(((const uint16_t *)p)[i]);
     default: return ((const float *)p)[i];
     }
 }
@@ -68,8 +68,8 @@ static double get(const void *p, gllm_dtype dt, size_t i)
 static void put(void *p, gllm_dtype dt, size_t i, float x)
 {
     switch (dt) {
-    case GLLM_DTYPE_F16: ((uint16_t *)p)[i] = f32_to_f16(x); break;
-    case GLLM_DTYPE_BF16: ((uint16_t *)p)[i] = f32_to_bf16(x); break;
+    case GLLM_DTYPE_F16: ((uint16_t *)p)[i] = gllm_f32_to_f16(x); break;
+    case GLLM_DTYPE_BF16: ((uint16_t *)p)[i] = gllm_f32_to_bf16(x); break;
     default: ((float *)p)[i] = x; break;
     }
 }

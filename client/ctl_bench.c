@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "ctl.h"
-#include "fp16.h"
+#include "gllm/elem.h"
 
 struct shape {
     int64_t B, Hq, Hkv, S, D;
@@ -62,7 +62,7 @@ static void fill_random(void *p, gllm_dtype dt, size_t n, uint64_t *state)
         if (dt == GLLM_DTYPE_F32)
             ((float *)p)[i] = x;
         else
-            ((uint16_t *)p)[i] = dt == GLLM_DTYPE_F16 ? f32_to_f16(x) : f32_to_bf16(x);
+            ((uint16_t *)p)[i] = dt == GLLM_DTYPE_F16 ? gllm_f32_to_f16(x) : gllm_f32_to_bf16(x);
     }
 }
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "ctl.h"
-#include "fp16.h"
+#include "gllm/elem.h"
 #include "gllm/gllm.h"
 #include "npy.h"
 
@@ -170,13 +170,13 @@ static void convert(void *dst, gllm_dtype dt, const void *src, gllm_dtype st, si
     for (size_t i = 0; i < n; i++) {
         float x;
         switch (st) {
-        case GLLM_DTYPE_F16: x = f16_to_f32(((const uint16_t *)src)[i]); break;
-        case GLLM_DTYPE_BF16: x = bf16_to_f32(((const uint16_t *)src)[i]); break;
+        case GLLM_DTYPE_F16: x = gllm_f16_to_f32(((const uint16_t *)src)[i]); break;
+        case GLLM_DTYPE_BF16: x = gllm_bf16_to_f32(((const uint16_t *)src)[i]); break;
         default: x = ((const float *)src)[i]; break;
         }
         switch (dt) {
-        case GLLM_DTYPE_F16: ((uint16_t *)dst)[i] = f32_to_f16(x); break;
-        case GLLM_DTYPE_BF16: ((uint16_t *)dst)[i] = f32_to_bf16(x); break;
+        case GLLM_DTYPE_F16: ((uint16_t *)dst)[i] = gllm_f32_to_f16(x); break;
+        case GLLM_DTYPE_BF16: ((uint16_t *)dst)[i] = gllm_f32_to_bf16(x); break;
         default: ((float *)dst)[i] = x; break;
         }
     }

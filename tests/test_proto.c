@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "fp16.h"
+#include "gllm/elem.h"
 #include "proto.h"
 
 static struct proto_buf buf;
@@ -444,25 +444,25 @@ static void test_fp16_conversions(void **state)
     (void)state;
     /* Every f16 value survives f16 -> f32 -> f16 (NaNs stay NaN). */
     for (uint32_t h = 0; h < 65536; h++) {
-        float f = f16_to_f32((uint16_t)h);
-        uint16_t back = f32_to_f16(f);
+        float f = gllm_f16_to_f32((uint16_t)h);
+        uint16_t back = gllm_f32_to_f16(f);
         if (isnan(f))
             assert_true((back & 0x7c00) == 0x7c00 && (back & 0x3ff));
         else
             assert_int_equal(back, h);
     }
-    assert_true(f16_to_f32(0x3c00) == 1.0f);
-    assert_true(f16_to_f32(0x0001) == ldexpf(1.0f, -24));      /* smallest subnormal */
-    assert_true(f16_to_f32(0xfbff) == -65504.0f);
-    assert_int_equal(f32_to_f16(65520.0f), 0x7c00);              /* rounds to Inf */
-    assert_int_equal(f32_to_f16(65519.0f), 0x7bff);
-    assert_int_equal(f32_to_f16(1.0f + ldexpf(1.0f, -11)), 0x3c00); /* tie to even */
-    assert_int_equal(f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)), 0x3c02);
-    assert_int_equal(f32_to_f16(ldexpf(1.0f, -25)), 0);          /* tie to even: zero */
-    assert_int_equal(f32_to_bf16(1.0f), 0x3f80);
-    assert_int_equal(f32_to_bf16(fp_from_bits(0x3f808000)), 0x3f80); /* tie to even */
-    assert_int_equal(f32_to_bf16(fp_from_bits(0x3f818000)), 0x3f82);
-    assert_true(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    assert_true(gllm_f16_to_f32(0x3c00) == 1.0f);
+    assert_true(gllm_f16_to_f32(0x0001) == ldexpf(1.0f, -24));      /* smallest subnormal */
+    assert_true(gllm_f16_to_f32(0xfbff) == -65504.0f);
+    assert_int_equal(gllm_f32_to_f16(65520.0f), 0x7c00);              /* rounds to Inf */
+    assert_int_equal(gllm_f32_to_f16(65519.0f), 0x7bff);
+    assert_int_equal(gllm_f32_to_f16(1.0f + ldexpf(1.0f, -11)), 0x3c00); /* tie to even */
+    assert_int_equal(gllm_f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)), 0x3c02);
+    assert_int_equal(gllm_f32_to_f16(ldexpf(1.0f, -25)), 0);          /* tie to even: zero */
+    assert_int_equal(gllm_f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(gllm_f32_to_bf16(gllm_f32_from_bits(0x3f808000)), 0x3f80); /* tie to even */
+    assert_int_equal(gllm_f32_to_bf16(gllm_f32_from_bits(0x3f818000)), 0x3f82);
+    assert_true(isnan(gllm_bf16_to_f32(gllm_f32_to_bf16(NAN))));
 }
 
 static void test_dtypes_and_errors(void **state)

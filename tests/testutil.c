@@ -14,14 +14,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fp16.h"
+#include "gllm/elem.h"
 #include "testutil.h"
 
 double elem_get(const void *base, gllm_dtype dt, int64_t idx)
 {
     switch (dt) {
-    case GLLM_DTYPE_F16: return f16_to_f32(((const uint16_t *)base)[idx]);
-    case GLLM_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)base)[idx]);
+    case GLLM_DTYPE_F16: return gllm_f16_to_f32(((const uint16_t *)base)[idx]);
+    case GLLM_DTYPE_BF16: return gllm_bf16_to_f32(((const uint16_t *)base)[idx]);
     default: return ((const float *)base)[idx];
     }
 }
@@ -29,8 +29,8 @@ double elem_get(const void *base, gllm_dtype dt, int64_t idx)
 void elem_set(void *base, gllm_dtype dt, int64_t idx, double x)
 {
     switch (dt) {
-    case GLLM_DTYPE_F16: ((uint16_t *)base)[idx] = f32_to_f16((float)x); break;
-    case GLLM_DTYPE_BF16: ((uint16_t *)base)[idx] = f32_to_bf16((float)x); break;
+    case GLLM_DTYPE_F16: ((uint16_t *)base)[idx] = gllm_f32_to_f16((float)x); break;
+    case GLLM_DTYPE_BF16: ((uint16_t *)base)[idx] = gllm_f32_to_bf16((float)x); break;
     default: ((float *)base)[idx] = (float)x; break;
     }
 }

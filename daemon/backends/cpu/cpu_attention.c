@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cpu_attention.h"
-#include "fp16.h"
+#include "gllm/elem.h"
 
 /*
  * One task = QB query rows of one (batch, head). The task walks the visible
@@ -61,8 +61,8 @@ struct tile_scratch {
 INLINE float load_elem(const void *base, gllm_dtype dt, int64_t idx)
 {
     switch (dt) {
-    case GLLM_DTYPE_F16: return f16_to_f32(((const uint16_t *)base)[idx]);
-    case GLLM_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)base)[idx]);
+    case GLLM_DTYPE_F16: return gllm_f16_to_f32(((const uint16_t *)base)[idx]);
+    case GLLM_DTYPE_BF16: return gllm_bf16_to_f32(((const uint16_t *)base)[idx]);
     default: return ((const float *)base)[idx];
     }
 }
@@ -70,8 +70,8 @@ INLINE float load_elem(const void *base, gllm_dtype dt, int64_t idx)
 INLINE void store_elem(void *base, gllm_dtype dt, int64_t idx, float x)
 {
     switch (dt) {
-    case GLLM_DTYPE_F16: ((uint16_t *)base)[idx] = f32_to_f16(x); break;
-    case GLLM_DTYPE_BF16: ((uint16_t *)base)[idx] = f32_to_bf16(x); break;
+    case GLLM_DTYPE_F16: ((uint16_t *)base)[idx] = gllm_f32_to_f16(x); break;
+    case GLLM_DTYPE_BF16: ((uint16_t *)base)[idx] = gllm_f32_to_bf16(x); break;
     default: ((float *)base)[idx] = x; break;
     }
 }
