@@ -7,7 +7,7 @@
 
 #include "attention_params.h"
 #include "cuda_driver.h"
-#include "cuda_internal.h"
+#include "cuda_device.h"
 #include "fatbin.h"
 
 #define N 2000

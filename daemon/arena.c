@@ -43,14 +43,12 @@ int arena_map(int fd, uint64_t size, struct arena **out)
 
 int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **out)
 {
-    if (!be->iface->dev_alloc)
-        return -ENOTSUP;
     if (size == 0 || size > SIZE_MAX)
         return GLLM_EPARAM;
     struct arena *a = calloc(1, sizeof *a);
     if (!a)
         return -ENOMEM;
-    int r = be->iface->dev_alloc(be, dev, (size_t)size, &a->base);
+    int r = backend_dev_alloc(be, dev, (size_t)size, &a->base);
     if (r < 0) {
         free(a);
         return r;
@@ -75,12 +73,12 @@ void arena_unref(struct arena *a)
     if (!a || --a->refs > 0)
         return;
     if (a->device) {
-        a->owner->iface->dev_free(a->owner, a->dev, a->base);
+        backend_dev_free(a->owner, a->dev, a->base);
         free(a);
         return;
     }
-    if (a->pinned_by && a->pinned_by->iface->host_unregister)
-        a->pinned_by->iface->host_unregister(a->pinned_by, a->base);
+    if (a->pinned_by)
+        backend_host_unregister(a->pinned_by, a->base);
     munmap(a->base, (size_t)a->size);
     free(a);
 }

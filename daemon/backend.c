@@ -1,10 +1,16 @@
-/* Backend registry and selection by score: the best usable backend wins, CPU last. */
+/* Backend registry, selection by score (the best usable backend wins, CPU last) and the
+ * wrappers through which the daemon calls the backend it opened. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
-#include "log.h"
+
+/* Each backend library defines one (daemon/backends/<name>/<name>_backend.c). */
+extern const struct backend_iface cpu_backend_iface;
+#ifdef GLLM_HAVE_CUDA
+extern const struct backend_iface cuda_backend_iface;
+#endif
 
 /* In order of preference. */
 static const struct backend_iface *const registry[] = {
@@ -18,11 +24,24 @@ static const struct backend_iface *const registry[] = {
 
 const char *backend_names(void)
 {
-#ifdef GLLM_HAVE_CUDA
-    return "cuda, cpu";
-#else
-    return "cpu";
-#endif
+    static char names[128];
+    if (!names[0]) {
+        size_t used = 0;
+        for (size_t i = 0; i < NREGISTRY && used < sizeof names; i++)
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "",
+                                     registry[i]->name);
+    }
+    return names;
+}
+
+bool backend_known(const char *name)
+{
+    if (strcmp(name, "auto") == 0)
+        return true;
+    for (size_t i = 0; i < NREGISTRY; i++)
+        if (strcmp(name, registry[i]->name) == 0)
+            return true;
+    return false;
 }
 
 void backend_describe(char *buf, size_t len)
@@ -84,4 +103,85 @@ int backend_select(const char *name, const struct backend_config *cfg, struct ba
         snprintf(reason, sizeof reason, "failed to open (%s)", gllm_strerror(last));
         note(why, len, &used, registry[best]->name, reason);
     }
+}
+
+void backend_close(struct backend *be)
+{
+    if (be)
+        be->iface->close(be);
+}
+
+const char *backend_name(const struct backend *be)
+{
+    return be->iface->name;
+}
+
+int backend_device_count(const struct backend *be)
+{
+    return be->ndevices;
+}
+
+const struct backend_caps *backend_caps(const struct backend *be)
+{
+    return &be->caps;
+}
+
+bool backend_has(const struct backend *be, uint32_t feature)
+{
+    return (be->caps.features & feature) == feature;
+}
+
+int backend_device_info(struct backend *be, int dev, gllm_device_info *out)
+{
+    return be->device->info(be, dev, out);
+}
+
+int backend_memory_info(struct backend *be, int dev, uint64_t *used, uint64_t *total)
+{
+    return be->device->memory ? be->device->memory(be, dev, used, total) : -ENOTSUP;
+}
+
+int backend_host_register(struct backend *be, void *p, size_t len)
+{
+    return be->device->host_register ? be->device->host_register(be, p, len) : -ENOTSUP;
+}
+
+void backend_host_unregister(struct backend *be, void *p)
+{
+    if (be->device->host_unregister)
+        be->device->host_unregister(be, p);
+}
+
+int backend_dev_alloc(struct backend *be, int dev, size_t bytes, void **out)
+{
+    return be->device->alloc ? be->device->alloc(be, dev, bytes, out) : -ENOTSUP;
+}
+
+void backend_dev_free(struct backend *be, int dev, void *p)
+{
+    be->device->free(be, dev, p);
+}
+
+int backend_copy(struct backend *be, int dev, const struct copy_args *c)
+{
+    return be->device->copy(be, dev, c);
+}
+
+int backend_attention(struct backend *be, int dev, const struct attn_args *a)
+{
+    return be->device->attention(be, dev, a);
+}
+
+int backend_paged(struct backend *be, int dev, const struct paged_args *p)
+{
+    return be->device->paged(be, dev, p);
+}
+
+int backend_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
+{
+    if (!be->device->paged) {
+        snprintf(why, len, "not supported by the %s backend", be->iface->name);
+        return GLLM_EMETHOD;
+    }
+    return be->device->paged_check ? be->device->paged_check(be, p, why, len) : 0;
 }

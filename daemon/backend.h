@@ -1,4 +1,5 @@
-/* The backend interface: one vtable every compute backend (cpu, cuda, hsa) implements. */
+/* The daemon's one door to the backends: the registry, selection by score, and a wrapper
+ * for each entry of the interface (daemon/backends/common/backend_api.h). */
 #ifndef GLLMD_BACKEND_H
 #define GLLMD_BACKEND_H
 
@@ -6,156 +7,42 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gllm/gllm.h"
+#include "backend_api.h"
 
-#define BACKEND_API_VERSION 1
-
-/* What a backend may report about one job (zeros: not measured). */
-struct attn_timing {
-    uint64_t kernel_ns;         /* device time of the kernel alone */
-    uint64_t copy_ns;           /* device time of host<->device copies */
-    uint64_t copy_bytes;
-};
-
-/* A validated attention job, in elements and raw pointers: a backend never
- * sees sessions, arenas or the wire. Strides are in elements and index
- * [b, h, s, d] (q, k, v, out) or [b, h, s] (lse). */
-struct attn_args {
-    gllm_dtype dtype;
-    int64_t B, Hq, Hkv, Sq, Skv, D;
-    const void *q, *k, *v;
-    void *out;
-    float *lse;                 /* NULL: not wanted */
-    int64_t q_st[4], k_st[4], v_st[4], o_st[4], lse_st[3];
-    bool causal;                /* bottom-right aligned: row i sees keys j <= i + Skv - Sq */
-    float scale;
-    struct attn_timing *timing; /* out, optional */
-    uint32_t device_mask;       /* bit i: tensor i (q, k, v, out, lse) is in device memory */
-};
-
-/* A copy between host memory (an arena) and device memory (a device tensor). */
-struct copy_args {
-    void *dst;
-    const void *src;
-    size_t bytes;
-    bool to_device;             /* host -> device, else device -> host */
-    struct attn_timing *timing; /* out, optional: copy_ns, copy_bytes */
-};
-
-/* A validated paged-KV job. The page table arrays are the daemon's own checked copies in
- * host memory (every length consistent, every index in range), except kv_indices when
- * indices_on_device: then it points into a device tensor of at least kv_indptr[B] entries,
- * read when the job runs, and the backend checks each page number before it reads through
- * it (paged_check_pages on host memory; in the kernel on a GPU); or when indices_in_arena
- * (only for a backend with reads_arena_tables): then it points into the client's arena,
- * which the client may still be writing, unchecked, and the backend reads each page number
- * once (in place when indices_pinned allows, or from one copy) and checks the value it
- * uses. Tensors are row-major:
- * caches [num_pages, page_size, Hkv, D], q/out [nq, Hq, D], k_new/v_new [nnew, Hkv, D]. */
-enum paged_op { PAGED_APPEND, PAGED_ATTEND };
-enum paged_tensor { PG_KCACHE, PG_VCACHE, PG_Q, PG_OUT, PG_KNEW, PG_VNEW, PG_COUNT };
-struct paged_args {
-    enum paged_op op;
-    gllm_dtype dtype;
-    int64_t B, Hq, Hkv, D, page_size, num_pages;
-    void *k_cache, *v_cache;
-    const void *q;              /* attend */
-    void *out;
-    int64_t nq;
-    const void *k_new, *v_new;  /* append */
-    int64_t nnew;
-    const int32_t *kv_indptr;   /* [B + 1] */
-    const int32_t *kv_indices;  /* [kv_indptr[B]] */
-    const int32_t *kv_len;      /* [B] tokens in each sequence, derived */
-    const int32_t *q_indptr;    /* [B + 1] attend: the queries of each sequence (its last
-                                 * tokens); append: the new tokens of each sequence */
-    int32_t max_kv_len, max_q_len;
-    float scale;
-    bool causal;                /* attend: always true (decode sees the whole sequence) */
-    uint32_t device_mask;       /* bit (1 << enum paged_tensor): in device memory */
-    bool indices_on_device;     /* attend only; see above */
-    bool indices_in_arena;      /* attend only; see above */
-    bool indices_pinned;        /* with indices_in_arena: its arena is registered (host_register) */
-    struct attn_timing *timing; /* out, optional */
-    char *why;                  /* out, optional: a failed job's reason, one line */
-    size_t why_len;
-};
-
-/* 0 when each of the n page numbers is in [0, num_pages); else GLLM_EBOUNDS, naming the
- * first one that is not in why. */
-int paged_check_pages(const int32_t *idx, int64_t n, int64_t num_pages, char *why, size_t len);
-
-/* Row of the pools (page * page_size + slot) that holds token pos of sequence b. */
-static inline int64_t paged_row(const struct paged_args *p, int64_t b, int64_t pos)
-{
-    return (int64_t)p->kv_indices[p->kv_indptr[b] + pos / p->page_size] * p->page_size +
-           pos % p->page_size;
-}
-
-struct backend_config {
-    int threads;                /* CPU worker threads; 0 = one per online CPU */
-    bool deterministic;         /* results may not depend on the order GPU blocks finish in */
-};
-
-struct backend;
-
-/* Each backend fills one of these; optional entries may be NULL. */
-struct backend_iface {
-    int api_version;
-    const char *name;
-    /* Score for auto-selection: > 0 usable (higher wins), 0 not here. Writes
-     * a one-line reason into why when it returns 0. */
-    int (*probe)(char *why, size_t len);
-    int (*open)(const struct backend_config *cfg, struct backend **out);
-    void (*close)(struct backend *be);
-    int (*device_count)(struct backend *be);
-    int (*device_info)(struct backend *be, int dev, gllm_device_info *out);
-    uint32_t (*dtypes)(struct backend *be);          /* bit (1 << gllm_dtype) each */
-    int (*max_head_dim)(struct backend *be);
-    /* Optional: make host memory fast to copy from/to (pinning on GPUs). */
-    int (*host_register)(struct backend *be, void *p, size_t len);
-    void (*host_unregister)(struct backend *be, void *p);
-    /* Device memory for device tensors (host memory on the CPU backend). The pointer is
-     * opaque to the daemon: only the backend dereferences it. */
-    int (*dev_alloc)(struct backend *be, int dev, size_t bytes, void **out);
-    void (*dev_free)(struct backend *be, int dev, void *p);
-    /* Runs on the device's worker thread, like attention. */
-    int (*copy)(struct backend *be, int dev, const struct copy_args *c);
-    /* Optional: device memory in use and in all (GPUs), for status lines. */
-    int (*memory_info)(struct backend *be, int dev, uint64_t *used, uint64_t *total);
-    /* Optional: one line for --version (what is embedded, e.g. kernel images). */
-    const char *(*describe)(void);
-    /* Runs one job to completion on device dev; called from that device's
-     * worker thread only, so it may block. */
-    int (*attention)(struct backend *be, int dev, const struct attn_args *a);
-    /* Paged KV cache jobs. paged_check runs on the event loop before a job is queued: 0 when
-     * this backend can run it, else a code and a one-line reason. paged runs on the worker. */
-    int (*paged_check)(struct backend *be, const struct paged_args *p, char *why, size_t len);
-    int (*paged)(struct backend *be, int dev, const struct paged_args *p);
-    /* Attention may leave kv_indices in its arena (indices_in_arena): the backend checks
-     * every page number where it is used anyway (the CUDA kernel does), so the loop need
-     * not copy and check the table first. */
-    bool reads_arena_tables;
-};
-
-struct backend {
-    const struct backend_iface *iface;
-    void *ctx;
-};
-
-extern const struct backend_iface cpu_backend_iface;
-#ifdef GLLM_HAVE_CUDA
-extern const struct backend_iface cuda_backend_iface;
-#endif
-
-/* Picks and opens a backend: name "auto" tries each in order of preference and
- * falls back to the next when one fails to open. why says what was passed over
- * and why (one line), on success as on failure. */
-/* Names of the compiled-in backends, for --version and error messages. */
+/* Names of the compiled-in backends in order of preference ("cuda, cpu"), for --version
+ * and error messages. */
 const char *backend_names(void);
+/* true for "auto" and for the name of a compiled-in backend. */
+bool backend_known(const char *name);
 /* Writes each compiled-in backend's describe() line, separated by "; ". */
 void backend_describe(char *buf, size_t len);
+/* Picks and opens a backend: name "auto" tries each by score and falls back to the next
+ * when one fails to open. why says what was passed over and why (one line), on success as
+ * on failure. */
 int backend_select(const char *name, const struct backend_config *cfg, struct backend **out,
                    char *why, size_t len);
+void backend_close(struct backend *be);
+
+const char *backend_name(const struct backend *be);
+int backend_device_count(const struct backend *be);
+const struct backend_caps *backend_caps(const struct backend *be);
+bool backend_has(const struct backend *be, uint32_t feature);
+
+int backend_device_info(struct backend *be, int dev, gllm_device_info *out);
+/* -ENOTSUP when the backend does not report memory. */
+int backend_memory_info(struct backend *be, int dev, uint64_t *used, uint64_t *total);
+/* 0 when p is now registered (pinned); -ENOTSUP when the backend has nothing to gain. */
+int backend_host_register(struct backend *be, void *p, size_t len);
+void backend_host_unregister(struct backend *be, void *p);
+/* -ENOTSUP when the backend has no device tensors. */
+int backend_dev_alloc(struct backend *be, int dev, size_t bytes, void **out);
+void backend_dev_free(struct backend *be, int dev, void *p);
+/* On the device's worker thread. */
+int backend_copy(struct backend *be, int dev, const struct copy_args *c);
+int backend_attention(struct backend *be, int dev, const struct attn_args *a);
+int backend_paged(struct backend *be, int dev, const struct paged_args *p);
+/* On the loop, before a paged job is queued: 0 when the backend can run it, else a code and
+ * a one-line reason (GLLM_EMETHOD when the backend has no paged operations). */
+int backend_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len);
 
 #endif

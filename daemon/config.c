@@ -8,6 +8,7 @@
 #include <string.h>
 #include <syslog.h>
 
+#include "backend.h"
 #include "config.h"
 
 void config_defaults(struct config *cfg)
@@ -159,8 +160,8 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
         return 0;
     }
     if (strcmp(key, "backend") == 0) {
-        if (strcmp(val, "auto") && strcmp(val, "cpu") && strcmp(val, "cuda")) {
-            snprintf(why, whylen, "backend wants auto, cuda or cpu");
+        if (!backend_known(val)) {
+            snprintf(why, whylen, "backend wants auto or one of %s", backend_names());
             return -EINVAL;
         }
         snprintf(c->backend, sizeof c->backend, "%s", val);

@@ -27,6 +27,14 @@ void log_init(int max_level)
     log_journal = stderr_is_journal();
 }
 
+/* Backends log through this, so their lines follow the daemon's level, reloads included
+ * (main.c hands them LOG_DEBUG and lets log_at filter). */
+void log_hook(void *user, int level, const char *line)
+{
+    (void)user;
+    log_at(level, "%s", line);
+}
+
 void log_at(int level, const char *fmt, ...)
 {
     static const char *const names[] = {"emerg", "alert", "crit", "error",

@@ -7,6 +7,9 @@
 void log_init(int max_level);
 void log_at(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* The hook handed to backends (backend_config.log): one line at a syslog level. */
+void log_hook(void *user, int level, const char *line);
+
 #define log_err(...) log_at(LOG_ERR, __VA_ARGS__)
 #define log_warn(...) log_at(LOG_WARNING, __VA_ARGS__)
 #define log_info(...) log_at(LOG_INFO, __VA_ARGS__)

@@ -158,8 +158,8 @@ int main(int argc, char **argv)
             o.over.socket_path = true;
             break;
         case 'b':
-            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
-                fprintf(stderr, "gllmd: --backend wants auto, cuda or cpu\n");
+            if (!backend_known(optarg)) {
+                fprintf(stderr, "gllmd: --backend wants auto or one of %s\n", backend_names());
                 return 2;
             }
             snprintf(o.over.values.backend, sizeof o.over.values.backend, "%s", optarg);
@@ -230,14 +230,15 @@ int main(int argc, char **argv)
 
     struct backend *be;
     char why[512];
-    struct backend_config bcfg = {.threads = cfg.threads, .deterministic = cfg.deterministic};
+    struct backend_config bcfg = {.threads = cfg.threads, .deterministic = cfg.deterministic,
+                                  .log = {.fn = log_hook, .level = LOG_DEBUG}};
     int r = backend_select(cfg.backend, &bcfg, &be, why, sizeof why);
     if (r < 0) {
         log_err("backend '%s': %s", cfg.backend, why[0] ? why : gllm_strerror(r));
         return 1;
     }
     if (why[0])
-        log_info("backend %s chosen; passed over %s", be->iface->name, why);
+        log_info("backend %s chosen; passed over %s", backend_name(be), why);
 
     uv_loop_t loop;
     uv_loop_init(&loop);
@@ -250,11 +251,11 @@ int main(int argc, char **argv)
     srv.reload = reload;
     srv.reload_arg = &o;
     log_info("gllmd %s ready: backend %s, %d device(s); socket %s%s", GLLM_VERSION,
-             be->iface->name, srv.ndevices, socket_path,
+             backend_name(be), srv.ndevices, socket_path,
              listen_fd >= 0 ? " (from systemd)" : "");
     for (int i = 0; i < srv.ndevices; i++) {
         gllm_device_info d;
-        if (be->iface->device_info(be, i, &d) < 0)
+        if (backend_device_info(be, i, &d) < 0)
             continue;
         if (d.cc_major)
             log_info("device %d: %s, compute capability %d.%d, %.1f GiB, kernels: %s", i, d.name,
@@ -263,6 +264,6 @@ int main(int argc, char **argv)
             log_info("device %d: %s, %d threads", i, d.name, d.threads);
     }
     r = server_run(&srv);
-    be->iface->close(be);
+    backend_close(be);
     return r < 0 ? 1 : 0;
 }

@@ -39,7 +39,7 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
     msgpack_pack_array(pk, (size_t)srv->ndevices);
     for (int i = 0; i < srv->ndevices; i++) {
         gllm_device_info d;
-        if (srv->be->iface->device_info(srv->be, i, &d) < 0)
+        if (backend_device_info(srv->be, i, &d) < 0)
             memset(&d, 0, sizeof d);
         char cc[16];
         snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
@@ -75,7 +75,7 @@ static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int 
     proto_pack_kv_u64(pk, "version", GLLM_PROTOCOL_VERSION);
     proto_pack_kv_u64(pk, "ring_bytes", GLLM_RING_BYTES);   /* the ring layout this daemon reads */
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
-    proto_pack_kv_str(pk, "backend", srv->be->iface->name);
+    proto_pack_kv_str(pk, "backend", backend_name(srv->be));
     pack_devices(pk, srv);
     proto_pack_str(pk, "dtypes");
     int n = 0;
@@ -110,7 +110,7 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     msgpack_pack_map(pk, 18);
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_f64(pk, "uptime_s", (double)(now_ns() - srv->start_ns) / 1e9);
-    proto_pack_kv_str(pk, "backend", srv->be->iface->name);
+    proto_pack_kv_str(pk, "backend", backend_name(srv->be));
     pack_devices(pk, srv);
     proto_pack_kv_u64(pk, "clients", st->clients);
     proto_pack_kv_u64(pk, "jobs_done", st->jobs_done);
@@ -180,7 +180,7 @@ static void h_arena_register(struct session *s, const struct proto_msg *m, int *
         session_reply_error(s, id, r, "arena_register: %s", gllm_strerror(r));
         return;
     }
-    if (srv->be->iface->host_register && srv->be->iface->host_register(srv->be, a->base, size) == 0)
+    if (backend_host_register(srv->be, a->base, size) == 0)
         a->pinned_by = srv->be;
     if ((r = session_region_add(s, a)) < 0) {
         arena_unref(a);
@@ -456,12 +456,8 @@ static void paged(struct session *s, const struct proto_msg *m, enum proto_paged
     }
     char err[PROTO_MAX_ERRMSG];
     r = job_prepare_paged(job, &pp, &s->arenas, &srv->caps, err, sizeof err);
-    if (r == 0 && !srv->be->iface->paged) {
-        snprintf(err, sizeof err, "not supported by the %s backend", srv->be->iface->name);
-        r = GLLM_EMETHOD;
-    } else if (r == 0 && srv->be->iface->paged_check) {
-        r = srv->be->iface->paged_check(srv->be, &job->paged, err, sizeof err);
-    }
+    if (r == 0)
+        r = backend_paged_check(srv->be, &job->paged, err, sizeof err);
     if (r < 0) {
         job_release_arenas(job);
         free(job);

@@ -319,9 +319,9 @@ static void notify_status(uv_timer_t *t)
     srv->status_jobs_last = srv->stats.jobs_done;
     char mem[160] = "";
     size_t used_len = 0;
-    for (int i = 0; srv->be->iface->memory_info && i < srv->ndevices && used_len < sizeof mem; i++) {
+    for (int i = 0; i < srv->ndevices && used_len < sizeof mem; i++) {
         uint64_t used, total;
-        if (srv->be->iface->memory_info(srv->be, i, &used, &total) == 0)
+        if (backend_memory_info(srv->be, i, &used, &total) == 0)
             used_len += (size_t)snprintf(mem + used_len, sizeof mem - used_len,
                                          ", GPU%d %.1f/%.1f GiB", i, (double)used / (1ull << 30),
                                          (double)total / (1ull << 30));
@@ -360,7 +360,7 @@ static void on_hup(uv_signal_t *h, int signum)
  * the CPU backend, whose compute threads need every core. */
 static void set_busy_poll(struct server *srv, int mode)
 {
-    srv->busy_poll = mode < 0 ? strcmp(srv->be->iface->name, "cpu") != 0 : mode > 0;
+    srv->busy_poll = mode < 0 ? strcmp(backend_name(srv->be), "cpu") != 0 : mode > 0;
     if (!srv->busy_poll && uv_is_active((uv_handle_t *)&srv->busy_idle))
         uv_idle_stop(&srv->busy_idle);
 }
@@ -392,12 +392,12 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->status_interval_s = cfg->status_interval_s;
     atomic_init(&srv->abort_jobs, false);
     srv->start_ns = srv->status_ns_last = now_ns();
-    srv->caps.dtypes = be->iface->dtypes(be);
-    srv->caps.max_head_dim = be->iface->max_head_dim(be);
-    srv->caps.reads_arena_tables = be->iface->reads_arena_tables;
+    srv->caps.dtypes = backend_caps(be)->dtypes;
+    srv->caps.max_head_dim = backend_caps(be)->max_head_dim;
+    srv->caps.reads_arena_tables = backend_has(be, BACKEND_FEAT_ARENA_TABLES);
     srv->caps.max_elements = cfg->limits.max_elements;
     srv->caps.max_page_entries = cfg->limits.max_page_entries;
-    srv->ndevices = be->iface->device_count(be);
+    srv->ndevices = backend_device_count(be);
     if (srv->ndevices > GLLM_MAX_DEVICES)
         srv->ndevices = GLLM_MAX_DEVICES;
     if (snprintf(srv->socket_path, sizeof srv->socket_path, "%s", socket_path) >=

@@ -92,13 +92,13 @@ static void *worker_main(void *arg)
             j->status = GLLM_ESHUTDOWN;
         else if (j->kind == JOB_COPY) {
             j->copy.timing = &j->timing;
-            j->status = w->be->iface->copy(w->be, w->dev, &j->copy);
+            j->status = backend_copy(w->be, w->dev, &j->copy);
         } else if (j->kind == JOB_PAGED) {
             j->paged.timing = &j->timing;
             j->paged.why = j->why, j->paged.why_len = sizeof j->why;
-            j->status = w->be->iface->paged(w->be, w->dev, &j->paged);
+            j->status = backend_paged(w->be, w->dev, &j->paged);
         } else
-            j->status = w->be->iface->attention(w->be, w->dev, &j->args);
+            j->status = backend_attention(w->be, w->dev, &j->args);
         j->t_end = now_ns();
         w->reply_fn(j, w->done_arg, w->scratch);
 

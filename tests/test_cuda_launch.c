@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "cuda_internal.h"
+#include "cuda_device.h"
 
 /* What the fake driver saw, and what it should fail. */
 static struct {

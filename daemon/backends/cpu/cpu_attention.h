@@ -2,7 +2,7 @@
 #ifndef GLLMD_CPU_ATTENTION_H
 #define GLLMD_CPU_ATTENTION_H
 
-#include "backend.h"
+#include "backend_api.h"
 #include "cpu_pool.h"
 
 #define CPU_MAX_HEAD_DIM 256

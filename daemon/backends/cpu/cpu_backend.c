@@ -5,10 +5,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend_api.h"
 #include "cpu_attention.h"
 #include "cpu_paged.h"
 #include "cpu_pool.h"
+
+extern const struct backend_iface cpu_backend_iface;
+static const struct backend_device_iface cpu_device_iface;
 
 struct cpu_ctx {
     struct cpu_pool *pool;
@@ -70,7 +73,13 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
         return -ENOMEM;
     }
     be->iface = &cpu_backend_iface;
+    be->device = &cpu_device_iface;
     be->ctx = c;
+    be->ndevices = 1;
+    be->caps = (struct backend_caps){
+        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
+        .max_head_dim = CPU_MAX_HEAD_DIM,
+    };
     int r = cpu_pool_create(threads, &c->pool);
     if (r == 0)
         r = cpu_attention_create(c->pool, &c->attn);
@@ -81,12 +90,6 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
     read_cpu_model(c->model, sizeof c->model);
     *out = be;
     return 0;
-}
-
-static int cpu_device_count(struct backend *be)
-{
-    (void)be;
-    return 1;
 }
 
 static int cpu_device_info(struct backend *be, int dev, gllm_device_info *out)
@@ -102,18 +105,6 @@ static int cpu_device_info(struct backend *be, int dev, gllm_device_info *out)
     out->memory_bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
     out->threads = cpu_pool_threads(c->pool);
     return 0;
-}
-
-static uint32_t cpu_dtypes(struct backend *be)
-{
-    (void)be;
-    return 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16;
-}
-
-static int cpu_max_head_dim(struct backend *be)
-{
-    (void)be;
-    return CPU_MAX_HEAD_DIM;
 }
 
 static int cpu_attention(struct backend *be, int dev, const struct attn_args *a)
@@ -171,20 +162,20 @@ static int cpu_copy(struct backend *be, int dev, const struct copy_args *c)
     return 0;
 }
 
+static const struct backend_device_iface cpu_device_iface = {
+    .info = cpu_device_info,
+    .alloc = cpu_dev_alloc,
+    .free = cpu_dev_free,
+    .copy = cpu_copy,
+    .attention = cpu_attention,
+    .paged_check = cpu_paged_check,
+    .paged = cpu_paged,
+};
+
 const struct backend_iface cpu_backend_iface = {
     .api_version = BACKEND_API_VERSION,
     .name = "cpu",
     .probe = cpu_probe,
     .open = cpu_open,
     .close = cpu_close,
-    .device_count = cpu_device_count,
-    .device_info = cpu_device_info,
-    .dtypes = cpu_dtypes,
-    .max_head_dim = cpu_max_head_dim,
-    .dev_alloc = cpu_dev_alloc,
-    .dev_free = cpu_dev_free,
-    .copy = cpu_copy,
-    .attention = cpu_attention,
-    .paged_check = cpu_paged_check,
-    .paged = cpu_paged,
 };

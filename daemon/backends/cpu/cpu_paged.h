@@ -2,7 +2,7 @@
 #ifndef GLLMD_CPU_PAGED_H
 #define GLLMD_CPU_PAGED_H
 
-#include "backend.h"
+#include "backend_api.h"
 #include "cpu_attention.h"
 
 /* Blocking; a validated job (job_prepare_paged) in. Attention runs on dense's pool. */

@@ -4,25 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_internal.h"
-#include "fatbin.h"
-#include "log.h"
+#include "cuda_device.h"
+#include "cuda_paged.h"
 
-static char describe_line[160];
-
-static const char *cuda_describe(void)
-{
-    struct fatbin_image imgs[FATBIN_MAX_IMAGES];
-    int n = fatbin_images(fatbin_data(), fatbin_size(), imgs, FATBIN_MAX_IMAGES);
-    size_t used = (size_t)snprintf(describe_line, sizeof describe_line, "cuda kernels:");
-    for (int i = 0; i < n && used < sizeof describe_line; i++)
-        used += (size_t)snprintf(describe_line + used, sizeof describe_line - used, " %s_%d%s",
-                                 imgs[i].ptx ? "compute" : "sm", imgs[i].arch,
-                                 imgs[i].ptx ? " (PTX)" : imgs[i].arch == 90 ? "a" : "");
-    if (n < 0)
-        snprintf(describe_line, sizeof describe_line, "cuda kernels: embedded image unreadable");
-    return describe_line;
-}
+extern const struct backend_iface cuda_backend_iface;
+static const struct backend_device_iface cuda_device_iface;
 
 static int cuda_probe(char *why, size_t len)
 {
@@ -44,165 +30,6 @@ static int cuda_probe(char *why, size_t len)
     return 100;
 }
 
-void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
-                      struct attn_timing *t, uint64_t moved, bool copies)
-{
-    if (!t)
-        return;
-    float in_ms = 0, k_ms = 0, out_ms = 0;
-    d->cuEventElapsedTime(&k_ms, x->ev[EV_KERNEL], x->ev[EV_KERNEL_END]);
-    if (copies) {
-        d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
-        d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
-    }
-    t->kernel_ns = (uint64_t)((double)k_ms * 1e6);
-    t->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
-    t->copy_bytes = moved;
-}
-
-int cuda_fail(const struct cuda_driver *d, CUresult r, const char *what)
-{
-    char buf[160];
-    log_err("cuda: %s: %s", what, cuda_error_text(d, r, buf, sizeof buf));
-    return r == CUDA_ERROR_OUT_OF_MEMORY ? GLLM_EDEVMEM : GLLM_EBACKEND;
-}
-
-static void close_dev(const struct cuda_driver *d, struct cuda_dev *x)
-{
-    if (!x->ctx)
-        return;
-    d->cuCtxSetCurrent(x->ctx);
-    cuda_launch_free(d, x);
-    if (x->scratch)
-        d->cuMemFree(x->scratch);
-    if (x->hstage)
-        d->cuMemFreeHost(x->hstage);
-    if (x->counters)
-        d->cuMemFree(x->counters);
-    if (x->sums)
-        d->cuMemFree(x->sums);
-    if (x->bad_page)
-        d->cuMemFreeHost((void *)x->bad_page);
-    for (int i = 0; i < EV_COUNT; i++)
-        if (x->ev[i])
-            d->cuEventDestroy(x->ev[i]);
-    if (x->stream)
-        d->cuStreamDestroy(x->stream);
-    if (x->mod)
-        d->cuModuleUnload(x->mod);
-    d->cuDevicePrimaryCtxRelease(x->dev);
-    x->ctx = NULL;
-}
-
-static int open_dev(const struct cuda_driver *d, int ordinal, struct cuda_dev *x, char *why,
-                    size_t len)
-{
-    char buf[160];
-    CUresult r;
-    gllm_device_info *info = &x->info;
-    memset(info, 0, sizeof *info);
-    info->index = ordinal;
-    snprintf(info->kind, sizeof info->kind, "cuda");
-    size_t mem = 0;
-    if ((r = d->cuDeviceGet(&x->dev, ordinal)) ||
-        (r = d->cuDeviceGetName(info->name, sizeof info->name, x->dev)) ||
-        (r = d->cuDeviceTotalMem(&mem, x->dev)) ||
-        (r = d->cuDeviceGetAttribute(&info->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, x->dev)) ||
-        (r = d->cuDeviceGetAttribute(&info->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, x->dev))) {
-        snprintf(why, len, "GPU %d: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
-        return GLLM_EBACKEND;
-    }
-    info->memory_bytes = mem;
-    struct fatbin_image imgs[FATBIN_MAX_IMAGES];
-    int nimg = fatbin_images(fatbin_data(), fatbin_size(), imgs, FATBIN_MAX_IMAGES);
-    if (!fatbin_choose(imgs, nimg > 0 ? nimg : 0, info->cc_major, info->cc_minor, info->image,
-                       sizeof info->image)) {
-        snprintf(why, len, "GPU %d (%s, compute capability %d.%d): no kernel image for it in this "
-                 "gllmd (%s)", ordinal, info->name, info->cc_major, info->cc_minor, cuda_describe());
-        return GLLM_EBACKEND;
-    }
-    /* Each GPU has its own worker thread, so its waits may spin: a decode job's answer comes
-     * microseconds after its kernel ends, not after the thread has been woken. */
-    d->cuDevicePrimaryCtxSetFlags(x->dev, CU_CTX_SCHED_SPIN);
-    if ((r = d->cuDevicePrimaryCtxRetain(&x->ctx, x->dev))) {
-        x->ctx = NULL;
-        snprintf(why, len, "GPU %d: context: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
-        return GLLM_EBACKEND;
-    }
-    d->cuCtxSetCurrent(x->ctx);
-    if ((r = d->cuModuleLoadData(&x->mod, fatbin_data()))) {
-        x->mod = NULL;
-        if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INSUFFICIENT_DRIVER)
-            snprintf(why, len, "GPU %d (%s): the driver is too old for the embedded PTX (%s); "
-                     "update the NVIDIA driver", ordinal, info->name, cuda_error_text(d, r, buf, sizeof buf));
-        else if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
-            snprintf(why, len, "GPU %d (%s, %d.%d): no kernel image for this GPU", ordinal,
-                     info->name, info->cc_major, info->cc_minor);
-        else if (r == CUDA_ERROR_OUT_OF_MEMORY)
-            snprintf(why, len, "GPU %d (%s): out of device memory loading the kernels", ordinal,
-                     info->name);
-        else
-            snprintf(why, len, "GPU %d: loading kernels: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
-        return GLLM_EBACKEND;
-    }
-    static const char *const tnames[2] = {"f16", "bf16"};
-    static const int dims[2] = {64, 128};
-    for (int t = 0; t < 2; t++)
-        for (int k = 0; k < 2; k++)
-            for (int c = 0; c < 2; c++) {
-                char name[64];
-                snprintf(name, sizeof name, "gllm_attn_fwd_%s_d%d%s", tnames[t], dims[k],
-                         c ? "_causal" : "");
-                if ((r = d->cuModuleGetFunction(&x->tc[t][k][c], x->mod, name))) {
-                    snprintf(why, len, "kernel %s missing from the image", name);
-                    return GLLM_EBACKEND;
-                }
-                int smem = GLLM_CUDA_TC_SMEM(dims[k]);
-                if ((r = d->cuFuncSetAttribute(x->tc[t][k][c],
-                                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))) {
-                    snprintf(why, len, "GPU %d: %s needs %d bytes of shared memory: %s", ordinal,
-                             name, smem, cuda_error_text(d, r, buf, sizeof buf));
-                    return GLLM_EBACKEND;
-                }
-            }
-    /* The wgmma kernels run only from the sm_90a image, which the driver takes only on a
-     * 9.0 GPU; anywhere else the tensor-core kernels above serve. */
-    for (int i = 0; i < 8 && strncmp(info->image, "sm_90a", 6) == 0; i++) {
-        char name[64];
-        const int k = i / 4, t = (i / 2) % 2, c = i % 2, D = k ? 128 : 64;
-        snprintf(name, sizeof name, "gllm_attn_fwd_hopper_%s_d%d%s", tnames[t], D, c ? "_causal" : "");
-        if ((r = d->cuModuleGetFunction(&x->hopper[k][t][c], x->mod, name)) ||
-            (r = d->cuFuncSetAttribute(x->hopper[k][t][c],
-                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       GLLM_CUDA_HP_SMEM(D)))) {
-            snprintf(why, len, "GPU %d: kernel %s: %s", ordinal, name,
-                     cuda_error_text(d, r, buf, sizeof buf));
-            return GLLM_EBACKEND;
-        }
-    }
-    if ((r = cuda_paged_load(d, x, why, len)) != CUDA_SUCCESS)
-        return GLLM_EBACKEND;
-    static const char *const gnames[3] = {"gllm_attn_generic_f32", "gllm_attn_generic_f16",
-                                          "gllm_attn_generic_bf16"};
-    for (int t = 0; t < 3; t++)
-        if ((r = d->cuModuleGetFunction(&x->generic[t], x->mod, gnames[t]))) {
-            snprintf(why, len, "kernel %s missing from the image", gnames[t]);
-            return GLLM_EBACKEND;
-        }
-    if ((r = d->cuStreamCreate(&x->stream, CU_STREAM_NON_BLOCKING))) {
-        x->stream = NULL;
-        snprintf(why, len, "GPU %d: stream: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
-        return GLLM_EBACKEND;
-    }
-    for (int i = 0; i < EV_COUNT; i++)
-        if ((r = d->cuEventCreate(&x->ev[i], CU_EVENT_DEFAULT))) {
-            x->ev[i] = NULL;
-            snprintf(why, len, "GPU %d: event: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
-            return GLLM_EBACKEND;
-        }
-    return 0;
-}
-
 static void cuda_close(struct backend *be)
 {
     if (!be)
@@ -210,7 +37,7 @@ static void cuda_close(struct backend *be)
     struct cuda_ctx *c = be->ctx;
     if (c) {
         for (int i = 0; i < c->ndev; i++)
-            close_dev(c->d, &c->dev[i]);
+            cuda_device_close(c->d, &c->dev[i]);
         free(c);
     }
     free(be);
@@ -233,14 +60,16 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
         return -ENOMEM;
     }
     be->iface = &cuda_backend_iface;
+    be->device = &cuda_device_iface;
     be->ctx = c;
     c->d = d;
     c->deterministic = cfg->deterministic;
+    c->log = cfg->log;
     for (int i = 0; i < n && c->ndev < GLLM_MAX_DEVICES; i++) {
         struct cuda_dev *x = &c->dev[c->ndev];
-        if (open_dev(d, i, x, why, sizeof why) < 0) {
-            log_warn("cuda: passing over %s", why);
-            close_dev(d, x);
+        if (cuda_device_open(d, i, x, why, sizeof why) < 0) {
+            backend_logf(&cfg->log, BACKEND_LOG_WARNING, "cuda: passing over %s", why);
+            cuda_device_close(d, x);
             memset(x, 0, sizeof *x);
             continue;
         }
@@ -250,13 +79,16 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
         cuda_close(be);
         return GLLM_EBACKEND;
     }
+    be->ndevices = c->ndev;
+    /* Dense attention takes every head dim up to the generic kernel's; paged attention's
+     * narrower set is checked by cuda_paged_check. */
+    be->caps = (struct backend_caps){
+        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
+        .max_head_dim = GLLM_CUDA_GENERIC_MAX_D,
+        .features = BACKEND_FEAT_ARENA_TABLES,
+    };
     *out = be;
     return 0;
-}
-
-static int cuda_device_count(struct backend *be)
-{
-    return ((struct cuda_ctx *)be->ctx)->ndev;
 }
 
 static int cuda_device_info(struct backend *be, int dev, gllm_device_info *out)
@@ -266,18 +98,6 @@ static int cuda_device_info(struct backend *be, int dev, gllm_device_info *out)
         return -ENODEV;
     *out = c->dev[dev].info;
     return 0;
-}
-
-static uint32_t cuda_dtypes(struct backend *be)
-{
-    (void)be;
-    return 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16;
-}
-
-static int cuda_max_head_dim(struct backend *be)
-{
-    (void)be;
-    return GLLM_CUDA_GENERIC_MAX_D;
 }
 
 static int cuda_memory_info(struct backend *be, int dev, uint64_t *used, uint64_t *total)
@@ -303,8 +123,9 @@ static int cuda_host_register(struct backend *be, void *p, size_t len)
     CUresult r = c->d->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
     if (r != CUDA_SUCCESS) {
         char buf[160];
-        log_warn("cuda: pinning a %zu-byte arena failed (%s); copies will be slower", len,
-                 cuda_error_text(c->d, r, buf, sizeof buf));
+        backend_logf(&c->log, BACKEND_LOG_WARNING,
+                     "cuda: pinning a %zu-byte arena failed (%s); copies will be slower", len,
+                     cuda_error_text(c->d, r, buf, sizeof buf));
         return GLLM_EBACKEND;
     }
     return 0;
@@ -340,37 +161,6 @@ static bool contiguous(int rank, const int64_t *shape, const int64_t *st)
     return true;
 }
 
-
-CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, size_t need)
-{
-    if (need <= *size)
-        return CUDA_SUCCESS;
-    if (*p)
-        d->cuMemFree(*p);
-    *p = 0;
-    *size = 0;
-    size_t want = need + need / 4;     /* grow with headroom: fewer reallocations */
-    CUresult r = d->cuMemAlloc(p, want);
-    if (r != CUDA_SUCCESS) {
-        *p = 0;
-        return r;
-    }
-    *size = want;
-    return CUDA_SUCCESS;
-}
-
-int cuda_ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need)
-{
-    CUresult r = cuda_grow(d, &x->scratch, &x->scratch_size, need);
-    if (r != CUDA_SUCCESS) {
-        char buf[160];
-        log_err("cuda: GPU %d: out of device memory for a %zu-byte job (%s)", x->info.index, need,
-                cuda_error_text(d, r, buf, sizeof buf));
-        return GLLM_EDEVMEM;
-    }
-    return 0;
-}
-
 static bool tc_eligible(const struct attn_args *a)
 {
     if (a->dtype == GLLM_DTYPE_F32 || (a->D != 64 && a->D != 128))
@@ -401,7 +191,7 @@ static int cuda_dev_alloc(struct backend *be, int dev, size_t bytes, void **out)
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
         return GLLM_EDEVMEM;
     if (r != CUDA_SUCCESS)
-        return cuda_fail(c->d, r, "device tensor allocation");
+        return cuda_fail(c, r, "device tensor allocation");
     *out = (void *)(uintptr_t)p;
     return 0;
 }
@@ -428,10 +218,10 @@ static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
     else
         r = d->cuMemcpyDtoHAsync(cp->dst, (CUdeviceptr)(uintptr_t)cp->src, cp->bytes, x->stream);
     if (r)
-        return cuda_fail(d, r, "device tensor copy");
+        return cuda_fail(c, r, "device tensor copy");
     d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
-        return cuda_fail(d, r, "device tensor copy");
+        return cuda_fail(c, r, "device tensor copy");
     if (cp->timing) {
         float ms = 0;
         d->cuEventElapsedTime(&ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
@@ -477,7 +267,7 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
             continue;
         total += align256(bytes[i]);
     }
-    int rc = cuda_ensure_scratch(d, x, total ? total : 256);
+    int rc = cuda_ensure_scratch(c, x, total ? total : 256);
     if (rc < 0)
         return rc;
 
@@ -491,7 +281,7 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
         if (!bytes[i] || !copy_in[i] || (a->device_mask & (1u << i)))
             continue;
         if ((r = d->cuMemcpyHtoDAsync(x->scratch + off[i], host[i], bytes[i], x->stream)))
-            return cuda_fail(d, r, "copy to device");
+            return cuda_fail(c, r, "copy to device");
         moved += bytes[i];
     }
     d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
@@ -529,21 +319,34 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
                         heads, GLLM_CUDA_GENERIC_ROWS * 32, 0, &p);
     }
     if (r)
-        return cuda_fail(d, r, "kernel launch");
+        return cuda_fail(c, r, "kernel launch");
     d->cuEventRecord(x->ev[EV_KERNEL_END], x->stream);
     for (int i = 3; i < 5; i++) {
         if (!bytes[i] || (a->device_mask & (1u << i)))
             continue;
         if ((r = d->cuMemcpyDtoHAsync((void *)host[i], x->scratch + off[i], bytes[i], x->stream)))
-            return cuda_fail(d, r, "copy from device");
+            return cuda_fail(c, r, "copy from device");
         moved += bytes[i];
     }
     d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
-        return cuda_fail(d, r, "attention kernel");
+        return cuda_fail(c, r, "attention kernel");
     cuda_read_timing(d, x, a->timing, moved, true);
     return 0;
 }
+
+static const struct backend_device_iface cuda_device_iface = {
+    .info = cuda_device_info,
+    .memory = cuda_memory_info,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .alloc = cuda_dev_alloc,
+    .free = cuda_dev_free,
+    .copy = cuda_copy,
+    .attention = cuda_attention,
+    .paged_check = cuda_paged_check,
+    .paged = cuda_paged,
+};
 
 const struct backend_iface cuda_backend_iface = {
     .api_version = BACKEND_API_VERSION,
@@ -551,19 +354,5 @@ const struct backend_iface cuda_backend_iface = {
     .probe = cuda_probe,
     .open = cuda_open,
     .close = cuda_close,
-    .device_count = cuda_device_count,
-    .device_info = cuda_device_info,
-    .dtypes = cuda_dtypes,
-    .max_head_dim = cuda_max_head_dim,
-    .host_register = cuda_host_register,
-    .host_unregister = cuda_host_unregister,
-    .memory_info = cuda_memory_info,
-    .dev_alloc = cuda_dev_alloc,
-    .dev_free = cuda_dev_free,
-    .copy = cuda_copy,
-    .describe = cuda_describe,
-    .attention = cuda_attention,
-    .paged_check = cuda_paged_check,
-    .paged = cuda_paged,
-    .reads_arena_tables = true,
+    .describe = cuda_images_line,
 };

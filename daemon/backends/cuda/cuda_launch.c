@@ -1,7 +1,7 @@
 /* Kernel launches through one-node CUDA graphs kept per launch shape: cheaper for the host. */
 #include <string.h>
 
-#include "cuda_internal.h"
+#include "cuda_device.h"
 
 /* Why graphs: on the H100 and H200 hosts we measured, updating a one-node graph's parameters
  * and launching it costs the host about 2.2 µs, against 3.4–3.6 µs for cuLaunchKernel, and

@@ -4,52 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_internal.h"
+#include "cuda_device.h"
+#include "cuda_paged.h"
 #include "cuda_plan.h"
-#include "log.h"
-
-CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len)
-{
-    static const char *const tnames[2] = {"f16", "bf16"};
-    static const int dims[2] = {64, 128};
-    char name[64], buf[160];
-    CUresult r;
-    static const char *const entries[3] = {"", "batch_", "single_"};
-    for (int e = 0; e < 3; e++)
-        for (int t = 0; t < 2; t++)
-            for (int k = 0; k < 2; k++) {
-                snprintf(name, sizeof name, "gllm_paged_attn_%s%s_d%d", entries[e], tnames[t],
-                         dims[k]);
-                CUfunction *f = e == 0 ? &x->paged[t][k]
-                              : e == 1 ? &x->paged_batch[t][k] : &x->paged_single[t][k];
-                if ((r = d->cuModuleGetFunction(f, x->mod, name)) ||
-                    (r = d->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                               GLLM_CUDA_PAGED_SMEM(dims[k])))) {
-                    snprintf(why, len, "kernel %s: %s", name, cuda_error_text(d, r, buf, sizeof buf));
-                    return r;
-                }
-            }
-    if ((r = d->cuModuleGetFunction(&x->append, x->mod, "gllm_kv_append_rows"))) {
-        snprintf(why, len, "kernel gllm_kv_append_rows missing from the image");
-        return r;
-    }
-    void *flag;
-    if ((r = d->cuMemAllocHost(&flag, 64))) {
-        snprintf(why, len, "pinned memory for the paged kernel's flag: %s",
-                 cuda_error_text(d, r, buf, sizeof buf));
-        return r;
-    }
-    x->bad_page = flag;
-    *x->bad_page = 0;
-    if ((r = d->cuDeviceGetAttribute(&x->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, x->dev)))
-        x->sm_count = 0;
-    if (x->sm_count < 1)
-        x->sm_count = 1;
-    int host_ptr = 0;
-    x->host_pointers = d->cuDeviceGetAttribute(&host_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
-                                               x->dev) == CUDA_SUCCESS && host_ptr;
-    return CUDA_SUCCESS;
-}
 
 int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
 {
@@ -81,8 +38,9 @@ int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, 
     return 0;
 }
 
-static int ensure_hstage(const struct cuda_driver *d, struct cuda_dev *x, size_t need)
+static int ensure_hstage(const struct cuda_ctx *c, struct cuda_dev *x, size_t need)
 {
+    const struct cuda_driver *d = c->d;
     if (need <= x->hstage_size)
         return 0;
     if (x->hstage)
@@ -93,7 +51,7 @@ static int ensure_hstage(const struct cuda_driver *d, struct cuda_dev *x, size_t
     CUresult r = d->cuMemAllocHost(&x->hstage, want);
     if (r != CUDA_SUCCESS) {
         x->hstage = NULL;
-        return cuda_fail(d, r, "pinned staging for page tables");
+        return cuda_fail(c, r, "pinned staging for page tables");
     }
     x->hstage_size = want;
     return 0;
@@ -102,9 +60,10 @@ static int ensure_hstage(const struct cuda_driver *d, struct cuda_dev *x, size_t
 /* Device memory the split kernel keeps zero between jobs (its last blocks clear what they
  * used): the arrival counters per (combine item, head slot) and the fast merge's sums. Only
  * a new, larger buffer is cleared here. */
-static int ensure_zeroed(const struct cuda_driver *d, struct cuda_dev *x, CUdeviceptr *p,
+static int ensure_zeroed(const struct cuda_ctx *c, struct cuda_dev *x, CUdeviceptr *p,
                          size_t *size, size_t bytes, const char *what)
 {
+    const struct cuda_driver *d = c->d;
     if (bytes <= *size)
         return 0;
     CUresult r = cuda_grow(d, p, size, bytes);
@@ -113,7 +72,7 @@ static int ensure_zeroed(const struct cuda_driver *d, struct cuda_dev *x, CUdevi
         *p = 0;
         *size = 0;
     }
-    return r == CUDA_SUCCESS ? 0 : cuda_fail(d, r, what);
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(c, r, what);
 }
 
 /* The kernel met a page number outside the pool (and read nothing through it). A table in
@@ -121,11 +80,13 @@ static int ensure_zeroed(const struct cuda_driver *d, struct cuda_dev *x, CUdevi
  * name the first bad entry, as the loop does for the tables it checks; one the kernel read
  * in its arena is looked at there (in_place). A table the loop checked cannot get here:
  * that is a bug, not bad input. */
-static int report_bad_page(const struct cuda_driver *d, struct cuda_dev *x, const struct paged_args *p,
-                           CUdeviceptr tbl, bool in_place)
+static int report_bad_page(const struct cuda_ctx *c, struct cuda_dev *x,
+                           const struct paged_args *p, CUdeviceptr tbl, bool in_place)
 {
+    const struct cuda_driver *d = c->d;
     if (!p->indices_on_device && !p->indices_in_arena) {
-        log_err("paged kernel: a checked page table failed the kernel's check");
+        backend_logf(&c->log, BACKEND_LOG_ERR,
+                     "paged kernel: a checked page table failed the kernel's check");
         return -EIO;
     }
     const int64_t n = p->kv_indptr[p->B];
@@ -139,7 +100,7 @@ static int report_bad_page(const struct cuda_driver *d, struct cuda_dev *x, cons
     if (r == CUDA_SUCCESS)
         r = d->cuStreamSynchronize(x->stream);
     int rc = r == CUDA_SUCCESS ? paged_check_pages(idx, n, p->num_pages, p->why, p->why_len)
-                               : cuda_fail(d, r, "reading back a bad page table");
+                               : cuda_fail(c, r, "reading back a bad page table");
     free(idx);
     return rc < 0 ? rc : GLLM_EBOUNDS;   /* changed since the kernel read it: still refused */
 }
@@ -245,16 +206,16 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     total += align256(up_bytes);
     const size_t part_at = total;
     total += part_bytes;
-    int rc = cuda_ensure_scratch(d, x, total ? total : 256);
+    int rc = cuda_ensure_scratch(c, x, total ? total : 256);
     if (rc == 0)
-        rc = ensure_hstage(d, x, up_bytes ? up_bytes : 16);
+        rc = ensure_hstage(c, x, up_bytes ? up_bytes : 16);
     if (rc == 0)
-        rc = ensure_zeroed(d, x, &x->counters, &x->counters_size, (size_t)ncomb * (size_t)t.gy * 4,
+        rc = ensure_zeroed(c, x, &x->counters, &x->counters_size, (size_t)ncomb * (size_t)t.gy * 4,
                            "split-KV counters");
     /* Sums added in L2 in the order blocks finish: not when results must repeat bit for bit. */
     const bool sums = single && !c->deterministic;
     if (rc == 0 && sums)
-        rc = ensure_zeroed(d, x, &x->sums, &x->sums_size,
+        rc = ensure_zeroed(c, x, &x->sums, &x->sums_size,
                            (size_t)t.gy * GLLM_CUDA_PAGED_ROWS * (size_t)GLLM_CUDA_PAGED_SUM_STRIDE(p->D) * 4,
                            "split-KV sums");
     if (rc < 0)
@@ -304,16 +265,16 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
         at += align256(st[i].bytes);
         if (st[i].in) {
             if ((r = d->cuMemcpyHtoDAsync(st[i].dev, st[i].host, st[i].bytes, x->stream)))
-                return cuda_fail(d, r, "copy to device");
+                return cuda_fail(c, r, "copy to device");
             moved += st[i].bytes;
         }
     }
     const CUdeviceptr up = x->scratch + up_at;
     if (up_bytes && (r = d->cuMemcpyHtoDAsync(up, h, up_bytes, x->stream)))
-        return cuda_fail(d, r, "page table upload");
+        return cuda_fail(c, r, "page table upload");
     if (arena_idx_bytes) {
         if ((r = d->cuMemcpyHtoDAsync(x->scratch + idx_at, p->kv_indices, arena_idx_bytes, x->stream)))
-            return cuda_fail(d, r, "page table copy");
+            return cuda_fail(c, r, "page table copy");
         moved += arena_idx_bytes;
     }
     const CUdeviceptr tbl = p->indices_on_device || idx_in_place ? (CUdeviceptr)(uintptr_t)p->kv_indices
@@ -373,21 +334,21 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
                         (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), param);
     }
     if (r)
-        return cuda_fail(d, r, "paged kernel launch");
+        return cuda_fail(c, r, "paged kernel launch");
     d->cuEventRecord(x->ev[EV_KERNEL_END], x->stream);
     for (int i = 0; i < PG_COUNT; i++) {
         if (!st[i].out || !st[i].bytes || (p->device_mask & (1u << i)))
             continue;
         if ((r = d->cuMemcpyDtoHAsync(st[i].host, st[i].dev, st[i].bytes, x->stream)))
-            return cuda_fail(d, r, "copy from device");
+            return cuda_fail(c, r, "copy from device");
         moved += st[i].bytes;
     }
     if (staged)
         d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
-        return cuda_fail(d, r, append ? "kv_append kernel" : "paged attention kernel");
+        return cuda_fail(c, r, append ? "kv_append kernel" : "paged attention kernel");
     if (!append && *x->bad_page)
-        return report_bad_page(d, x, p, tbl, idx_in_place);
+        return report_bad_page(c, x, p, tbl, idx_in_place);
     cuda_read_timing(d, x, p->timing, moved + up_bytes, staged);
     return 0;
 }

@@ -4,8 +4,8 @@
 
 #include <stdint.h>
 
-#include "../../../kernels/cuda/attention_params.h"
-#include "backend.h"
+#include "attention_params.h"
+#include "backend_api.h"
 
 /* Keys per block never go below this when a sequence is split: a block must stream a few
  * tiles for its pipeline to pay off. */

@@ -1,9 +1,10 @@
-/* The CUDA backend's shared state and helpers, for its files only. */
-#ifndef GLLMD_CUDA_INTERNAL_H
-#define GLLMD_CUDA_INTERNAL_H
+/* The CUDA backend's per-device context (context, module and kernels, stream, events,
+ * scratch) and its helpers: used by cuda_backend.c and cuda_paged.c, calling neither. */
+#ifndef GLLM_CUDA_DEVICE_H
+#define GLLM_CUDA_DEVICE_H
 
-#include "../../../kernels/cuda/attention_params.h"
-#include "backend.h"
+#include "attention_params.h"
+#include "backend_api.h"
 #include "cuda_driver.h"
 
 enum { EV_COPY_IN, EV_KERNEL, EV_KERNEL_END, EV_COPY_OUT, EV_COUNT };
@@ -52,13 +53,23 @@ struct cuda_dev {
 
 struct cuda_ctx {
     const struct cuda_driver *d;
+    struct backend_log log;        /* the daemon's, from backend_config */
     bool deterministic;            /* gllmd.conf: no sums added in L2 (cuda_paged.c) */
     int ndev;
     struct cuda_dev dev[GLLM_MAX_DEVICES];
 };
 
+/* Opens GPU ordinal into x (zeroed): its context, the embedded module and every kernel the
+ * backend launches, stream, events. On failure, why says what failed; close it anyway. */
+int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *x, char *why,
+                     size_t len);
+/* Releases what cuda_device_open made (a device it never opened included). */
+void cuda_device_close(const struct cuda_driver *d, struct cuda_dev *x);
+/* One line naming the embedded kernel images, for --version and errors. */
+const char *cuda_images_line(void);
+
 /* Maps a driver error to our codes, logging the driver's words once. */
-int cuda_fail(const struct cuda_driver *d, CUresult r, const char *what);
+int cuda_fail(const struct cuda_ctx *c, CUresult r, const char *what);
 /* Fills t (when non-NULL) from the job's events: the kernel's pair, and with copies those
  * around the copies in and out (a job with nothing to copy records only the kernel's). */
 void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
@@ -67,7 +78,7 @@ void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
  * are lost. On failure *p is 0 and *size 0. */
 CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, size_t need);
 /* Grows the device's scratch buffer to at least need bytes (contents are lost). */
-int cuda_ensure_scratch(const struct cuda_driver *d, struct cuda_dev *x, size_t need);
+int cuda_ensure_scratch(const struct cuda_ctx *c, struct cuda_dev *x, size_t need);
 
 /* Launches f (one parameter struct, grid gx x gy, bx threads, smem bytes of dynamic shared
  * memory) on x's stream: through the shape's graph once it has been launched before, else
@@ -81,10 +92,5 @@ static inline size_t align256(size_t x)
 {
     return (x + 255) & ~(size_t)255;
 }
-
-/* Paged KV cache (cuda_paged.c): kernel lookup at open, then the backend entries. */
-CUresult cuda_paged_load(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len);
-int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len);
-int cuda_paged(struct backend *be, int dev, const struct paged_args *p);
 
 #endif

@@ -1,8 +1,8 @@
-/* The page-number check shared by the loop (tables in arenas) and the backends (tables in device tensors). */
+/* Page-number checks shared by the daemon (tables in arenas) and the backends (tables in device tensors). */
 #include <stdint.h>
 #include <stdio.h>
 
-#include "backend.h"
+#include "backend_api.h"
 
 /* The smallest and largest of n entries (n = 0: lo > hi). Written without branches or
  * early exits so the compiler vectorizes it: a decode step of a big batch checks tens of

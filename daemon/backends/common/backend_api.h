@@ -1,0 +1,193 @@
+/* The interface every compute backend (cpu, cuda, hsa) implements and the daemon calls: the
+ * only daemon-side header a backend sees. */
+#ifndef GLLM_BACKEND_API_H
+#define GLLM_BACKEND_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gllm/errors.h"
+#include "gllm/gllm.h"
+
+/* Bumped when a vtable or an argument struct changes; the registry passes over a backend
+ * built against another version. */
+#define BACKEND_API_VERSION 2
+
+/* ---- Logging: the daemon's logger, handed in through backend_config ---- */
+
+/* Levels are syslog priorities, so the daemon passes them through unchanged. */
+enum backend_log_level {
+    BACKEND_LOG_ERR = 3,
+    BACKEND_LOG_WARNING = 4,
+    BACKEND_LOG_INFO = 6,
+    BACKEND_LOG_DEBUG = 7,
+};
+
+/* fn gets one formatted line (no newline); lines above level are not formatted at all.
+ * fn NULL: the backend stays silent. */
+struct backend_log {
+    void (*fn)(void *user, int level, const char *line);
+    void *user;
+    int level;
+};
+
+/* Formats and hands one line to log's hook (backend_log.c). */
+void backend_logf(const struct backend_log *log, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- Jobs: validated by the daemon, in elements and raw pointers ---- */
+
+/* What a backend may report about one job (zeros: not measured). */
+struct attn_timing {
+    uint64_t kernel_ns;         /* device time of the kernel alone */
+    uint64_t copy_ns;           /* device time of host<->device copies */
+    uint64_t copy_bytes;
+};
+
+/* A validated attention job: a backend never sees sessions, arenas or the wire. Strides are
+ * in elements and index [b, h, s, d] (q, k, v, out) or [b, h, s] (lse). */
+struct attn_args {
+    gllm_dtype dtype;
+    int64_t B, Hq, Hkv, Sq, Skv, D;
+    const void *q, *k, *v;
+    void *out;
+    float *lse;                 /* NULL: not wanted */
+    int64_t q_st[4], k_st[4], v_st[4], o_st[4], lse_st[3];
+    bool causal;                /* bottom-right aligned: row i sees keys j <= i + Skv - Sq */
+    float scale;
+    struct attn_timing *timing; /* out, optional */
+    uint32_t device_mask;       /* bit i: tensor i (q, k, v, out, lse) is in device memory */
+};
+
+/* A copy between host memory (an arena) and device memory (a device tensor). */
+struct copy_args {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    bool to_device;             /* host -> device, else device -> host */
+    struct attn_timing *timing; /* out, optional: copy_ns, copy_bytes */
+};
+
+/* A validated paged-KV job. The page table arrays are the daemon's own checked copies in
+ * host memory (every length consistent, every index in range), except kv_indices when
+ * indices_on_device: then it points into a device tensor of at least kv_indptr[B] entries,
+ * read when the job runs, and the backend checks each page number before it reads through
+ * it (paged_check_pages on host memory; in the kernel on a GPU); or when indices_in_arena
+ * (only for a backend with BACKEND_FEAT_ARENA_TABLES): then it points into the client's
+ * arena, which the client may still be writing, unchecked, and the backend reads each page
+ * number once (in place when indices_pinned allows, or from one copy) and checks the value
+ * it uses. Tensors are row-major:
+ * caches [num_pages, page_size, Hkv, D], q/out [nq, Hq, D], k_new/v_new [nnew, Hkv, D]. */
+enum paged_op { PAGED_APPEND, PAGED_ATTEND };
+enum paged_tensor { PG_KCACHE, PG_VCACHE, PG_Q, PG_OUT, PG_KNEW, PG_VNEW, PG_COUNT };
+struct paged_args {
+    enum paged_op op;
+    gllm_dtype dtype;
+    int64_t B, Hq, Hkv, D, page_size, num_pages;
+    void *k_cache, *v_cache;
+    const void *q;              /* attend */
+    void *out;
+    int64_t nq;
+    const void *k_new, *v_new;  /* append */
+    int64_t nnew;
+    const int32_t *kv_indptr;   /* [B + 1] */
+    const int32_t *kv_indices;  /* [kv_indptr[B]] */
+    const int32_t *kv_len;      /* [B] tokens in each sequence, derived */
+    const int32_t *q_indptr;    /* [B + 1] attend: the queries of each sequence (its last
+                                 * tokens); append: the new tokens of each sequence */
+    int32_t max_kv_len, max_q_len;
+    float scale;
+    bool causal;                /* attend: always true (decode sees the whole sequence) */
+    uint32_t device_mask;       /* bit (1 << enum paged_tensor): in device memory */
+    bool indices_on_device;     /* attend only; see above */
+    bool indices_in_arena;      /* attend only; see above */
+    bool indices_pinned;        /* with indices_in_arena: its arena is registered (host_register) */
+    struct attn_timing *timing; /* out, optional */
+    char *why;                  /* out, optional: a failed job's reason, one line */
+    size_t why_len;
+};
+
+/* ---- Page numbers (paged_pages.c): shared by the daemon and the backends ---- */
+
+/* 0 when each of the n page numbers is in [0, num_pages); else GLLM_EBOUNDS, naming the
+ * first one that is not in why. */
+int paged_check_pages(const int32_t *idx, int64_t n, int64_t num_pages, char *why, size_t len);
+
+/* Row of the pools (page * page_size + slot) that holds token pos of sequence b. */
+static inline int64_t paged_row(const struct paged_args *p, int64_t b, int64_t pos)
+{
+    return (int64_t)p->kv_indices[p->kv_indptr[b] + pos / p->page_size] * p->page_size +
+           pos % p->page_size;
+}
+
+/* ---- The backend, its devices, its capabilities ---- */
+
+struct backend_config {
+    int threads;                /* CPU worker threads; 0 = one per online CPU */
+    bool deterministic;         /* results may not depend on the order GPU blocks finish in */
+    struct backend_log log;     /* the daemon's logger; zero: silent */
+};
+
+/* Attention's kv_indices may stay in its arena (indices_in_arena): the backend checks every
+ * page number where it uses it anyway (the CUDA kernel does), so the daemon need not copy
+ * and check the table first. */
+#define BACKEND_FEAT_ARENA_TABLES (1u << 0)
+
+/* What a backend can do, as data: filled by open, read by the daemon's job validation. */
+struct backend_caps {
+    uint32_t dtypes;            /* bit (1 << gllm_dtype) each, dense attention and copies */
+    int max_head_dim;           /* dense attention takes head dims 1..max_head_dim */
+    uint64_t max_elements;      /* per tensor, the backend's own bound; 0 = none */
+    uint32_t features;          /* BACKEND_FEAT_* */
+};
+
+struct backend;
+
+/* Per-device entries; dev is in [0, backend.ndevices). Entries marked optional may be NULL
+ * (the daemon's wrappers, daemon/backend.c, say what that means). */
+struct backend_device_iface {
+    int (*info)(struct backend *be, int dev, gllm_device_info *out);
+    /* Optional: device memory in use and in all (GPUs), for status lines. */
+    int (*memory)(struct backend *be, int dev, uint64_t *used, uint64_t *total);
+    /* Optional: make host memory fast to copy from/to (pinning on GPUs), for every device. */
+    int (*host_register)(struct backend *be, void *p, size_t len);
+    void (*host_unregister)(struct backend *be, void *p);
+    /* Optional: device memory for device tensors (host memory on the CPU backend). The
+     * pointer is opaque to the daemon: only the backend dereferences it. */
+    int (*alloc)(struct backend *be, int dev, size_t bytes, void **out);
+    void (*free)(struct backend *be, int dev, void *p);
+    /* The operations run on the device's worker thread only, to completion: they may block. */
+    int (*copy)(struct backend *be, int dev, const struct copy_args *c);
+    int (*attention)(struct backend *be, int dev, const struct attn_args *a);
+    /* Optional, both or neither: paged KV cache jobs. paged_check (optional even with paged)
+     * runs on the event loop before a job is queued: 0 when this backend can run it, else a
+     * code and a one-line reason. */
+    int (*paged_check)(struct backend *be, const struct paged_args *p, char *why, size_t len);
+    int (*paged)(struct backend *be, int dev, const struct paged_args *p);
+};
+
+/* The backend as the registry sees it: found, scored, opened. */
+struct backend_iface {
+    int api_version;            /* BACKEND_API_VERSION */
+    const char *name;
+    /* Score for auto-selection: > 0 usable (higher wins), 0 not here. Writes a one-line
+     * reason into why when it returns 0. */
+    int (*probe)(char *why, size_t len);
+    /* Fills *out (iface, device, ctx, ndevices, caps) or returns a code. */
+    int (*open)(const struct backend_config *cfg, struct backend **out);
+    void (*close)(struct backend *be);  /* accepts NULL */
+    /* Optional: one line for --version (what is embedded, e.g. kernel images). */
+    const char *(*describe)(void);
+};
+
+/* An open backend. */
+struct backend {
+    const struct backend_iface *iface;
+    const struct backend_device_iface *device;
+    void *ctx;                  /* the backend's own */
+    int ndevices;
+    struct backend_caps caps;
+};
+
+#endif

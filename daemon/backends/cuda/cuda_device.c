@@ -1,0 +1,260 @@
+/* The CUDA backend's per-device context: opening a GPU (context, module, kernels, stream,
+ * events), closing it, its scratch buffers, its errors and timings. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_device.h"
+#include "fatbin.h"
+
+static char describe_line[160];
+
+const char *cuda_images_line(void)
+{
+    struct fatbin_image imgs[FATBIN_MAX_IMAGES];
+    int n = fatbin_images(fatbin_data(), fatbin_size(), imgs, FATBIN_MAX_IMAGES);
+    size_t used = (size_t)snprintf(describe_line, sizeof describe_line, "cuda kernels:");
+    for (int i = 0; i < n && used < sizeof describe_line; i++)
+        used += (size_t)snprintf(describe_line + used, sizeof describe_line - used, " %s_%d%s",
+                                 imgs[i].ptx ? "compute" : "sm", imgs[i].arch,
+                                 imgs[i].ptx ? " (PTX)" : imgs[i].arch == 90 ? "a" : "");
+    if (n < 0)
+        snprintf(describe_line, sizeof describe_line, "cuda kernels: embedded image unreadable");
+    return describe_line;
+}
+
+/* The paged kernels and what they need from the device: the bad-page flag, the SM count
+ * for planning, whether a registered host pointer serves as it is. */
+static CUresult load_paged(const struct cuda_driver *d, struct cuda_dev *x, char *why,
+                           size_t len)
+{
+    static const char *const tnames[2] = {"f16", "bf16"};
+    static const int dims[2] = {64, 128};
+    char name[64], buf[160];
+    CUresult r;
+    static const char *const entries[3] = {"", "batch_", "single_"};
+    for (int e = 0; e < 3; e++)
+        for (int t = 0; t < 2; t++)
+            for (int k = 0; k < 2; k++) {
+                snprintf(name, sizeof name, "gllm_paged_attn_%s%s_d%d", entries[e], tnames[t],
+                         dims[k]);
+                CUfunction *f = e == 0 ? &x->paged[t][k]
+                              : e == 1 ? &x->paged_batch[t][k] : &x->paged_single[t][k];
+                if ((r = d->cuModuleGetFunction(f, x->mod, name)) ||
+                    (r = d->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                               GLLM_CUDA_PAGED_SMEM(dims[k])))) {
+                    snprintf(why, len, "kernel %s: %s", name, cuda_error_text(d, r, buf, sizeof buf));
+                    return r;
+                }
+            }
+    if ((r = d->cuModuleGetFunction(&x->append, x->mod, "gllm_kv_append_rows"))) {
+        snprintf(why, len, "kernel gllm_kv_append_rows missing from the image");
+        return r;
+    }
+    void *flag;
+    if ((r = d->cuMemAllocHost(&flag, 64))) {
+        snprintf(why, len, "pinned memory for the paged kernel's flag: %s",
+                 cuda_error_text(d, r, buf, sizeof buf));
+        return r;
+    }
+    x->bad_page = flag;
+    *x->bad_page = 0;
+    if ((r = d->cuDeviceGetAttribute(&x->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, x->dev)))
+        x->sm_count = 0;
+    if (x->sm_count < 1)
+        x->sm_count = 1;
+    int host_ptr = 0;
+    x->host_pointers = d->cuDeviceGetAttribute(&host_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+                                               x->dev) == CUDA_SUCCESS && host_ptr;
+    return CUDA_SUCCESS;
+}
+
+void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
+                      struct attn_timing *t, uint64_t moved, bool copies)
+{
+    if (!t)
+        return;
+    float in_ms = 0, k_ms = 0, out_ms = 0;
+    d->cuEventElapsedTime(&k_ms, x->ev[EV_KERNEL], x->ev[EV_KERNEL_END]);
+    if (copies) {
+        d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
+        d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
+    }
+    t->kernel_ns = (uint64_t)((double)k_ms * 1e6);
+    t->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
+    t->copy_bytes = moved;
+}
+
+int cuda_fail(const struct cuda_ctx *c, CUresult r, const char *what)
+{
+    char buf[160];
+    backend_logf(&c->log, BACKEND_LOG_ERR, "cuda: %s: %s", what,
+                 cuda_error_text(c->d, r, buf, sizeof buf));
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? GLLM_EDEVMEM : GLLM_EBACKEND;
+}
+
+void cuda_device_close(const struct cuda_driver *d, struct cuda_dev *x)
+{
+    if (!x->ctx)
+        return;
+    d->cuCtxSetCurrent(x->ctx);
+    cuda_launch_free(d, x);
+    if (x->scratch)
+        d->cuMemFree(x->scratch);
+    if (x->hstage)
+        d->cuMemFreeHost(x->hstage);
+    if (x->counters)
+        d->cuMemFree(x->counters);
+    if (x->sums)
+        d->cuMemFree(x->sums);
+    if (x->bad_page)
+        d->cuMemFreeHost((void *)x->bad_page);
+    for (int i = 0; i < EV_COUNT; i++)
+        if (x->ev[i])
+            d->cuEventDestroy(x->ev[i]);
+    if (x->stream)
+        d->cuStreamDestroy(x->stream);
+    if (x->mod)
+        d->cuModuleUnload(x->mod);
+    d->cuDevicePrimaryCtxRelease(x->dev);
+    x->ctx = NULL;
+}
+
+int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *x, char *why,
+                     size_t len)
+{
+    char buf[160];
+    CUresult r;
+    gllm_device_info *info = &x->info;
+    memset(info, 0, sizeof *info);
+    info->index = ordinal;
+    snprintf(info->kind, sizeof info->kind, "cuda");
+    size_t mem = 0;
+    if ((r = d->cuDeviceGet(&x->dev, ordinal)) ||
+        (r = d->cuDeviceGetName(info->name, sizeof info->name, x->dev)) ||
+        (r = d->cuDeviceTotalMem(&mem, x->dev)) ||
+        (r = d->cuDeviceGetAttribute(&info->cc_major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, x->dev)) ||
+        (r = d->cuDeviceGetAttribute(&info->cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, x->dev))) {
+        snprintf(why, len, "GPU %d: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    info->memory_bytes = mem;
+    struct fatbin_image imgs[FATBIN_MAX_IMAGES];
+    int nimg = fatbin_images(fatbin_data(), fatbin_size(), imgs, FATBIN_MAX_IMAGES);
+    if (!fatbin_choose(imgs, nimg > 0 ? nimg : 0, info->cc_major, info->cc_minor, info->image,
+                       sizeof info->image)) {
+        snprintf(why, len, "GPU %d (%s, compute capability %d.%d): no kernel image for it in this "
+                 "gllmd (%s)", ordinal, info->name, info->cc_major, info->cc_minor, cuda_images_line());
+        return GLLM_EBACKEND;
+    }
+    /* Each GPU has its own worker thread, so its waits may spin: a decode job's answer comes
+     * microseconds after its kernel ends, not after the thread has been woken. */
+    d->cuDevicePrimaryCtxSetFlags(x->dev, CU_CTX_SCHED_SPIN);
+    if ((r = d->cuDevicePrimaryCtxRetain(&x->ctx, x->dev))) {
+        x->ctx = NULL;
+        snprintf(why, len, "GPU %d: context: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    d->cuCtxSetCurrent(x->ctx);
+    if ((r = d->cuModuleLoadData(&x->mod, fatbin_data()))) {
+        x->mod = NULL;
+        if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INSUFFICIENT_DRIVER)
+            snprintf(why, len, "GPU %d (%s): the driver is too old for the embedded PTX (%s); "
+                     "update the NVIDIA driver", ordinal, info->name, cuda_error_text(d, r, buf, sizeof buf));
+        else if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
+            snprintf(why, len, "GPU %d (%s, %d.%d): no kernel image for this GPU", ordinal,
+                     info->name, info->cc_major, info->cc_minor);
+        else if (r == CUDA_ERROR_OUT_OF_MEMORY)
+            snprintf(why, len, "GPU %d (%s): out of device memory loading the kernels", ordinal,
+                     info->name);
+        else
+            snprintf(why, len, "GPU %d: loading kernels: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    static const char *const tnames[2] = {"f16", "bf16"};
+    static const int dims[2] = {64, 128};
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 2; k++)
+            for (int c = 0; c < 2; c++) {
+                char name[64];
+                snprintf(name, sizeof name, "gllm_attn_fwd_%s_d%d%s", tnames[t], dims[k],
+                         c ? "_causal" : "");
+                if ((r = d->cuModuleGetFunction(&x->tc[t][k][c], x->mod, name))) {
+                    snprintf(why, len, "kernel %s missing from the image", name);
+                    return GLLM_EBACKEND;
+                }
+                int smem = GLLM_CUDA_TC_SMEM(dims[k]);
+                if ((r = d->cuFuncSetAttribute(x->tc[t][k][c],
+                                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))) {
+                    snprintf(why, len, "GPU %d: %s needs %d bytes of shared memory: %s", ordinal,
+                             name, smem, cuda_error_text(d, r, buf, sizeof buf));
+                    return GLLM_EBACKEND;
+                }
+            }
+    /* The wgmma kernels run only from the sm_90a image, which the driver takes only on a
+     * 9.0 GPU; anywhere else the tensor-core kernels above serve. */
+    for (int i = 0; i < 8 && strncmp(info->image, "sm_90a", 6) == 0; i++) {
+        char name[64];
+        const int k = i / 4, t = (i / 2) % 2, c = i % 2, D = k ? 128 : 64;
+        snprintf(name, sizeof name, "gllm_attn_fwd_hopper_%s_d%d%s", tnames[t], D, c ? "_causal" : "");
+        if ((r = d->cuModuleGetFunction(&x->hopper[k][t][c], x->mod, name)) ||
+            (r = d->cuFuncSetAttribute(x->hopper[k][t][c],
+                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       GLLM_CUDA_HP_SMEM(D)))) {
+            snprintf(why, len, "GPU %d: kernel %s: %s", ordinal, name,
+                     cuda_error_text(d, r, buf, sizeof buf));
+            return GLLM_EBACKEND;
+        }
+    }
+    if ((r = load_paged(d, x, why, len)) != CUDA_SUCCESS)
+        return GLLM_EBACKEND;
+    static const char *const gnames[3] = {"gllm_attn_generic_f32", "gllm_attn_generic_f16",
+                                          "gllm_attn_generic_bf16"};
+    for (int t = 0; t < 3; t++)
+        if ((r = d->cuModuleGetFunction(&x->generic[t], x->mod, gnames[t]))) {
+            snprintf(why, len, "kernel %s missing from the image", gnames[t]);
+            return GLLM_EBACKEND;
+        }
+    if ((r = d->cuStreamCreate(&x->stream, CU_STREAM_NON_BLOCKING))) {
+        x->stream = NULL;
+        snprintf(why, len, "GPU %d: stream: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    for (int i = 0; i < EV_COUNT; i++)
+        if ((r = d->cuEventCreate(&x->ev[i], CU_EVENT_DEFAULT))) {
+            x->ev[i] = NULL;
+            snprintf(why, len, "GPU %d: event: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+            return GLLM_EBACKEND;
+        }
+    return 0;
+}
+
+CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, size_t need)
+{
+    if (need <= *size)
+        return CUDA_SUCCESS;
+    if (*p)
+        d->cuMemFree(*p);
+    *p = 0;
+    *size = 0;
+    size_t want = need + need / 4;     /* grow with headroom: fewer reallocations */
+    CUresult r = d->cuMemAlloc(p, want);
+    if (r != CUDA_SUCCESS) {
+        *p = 0;
+        return r;
+    }
+    *size = want;
+    return CUDA_SUCCESS;
+}
+
+int cuda_ensure_scratch(const struct cuda_ctx *c, struct cuda_dev *x, size_t need)
+{
+    CUresult r = cuda_grow(c->d, &x->scratch, &x->scratch_size, need);
+    if (r != CUDA_SUCCESS) {
+        char buf[160];
+        backend_logf(&c->log, BACKEND_LOG_ERR, "cuda: GPU %d: out of device memory for a "
+                     "%zu-byte job (%s)", x->info.index, need,
+                     cuda_error_text(c->d, r, buf, sizeof buf));
+        return GLLM_EDEVMEM;
+    }
+    return 0;
+}
