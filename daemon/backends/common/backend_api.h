@@ -134,11 +134,11 @@ struct backend_config {
  * and check the table first. */
 #define BACKEND_FEAT_ARENA_TABLES (1u << 0)
 
-/* What a backend can do, as data: filled by open, read by the daemon's job validation. */
+/* What a backend can do, as data: filled by open, read by the daemon's job validation.
+ * (Per-tensor element bounds are the daemon's limits today: no backend has its own.) */
 struct backend_caps {
     uint32_t dtypes;            /* bit (1 << gllm_dtype) each, dense attention and copies */
     int max_head_dim;           /* dense attention takes head dims 1..max_head_dim */
-    uint64_t max_elements;      /* per tensor, the backend's own bound; 0 = none */
     uint32_t features;          /* BACKEND_FEAT_* */
 };
 

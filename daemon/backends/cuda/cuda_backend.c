@@ -1,4 +1,5 @@
-/* The CUDA backend: driver API through dlopen, embedded fatbin, one context and stream per GPU. */
+/* The CUDA backend's vtables: probe, open/close over its GPUs (cuda_device.c), device memory,
+ * copies and dense attention; paged jobs are cuda_paged.c's. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

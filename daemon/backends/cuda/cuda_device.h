@@ -80,7 +80,8 @@ CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, si
 /* Grows the device's scratch buffer to at least need bytes (contents are lost). */
 int cuda_ensure_scratch(const struct cuda_ctx *c, struct cuda_dev *x, size_t need);
 
-/* Launches f (one parameter struct, grid gx x gy, bx threads, smem bytes of dynamic shared
+/* Kernel launches (cuda_launch.c), through the device's graphs.
+ * Launches f (one parameter struct, grid gx x gy, bx threads, smem bytes of dynamic shared
  * memory) on x's stream: through the shape's graph once it has been launched before, else
  * with cuLaunchKernel. The parameters are copied before it returns. */
 CUresult cuda_launch(const struct cuda_driver *d, struct cuda_dev *x, CUfunction f, unsigned gx,
