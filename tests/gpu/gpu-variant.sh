@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Times another build's kernels through gpu_compare (two correctness cases, then the
 # benchmark shapes), for comparing kernel variants in the same call as gpu-check.sh.
-# Usage: scripts/gpu-variant.sh BUILD_DIR OUT_DIR [gpu_compare.py options]
+# Usage: tests/gpu/gpu-variant.sh BUILD_DIR OUT_DIR [gpu_compare.py options]
 set -uo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 out=${2:?out dir}

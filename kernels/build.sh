@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Rebuilds kernels/prebuilt/gllm_kernels.fatbin and its MANIFEST from kernels/cuda/ with nvcc.
-#   scripts/build-kernels.sh          rebuild when the sources differ from the manifest
-#   scripts/build-kernels.sh --force  rebuild regardless
-#   scripts/build-kernels.sh --check  exit 1 when the manifest does not match sources and image
+#   kernels/build.sh          rebuild when the sources differ from the manifest
+#   kernels/build.sh --force  rebuild regardless
+#   kernels/build.sh --check  exit 1 when the manifest does not match sources and image
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 src=$root/kernels/cuda
@@ -29,7 +29,7 @@ manifest_matches() {
 case "${1:-}" in
   --check)
     if manifest_matches; then echo "kernels/prebuilt matches kernels/cuda"; exit 0; fi
-    echo "kernels/prebuilt is stale: sources or image differ from MANIFEST; run scripts/build-kernels.sh" >&2
+    echo "kernels/prebuilt is stale: sources or image differ from MANIFEST; run kernels/build.sh" >&2
     exit 1 ;;
   --force) ;;
   "") if manifest_matches; then exit 0; fi ;;
@@ -38,7 +38,7 @@ esac
 
 nvcc=${NVCC:-nvcc}
 if ! command -v "$nvcc" >/dev/null 2>&1; then
-  echo "build-kernels: sources changed but no nvcc here; the checked-in image is stale" >&2
+  echo "kernels/build.sh: sources changed but no nvcc here; the checked-in image is stale" >&2
   exit 1
 fi
 tmp=$(mktemp -d)
@@ -47,16 +47,16 @@ trap 'rm -rf "$tmp"' EXIT
 if ! "$nvcc" -fatbin -O3 -std=c++17 $gencode -Xptxas -v -o "$tmp/k.fatbin" "$src/gllm_kernels.cu" \
   2> "$tmp/ptxas.log"; then
   grep -v -E '^ptxas info|^    [0-9]+ bytes stack' "$tmp/ptxas.log" >&2   # the errors, not the report
-  echo "build-kernels: nvcc failed" >&2
+  echo "kernels/build.sh: nvcc failed" >&2
   exit 1
 fi
 grep -E 'entry function|registers|spill' "$tmp/ptxas.log" > "$out/ptxas.txt" || true
 mv "$tmp/k.fatbin" "$fatbin"
 {
-  echo "# gllm prebuilt CUDA kernels: regenerate with scripts/build-kernels.sh"
+  echo "# gllm prebuilt CUDA kernels: regenerate with kernels/build.sh"
   echo "nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   echo "targets $targets"
   source_hashes | sed 's/^/source /'
   echo "fatbin $(sha256sum < "$fatbin" | cut -d' ' -f1)"
 } > "$manifest"
-echo "build-kernels: wrote $(basename "$fatbin") ($(stat -c %s "$fatbin") bytes) for $targets"
+echo "kernels/build.sh: wrote $(basename "$fatbin") ($(stat -c %s "$fatbin") bytes) for $targets"

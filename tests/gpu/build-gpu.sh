@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds what scripts/gpu-check.sh needs on a GPU machine that has no libuv, msgpack-c or
+# Builds what tests/gpu/gpu-check.sh needs on a GPU machine that has no libuv, msgpack-c or
 # CMocka: libuv and msgpack-c linked statically, libcmocka copied beside the tests.
-# Usage: scripts/build-gpu.sh [BUILD_DIR]   (default build-gpu)
+# Usage: tests/gpu/build-gpu.sh [BUILD_DIR]   (default build-gpu)
 set -euo pipefail
 build=${1:-build-gpu}
 cmake -S . -B "$build" -DGLLM_STATIC_DEPS=ON -DGLLM_WERROR=ON >/dev/null

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every GPU check in one call, for the GPU machine: the test suite against the CUDA backend,
 # outputs against PyTorch SDPA in float64, speed against SDPA's FA2 and cuDNN backends, and
-# gllmctl bench. Usage: scripts/gpu-check.sh BUILD_DIR OUT_DIR   (BUILD_DIR from
-# scripts/build-gpu.sh). Full logs go to OUT_DIR; a short summary is printed last.
+# gllmctl bench. Usage: tests/gpu/gpu-check.sh BUILD_DIR OUT_DIR   (BUILD_DIR from
+# tests/gpu/build-gpu.sh). Full logs go to OUT_DIR; a short summary is printed last.
 set -uo pipefail
 build=$(cd "${1:?build dir}" && pwd)
 out=${2:?out dir}
@@ -22,7 +22,7 @@ for t in test_proto test_arena test_job test_fatbin test_cpu_attention test_inte
   if "$build/tests/$t" > "$out/$t.log" 2>&1; then note "ok   $t (backend cuda)"
   else note "FAIL $t (see $t.log)"; tail -30 "$out/$t.log"; fails=$((fails + 1)); fi
 done
-if python3 "$here/../tests/attn_numpy.py" --gllmd "$build/gllmd" --gllmctl "$build/gllmctl" \
+if python3 "$here/../attn_numpy.py" --gllmd "$build/gllmd" --gllmctl "$build/gllmctl" \
      > "$out/attn_numpy.log" 2>&1; then note "ok   gllmctl attn vs NumPy float64 (cuda)"
 else note "FAIL gllmctl attn vs NumPy (see attn_numpy.log)"; tail -20 "$out/attn_numpy.log"; fails=$((fails + 1)); fi
 
