@@ -5,7 +5,7 @@
 set -uo pipefail
 . "$(dirname "$0")/ab-rounds.sh"
 step() {
-  python3 scripts/gpu_paged.py --socket "$2" --out "$3" --skip-check --iters 100 \
+  python3 tests/gpu/gpu_paged.py --socket "$2" --out "$3" --skip-check --iters 100 \
     ${SHAPES:+--shapes "$SHAPES"} 2>&1 | grep "^decode B"
 }
 ab_rounds step "$@"

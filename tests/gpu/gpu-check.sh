@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Every GPU check in one call, for the GPU machine: the test suite against the CUDA backend,
+# outputs against PyTorch SDPA in float64, speed against SDPA's FA2 and cuDNN backends, and
+# gllmctl bench. Usage: tests/gpu/gpu-check.sh BUILD_DIR OUT_DIR   (BUILD_DIR from
+# tests/gpu/build-gpu.sh). Full logs go to OUT_DIR; a short summary is printed last.
+set -uo pipefail
+build=$(cd "${1:?build dir}" && pwd)
+out=${2:?out dir}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GLLMD_PATH="$build/gllmd" GLLM_TEST_BACKEND=cuda PYTHONUNBUFFERED=1
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+
+{ date -u; nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
+  "$build/gllmd" --version; } 2>&1 | tee "$out/env.txt"
+if ldd "$build/gllmd" | grep -qiE 'cuda|cudart'; then note "FAIL gllmd links a CUDA library"; fi
+
+fails=0
+for t in test_proto test_arena test_job test_fatbin test_cpu_attention test_integration test_paged test_lifecycle test_abuse; do
+  if "$build/tests/$t" > "$out/$t.log" 2>&1; then note "ok   $t (backend cuda)"
+  else note "FAIL $t (see $t.log)"; tail -30 "$out/$t.log"; fails=$((fails + 1)); fi
+done
+if python3 "$here/../attn_numpy.py" --gllmd "$build/gllmd" --gllmctl "$build/gllmctl" \
+     > "$out/attn_numpy.log" 2>&1; then note "ok   gllmctl attn vs NumPy float64 (cuda)"
+else note "FAIL gllmctl attn vs NumPy (see attn_numpy.log)"; tail -20 "$out/attn_numpy.log"; fails=$((fails + 1)); fi
+
+sock=$(mktemp -d)/gllmd.sock
+"$build/gllmd" --socket "$sock" --backend cuda 2> "$out/gllmd.log" &
+pid=$!
+for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
+if [ -z "${GPU_CHECK_PAGED_ONLY:-}" ]; then
+  python3 "$here/gpu_compare.py" --socket "$sock" --out "$out" ${GPU_CHECK_ARGS:-} 2>&1 | tee "$out/gpu_compare.log"
+  [ "${PIPESTATUS[0]}" = 0 ] || { note "FAIL gpu_compare (see gpu_compare.log)"; fails=$((fails + 1)); }
+fi
+python3 "$here/gpu_paged.py" --socket "$sock" --out "$out" ${GPU_PAGED_ARGS:-} 2>&1 | tee "$out/gpu_paged.log"
+[ "${PIPESTATUS[0]}" = 0 ] || { note "FAIL gpu_paged (see gpu_paged.log)"; fails=$((fails + 1)); }
+"$build/gllmctl" --socket "$sock" status > "$out/status.txt" 2>&1
+"$build/gllmctl" --socket "$sock" bench --iters 20 > "$out/gllmctl_bench.txt" 2>&1
+"$build/gllmctl" --socket "$sock" bench --decode --iters 200 > "$out/gllmctl_bench_decode.txt" 2>&1
+if [ -n "${GPU_CHECK_PAGED_ONLY:-}" ]; then :
+elif "$build/gllm_loadtest" --socket "$sock" --clients 64 --jobs 2000 --depth 8 > "$out/loadtest.txt" 2>&1
+then note "ok   load test: $(cat "$out/loadtest.txt")"
+else note "FAIL load test: $(tail -3 "$out/loadtest.txt")"; fails=$((fails + 1)); fi
+python3 "$here/gpu_paged.py" --socket "$sock" --repeat-only 50 > "$out/repeat-default.log" 2>&1
+note "info $(grep -E '^  (ok|FAIL)' "$out/repeat-default.log" | sed 's/^  ok   //')"
+kill -TERM "$pid"; wait "$pid"; note "gllmd exit status after SIGTERM: $?"
+
+# gllmd with deterministic = on: the same long decode must come back the same every time.
+dconf=$(mktemp); echo "deterministic = on" > "$dconf"
+dsock=$(mktemp -d)/gllmd.sock
+"$build/gllmd" --config "$dconf" --socket "$dsock" --backend cuda 2> "$out/gllmd-deterministic.log" &
+dpid=$!
+for _ in $(seq 200); do [ -S "$dsock" ] && break; sleep 0.05; done
+if python3 "$here/gpu_paged.py" --socket "$dsock" --repeat-only 50 --expect-repeatable > "$out/repeat.log" 2>&1
+then note "ok   $(grep -E '^  ok' "$out/repeat.log" | sed 's/^  ok   //')"
+else note "FAIL deterministic = on: $(tail -1 "$out/repeat.log")"; fails=$((fails + 1)); fi
+kill -TERM "$dpid"; wait "$dpid"
+
+echo; echo "== summary"; cat "$out/status.txt"; cat "$out/gllmctl_bench.txt" "$out/gllmctl_bench_decode.txt"
+printf '%s\n' "${summary[@]}"
+grep -A10 '^shape' "$out/gpu_compare.log" 2>/dev/null || true
+grep -A4 '^decode shape' "$out/gpu_paged.log" || true
+exit "$fails"
