@@ -162,6 +162,42 @@ void backend_dev_free(struct backend *be, int dev, void *p)
     be->device->free(be, dev, p);
 }
 
+static bool shares(const struct backend *be)
+{
+    return be->caps.share_kind != BACKEND_SHARE_NONE && be->caps.share_granularity &&
+           be->device->share_alloc && be->device->share_import && be->device->share_free;
+}
+
+size_t backend_share_size(const struct backend *be, size_t bytes)
+{
+    size_t g = be->caps.share_granularity;
+    if (!shares(be) || bytes == 0 || bytes > SIZE_MAX - (g - 1))
+        return 0;
+    return (bytes + g - 1) / g * g;
+}
+
+int backend_share_alloc(struct backend *be, int dev, size_t bytes, struct backend_shared *out,
+                        int *fd)
+{
+    return shares(be) ? be->device->share_alloc(be, dev, bytes, out, fd) : -ENOTSUP;
+}
+
+int backend_share_import(struct backend *be, int dev, int fd, size_t bytes,
+                         struct backend_shared *out, char *why, size_t len)
+{
+    if (!shares(be)) {
+        snprintf(why, len, "the %s backend shares no memory", be->iface->name);
+        return -ENOTSUP;
+    }
+    return be->device->share_import(be, dev, fd, bytes, out, why, len);
+}
+
+void backend_share_free(struct backend *be, int dev, const struct backend_shared *s)
+{
+    if (shares(be))
+        be->device->share_free(be, dev, s);
+}
+
 int backend_copy(struct backend *be, int dev, const struct copy_args *c)
 {
     return be->device->copy(be, dev, c);

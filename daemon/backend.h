@@ -37,6 +37,15 @@ void backend_host_unregister(struct backend *be, void *p);
 /* -ENOTSUP when the backend has no device tensors. */
 int backend_dev_alloc(struct backend *be, int dev, size_t bytes, void **out);
 void backend_dev_free(struct backend *be, int dev, void *p);
+/* Memory shared with a client (backend_api.h says what each does); -ENOTSUP when the
+ * backend shares none. size rounds bytes up to the share granularity (0 on overflow or
+ * when there is none). */
+size_t backend_share_size(const struct backend *be, size_t bytes);
+int backend_share_alloc(struct backend *be, int dev, size_t bytes, struct backend_shared *out,
+                        int *fd);
+int backend_share_import(struct backend *be, int dev, int fd, size_t bytes,
+                         struct backend_shared *out, char *why, size_t len);
+void backend_share_free(struct backend *be, int dev, const struct backend_shared *s);
 /* On the device's worker thread. */
 int backend_copy(struct backend *be, int dev, const struct copy_args *c);
 int backend_attention(struct backend *be, int dev, const struct attn_args *a);

@@ -134,12 +134,30 @@ struct backend_config {
  * and check the table first. */
 #define BACKEND_FEAT_ARENA_TABLES (1u << 0)
 
+/* How memory shared with another process is handed over (docs/shared-memory.md): the kind
+ * of fd share_alloc returns and share_import takes. */
+enum backend_share_kind {
+    BACKEND_SHARE_NONE = 0,     /* the backend shares no memory */
+    BACKEND_SHARE_MEMFD,        /* a sealed memfd, mapped with mmap (the CPU backend) */
+    BACKEND_SHARE_CUDA_VMM,     /* a cuMemCreate allocation exported as a POSIX fd */
+};
+
+/* Memory mapped both in gllmd and in a client: made here and exported, or a client's export
+ * imported. Jobs use ptr as they use alloc's pointers. */
+struct backend_shared {
+    void *ptr;
+    size_t bytes;               /* mapped bytes, a multiple of the share granularity */
+    uint64_t handle;            /* the backend's own (CUDA: the allocation's handle) */
+};
+
 /* What a backend can do, as data: filled by open, read by the daemon's job validation.
  * (Per-tensor element bounds are the daemon's limits today: no backend has its own.) */
 struct backend_caps {
     uint32_t dtypes;            /* bit (1 << gllm_dtype) each, dense attention and copies */
     int max_head_dim;           /* dense attention takes head dims 1..max_head_dim */
     uint32_t features;          /* BACKEND_FEAT_* */
+    enum backend_share_kind share_kind;
+    size_t share_granularity;   /* shared sizes are multiples of it; 0 with SHARE_NONE */
 };
 
 struct backend;
@@ -165,6 +183,18 @@ struct backend_device_iface {
      * code and a one-line reason. */
     int (*paged_check)(struct backend *be, const struct paged_args *p, char *why, size_t len);
     int (*paged)(struct backend *be, int dev, const struct paged_args *p);
+    /* Optional, all three or none (caps.share_kind says which kind): memory shared with
+     * another process. share_alloc makes bytes (a multiple of the granularity) on dev and an
+     * O_CLOEXEC fd another process maps it with; the caller sends the fd and closes it, the
+     * mapping here stays. share_import maps a client's fd (not consumed) of exactly bytes
+     * on dev, and refuses, with a specific code and a one-line why, anything that is not an
+     * export of this kind of memory on dev. share_free unmaps either; what an importer
+     * mapped stays alive until it is freed, whatever the exporter does meanwhile. */
+    int (*share_alloc)(struct backend *be, int dev, size_t bytes, struct backend_shared *out,
+                       int *fd);
+    int (*share_import)(struct backend *be, int dev, int fd, size_t bytes,
+                        struct backend_shared *out, char *why, size_t len);
+    void (*share_free)(struct backend *be, int dev, const struct backend_shared *s);
 };
 
 /* The backend as the registry sees it: found, scored, opened. */

@@ -9,6 +9,7 @@
 #include "cpu_attention.h"
 #include "cpu_paged.h"
 #include "cpu_pool.h"
+#include "cpu_share.h"
 
 extern const struct backend_iface cpu_backend_iface;
 static const struct backend_device_iface cpu_device_iface;
@@ -79,6 +80,8 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = CPU_MAX_HEAD_DIM,
+        .share_kind = BACKEND_SHARE_MEMFD,
+        .share_granularity = cpu_share_granularity(),
     };
     int r = cpu_pool_create(threads, &c->pool);
     if (r == 0)
@@ -170,6 +173,9 @@ static const struct backend_device_iface cpu_device_iface = {
     .attention = cpu_attention,
     .paged_check = cpu_paged_check,
     .paged = cpu_paged,
+    .share_alloc = cpu_share_alloc,
+    .share_import = cpu_share_import,
+    .share_free = cpu_share_free,
 };
 
 const struct backend_iface cpu_backend_iface = {

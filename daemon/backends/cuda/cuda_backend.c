@@ -7,6 +7,7 @@
 
 #include "cuda_device.h"
 #include "cuda_paged.h"
+#include "cuda_share.h"
 
 extern const struct backend_iface cuda_backend_iface;
 static const struct backend_device_iface cuda_device_iface;
@@ -88,6 +89,8 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
         .max_head_dim = GLLM_CUDA_GENERIC_MAX_D,
         .features = BACKEND_FEAT_ARENA_TABLES,
     };
+    be->caps.share_granularity = cuda_share_granularity(c);
+    be->caps.share_kind = be->caps.share_granularity ? BACKEND_SHARE_CUDA_VMM : BACKEND_SHARE_NONE;
     *out = be;
     return 0;
 }
@@ -347,6 +350,9 @@ static const struct backend_device_iface cuda_device_iface = {
     .attention = cuda_attention,
     .paged_check = cuda_paged_check,
     .paged = cuda_paged,
+    .share_alloc = cuda_share_alloc,
+    .share_import = cuda_share_import,
+    .share_free = cuda_share_free,
 };
 
 const struct backend_iface cuda_backend_iface = {

@@ -18,6 +18,36 @@ typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphExec_st *CUgraphExec;
 
+/* Virtual memory management (cuMemCreate and friends): the layouts of the driver's
+ * CUmemLocation, CUmemAllocationProp and CUmemAccessDesc. */
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct {
+    int type;                      /* CU_MEM_LOCATION_TYPE_* */
+    int id;                        /* a device ordinal for LOCATION_TYPE_DEVICE */
+} CUmemLocation;
+typedef struct {
+    int type;                      /* CU_MEM_ALLOCATION_TYPE_* */
+    int requestedHandleTypes;      /* CU_MEM_HANDLE_TYPE_* */
+    CUmemLocation location;
+    void *win32HandleMetaData;
+    struct {
+        unsigned char compressionType;
+        unsigned char gpuDirectRDMACapable;
+        unsigned short usage;
+        unsigned char reserved[4];
+    } allocFlags;
+} CUmemAllocationProp;
+typedef struct {
+    CUmemLocation location;
+    int flags;                     /* CU_MEM_ACCESS_FLAGS_* */
+} CUmemAccessDesc;
+
+#define CU_MEM_ALLOCATION_TYPE_PINNED 0x1
+#define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1
+#define CU_MEM_LOCATION_TYPE_DEVICE 0x1
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 0x3
+#define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0x0
+
 /* A kernel node's launch, the driver's CUDA_KERNEL_NODE_PARAMS_v2 (kern and ctx stay NULL:
  * func, in the current context). */
 typedef struct {
@@ -105,7 +135,28 @@ enum {
     X(CUresult, cuMemHostUnregister, "cuMemHostUnregister", (void *p))                     \
     X(CUresult, cuMemAllocHost, "cuMemAllocHost_v2", (void **p, size_t bytes))              \
     X(CUresult, cuMemFreeHost, "cuMemFreeHost", (void *p))                                 \
-    X(CUresult, cuMemsetD32Async, "cuMemsetD32Async", (CUdeviceptr p, unsigned int v, size_t n, CUstream s))
+    X(CUresult, cuMemsetD32Async, "cuMemsetD32Async", (CUdeviceptr p, unsigned int v, size_t n, CUstream s)) \
+    X(CUresult, cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",             \
+      (size_t * g, const CUmemAllocationProp *prop, int option))                            \
+    X(CUresult, cuMemCreate, "cuMemCreate",                                                 \
+      (CUmemGenericAllocationHandle * h, size_t bytes, const CUmemAllocationProp *prop,     \
+       unsigned long long flags))                                                           \
+    X(CUresult, cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle h))             \
+    X(CUresult, cuMemAddressReserve, "cuMemAddressReserve",                                 \
+      (CUdeviceptr * p, size_t bytes, size_t align, CUdeviceptr addr, unsigned long long flags)) \
+    X(CUresult, cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr p, size_t bytes))       \
+    X(CUresult, cuMemMap, "cuMemMap",                                                       \
+      (CUdeviceptr p, size_t bytes, size_t offset, CUmemGenericAllocationHandle h,          \
+       unsigned long long flags))                                                           \
+    X(CUresult, cuMemUnmap, "cuMemUnmap", (CUdeviceptr p, size_t bytes))                   \
+    X(CUresult, cuMemSetAccess, "cuMemSetAccess",                                           \
+      (CUdeviceptr p, size_t bytes, const CUmemAccessDesc *desc, size_t count))             \
+    X(CUresult, cuMemExportToShareableHandle, "cuMemExportToShareableHandle",               \
+      (void *shareable, CUmemGenericAllocationHandle h, int type, unsigned long long flags)) \
+    X(CUresult, cuMemImportFromShareableHandle, "cuMemImportFromShareableHandle",           \
+      (CUmemGenericAllocationHandle * h, void *os_handle, int type))                        \
+    X(CUresult, cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", \
+      (CUmemAllocationProp * prop, CUmemGenericAllocationHandle h))
 
 struct cuda_driver {
     void *handle;

@@ -1,0 +1,276 @@
+/* Memory shared between processes at the backend layer, on every backend that opens here:
+ * an export mapped by another process (both ways), an import that outlives its exporter,
+ * and every refusal of share_import. Each case forks before any backend opens, as CUDA
+ * requires; the child's verdict is its exit status. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "testutil.h"
+
+#define WORDS 4096                 /* words of the pattern written through each mapping */
+
+static const char *const names[] = {
+#ifdef GLLM_HAVE_CUDA
+    "cuda",
+#endif
+    "cpu",
+};
+
+/* Opens backend name, or NULL (why written) when it cannot run here. */
+static struct backend *open_backend(const char *name, char *why, size_t len)
+{
+    struct backend_config cfg = {.threads = 1};
+    struct backend *be = NULL;
+    if (backend_select(name, &cfg, &be, why, len) < 0)
+        return NULL;
+    return be;
+}
+
+/* Whether name opens on this machine: probed in a throwaway child, so the test process
+ * itself never initialises a GPU driver before it forks. */
+static bool available(const char *name)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char why[256];
+        struct backend *be = open_backend(name, why, sizeof why);
+        bool shares = be && backend_caps(be)->share_kind != BACKEND_SHARE_NONE;
+        if (!shares)
+            fprintf(stderr, "backend %s: %s\n", name, be ? "shares no memory" : why);
+        _exit(shares ? 0 : 1);
+    }
+    int st = 0;
+    return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void fill(uint32_t *w, uint32_t seed)
+{
+    for (uint32_t i = 0; i < WORDS; i++)
+        w[i] = seed * 2654435761u + i;
+}
+
+static bool matches(const uint32_t *w, uint32_t seed)
+{
+    for (uint32_t i = 0; i < WORDS; i++)
+        if (w[i] != seed * 2654435761u + i)
+            return false;
+    return true;
+}
+
+/* Writes seed's pattern into shared memory through the backend's copy, or reads it back. */
+static int put(struct backend *be, void *dev_ptr, uint32_t seed)
+{
+    uint32_t w[WORDS];
+    fill(w, seed);
+    struct copy_args c = {.dst = dev_ptr, .src = w, .bytes = sizeof w, .to_device = true};
+    return backend_copy(be, 0, &c);
+}
+
+static int check(struct backend *be, void *dev_ptr, uint32_t seed)
+{
+    uint32_t w[WORDS];
+    memset(w, 0xa5, sizeof w);     /* poisoned: a copy that writes nothing fails */
+    struct copy_args c = {.dst = w, .src = dev_ptr, .bytes = sizeof w, .to_device = false};
+    int r = backend_copy(be, 0, &c);
+    return r < 0 ? r : matches(w, seed) ? 0 : -EIO;
+}
+
+static int send_fd(int sock, int fd)
+{
+    char byte = 'f';
+    return send_packet_fd(sock, &byte, 1, fd, 0) == 1 ? 0 : -errno;
+}
+
+static int recv_fd(int sock)
+{
+    char byte, ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                       .msg_controllen = sizeof ctl};
+    if (recvmsg(sock, &m, MSG_CMSG_CLOEXEC) != 1)
+        return -1;
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    if (!h || h->cmsg_type != SCM_RIGHTS)
+        return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(h), sizeof fd);
+    return fd;
+}
+
+static bool send_byte(int sock, char b)
+{
+    return write(sock, &b, 1) == 1;
+}
+
+static char recv_byte(int sock)
+{
+    char b = 0;
+    return read(sock, &b, 1) == 1 ? b : 0;
+}
+
+/* The exporter's side, in the child: allocates, writes seed 1, sends the fd; after the
+ * importer has checked it and written seed 2, checks that; then frees and exits while the
+ * importer still holds its mapping. */
+static int exporter(const char *name, int sock)
+{
+    char why[256];
+    struct backend *be = open_backend(name, why, sizeof why);
+    if (!be)
+        return 10;
+    size_t bytes = backend_share_size(be, WORDS * sizeof(uint32_t));
+    struct backend_shared s;
+    int fd = -1;
+    if (bytes == 0 || backend_share_alloc(be, 0, bytes, &s, &fd) < 0)
+        return 11;
+    if ((fcntl(fd, F_GETFD) & FD_CLOEXEC) == 0)
+        return 12;
+    if (put(be, s.ptr, 1) < 0 || send_fd(sock, fd) < 0)
+        return 13;
+    close(fd);
+    if (recv_byte(sock) != 'w')    /* the importer wrote seed 2 */
+        return 14;
+    if (check(be, s.ptr, 2) < 0)
+        return 15;
+    backend_share_free(be, 0, &s);
+    backend_close(be);
+    return 0;
+}
+
+static void test_export_mapped_elsewhere(const char *name)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(sv[0]);
+        _exit(exporter(name, sv[1]));
+    }
+    close(sv[1]);
+    char why[256] = "";
+    struct backend *be = open_backend(name, why, sizeof why);
+    assert_non_null(be);
+    int fd = recv_fd(sv[0]);
+    assert_true(fd >= 0);
+    size_t bytes = backend_share_size(be, WORDS * sizeof(uint32_t));
+    struct backend_shared s;
+    assert_int_equal(backend_share_import(be, 0, fd, bytes, &s, why, sizeof why), 0);
+    close(fd);
+    assert_int_equal(check(be, s.ptr, 1), 0);           /* the exporter's writes, seen here */
+    assert_int_equal(put(be, s.ptr, 2), 0);
+    assert_true(send_byte(sv[0], 'w'));
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);               /* it saw ours, freed, and is gone */
+    /* The exporter freed its allocation and exited: the import still holds the memory. */
+    assert_int_equal(check(be, s.ptr, 2), 0);
+    assert_int_equal(put(be, s.ptr, 3), 0);
+    assert_int_equal(check(be, s.ptr, 3), 0);
+    backend_share_free(be, 0, &s);
+    backend_close(be);
+    close(sv[0]);
+}
+
+/* Each refusal of share_import, with the code the protocol documents, and nothing mapped. */
+static void test_import_refusals(const char *name)
+{
+    char why[256] = "";
+    struct backend *be = open_backend(name, why, sizeof why);
+    assert_non_null(be);
+    size_t g = backend_caps(be)->share_granularity;
+    struct backend_shared s = {0};
+
+    int pipefd[2];
+    assert_int_equal(pipe2(pipefd, O_CLOEXEC), 0);
+    assert_int_equal(backend_share_import(be, 0, pipefd[0], g, &s, why, sizeof why),
+                     GLLM_ENOTEXPORT);
+    assert_true(why[0] != '\0');
+    close(pipefd[0]);
+    close(pipefd[1]);
+
+    int mfd = make_memfd(g, F_SEAL_SHRINK);
+    assert_true(mfd >= 0);
+    int want = backend_caps(be)->share_kind == BACKEND_SHARE_MEMFD ? 0 : GLLM_ENOTEXPORT;
+    int r = backend_share_import(be, 0, mfd, g, &s, why, sizeof why);
+    assert_int_equal(r, want);
+    if (r == 0)
+        backend_share_free(be, 0, &s);
+    close(mfd);
+
+    /* An export of the backend's own kind, stated wrongly. */
+    struct backend_shared mine;
+    int fd = -1;
+    assert_int_equal(backend_share_alloc(be, 0, g, &mine, &fd), 0);
+    assert_int_equal(backend_share_import(be, 0, fd, 2 * g, &s, why, sizeof why),
+                     GLLM_EARENASIZE);                  /* more than it holds */
+    assert_int_equal(backend_share_import(be, 0, fd, g + 1, &s, why, sizeof why), GLLM_EPARAM);
+    assert_int_equal(backend_share_import(be, 0, fd, 0, &s, why, sizeof why), GLLM_EPARAM);
+    assert_int_equal(backend_share_import(be, backend_device_count(be), fd, g, &s, why,
+                                          sizeof why), -ENODEV);
+    close(fd);
+    backend_share_free(be, 0, &mine);
+
+    if (backend_caps(be)->share_kind == BACKEND_SHARE_MEMFD) {
+        int unsealed = make_memfd(g, 0);
+        assert_true(unsealed >= 0);
+        assert_int_equal(backend_share_import(be, 0, unsealed, g, &s, why, sizeof why),
+                         GLLM_EUNSEALED);
+        close(unsealed);
+    }
+    backend_close(be);
+}
+
+/* Every compiled-in backend that opens; one that cannot is reported, loudly, and is a
+ * failure where GLLM_TEST_BACKEND names it (the GPU machine). */
+static void each_backend(void (*fn)(const char *name))
+{
+    int ran = 0;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        if (!available(names[i])) {
+            print_message("SKIPPED on backend %s: it does not open or share memory here\n",
+                          names[i]);
+            assert_false(strcmp(test_backend(), names[i]) == 0);
+            continue;
+        }
+        print_message("backend %s\n", names[i]);
+        fn(names[i]);
+        ran++;
+    }
+    assert_true(ran > 0);
+}
+
+static void export_mapped_elsewhere(void **state)
+{
+    (void)state;
+    each_backend(test_export_mapped_elsewhere);
+}
+
+static void import_refusals(void **state)
+{
+    (void)state;
+    each_backend(test_import_refusals);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(export_mapped_elsewhere),
+        cmocka_unit_test(import_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
