@@ -40,9 +40,13 @@ static struct backend *open_backend(const char *name, char *why, size_t len)
     return be;
 }
 
+#define NNAMES (sizeof names / sizeof *names)
+static bool usable[NNAMES];        /* probed once, in main, before any backend opens here */
+
 /* Whether name opens on this machine: probed in a throwaway child, so the test process
- * itself never initialises a GPU driver before it forks. */
-static bool available(const char *name)
+ * itself never initialises a GPU driver before it forks (a child forked after that could
+ * not use the GPU). */
+static bool probe_in_child(const char *name)
 {
     pid_t pid = fork();
     if (pid == 0) {
@@ -240,8 +244,8 @@ static void test_import_refusals(const char *name)
 static void each_backend(void (*fn)(const char *name))
 {
     int ran = 0;
-    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
-        if (!available(names[i])) {
+    for (size_t i = 0; i < NNAMES; i++) {
+        if (!usable[i]) {
             print_message("SKIPPED on backend %s: it does not open or share memory here\n",
                           names[i]);
             assert_false(strcmp(test_backend(), names[i]) == 0);
@@ -268,6 +272,10 @@ static void import_refusals(void **state)
 
 int main(void)
 {
+    for (size_t i = 0; i < NNAMES; i++)
+        usable[i] = probe_in_child(names[i]);
+    /* In this order: only the first forks a process that opens a backend, before this one
+     * has opened any. */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(export_mapped_elsewhere),
         cmocka_unit_test(import_refusals),
