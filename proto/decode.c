@@ -115,12 +115,64 @@ static int decode_envelope(const msgpack_object *root, struct proto_msg *msg, in
     return decode_error(&e[2], msg);
 }
 
+/* Reads one msgpack unsigned integer at p (any of its encodings); bytes used, or 0. */
+static size_t peek_uint(const uint8_t *p, size_t len, uint64_t *v)
+{
+    if (len == 0)
+        return 0;
+    if (p[0] <= 0x7f) {
+        *v = p[0];
+        return 1;
+    }
+    static const uint8_t width[4] = {1, 2, 4, 8};   /* 0xcc uint8 .. 0xcf uint64 */
+    if (p[0] < 0xcc || p[0] > 0xcf)
+        return 0;
+    size_t n = width[p[0] - 0xcc];
+    if (len < 1 + n)
+        return 0;
+    uint64_t x = 0;
+    for (size_t i = 1; i <= n; i++)
+        x = x << 8 | p[i];
+    *v = x;
+    return 1 + n;
+}
+
+int proto_peek_id(const void *buf, size_t len, uint64_t *id)
+{
+    const uint8_t *p = buf;
+    size_t at;
+    /* A four-element array: fixarray, or array 16/32 with the count spelled long. */
+    if (len >= 1 && p[0] == 0x94)
+        at = 1;
+    else if (len >= 3 && p[0] == 0xdc && p[1] == 0 && p[2] == 4)
+        at = 3;
+    else if (len >= 5 && p[0] == 0xdd && p[1] == 0 && p[2] == 0 && p[3] == 0 && p[4] == 4)
+        at = 5;
+    else
+        return GLLM_EMALFORMED;
+    uint64_t kind, v;
+    size_t n = peek_uint(p + at, len - at, &kind);
+    if (n == 0 || kind != PROTO_REQUEST)
+        return GLLM_EMALFORMED;
+    at += n;
+    if (peek_uint(p + at, len - at, &v) == 0 || v > INT64_MAX)
+        return GLLM_EMALFORMED;
+    *id = v;
+    return 0;
+}
+
 int proto_decode(const void *buf, size_t len, struct proto_msg *msg, int64_t *id_out)
 {
     memset(msg, 0, sizeof *msg);
     int r = proto_tree_build(buf, len, &msg->root, &msg->nodes);
-    if (r < 0)
+    if (r < 0) {
+        /* A request broken past its id (a limit, a bad key, trailing bytes) is still
+         * answered under its id. */
+        uint64_t id;
+        if (id_out && proto_peek_id(buf, len, &id) == 0)
+            *id_out = (int64_t)id;
         return r;
+    }
     r = decode_envelope(&msg->root, msg, id_out);
     if (r < 0) {
         proto_msg_free(msg);

@@ -50,6 +50,10 @@ int proto_tree_build(const void *buf, size_t len, msgpack_object *root, void **n
 /* proto_tree_build(), then the envelope into msg. On failure msg needs no freeing. When
  * the id could be read, *id_out gets it (so the error can be answered). */
 int proto_decode(const void *buf, size_t len, struct proto_msg *msg, int64_t *id_out);
+/* The id of a request from its first bytes alone ([0, id, ...] in any array and uint
+ * encoding), whatever follows: a packet that breaks a limit, has a bad key, trailing bytes
+ * or is cut short is answered under its id. 0 and *id, or GLLM_EMALFORMED. */
+int proto_peek_id(const void *buf, size_t len, uint64_t *id);
 void proto_msg_free(struct proto_msg *msg);
 
 /* Typed field access on a params/result map. Missing optional fields leave

@@ -481,6 +481,57 @@ static void test_dtypes_and_errors(void **state)
     assert_string_equal(gllm_strerror(-1999), "unknown error");
 }
 
+/* A request that breaks a limit or the envelope past its id is still answered under its id;
+ * anything that is not a request, or whose id is itself unreadable, is not. */
+static void test_id_read_past_errors(void **state)
+{
+    (void)state;
+    /* [0, 77, "m", {"k": <17 nested arrays>}]: too deep */
+    unsigned char deep[64] = {0x94, 0x00, 77, 0xa1, 'm', 0x81, 0xa1, 'k'};
+    size_t n = 8;
+    for (unsigned i = 0; i < PROTO_MAX_DEPTH; i++)
+        deep[n++] = 0x91;
+    deep[n++] = 0x01;
+    /* [0, 2^40, "m", {1: 2}]: a non-string key, the id spelled as uint64 */
+    static const unsigned char number_key[] = {0x94, 0x00, 0xcf, 0, 0, 0x01, 0, 0, 0, 0, 0,
+                                               0xa1, 'm', 0x81, 0x01, 0x02};
+    /* [0, 300, "m", {}] and one byte more */
+    static const unsigned char trailing[] = {0x94, 0x00, 0xcd, 0x01, 0x2c, 0xa1, 'm', 0x80, 0x00};
+    /* array 16 spelling of four elements, a string over the limit */
+    static const unsigned char long_string[] = {0xdc, 0, 4, 0x00, 0x05, 0xda, 0x20, 0x00, 'x'};
+    static const unsigned char response[] = {0x94, 0x01, 0x05, 0xc0, 0x80, 0x00};
+    static const unsigned char id_too_big[] = {0x94, 0x00, 0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0, 0xc0};
+    static const unsigned char id_cut[] = {0x94, 0x00, 0xcd, 0x01};
+    static const unsigned char signed_id[] = {0x94, 0x00, 0xff, 0xa1, 'm', 0x80, 0x00};
+    const struct {
+        const void *p;
+        size_t n;
+        int rc;
+        int64_t id;            /* -1: not readable */
+    } cases[] = {
+        {deep, n, GLLM_ELIMIT, 77},
+        {number_key, sizeof number_key, GLLM_EMALFORMED, (int64_t)1 << 40},
+        {trailing, sizeof trailing, GLLM_EMALFORMED, 300},
+        {long_string, sizeof long_string, GLLM_ELIMIT, 5},
+        {response, sizeof response, GLLM_EMALFORMED, -1},
+        {id_too_big, sizeof id_too_big, GLLM_EMALFORMED, -1},
+        {id_cut, sizeof id_cut, GLLM_EMALFORMED, -1},
+        {signed_id, sizeof signed_id, GLLM_EMALFORMED, -1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct proto_msg m;
+        int64_t id = -1;
+        print_message("case %zu\n", i);
+        assert_int_equal(proto_decode(cases[i].p, cases[i].n, &m, &id), cases[i].rc);
+        assert_int_equal(id, cases[i].id);
+        uint64_t peeked = 0;
+        assert_int_equal(proto_peek_id(cases[i].p, cases[i].n, &peeked),
+                         cases[i].id < 0 ? GLLM_EMALFORMED : 0);
+        if (cases[i].id >= 0)
+            assert_int_equal(peeked, (uint64_t)cases[i].id);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -497,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_tensor_span),
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_dtypes_and_errors),
+        cmocka_unit_test(test_id_read_past_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
