@@ -3,9 +3,11 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "log.h"
+#include "proto.h"
 
 static int log_max = LOG_INFO;
 static bool log_journal;
@@ -35,6 +37,27 @@ void log_hook(void *user, int level, const char *line)
     log_at(level, "%s", line);
 }
 
+/* One log line is one line of valid UTF-8: a newline or an invalid byte from a peer (a
+ * process name, a method name) is written as \xNN, and a backslash as \\, so nothing a
+ * client sends can forge a line or break a reader of the journal. */
+static void escape_line(const char *in, char *out, size_t cap)
+{
+    size_t used = 0, n = strlen(in);
+    for (size_t i = 0; i < n && used + 5 < cap;) {
+        unsigned char c = (unsigned char)in[i];
+        size_t k = c >= 0x20 && c != 0x7f && c != '\\' ? proto_utf8_seq(in + i, n - i) : 0;
+        if (k) {
+            memcpy(out + used, in + i, k);
+            used += k;
+            i += k;
+        } else {
+            used += (size_t)snprintf(out + used, cap - used, c == '\\' ? "\\\\" : "\\x%02x", c);
+            i++;
+        }
+    }
+    out[used] = '\0';
+}
+
 void log_at(int level, const char *fmt, ...)
 {
     static const char *const names[] = {"emerg", "alert", "crit", "error",
@@ -46,8 +69,10 @@ void log_at(int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
+    char clean[sizeof line * 2];
+    escape_line(line, clean, sizeof clean);
     if (log_journal)
-        fprintf(stderr, "<%d>%s\n", level, line);
+        fprintf(stderr, "<%d>%s\n", level, clean);
     else
-        fprintf(stderr, "gllmd: %s: %s\n", names[level & 7], line);
+        fprintf(stderr, "gllmd: %s: %s\n", names[level & 7], clean);
 }

@@ -32,6 +32,11 @@ void proto_buf_init(struct proto_buf *b)
 void proto_pack_str(msgpack_packer *pk, const char *s)
 {
     size_t n = strlen(s);
+    char fixed[PROTO_MAX_STRING];
+    if (!proto_utf8_valid(s, n)) {
+        n = proto_utf8_repair(s, n, fixed, sizeof fixed);
+        s = fixed;
+    }
     if (n < 32) {               /* a fixstr (every field name): header and body in one write */
         char one[32];
         one[0] = (char)(0xa0 | n);

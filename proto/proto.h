@@ -131,7 +131,17 @@ struct proto_buf {
 };
 void proto_buf_init(struct proto_buf *b);
 
+/* Packs s as a msgpack string, valid UTF-8 whatever s holds: bytes that are not are replaced
+ * with U+FFFD (a string that needs repair is cut at PROTO_MAX_STRING bytes). */
 void proto_pack_str(msgpack_packer *pk, const char *s);
+
+/* UTF-8 (utf8.c). seq: the length of the well-formed sequence at s (1..4: no overlongs,
+ * surrogates or code points past U+10FFFF), 0 if there is none. repair: s into out with
+ * U+FFFD for each byte that starts no sequence, whole sequences only, at most cap bytes;
+ * returns the bytes written. */
+size_t proto_utf8_seq(const char *s, size_t n);
+bool proto_utf8_valid(const char *s, size_t n);
+size_t proto_utf8_repair(const char *s, size_t n, char *out, size_t cap);
 void proto_pack_kv_str(msgpack_packer *pk, const char *key, const char *val);
 void proto_pack_kv_u64(msgpack_packer *pk, const char *key, uint64_t val);
 void proto_pack_kv_i64(msgpack_packer *pk, const char *key, int64_t val);

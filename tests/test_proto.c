@@ -532,6 +532,45 @@ static void test_id_read_past_errors(void **state)
     }
 }
 
+/* Strings gllm sends are valid UTF-8: well-formed sequences pass, everything else becomes
+ * U+FFFD on the wire. */
+static void test_utf8(void **state)
+{
+    (void)state;
+    const struct {
+        const char *s;
+        size_t len;            /* of the sequence at s; 0: none */
+    } seqs[] = {
+        {"a", 1}, {"\xc3\xa9", 2}, {"\xe2\x82\xac", 3}, {"\xf0\x9f\x98\x80", 4},
+        {"\xf4\x8f\xbf\xbf", 4},                 /* U+10FFFF, the last code point */
+        {"\xc0\x80", 0}, {"\xc1\xbf", 0},          /* overlong */
+        {"\xe0\x80\x80", 0}, {"\xf0\x80\x80\x80", 0},
+        {"\xed\xa0\x80", 0},                     /* a surrogate */
+        {"\xf4\x90\x80\x80", 0}, {"\xf5\x80\x80\x80", 0}, /* past U+10FFFF */
+        {"\xe2\x82", 0}, {"\x80", 0}, {"\xff", 0}, /* cut short, a continuation, never used */
+    };
+    for (size_t i = 0; i < sizeof seqs / sizeof *seqs; i++)
+        assert_int_equal(proto_utf8_seq(seqs[i].s, strlen(seqs[i].s)), seqs[i].len);
+
+    static const char bad[] = "\xff\xfename\n\xe2\x82 \xc3\xa9";
+    static const char want[] = "\xef\xbf\xbd\xef\xbf\xbdname\n\xef\xbf\xbd\xef\xbf\xbd \xc3\xa9";
+    proto_buf_init(&buf);
+    msgpack_pack_array(&buf.pk, 2);
+    proto_pack_str(&buf.pk, bad);
+    proto_pack_str(&buf.pk, "plain ascii stays as it is");
+    assert_false(buf.overflow);
+    msgpack_object root;
+    void *nodes = NULL;
+    assert_int_equal(proto_tree_build(buf.data, buf.len, &root, &nodes), 0);
+    const msgpack_object_str *got = &root.via.array.ptr[0].via.str;
+    assert_int_equal(got->size, sizeof want - 1);
+    assert_memory_equal(got->ptr, want, sizeof want - 1);
+    assert_true(proto_utf8_valid(got->ptr, got->size));
+    got = &root.via.array.ptr[1].via.str;
+    assert_int_equal(got->size, strlen("plain ascii stays as it is"));
+    free(nodes);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_fp16_conversions),
         cmocka_unit_test(test_dtypes_and_errors),
         cmocka_unit_test(test_id_read_past_errors),
+        cmocka_unit_test(test_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
