@@ -165,7 +165,7 @@ static int run_client(const char *sock, int index, int njobs, int depth, float *
                 (float)((double)(splitmix(&rng) >> 11) / 4503599627370496.0 * 2 - 1));
         off += (sets[i].in_bytes + 255) & ~(size_t)255;
     }
-    gllm_arena *a = NULL;
+    gllm_memory *a = NULL;
     struct slot *slots = calloc((size_t)depth, sizeof *slots);
     uint64_t start = mono_ns();
     int submitted = 0, done = 0, churn_at = 500;
@@ -176,12 +176,12 @@ static int run_client(const char *sock, int index, int njobs, int depth, float *
             churn_at = submitted + 500;
             churn = false;
             if (a)
-                gllm_arena_release(a);
+                gllm_memory_release(a);
             if ((r = gllm_arena_create(c, arena_bytes, &a)) < 0) {
                 fprintf(stderr, "client %d: arena: %s\n", index, gllm_strerror(r));
                 return 1;
             }
-            memcpy(gllm_arena_data(a), inputs, in_total);
+            memcpy(gllm_memory_data(a), inputs, in_total);
             res->arenas_made++;
         }
         for (int d = 0; d < depth && submitted < njobs && !churn; d++) {
@@ -193,11 +193,11 @@ static int run_client(const char *sock, int index, int njobs, int depth, float *
             size_t es = gllm_dtype_size(s->dt), nq = sets[si].out_bytes / es;
             size_t nk = (sets[si].in_bytes / es - nq) / 2;
             gllm_attention_params p = {.size = sizeof p, .flags = s->causal ? GLLM_ATTN_CAUSAL : 0};
-            gllm_tensor_init(&p.q, a, in_off[si], s->dt, 4, qs);
-            gllm_tensor_init(&p.k, a, in_off[si] + nq * es, s->dt, 4, ks);
-            gllm_tensor_init(&p.v, a, in_off[si] + (nq + nk) * es, s->dt, 4, ks);
-            gllm_tensor_init(&p.out, a, in_total + (size_t)d * out_max, s->dt, 4, qs);
-            memset((char *)gllm_arena_data(a) + in_total + (size_t)d * out_max, 0xff, nq * es);
+            gllm_tensor_init(a, in_off[si], s->dt, 4, qs, &p.q);
+            gllm_tensor_init(a, in_off[si] + nq * es, s->dt, 4, ks, &p.k);
+            gllm_tensor_init(a, in_off[si] + (nq + nk) * es, s->dt, 4, ks, &p.v);
+            gllm_tensor_init(a, in_total + (size_t)d * out_max, s->dt, 4, qs, &p.out);
+            memset((char *)gllm_memory_data(a) + in_total + (size_t)d * out_max, 0xff, nq * es);
             slots[d] = (struct slot){.set = si, .t0 = mono_ns(), .busy = true};
             if ((r = gllm_attention_submit(c, &p, &slots[d].job)) < 0) {
                 fprintf(stderr, "client %d: submit: %s\n", index, gllm_strerror(r));
@@ -210,7 +210,7 @@ static int run_client(const char *sock, int index, int njobs, int depth, float *
         for (int d = 0; d < depth; d++)
             if (slots[d].busy && (oldest < 0 || slots[d].job < slots[oldest].job))
                 oldest = d;
-        gllm_job_result jr;
+        gllm_job_result jr = GLLM_JOB_RESULT_INIT;
         r = gllm_job_wait(c, slots[oldest].job, &jr);
         uint64_t t1 = mono_ns();
         struct slot *sl = &slots[oldest];
@@ -219,13 +219,13 @@ static int run_client(const char *sock, int index, int njobs, int depth, float *
             res->failures++;
         } else {
             struct set *st = &sets[sl->set];
-            const char *out = (const char *)gllm_arena_data(a) + in_total + (size_t)oldest * out_max;
+            const char *out = (const char *)gllm_memory_data(a) + in_total + (size_t)oldest * out_max;
             uint64_t h = fnv1a(out, st->out_bytes);
             if (st->hash == 0) {
                 const struct shape *s = st->s;
                 size_t es = gllm_dtype_size(s->dt), nq = st->out_bytes / es;
                 size_t nk = (st->in_bytes / es - nq) / 2;
-                const char *base = (const char *)gllm_arena_data(a) + in_off[sl->set];
+                const char *base = (const char *)gllm_memory_data(a) + in_off[sl->set];
                 double err = check_reference(s, base, base + nq * es, base + (nq + nk) * es, out);
                 double tol = s->dt == GLLM_DTYPE_F32 ? 1e-5 : s->dt == GLLM_DTYPE_F16 ? 3e-3 : 2e-2;
                 if (!(err <= tol)) {
@@ -241,7 +241,7 @@ static int run_client(const char *sock, int index, int njobs, int depth, float *
         done++;
         res->jobs++;
         if (done % 50 == 0) {
-            gllm_status s;
+            gllm_status s = GLLM_STATUS_INIT;
             if (gllm_status_get(c, &s) == 0)
                 res->status_calls++;
             else
@@ -249,7 +249,7 @@ static int run_client(const char *sock, int index, int njobs, int depth, float *
         }
     }
     res->wall_s = (double)(mono_ns() - start) / 1e9;
-    gllm_arena_release(a);
+    gllm_memory_release(a);
     gllm_disconnect(c);
     free(slots);
     free(inputs);
@@ -331,7 +331,9 @@ int main(int argc, char **argv)
     gllm_client *c;
     char backend[16] = "?";
     if (gllm_connect(sock, &c) == 0) {
-        snprintf(backend, sizeof backend, "%s", gllm_client_caps(c)->backend);
+        gllm_caps caps = GLLM_CAPS_INIT;
+        if (gllm_client_caps(c, &caps) == 0)
+            snprintf(backend, sizeof backend, "%s", caps.backend);
         gllm_disconnect(c);
     }
     if (json)

@@ -3,7 +3,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ctl.h"
 #include "gllm/elem.h"
@@ -30,24 +29,6 @@ static const struct shape gpu_shapes[] = {
     {8, 16, 16, 1024, 64, GLLM_DTYPE_F16, false},
 };
 
-uint64_t ctl_mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-void ctl_sort_u64(uint64_t *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_u64);
-}
-
 static uint64_t median(uint64_t *v, int n)
 {
     ctl_sort_u64(v, n);
@@ -73,21 +54,21 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
     size_t es = gllm_dtype_size(s->dtype);
     size_t nq = (size_t)(s->B * s->Hq * s->S * s->D), nk = (size_t)(s->B * s->Hkv * s->S * s->D);
     size_t total = (2 * nq + 2 * nk) * es;
-    gllm_arena *a;
+    gllm_memory *a;
     int r = gllm_arena_create(c, total, &a);
     if (r < 0) {
         fprintf(stderr, "gllmctl bench: arena of %zu bytes: %s\n", total, gllm_strerror(r));
         return 1;
     }
-    char *base = gllm_arena_data(a);
+    char *base = gllm_memory_data(a);
     uint64_t seed = 42;
     fill_random(base, s->dtype, 2 * nq + 2 * nk, &seed);
     gllm_attention_params p = {.size = sizeof p, .flags = s->causal ? GLLM_ATTN_CAUSAL : 0};
     int64_t qs[4] = {s->B, s->Hq, s->S, s->D}, ks[4] = {s->B, s->Hkv, s->S, s->D};
-    gllm_tensor_init(&p.q, a, 0, s->dtype, 4, qs);
-    gllm_tensor_init(&p.k, a, nq * es, s->dtype, 4, ks);
-    gllm_tensor_init(&p.v, a, (nq + nk) * es, s->dtype, 4, ks);
-    gllm_tensor_init(&p.out, a, (nq + 2 * nk) * es, s->dtype, 4, qs);
+    gllm_tensor_init(a, 0, s->dtype, 4, qs, &p.q);
+    gllm_tensor_init(a, nq * es, s->dtype, 4, ks, &p.k);
+    gllm_tensor_init(a, (nq + nk) * es, s->dtype, 4, ks, &p.v);
+    gllm_tensor_init(a, (nq + 2 * nk) * es, s->dtype, 4, qs, &p.out);
 
     uint64_t *kern = calloc((size_t)iters, sizeof *kern), *e2e = calloc((size_t)iters, sizeof *e2e);
     uint64_t *added = calloc((size_t)iters, sizeof *added);
@@ -95,7 +76,7 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
     int rc = 1;
     if (!kern || !e2e || !added)
         goto out;
-    gllm_job_result res;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     if ((r = gllm_attention(c, &p, &res)) < 0)   /* warm-up: first touch of the pages */
         goto fail;
     for (int i = 0; i < iters; i++) {
@@ -138,55 +119,34 @@ out:
     free(kern);
     free(e2e);
     free(added);
-    gllm_arena_release(a);
+    gllm_memory_release(a);
     return rc;
 }
 
-int ctl_bench(const char *socket_path, int argc, char **argv)
+int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o)
 {
-    bool json = false, decode = false;
-    int iters = 5;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            json = true;
-        } else if (strcmp(argv[i], "--decode") == 0) {
-            decode = true;
-        } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-            iters = atoi(argv[++i]);
-            if (iters < 1 || iters > 100000) {
-                fprintf(stderr, "gllmctl bench: --iters wants 1 to 100000\n");
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "gllmctl bench: unknown argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
     gllm_client *c;
     int r = ctl_connect(socket_path, &c);
     if (r)
         return r;
-    if (decode) {
-        r = ctl_bench_decode(c, iters, json);
-        gllm_disconnect(c);
-        return r;
-    }
-    const gllm_caps *caps = gllm_client_caps(c);
-    bool cpu = strcmp(caps->backend, "cpu") == 0;
+    gllm_caps caps = GLLM_CAPS_INIT;
+    gllm_device_info dev;
+    gllm_client_caps(c, &caps);
+    bool cpu = strcmp(caps.backend, "cpu") == 0;
     const struct shape *shapes = cpu ? cpu_shapes : gpu_shapes;
     int n = (int)(cpu ? sizeof cpu_shapes / sizeof *cpu_shapes : sizeof gpu_shapes / sizeof *gpu_shapes);
-    if (json)
-        ctl_json_open(caps, "results");
+    if (o->json)
+        ctl_json_open(c, "results");
     else
         printf("backend %s, device %s, median of %d runs (e2e: client submit to reply, "
                "tensors in arenas)\n%-38s %10s %10s %12s %12s %9s\n",
-               caps->backend, caps->ndevices ? caps->devices[0].name : "?", iters, "shape",
-               "kernel ms", "e2e ms", cpu ? "kern GFLOP/s" : "kern TFLOP/s",
+               caps.backend, caps.ndevices ? ctl_first_device_name(c, &dev) : "?", o->iters,
+               "shape", "kernel ms", "e2e ms", cpu ? "kern GFLOP/s" : "kern TFLOP/s",
                cpu ? "e2e GFLOP/s" : "e2e TFLOP/s", "copy GB/s");
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        rc = run_shape(c, &shapes[i], iters, json, i == 0, cpu ? 1 : 1000);
-    if (json)
+        rc = run_shape(c, &shapes[i], o->iters, o->json, i == 0, cpu ? 1 : 1000);
+    if (o->json)
         printf("]}\n");
     gllm_disconnect(c);
     return rc;

@@ -37,11 +37,11 @@ static uint64_t quantile(uint64_t *v, int n, double q)
 }
 
 /* Fills the device tensor with bytes from a random arena, a chunk at a time. */
-static int fill_device(gllm_client *c, gllm_dtensor *t, gllm_arena *rnd)
+static int fill_device(gllm_client *c, gllm_memory *t, gllm_memory *rnd)
 {
-    size_t n = gllm_dtensor_size(t), chunk = gllm_arena_size(rnd);
+    size_t n = gllm_memory_size(t), chunk = gllm_memory_size(rnd);
     for (size_t at = 0; at < n; at += chunk) {
-        int r = gllm_dtensor_write(c, t, at, rnd, 0, n - at < chunk ? n - at : chunk);
+        int r = gllm_memory_copy(c, t, at, rnd, 0, n - at < chunk ? n - at : chunk);
         if (r < 0)
             return r;
     }
@@ -49,14 +49,14 @@ static int fill_device(gllm_client *c, gllm_dtensor *t, gllm_arena *rnd)
 }
 
 static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spin_us, int iters,
-                      gllm_arena *rnd, bool json, bool first)
+                      gllm_memory *rnd, bool json, bool first)
 {
     const gllm_dtype dt = GLLM_DTYPE_F16;
     const int64_t pages_per_seq = (s->L + s->page_size - 1) / s->page_size, P = s->B * pages_per_seq;
     const size_t pool = (size_t)(P * s->page_size * s->Hkv * s->D) * 2;
     const size_t qbytes = (size_t)(s->B * s->Hq * s->D) * 2;
-    gllm_dtensor *kc = NULL, *vc = NULL, *qo = NULL, *pages = NULL;
-    gllm_arena *tab = NULL;
+    gllm_memory *kc = NULL, *vc = NULL, *qo = NULL, *pages = NULL;
+    gllm_memory *tab = NULL;
     uint64_t *kern = calloc((size_t)iters, sizeof *kern), *e2e = calloc((size_t)iters, sizeof *e2e);
     uint64_t *added = calloc((size_t)iters, sizeof *added);
     uint64_t *worker = calloc((size_t)iters, sizeof *worker), *wire = calloc((size_t)iters, sizeof *wire);
@@ -72,7 +72,7 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
     if (r < 0)
         goto fail;
     /* Pages dealt out in a shuffled order, as a cache that has been running a while is. */
-    int32_t *indptr = gllm_arena_data(tab), *last = indptr + s->B + 1, *idx = last + s->B;
+    int32_t *indptr = gllm_memory_data(tab), *last = indptr + s->B + 1, *idx = last + s->B;
     for (int64_t i = 0; i < P; i++)
         idx[i] = (int32_t)i;
     uint64_t seed = 7;
@@ -88,19 +88,19 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
         last[b] = (int32_t)(s->L - (pages_per_seq - 1) * s->page_size);
     int64_t pshape[4] = {P, s->page_size, s->Hkv, s->D}, qshape[3] = {s->B, s->Hq, s->D};
     gllm_paged_attention_params p = {.size = sizeof p};
-    gllm_tensor_init_device(&p.kv.k_cache, kc, 0, dt, 4, pshape);
-    gllm_tensor_init_device(&p.kv.v_cache, vc, 0, dt, 4, pshape);
-    gllm_tensor_init_device(&p.q, qo, 0, dt, 3, qshape);
-    gllm_tensor_init_device(&p.out, qo, qbytes, dt, 3, qshape);
+    gllm_tensor_init(kc, 0, dt, 4, pshape, &p.kv.k_cache);
+    gllm_tensor_init(vc, 0, dt, 4, pshape, &p.kv.v_cache);
+    gllm_tensor_init(qo, 0, dt, 3, qshape, &p.q);
+    gllm_tensor_init(qo, qbytes, dt, 3, qshape, &p.out);
     int64_t n1 = s->B + 1, nb = s->B;
-    gllm_tensor_init(&p.kv.indptr, tab, 0, GLLM_DTYPE_I32, 1, &n1);
-    gllm_tensor_init(&p.kv.last_page_len, tab, (uint64_t)(s->B + 1) * 4, GLLM_DTYPE_I32, 1, &nb);
+    gllm_tensor_init(tab, 0, GLLM_DTYPE_I32, 1, &n1, &p.kv.indptr);
+    gllm_tensor_init(tab, (uint64_t)(s->B + 1) * 4, GLLM_DTYPE_I32, 1, &nb, &p.kv.last_page_len);
     const uint64_t idx_at = (uint64_t)(2 * s->B + 1) * 4;
     if (s->pages_in_arena)
-        gllm_tensor_init(&p.kv.indices, tab, idx_at, GLLM_DTYPE_I32, 1, &P);
-    else if ((r = gllm_dtensor_write(c, pages, 0, tab, idx_at, (size_t)P * 4)) == 0)
-        gllm_tensor_init_device(&p.kv.indices, pages, 0, GLLM_DTYPE_I32, 1, &P);
-    gllm_job_result res;
+        gllm_tensor_init(tab, idx_at, GLLM_DTYPE_I32, 1, &P, &p.kv.indices);
+    else if ((r = gllm_memory_copy(c, pages, 0, tab, idx_at, (size_t)P * 4)) == 0)
+        gllm_tensor_init(pages, 0, GLLM_DTYPE_I32, 1, &P, &p.kv.indices);
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     gllm_client_set_wait_spin(c, s->sleep ? 0 : spin_us);
     for (int i = 0; i < 3 && r == 0; i++)            /* warm-up */
         r = gllm_attention_decode(c, &p, &res);
@@ -149,15 +149,15 @@ fail:
     fprintf(stderr, "gllmctl bench --decode: %s %s\n", gllm_strerror(r), gllm_client_last_error(c));
 out:
     if (kc)
-        gllm_dtensor_free(kc);
+        gllm_memory_release(kc);
     if (vc)
-        gllm_dtensor_free(vc);
+        gllm_memory_release(vc);
     if (qo)
-        gllm_dtensor_free(qo);
+        gllm_memory_release(qo);
     if (pages)
-        gllm_dtensor_free(pages);
+        gllm_memory_release(pages);
     if (tab)
-        gllm_arena_release(tab);
+        gllm_memory_release(tab);
     free(kern);
     free(e2e);
     free(added);
@@ -168,36 +168,38 @@ out:
     return r < 0 ? 1 : 0;
 }
 
-int ctl_bench_decode(gllm_client *c, int iters, bool json)
+static int bench_decode(gllm_client *c, int iters, bool json)
 {
-    const gllm_caps *caps = gllm_client_caps(c);
-    bool cpu = strcmp(caps->backend, "cpu") == 0;
+    gllm_caps caps = GLLM_CAPS_INIT;
+    gllm_device_info dev;
+    gllm_client_caps(c, &caps);
+    bool cpu = strcmp(caps.backend, "cpu") == 0;
     const uint32_t spin_us = cpu ? 0 : GLLM_WAIT_SPIN_US_DEFAULT;   /* the client's default */
     const struct decode_shape *shapes = cpu ? cpu_decode : gpu_decode;
     int n = (int)(cpu ? sizeof cpu_decode / sizeof *cpu_decode : sizeof gpu_decode / sizeof *gpu_decode);
-    gllm_arena *rnd;
+    gllm_memory *rnd;
     const size_t chunk = 32u << 20;
     int r = gllm_arena_create(c, chunk, &rnd);
     if (r < 0) {
         fprintf(stderr, "gllmctl bench --decode: arena: %s\n", gllm_strerror(r));
         return 1;
     }
-    uint16_t *h = gllm_arena_data(rnd);
+    uint16_t *h = gllm_memory_data(rnd);
     uint64_t seed = 42;
     for (size_t i = 0; i < chunk / 2; i++) {   /* f16 in [-1, 1): sign, small exponents */
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         h[i] = (uint16_t)(((seed >> 40) & 0x83ffu) | 0x3000u);
     }
     if (json) {
-        ctl_json_open(caps, "decode");
+        ctl_json_open(c, "decode");
     } else {
         printf("backend %s, device %s, %d runs; tensors and kv_indices device-resident "
                "(arena-pages: kv_indices in the arena), kv_indptr and last_page_len in an arena; "
                "times in us\nadd = e2e - kernel = accept (read, check) + queue + worker "
                "(around the kernel) + wire (ring or socket, both ends, client); the last four "
                "are p50s\n"
-               "%-56s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n", caps->backend,
-               caps->ndevices ? caps->devices[0].name : "?", iters, "decode shape", "kern",
+               "%-56s %7s %7s %7s %7s %7s %7s %7s %7s %7s %7s\n", caps.backend,
+               caps.ndevices ? ctl_first_device_name(c, &dev) : "?", iters, "decode shape", "kern",
                "e2e50", "e2e99", "add50", "add99", "accept", "queue", "worker", "wire", "KV GB/s");
     }
     int rc = 0;
@@ -206,6 +208,17 @@ int ctl_bench_decode(gllm_client *c, int iters, bool json)
     gllm_client_set_wait_spin(c, spin_us);
     if (json)
         printf("]}\n");
-    gllm_arena_release(rnd);
+    gllm_memory_release(rnd);
     return rc;
+}
+
+int ctl_cmd_bench_decode(const char *socket_path, const struct ctl_bench_opts *o)
+{
+    gllm_client *c;
+    int r = ctl_connect(socket_path, &c);
+    if (r)
+        return r;
+    r = bench_decode(c, o->iters, o->json);
+    gllm_disconnect(c);
+    return r;
 }

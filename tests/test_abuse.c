@@ -60,7 +60,7 @@ static int daemon_fds(void)
 static gllm_status status_now(void)
 {
     gllm_client *c;
-    gllm_status st;
+    gllm_status st = GLLM_STATUS_INIT;
     assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
     assert_int_equal(gllm_status_get(c, &st), 0);
     gllm_disconnect(c);
@@ -79,7 +79,7 @@ static gllm_status settle(uint32_t clients)
 }
 
 struct small_job {
-    gllm_arena *arena;
+    gllm_memory *arena;
     gllm_attention_params p;
 };
 
@@ -89,13 +89,13 @@ static int small_job(gllm_client *c, struct small_job *j, int64_t S, gllm_dtype 
     int r = gllm_arena_create(c, 4 * n * es + 2 * S * 4, &j->arena);
     if (r < 0)
         return r;
-    fill_random(gllm_arena_data(j->arena), dt, 3 * n, &seed);
+    fill_random(gllm_memory_data(j->arena), dt, 3 * n, &seed);
     int64_t shape[4] = {1, 2, S, 64};
     j->p = (gllm_attention_params){.size = sizeof j->p, .flags = GLLM_ATTN_CAUSAL};
-    gllm_tensor_init(&j->p.q, j->arena, 0, dt, 4, shape);
-    gllm_tensor_init(&j->p.k, j->arena, n * es, dt, 4, shape);
-    gllm_tensor_init(&j->p.v, j->arena, 2 * n * es, dt, 4, shape);
-    gllm_tensor_init(&j->p.out, j->arena, 3 * n * es, dt, 4, shape);
+    gllm_tensor_init(j->arena, 0, dt, 4, shape, &j->p.q);
+    gllm_tensor_init(j->arena, n * es, dt, 4, shape, &j->p.k);
+    gllm_tensor_init(j->arena, 2 * n * es, dt, 4, shape, &j->p.v);
+    gllm_tensor_init(j->arena, 3 * n * es, dt, 4, shape, &j->p.out);
     return 0;
 }
 
@@ -112,7 +112,7 @@ static pid_t bystander(int stop_fd)
         _exit(30);
     int ok = 0;
     for (;;) {
-        gllm_job_result res;
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
         if (gllm_attention(c, &j.p, &res) != 0)
             _exit(31);
         ok++;
@@ -120,7 +120,7 @@ static pid_t bystander(int stop_fd)
         if (read(stop_fd, &x, 1) == 1 || ok > 1000000)
             break;
     }
-    gllm_arena_release(j.arena);
+    gllm_memory_release(j.arena);
     gllm_disconnect(c);
     _exit(ok > 0 ? 0 : 32);
 }
@@ -295,9 +295,9 @@ static void test_arena_resized_after_registration(void **state)
     assert_int_equal(errno, EPERM);
     assert_int_equal(ftruncate(fd, 1 << 20), 0);    /* growing is allowed, and harmless */
     close(fd);
-    gllm_job_result res;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     assert_int_equal(gllm_attention(c, &j.p, &res), 0);
-    gllm_arena_release(j.arena);
+    gllm_memory_release(j.arena);
     gllm_disconnect(c);
 }
 
@@ -310,7 +310,7 @@ static void test_zero_huge_and_nan(void **state)
     assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
     struct small_job j;
     assert_int_equal(small_job(c, &j, 64, GLLM_DTYPE_F32, 4), 0);
-    gllm_job_result res;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     gllm_attention_params p = j.p;
     p.q.shape[2] = p.out.shape[2] = 0;              /* Sq = 0 */
     assert_int_equal(gllm_attention(c, &p, &res), 0);
@@ -325,7 +325,7 @@ static void test_zero_huge_and_nan(void **state)
     }
     assert_int_equal(gllm_attention(c, &p, &res), GLLM_ELIMIT);
 
-    float *q = gllm_arena_data(j.arena);
+    float *q = gllm_memory_data(j.arena);
     size_t n = 2 * 64 * 64;
     q[5 * 64 + 3] = NAN;                              /* head 0, query row 5 */
     float *v = q + 2 * n;
@@ -347,7 +347,7 @@ static void test_zero_huge_and_nan(void **state)
             if (expect != bad)
                 fail_msg("head %d row %d: %s expected", h, i, expect ? "non-finite" : "finite");
         }
-    gllm_arena_release(j.arena);
+    gllm_memory_release(j.arena);
     gllm_disconnect(c);
 }
 
@@ -367,21 +367,24 @@ static void test_deep_queue_does_not_starve_others(void **state)
     uint64_t ids[DEEP];
     for (int i = 0; i < DEEP; i++)
         assert_int_equal(gllm_attention_submit(deep, &dj.p, &ids[i]), 0);
-    gllm_status st;
+    gllm_status st = GLLM_STATUS_INIT;
     assert_int_equal(gllm_status_get(deep, &st), 0);   /* all 64 are queued now */
-    gllm_job_result res;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     assert_int_equal(gllm_attention(small, &sj.p, &res), 0);
     assert_int_equal(gllm_status_get(small, &st), 0);
     uint32_t deep_left = 0;
-    for (int i = 0; i < st.nlisted; i++)
-        deep_left += st.client_list[i].inflight;
+    for (int i = 0; i < st.nlisted; i++) {
+        gllm_client_info ci = GLLM_CLIENT_INFO_INIT;
+        assert_int_equal(gllm_status_client(small, i, &ci), 0);
+        deep_left += ci.inflight;
+    }
     fprintf(stderr, "fairness: the small job finished with %u of the deep client's %d still queued\n",
             deep_left, DEEP);
     assert_true(deep_left > DEEP / 2);
     for (int i = 0; i < DEEP; i++)
         assert_int_equal(gllm_job_wait(deep, ids[i], &res), 0);
-    gllm_arena_release(dj.arena);
-    gllm_arena_release(sj.arena);
+    gllm_memory_release(dj.arena);
+    gllm_memory_release(sj.arena);
     gllm_disconnect(deep);
     gllm_disconnect(small);
 }

@@ -38,7 +38,7 @@ struct job_spec {
 
 struct live_job {
     struct job_spec s;
-    gllm_arena *arena;
+    gllm_memory *arena;
     gllm_attention_params p;
     uint64_t id;
 };
@@ -48,7 +48,7 @@ static void job_poison(struct live_job *j)
 {
     size_t es = gllm_dtype_size(j->s.dtype);
     size_t nq = (size_t)(j->s.B * j->s.Hq * j->s.Sq * j->s.D);
-    memset((char *)gllm_arena_data(j->arena) + j->p.out.offset, 0xff, nq * es);
+    memset((char *)gllm_memory_data(j->arena) + j->p.out.offset, 0xff, nq * es);
 }
 
 static int job_setup(gllm_client *c, struct live_job *j, const struct job_spec *s, uint64_t seed)
@@ -59,14 +59,14 @@ static int job_setup(gllm_client *c, struct live_job *j, const struct job_spec *
     int r = gllm_arena_create(c, (2 * nq + 2 * nk) * es, &j->arena);
     if (r < 0)
         return r;
-    char *base = gllm_arena_data(j->arena);
+    char *base = gllm_memory_data(j->arena);
     fill_random(base, s->dtype, nq + 2 * nk, &seed);
     j->p = (gllm_attention_params){.size = sizeof j->p, .flags = s->causal ? GLLM_ATTN_CAUSAL : 0};
     int64_t qs[4] = {s->B, s->Hq, s->Sq, s->D}, ks[4] = {s->B, s->Hkv, s->Skv, s->D};
-    gllm_tensor_init(&j->p.q, j->arena, 0, s->dtype, 4, qs);
-    gllm_tensor_init(&j->p.k, j->arena, nq * es, s->dtype, 4, ks);
-    gllm_tensor_init(&j->p.v, j->arena, (nq + nk) * es, s->dtype, 4, ks);
-    gllm_tensor_init(&j->p.out, j->arena, (nq + 2 * nk) * es, s->dtype, 4, qs);
+    gllm_tensor_init(j->arena, 0, s->dtype, 4, qs, &j->p.q);
+    gllm_tensor_init(j->arena, nq * es, s->dtype, 4, ks, &j->p.k);
+    gllm_tensor_init(j->arena, (nq + nk) * es, s->dtype, 4, ks, &j->p.v);
+    gllm_tensor_init(j->arena, (nq + 2 * nk) * es, s->dtype, 4, qs, &j->p.out);
     job_poison(j);
     return 0;
 }
@@ -87,7 +87,7 @@ static bool job_output_ok(const struct live_job *j)
     const struct job_spec *s = &j->s;
     size_t es = gllm_dtype_size(s->dtype);
     size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D), nk = (size_t)(s->B * s->Hkv * s->Skv * s->D);
-    const char *base = gllm_arena_data(j->arena);
+    const char *base = gllm_memory_data(j->arena);
     double *want = malloc(nq * sizeof *want), *got = malloc(nq * sizeof *got);
     struct ref_view q = {base, s->dtype, {s->Hq * s->Sq * s->D, s->Sq * s->D, s->D, 1}};
     struct ref_view k = {base + nq * es, s->dtype, {s->Hkv * s->Skv * s->D, s->Skv * s->D, s->D, 1}};
@@ -109,7 +109,7 @@ static bool job_output_ok(const struct live_job *j)
 static gllm_status status_of(const char *sock)
 {
     gllm_client *c;
-    gllm_status st;
+    gllm_status st = GLLM_STATUS_INIT;
     assert_int_equal(gllm_connect(sock, &c), 0);
     assert_int_equal(gllm_status_get(c, &st), 0);
     gllm_disconnect(c);
@@ -245,22 +245,43 @@ static void test_hello_and_status(void **state)
     (void)state;
     gllm_client *c;
     assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
-    const gllm_caps *caps = gllm_client_caps(c);
-    assert_int_equal(caps->protocol_version, GLLM_PROTOCOL_VERSION);
-    assert_string_equal(caps->backend, test_backend());
-    assert_int_equal(caps->ndevices, 1);
-    assert_int_equal(caps->dtypes, 7);
-    assert_int_equal(caps->limits.max_message_bytes, PROTO_MAX_MESSAGE);
-    assert_true(caps->limits.max_head_dim >= 128);
-    assert_int_equal(caps->limits.max_page_entries, 1u << 22);   /* the default */
-    gllm_status st;
+    gllm_caps caps = GLLM_CAPS_INIT;
+    assert_int_equal(gllm_client_caps(c, &caps), 0);
+    assert_int_equal(caps.protocol_version, GLLM_PROTOCOL_VERSION);
+    assert_string_equal(caps.backend, test_backend());
+    assert_int_equal(caps.ndevices, 1);
+    assert_int_equal(caps.dtypes, 7);
+    gllm_limits limits = GLLM_LIMITS_INIT;
+    assert_int_equal(gllm_client_limits(c, &limits), 0);
+    assert_int_equal(limits.max_message_bytes, PROTO_MAX_MESSAGE);
+    assert_true(limits.max_head_dim >= 128);
+    assert_int_equal(limits.max_page_entries, 1u << 22);   /* the default */
+    gllm_device_info dev = GLLM_DEVICE_INFO_INIT;
+    assert_int_equal(gllm_client_device(c, 0, &dev), 0);
+    assert_string_equal(dev.kind, test_backend());
+    assert_int_equal(gllm_client_device(c, caps.ndevices, &dev), -EINVAL);
+    /* A caller built against an older, smaller struct gets what fits and nothing more. */
+    gllm_caps old = {.size = offsetof(gllm_caps, ndevices), .ndevices = -7, .dtypes = 99};
+    assert_int_equal(gllm_client_caps(c, &old), 0);
+    assert_string_equal(old.backend, test_backend());
+    assert_int_equal(old.size, offsetof(gllm_caps, ndevices));
+    assert_int_equal(old.ndevices, -7);
+    assert_int_equal(old.dtypes, 99);
+    gllm_caps zeroed = {0};   /* no size: refused, untouched */
+    assert_int_equal(gllm_client_caps(c, &zeroed), -EINVAL);
+    assert_int_equal(zeroed.protocol_version, 0);
+    gllm_status st = GLLM_STATUS_INIT;
     assert_int_equal(gllm_status_get(c, &st), 0);
     assert_true(st.clients >= 1);
     assert_string_equal(st.backend, test_backend());
     bool found = false;   /* the daemon names us: our pid and uid, from SO_PEERCRED */
-    for (int i = 0; i < st.nlisted; i++)
-        found |= st.client_list[i].pid == getpid() && st.client_list[i].uid == getuid() &&
-                 strcmp(st.client_list[i].comm, "test_integratio") == 0;
+    for (int i = 0; i < st.nlisted; i++) {
+        gllm_client_info ci = GLLM_CLIENT_INFO_INIT;
+        assert_int_equal(gllm_status_client(c, i, &ci), 0);
+        found |= ci.pid == getpid() && ci.uid == getuid() && strcmp(ci.comm, "test_integratio") == 0;
+    }
+    assert_int_equal(gllm_status_client(c, st.nlisted, &(gllm_client_info)GLLM_CLIENT_INFO_INIT),
+                     -EINVAL);
     assert_true(found);
     gllm_disconnect(c);
 }
@@ -291,17 +312,17 @@ static void test_concurrent_pipelined_clients(void **state)
         }
         /* Claim out of order: results must still land on the right job. */
         for (int i = JOBS - 1; i >= 0; i--) {
-            gllm_job_result res;
+            gllm_job_result res = GLLM_JOB_RESULT_INIT;
             if (gllm_job_wait(c, jobs[i].id, &res) != 0 || res.status != 0)
                 _exit(12);
             if (!job_output_ok(&jobs[i]))
                 _exit(13);
         }
-        gllm_job_result res;
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
         if (gllm_job_wait(c, jobs[0].id, &res) != GLLM_ENOJOB)   /* claimed already */
             _exit(14);
         for (int i = 0; i < JOBS; i++)
-            gllm_arena_release(jobs[i].arena);
+            gllm_memory_release(jobs[i].arena);
         gllm_disconnect(c);
         _exit(0);
     }
@@ -354,12 +375,12 @@ static pid_t start_good_client(int jobs)
     if (job_setup(c, &j, &s, 5) < 0)
         _exit(21);
     for (int i = 0; i < jobs; i++) {
-        gllm_job_result res;
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
         job_poison(&j);
         if (gllm_attention(c, &j.p, &res) != 0 || !job_output_ok(&j))
             _exit(22);
     }
-    gllm_arena_release(j.arena);
+    gllm_memory_release(j.arena);
     gllm_disconnect(c);
     _exit(0);
 }
@@ -509,7 +530,7 @@ static void test_sigterm_drains(void **state)
     struct job_spec s = {.B = 1, .Hq = 8, .Hkv = 4, .Sq = 512, .Skv = 512, .D = 128,
                          .dtype = GLLM_DTYPE_BF16};
     submit_jobs(c, j, N, &s, 0);
-    gllm_status st = {0};
+    gllm_status st = GLLM_STATUS_INIT;
     for (int i = 0; i < 3000; i++) {      /* until the daemon has read them all */
         assert_int_equal(gllm_status_get(watcher, &st), 0);
         if (st.jobs_inflight + st.jobs_done >= N)
@@ -521,7 +542,7 @@ static void test_sigterm_drains(void **state)
      * it gone once it has drained (DISCONNECTED): it never runs. Which one depends on how
      * fast the device finishes the accepted jobs. */
     struct live_job late = {0};
-    gllm_job_result res;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     int r = job_setup(watcher, &late, &s, 9);
     if (r == 0)
         r = gllm_attention(watcher, &late.p, &res);
@@ -534,9 +555,9 @@ static void test_sigterm_drains(void **state)
     gllm_disconnect(watcher);
     gllm_disconnect(c);
     for (int i = 0; i < N; i++)
-        assert_int_equal(gllm_arena_release(j[i].arena), 0);   /* detached: local unmap only */
+        assert_int_equal(gllm_memory_release(j[i].arena), 0);   /* detached: local unmap only */
     if (late.arena)
-        assert_int_equal(gllm_arena_release(late.arena), 0);
+        assert_int_equal(gllm_memory_release(late.arena), 0);
     int status;
     assert_int_equal(waitpid(d.pid, &status, 0), d.pid);
     d.pid = 0;
@@ -559,10 +580,10 @@ static void test_device_tensors(void **state)
     assert_int_equal(job_setup(c, &j, &s, 31), 0);
     uint64_t in_bytes = j.p.out.offset;                 /* q, k, v back to back */
     uint64_t out_bytes = (uint64_t)(s.B * s.Hq * s.Sq * s.D) * 2;
-    gllm_dtensor *dt;
+    gllm_memory *dt;
     assert_int_equal(gllm_dtensor_create(c, in_bytes + out_bytes, 0, &dt), 0);
-    assert_int_equal(gllm_dtensor_write(c, dt, 0, j.arena, 0, in_bytes), 0);
-    gllm_status st;
+    assert_int_equal(gllm_memory_copy(c, dt, 0, j.arena, 0, in_bytes), 0);
+    gllm_status st = GLLM_STATUS_INIT;
     assert_int_equal(gllm_status_get(c, &st), 0);
     assert_int_equal(st.device_bytes, in_bytes + out_bytes);
 
@@ -570,39 +591,39 @@ static void test_device_tensors(void **state)
     gllm_attention_params p = j.p;
     gllm_tensor *ts[4] = {&p.q, &p.k, &p.v, &p.out};
     for (int i = 0; i < 4; i++)
-        assert_int_equal(gllm_tensor_init_device(ts[i], dt, ts[i]->offset, ts[i]->dtype, 4,
-                                                 ts[i]->shape), 0);
-    gllm_job_result res;
+        assert_int_equal(gllm_tensor_init(dt, ts[i]->offset, ts[i]->dtype, 4,
+                                                 ts[i]->shape, ts[i]), 0);
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     assert_int_equal(gllm_attention(c, &p, &res), 0);
-    assert_int_equal(gllm_dtensor_read(c, dt, j.p.out.offset, j.arena, j.p.out.offset, out_bytes), 0);
+    assert_int_equal(gllm_memory_copy(c, j.arena, j.p.out.offset, dt, j.p.out.offset, out_bytes), 0);
     assert_true(job_output_ok(&j));
 
     /* Mixed: q and out in the arena, k and v on the device. */
     job_poison(&j);
     p = j.p;
-    assert_int_equal(gllm_tensor_init_device(&p.k, dt, j.p.k.offset, s.dtype, 4, j.p.k.shape), 0);
-    assert_int_equal(gllm_tensor_init_device(&p.v, dt, j.p.v.offset, s.dtype, 4, j.p.v.shape), 0);
+    assert_int_equal(gllm_tensor_init(dt, j.p.k.offset, s.dtype, 4, j.p.k.shape, &p.k), 0);
+    assert_int_equal(gllm_tensor_init(dt, j.p.v.offset, s.dtype, 4, j.p.v.shape, &p.v), 0);
     assert_int_equal(gllm_attention(c, &p, &res), 0);
     assert_true(job_output_ok(&j));
 
     /* Past the end of either side, and more than the per-connection limit. */
-    assert_int_equal(gllm_dtensor_read(c, dt, in_bytes, j.arena, 0, out_bytes + 2), GLLM_EBOUNDS);
-    assert_int_equal(gllm_dtensor_write(c, dt, 0, j.arena, gllm_arena_size(j.arena), 2),
+    assert_int_equal(gllm_memory_copy(c, j.arena, 0, dt, in_bytes, out_bytes + 2), GLLM_EBOUNDS);
+    assert_int_equal(gllm_memory_copy(c, dt, 0, j.arena, gllm_memory_size(j.arena), 2),
                      GLLM_EBOUNDS);
-    gllm_dtensor *huge;
+    gllm_memory *huge;
     assert_int_equal(gllm_dtensor_create(c, (size_t)1 << 50, 0, &huge), GLLM_EQUOTA);
     assert_int_equal(gllm_dtensor_create(c, 4096, 99, &huge), GLLM_EPARAM);
-    assert_int_equal(gllm_dtensor_free(dt), 0);
+    assert_int_equal(gllm_memory_release(dt), 0);
     assert_int_equal(gllm_status_get(c, &st), 0);
     assert_int_equal(st.dtensors, 0);
     assert_int_equal(st.device_bytes, 0);
 
     /* A connection that ends frees its device tensors. */
-    gllm_dtensor *left;
+    gllm_memory *left;
     assert_int_equal(gllm_dtensor_create(c, 1 << 20, 0, &left), 0);
-    gllm_arena_release(j.arena);
+    gllm_memory_release(j.arena);
     gllm_disconnect(c);
-    assert_int_equal(gllm_dtensor_free(left), 0);                    /* only the handle */
+    assert_int_equal(gllm_memory_release(left), 0);                    /* only the handle */
     st = wait_quiet(group_daemon.socket, 0);
     assert_int_equal(st.device_bytes, 0);
     assert_int_equal(st.dtensors, 0);
@@ -625,12 +646,12 @@ static void test_poll_after_daemon_exit(void **state)
     submit_jobs(c, j, N, &s, 40);
     /* The daemon has read all three once it answers a later request on the connection
      * (requests are handled in order), so SIGTERM cannot refuse any of them. */
-    gllm_status st;
+    gllm_status st = GLLM_STATUS_INIT;
     assert_int_equal(gllm_status_get(c, &st), 0);
     /* SIGTERM: the daemon answers all three, closes the connection and exits (status 0),
      * with the replies still unread in our socket. */
     assert_int_equal(daemon_stop(&d), 0);
-    gllm_job_result res;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     for (int i = 0; i < N; i++) {
         assert_int_equal(gllm_job_poll(c, j[i].id, &res), 0);
         assert_true(job_output_ok(&j[i]));
@@ -642,7 +663,7 @@ static void test_poll_after_daemon_exit(void **state)
     assert_int_equal(r, GLLM_EDISCONNECTED);
     gllm_disconnect(c);
     for (int i = 0; i < N; i++)
-        assert_int_equal(gllm_arena_release(j[i].arena), 0);
+        assert_int_equal(gllm_memory_release(j[i].arena), 0);
 }
 
 /* ---- the reply ring (proto/ring.h) ---- */
@@ -778,7 +799,7 @@ static void ring_client_rounds(const char *sock)
         job_poison(&j);
         for (int i = 0; i < N; i++)
             assert_int_equal(gllm_attention_submit(c, &j.p, &ids[i]), 0);
-        gllm_job_result res;
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
         for (int i = N - 1; i >= 0; i--) {
             int r;
             if (round == 2)
@@ -795,7 +816,7 @@ static void ring_client_rounds(const char *sock)
         for (int i = 0; i < 8; i++)
             assert_int_equal(gllm_attention(c, &j.p, &res), 0);
     }
-    assert_int_equal(gllm_arena_release(j.arena), 0);
+    assert_int_equal(gllm_memory_release(j.arena), 0);
     gllm_disconnect(c);
 }
 

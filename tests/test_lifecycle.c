@@ -136,8 +136,10 @@ static void test_reload_applies_limits(void **state)
     assert_int_equal(daemon_start_env(&d, args, env), 0);
     assert_non_null(notify_wait(&n, "READY=1", 5000));
     gllm_client *c;
+    gllm_limits lim = GLLM_LIMITS_INIT;
     assert_int_equal(gllm_connect(d.socket, &c), 0);
-    assert_int_equal(gllm_client_caps(c)->limits.max_inflight, 7);
+    assert_int_equal(gllm_client_limits(c, &lim), 0);
+    assert_int_equal(lim.max_inflight, 7);
     gllm_disconnect(c);
 
     write_config(conf, "max_inflight = 11\nlog_level = debug\n");
@@ -145,7 +147,8 @@ static void test_reload_applies_limits(void **state)
     assert_non_null(notify_wait(&n, "RELOADING=1", 5000));
     assert_non_null(notify_wait(&n, "READY=1", 5000));
     assert_int_equal(gllm_connect(d.socket, &c), 0);
-    assert_int_equal(gllm_client_caps(c)->limits.max_inflight, 11);
+    assert_int_equal(gllm_client_limits(c, &lim), 0);
+    assert_int_equal(lim.max_inflight, 11);
     gllm_disconnect(c);
 
     /* A broken file is refused at reload and the running configuration stays. */
@@ -153,21 +156,22 @@ static void test_reload_applies_limits(void **state)
     kill(d.pid, SIGHUP);
     assert_non_null(notify_wait(&n, "READY=1", 5000));
     assert_int_equal(gllm_connect(d.socket, &c), 0);
-    assert_int_equal(gllm_client_caps(c)->limits.max_inflight, 11);
+    assert_int_equal(gllm_client_limits(c, &lim), 0);
+    assert_int_equal(lim.max_inflight, 11);
     gllm_disconnect(c);
 
     /* A limit lowered below what a session already holds refuses its next arena. */
     assert_int_equal(gllm_connect(d.socket, &c), 0);
-    gllm_arena *a, *b;
+    gllm_memory *a, *b;
     assert_int_equal(gllm_arena_create(c, 1 << 16, &a), 0);
     write_config(conf, "max_arena_bytes = 8K\n");
     kill(d.pid, SIGHUP);
     assert_non_null(notify_wait(&n, "RELOADING=1", 5000));
     assert_non_null(notify_wait(&n, "READY=1", 5000));
     assert_int_equal(gllm_arena_create(c, 4096, &b), GLLM_EQUOTA);
-    assert_int_equal(gllm_arena_release(a), 0);
+    assert_int_equal(gllm_memory_release(a), 0);
     assert_int_equal(gllm_arena_create(c, 4096, &b), 0);   /* room again once released */
-    assert_int_equal(gllm_arena_release(b), 0);
+    assert_int_equal(gllm_memory_release(b), 0);
     gllm_disconnect(c);
 
     assert_int_equal(daemon_stop(&d), 0);
@@ -203,7 +207,7 @@ static void test_policy_refuses_peer(void **state)
         }
     }
     assert_int_equal(r, 0);
-    gllm_status st;
+    gllm_status st = GLLM_STATUS_INIT;
     assert_int_equal(gllm_status_get(c, &st), 0);
     gllm_disconnect(c);
     assert_int_equal(daemon_stop(&d), 0);
@@ -241,7 +245,7 @@ static void test_socket_activation(void **state)
         }
     }
     assert_int_equal(r, 0);
-    gllm_status st;
+    gllm_status st = GLLM_STATUS_INIT;
     assert_int_equal(gllm_status_get(c, &st), 0);
     assert_string_equal(st.backend, test_backend());
     gllm_disconnect(c);
@@ -275,35 +279,35 @@ static void test_sigterm_with_several_clients(void **state)
         if (gllm_connect(d.socket, &c) < 0)
             _exit(10);
         size_t n = 1 * 4 * 256 * 64;
-        gllm_arena *a;
+        gllm_memory *a;
         if (gllm_arena_create(c, 4 * n * 4 * JOBS, &a) < 0)
             _exit(11);
         uint64_t seed = (uint64_t)k;
-        fill_random(gllm_arena_data(a), GLLM_DTYPE_F32, 4 * n * JOBS, &seed);
+        fill_random(gllm_memory_data(a), GLLM_DTYPE_F32, 4 * n * JOBS, &seed);
         uint64_t ids[JOBS];
         int64_t shape[4] = {1, 4, 256, 64};
         for (int j = 0; j < JOBS; j++) {
             gllm_attention_params p = {.size = sizeof p};
             uint64_t base = (uint64_t)j * 4 * n * 4;
-            gllm_tensor_init(&p.q, a, base, GLLM_DTYPE_F32, 4, shape);
-            gllm_tensor_init(&p.k, a, base + n * 4, GLLM_DTYPE_F32, 4, shape);
-            gllm_tensor_init(&p.v, a, base + 2 * n * 4, GLLM_DTYPE_F32, 4, shape);
-            gllm_tensor_init(&p.out, a, base + 3 * n * 4, GLLM_DTYPE_F32, 4, shape);
+            gllm_tensor_init(a, base, GLLM_DTYPE_F32, 4, shape, &p.q);
+            gllm_tensor_init(a, base + n * 4, GLLM_DTYPE_F32, 4, shape, &p.k);
+            gllm_tensor_init(a, base + 2 * n * 4, GLLM_DTYPE_F32, 4, shape, &p.v);
+            gllm_tensor_init(a, base + 3 * n * 4, GLLM_DTYPE_F32, 4, shape, &p.out);
             if (gllm_attention_submit(c, &p, &ids[j]) < 0)
                 _exit(12);
         }
-        gllm_status st;       /* a round trip: the jobs before it have been read */
+        gllm_status st = GLLM_STATUS_INIT;       /* a round trip: the jobs before it have been read */
         if (gllm_status_get(c, &st) < 0 || write(ready[1], "r", 1) != 1)
             _exit(13);
         char x;
         if (read(go[0], &x, 1) != 1)
             _exit(14);
         for (int j = 0; j < JOBS; j++) {
-            gllm_job_result res;
+            gllm_job_result res = GLLM_JOB_RESULT_INIT;
             if (gllm_job_wait(c, ids[j], &res) != 0)
                 _exit(15);
         }
-        gllm_arena_release(a);
+        gllm_memory_release(a);
         gllm_disconnect(c);
         _exit(0);
     }
@@ -341,25 +345,25 @@ static void test_drain_deadline_cancels_queued_jobs(void **state)
     assert_int_equal(gllm_connect(d.socket, &c), 0);
     enum { JOBS = 12 };
     size_t n = 1 * 8 * 512 * 128;
-    gllm_arena *a;
+    gllm_memory *a;
     assert_int_equal(gllm_arena_create(c, 4 * n * 4, &a), 0);
     uint64_t seed = 1;
-    fill_random(gllm_arena_data(a), GLLM_DTYPE_F32, 3 * n, &seed);
+    fill_random(gllm_memory_data(a), GLLM_DTYPE_F32, 3 * n, &seed);
     int64_t shape[4] = {1, 8, 512, 128};
     gllm_attention_params p = {.size = sizeof p};
-    gllm_tensor_init(&p.q, a, 0, GLLM_DTYPE_F32, 4, shape);
-    gllm_tensor_init(&p.k, a, n * 4, GLLM_DTYPE_F32, 4, shape);
-    gllm_tensor_init(&p.v, a, 2 * n * 4, GLLM_DTYPE_F32, 4, shape);
-    gllm_tensor_init(&p.out, a, 3 * n * 4, GLLM_DTYPE_F32, 4, shape);
+    gllm_tensor_init(a, 0, GLLM_DTYPE_F32, 4, shape, &p.q);
+    gllm_tensor_init(a, n * 4, GLLM_DTYPE_F32, 4, shape, &p.k);
+    gllm_tensor_init(a, 2 * n * 4, GLLM_DTYPE_F32, 4, shape, &p.v);
+    gllm_tensor_init(a, 3 * n * 4, GLLM_DTYPE_F32, 4, shape, &p.out);
     uint64_t ids[JOBS];
     for (int j = 0; j < JOBS; j++)
         assert_int_equal(gllm_attention_submit(c, &p, &ids[j]), 0);
-    gllm_status st;
+    gllm_status st = GLLM_STATUS_INIT;
     assert_int_equal(gllm_status_get(c, &st), 0);     /* all read by the daemon */
     assert_int_equal(kill(d.pid, SIGTERM), 0);
     int done = 0, cancelled = 0;
     for (int j = 0; j < JOBS; j++) {
-        gllm_job_result res;
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
         int r = gllm_job_wait(c, ids[j], &res);       /* every job gets an answer */
         if (r == 0)
             done++;
@@ -372,7 +376,7 @@ static void test_drain_deadline_cancels_queued_jobs(void **state)
     if (strcmp(test_backend(), "cpu") == 0)
         assert_true(cancelled > 0);   /* 12 jobs of ~1 GFLOP cannot all finish in 0 s */
     gllm_disconnect(c);
-    gllm_arena_release(a);
+    gllm_memory_release(a);
     assert_int_equal(wait_exit(d.pid), 0);
     d.pid = 0;
     daemon_stop(&d);

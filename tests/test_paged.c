@@ -28,8 +28,8 @@ struct cache_case {
 struct cache {
     struct cache_case c;
     gllm_client *cl;
-    gllm_arena *arena;        /* tables, staging, and everything when !device */
-    gllm_dtensor *dt;
+    gllm_memory *arena;       /* tables, staging, and everything when !device */
+    gllm_memory *dt;
     char *base;
     size_t used, es, row;     /* bump allocator; element size; bytes per [Hkv, D] row */
     int P, total, nq;
@@ -42,7 +42,7 @@ static uint64_t take(struct cache *k, size_t bytes)
 {
     size_t at = (k->used + 255) & ~(size_t)255;
     k->used = at + bytes;
-    assert_true(k->used <= gllm_arena_size(k->arena));
+    assert_true(k->used <= gllm_memory_size(k->arena));
     return at;
 }
 
@@ -53,9 +53,9 @@ static gllm_tensor tensor(struct cache *k, uint64_t off, bool on_device, gllm_dt
 {
     gllm_tensor t;
     if (on_device)
-        assert_int_equal(gllm_tensor_init_device(&t, k->dt, off, dt, rank, shape), 0);
+        assert_int_equal(gllm_tensor_init(k->dt, off, dt, rank, shape, &t), 0);
     else
-        assert_int_equal(gllm_tensor_init(&t, k->arena, off, dt, rank, shape), 0);
+        assert_int_equal(gllm_tensor_init(k->arena, off, dt, rank, shape, &t), 0);
     return t;
 }
 
@@ -90,7 +90,7 @@ static gllm_paged_kv table_span(struct cache *k, const int *from, const int *to,
     }
     int64_t n = indptr[c->B];
     if (on_device)
-        assert_int_equal(gllm_dtensor_write(k->cl, k->dt, o_idx, k->arena, o_idx, 4 * (size_t)n + 4), 0);
+        assert_int_equal(gllm_memory_copy(k->cl, k->dt, o_idx, k->arena, o_idx, 4 * (size_t)n + 4), 0);
     return (gllm_paged_kv){.k_cache = k->kc, .v_cache = k->vc,
                            .indptr = i32_tensor(k, o_ind, c->B + 1),
                            .indices = tensor(k, o_idx, on_device, GLLM_DTYPE_I32, 1, &n),
@@ -141,14 +141,14 @@ static void setup(struct cache *k, gllm_client *cl, const struct cache_case *c, 
     size_t qbytes = (size_t)(k->nq > c->B ? k->nq : c->B) * (size_t)(c->Hq * c->D) * k->es;
     size_t size = 2 * pool + 2 * (size_t)k->total * k->row + 4 * qbytes + 16 * (size_t)k->P + 65536;
     assert_int_equal(gllm_arena_create(cl, size, &k->arena), 0);
-    k->base = gllm_arena_data(k->arena);
+    k->base = gllm_memory_data(k->arena);
     if (c->device)
         assert_int_equal(gllm_dtensor_create(cl, size, 0, &k->dt), 0);
     int64_t shape[4] = {k->P, c->page_size, c->Hkv, c->D};
     uint64_t okc = take(k, pool), ovc = take(k, pool);
     memset(k->base + okc, 0xff, 2 * pool + 256);   /* NaN: a slot never written shows */
     if (c->device)
-        assert_int_equal(gllm_dtensor_write(cl, k->dt, okc, k->arena, okc, ovc + pool - okc), 0);
+        assert_int_equal(gllm_memory_copy(cl, k->dt, okc, k->arena, okc, ovc + pool - okc), 0);
     k->kc = tensor(k, okc, c->device, c->dtype, 4, shape);
     k->vc = tensor(k, ovc, c->device, c->dtype, 4, shape);
 }
@@ -156,8 +156,8 @@ static void setup(struct cache *k, gllm_client *cl, const struct cache_case *c, 
 static void teardown(struct cache *k)
 {
     if (k->dt)
-        assert_int_equal(gllm_dtensor_free(k->dt), 0);
-    assert_int_equal(gllm_arena_release(k->arena), 0);
+        assert_int_equal(gllm_memory_release(k->dt), 0);
+    assert_int_equal(gllm_memory_release(k->arena), 0);
     free(k->pages);
     free(k->first);
 }
@@ -188,12 +188,12 @@ static void append(struct cache *k, const int *from, const int *to, bool trimmed
         aind[b + 1] = t;
     }
     if (c->device)
-        assert_int_equal(gllm_dtensor_write(k->cl, k->dt, ok, k->arena, ok, ov + (size_t)n * k->row - ok), 0);
+        assert_int_equal(gllm_memory_copy(k->cl, k->dt, ok, k->arena, ok, ov + (size_t)n * k->row - ok), 0);
     int64_t shape[3] = {n, c->Hkv, c->D};
     p.k = tensor(k, ok, c->device, c->dtype, 3, shape);
     p.v = tensor(k, ov, c->device, c->dtype, 3, shape);
     p.append_indptr = i32_tensor(k, oa, c->B + 1);
-    gllm_job_result res;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     int r = gllm_kv_append(k->cl, &p, &res);
     if (r != 0)
         fprintf(stderr, "kv_append: %s\n", gllm_client_last_error(k->cl));
@@ -206,7 +206,7 @@ static void check_pool(struct cache *k)
     const struct cache_case *c = &k->c;
     size_t pool = (size_t)k->P * (size_t)c->page_size * k->row;
     if (c->device)
-        assert_int_equal(gllm_dtensor_read(k->cl, k->dt, k->kc.offset, k->arena, k->kc.offset,
+        assert_int_equal(gllm_memory_copy(k->cl, k->arena, k->kc.offset, k->dt, k->kc.offset,
                                            k->vc.offset + pool - k->kc.offset), 0);
     int bad = 0;
     for (int b = 0; b < c->B; b++)
@@ -271,20 +271,20 @@ static void attend(struct cache *k, bool prefill, uint64_t seed)
     for (int b = 0; b < c->B; b++)
         qind[b + 1] = qind[b] + (prefill ? c->qlen[b] : 1);
     if (c->device)
-        assert_int_equal(gllm_dtensor_write(k->cl, k->dt, oq, k->arena, oq, oo + (size_t)n * qrow * k->es - oq), 0);
+        assert_int_equal(gllm_memory_copy(k->cl, k->dt, oq, k->arena, oq, oo + (size_t)n * qrow * k->es - oq), 0);
     int64_t shape[3] = {n, c->Hq, c->D};
     gllm_paged_attention_params p = {.size = sizeof p, .kv = table_span(k, NULL, c->len, c->device_pages),
                                      .q = tensor(k, oq, c->device, c->dtype, 3, shape),
                                      .out = tensor(k, oo, c->device, c->dtype, 3, shape)};
     if (prefill)
         p.qo_indptr = i32_tensor(k, oqi, c->B + 1);
-    gllm_job_result res;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     int r = prefill ? gllm_attention_prefill(k->cl, &p, &res) : gllm_attention_decode(k->cl, &p, &res);
     if (r != 0)
         fprintf(stderr, "%s: %s\n", prefill ? "prefill" : "decode", gllm_client_last_error(k->cl));
     assert_int_equal(r, 0);
     if (c->device)
-        assert_int_equal(gllm_dtensor_read(k->cl, k->dt, oo, k->arena, oo, (size_t)n * qrow * k->es), 0);
+        assert_int_equal(gllm_memory_copy(k->cl, k->arena, oo, k->dt, oo, (size_t)n * qrow * k->es), 0);
     double *want = malloc((size_t)n * qrow * sizeof *want), *got = malloc((size_t)n * qrow * sizeof *got);
     for (int b = 0; b < c->B; b++)
         for (int i = qind[b]; i < qind[b + 1]; i++) {
@@ -379,7 +379,7 @@ static void test_refusals(void **state)
                                         .q = tensor(&k, oq, false, c.dtype, 3, shape),
                                         .out = tensor(&k, oo, false, c.dtype, 3, shape)};
     gllm_paged_attention_params p;
-    gllm_job_result res;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
     int32_t *idx = i32_at(&k, good.kv.indices.offset), *last = i32_at(&k, good.kv.last_page_len.offset),
             *indptr = i32_at(&k, good.kv.indptr.offset);
 
@@ -452,22 +452,22 @@ static void test_refusals(void **state)
     assert_int_equal(gllm_attention_decode(cl, &p, &res), 0);
     int32_t *didx = i32_at(&k, p.kv.indices.offset), keep = didx[1];
     didx[1] = k.P;                                  /* past the pool, written to the device */
-    assert_int_equal(gllm_dtensor_write(cl, k.dt, p.kv.indices.offset, k.arena,
+    assert_int_equal(gllm_memory_copy(cl, k.dt, p.kv.indices.offset, k.arena,
                                         p.kv.indices.offset, 12), 0);
     assert_int_equal(gllm_attention_decode(cl, &p, &res), GLLM_EBOUNDS);
     assert_non_null(strstr(gllm_client_last_error(cl), "kv_indices[1]"));
     didx[1] = -7;
-    assert_int_equal(gllm_dtensor_write(cl, k.dt, p.kv.indices.offset, k.arena,
+    assert_int_equal(gllm_memory_copy(cl, k.dt, p.kv.indices.offset, k.arena,
                                         p.kv.indices.offset, 12), 0);
     assert_int_equal(gllm_attention_decode(cl, &p, &res), GLLM_EBOUNDS);
     assert_non_null(strstr(gllm_client_last_error(cl), "is -7"));
     didx[1] = keep;
-    assert_int_equal(gllm_dtensor_write(cl, k.dt, p.kv.indices.offset, k.arena,
+    assert_int_equal(gllm_memory_copy(cl, k.dt, p.kv.indices.offset, k.arena,
                                         p.kv.indices.offset, 12), 0);
     assert_int_equal(gllm_attention_decode(cl, &p, &res), 0);     /* repaired */
     gllm_paged_attention_params dp = p;             /* indptr on the device: refused */
-    assert_int_equal(gllm_tensor_init_device(&dp.kv.indptr, k.dt, p.kv.indptr.offset,
-                                             GLLM_DTYPE_I32, 1, p.kv.indptr.shape), 0);
+    assert_int_equal(gllm_tensor_init(k.dt, p.kv.indptr.offset, GLLM_DTYPE_I32, 1,
+                                      p.kv.indptr.shape, &dp.kv.indptr), 0);
     assert_int_equal(gllm_attention_decode(cl, &dp, &res), GLLM_EPARAM);
     ap.kv.indptr.shape[0] = 3;                      /* kv_append: its table in arenas only */
     ap.kv.indices = p.kv.indices;

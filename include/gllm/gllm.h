@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /*
- * Thread-safety: a gllm_client and the arenas made through it belong to one
+ * Thread-safety: a gllm_client and the memory made through it belong to one
  * thread at a time. Use one client per thread, or serialise calls on a client
  * with your own lock. Different clients are fully independent: the library
  * has no global state and never logs.
@@ -26,11 +26,30 @@ extern "C" {
  * Errors: functions return 0 (or a count) on success and a negative code on
  * failure (a negative errno or a GLLM_E* code, see gllm/errors.h); output
  * parameters are left untouched on failure.
+ *
+ * Argument order: the client first, then the object the call acts on, then its
+ * inputs, then its outputs. Calls that only inspect or give back a handle take
+ * the handle alone: it remembers its client.
+ *
+ * Handles are given back with a function named _release (gllm_memory_release);
+ * the client itself with gllm_disconnect.
+ *
+ * Structs that grow: every struct the library fills in (gllm_caps, gllm_limits,
+ * gllm_device_info, gllm_status, gllm_client_info, gllm_job_result) and every
+ * params struct it reads starts with `size_t size`, which the caller sets to
+ * sizeof the struct it was compiled with; the GLLM_*_INIT macros do that and zero
+ * the rest. New fields are only ever appended. The library fills only the first
+ * `size` bytes of an output struct (an older, smaller one gets the fields it
+ * knows), leaves fields it does not know as the caller set them, and fails with
+ * -EINVAL when size is too small to hold the size itself (a zeroed struct).
  */
 
 #define GLLM_PROTOCOL_VERSION 1
 #define GLLM_MAX_RANK 8
 #define GLLM_MAX_DEVICES 16
+/* Jobs submitted and not yet claimed by gllm_job_wait/poll, per client: past it,
+ * submitting fails with GLLM_EBUSY. */
+#define GLLM_MAX_PENDING_JOBS 65536
 
 typedef enum gllm_dtype {
     GLLM_DTYPE_F32 = 0,
@@ -40,14 +59,18 @@ typedef enum gllm_dtype {
 } gllm_dtype;
 
 typedef struct gllm_client gllm_client;
-typedef struct gllm_arena gllm_arena;
-typedef struct gllm_dtensor gllm_dtensor;
 
-/* A view into an arena or, when .dtensor is set, into a device tensor; strides are in
- * elements, offset in bytes. */
+/* Memory a job's tensors live in: one handle type for every kind. */
+typedef struct gllm_memory gllm_memory;
+
+typedef enum gllm_memory_kind {
+    GLLM_MEMORY_ARENA = 1,   /* shared host memory (a sealed memfd) gllmd maps */
+    GLLM_MEMORY_DEVICE = 2,  /* daemon-owned device memory (host memory on the CPU backend) */
+} gllm_memory_kind;
+
+/* A view into memory; strides are in elements, offset in bytes. */
 typedef struct gllm_tensor {
-    gllm_arena *arena;
-    gllm_dtensor *dtensor;
+    gllm_memory *memory;
     uint64_t offset;
     gllm_dtype dtype;
     int rank;
@@ -56,6 +79,7 @@ typedef struct gllm_tensor {
 } gllm_tensor;
 
 typedef struct gllm_device_info {
+    size_t size;            /* sizeof(gllm_device_info): GLLM_DEVICE_INFO_INIT */
     int index;
     char name[96];
     char kind[16];          /* "cpu", "cuda", ... */
@@ -64,8 +88,10 @@ typedef struct gllm_device_info {
     int cc_major, cc_minor; /* compute capability (GPUs), 0 otherwise */
     char image[32];         /* kernel image loaded: "sm_90a SASS", "compute_80 PTX (JIT)", "" */
 } gllm_device_info;
+#define GLLM_DEVICE_INFO_INIT {.size = sizeof(gllm_device_info)}
 
 typedef struct gllm_limits {
+    size_t size;                  /* sizeof(gllm_limits): GLLM_LIMITS_INIT */
     uint32_t max_message_bytes;
     uint32_t max_arenas;
     uint64_t max_arena_bytes;     /* all arenas of one session together */
@@ -78,20 +104,23 @@ typedef struct gllm_limits {
     uint32_t max_head_dim;
     uint32_t max_page_entries;    /* page-table entries, queries, new tokens or sequences of a paged job */
 } gllm_limits;
+#define GLLM_LIMITS_INIT {.size = sizeof(gllm_limits)}
 
+/* What the daemon announced in hello; its devices and limits have their own calls. */
 typedef struct gllm_caps {
+    size_t size;                  /* sizeof(gllm_caps): GLLM_CAPS_INIT */
     int protocol_version;
     char daemon_version[32];
     char backend[16];
-    int ndevices;
-    gllm_device_info devices[GLLM_MAX_DEVICES];
+    int ndevices;                 /* gllm_client_device(c, 0 .. ndevices - 1) */
     uint32_t dtypes;              /* bit (1 << gllm_dtype) per supported dtype */
-    gllm_limits limits;
 } gllm_caps;
+#define GLLM_CAPS_INIT {.size = sizeof(gllm_caps)}
 
 #define GLLM_MAX_LISTED_CLIENTS 64
 
 typedef struct gllm_client_info {
+    size_t size;            /* sizeof(gllm_client_info): GLLM_CLIENT_INFO_INIT */
     int pid;                /* from the kernel (SO_PEERCRED) when the client connected */
     uint32_t uid, gid;
     char comm[16];          /* the process's command name */
@@ -100,8 +129,10 @@ typedef struct gllm_client_info {
     uint64_t device_bytes;  /* in device tensors */
     uint32_t inflight;      /* jobs queued or running */
 } gllm_client_info;
+#define GLLM_CLIENT_INFO_INIT {.size = sizeof(gllm_client_info)}
 
 typedef struct gllm_status {
+    size_t size;                /* sizeof(gllm_status): GLLM_STATUS_INIT */
     char daemon_version[32];
     char backend[16];
     double uptime_s;
@@ -117,11 +148,9 @@ typedef struct gllm_status {
     uint64_t ring_requests;     /* of which taken from shared-memory rings */
     uint64_t errors;            /* error replies sent */
     uint64_t limit_violations;  /* of which TOOBIG, LIMIT, QUOTA or BUSY */
-    int ndevices;
-    gllm_device_info devices[GLLM_MAX_DEVICES];
-    int nlisted;            /* entries in client_list (the first 64 clients) */
-    gllm_client_info client_list[GLLM_MAX_LISTED_CLIENTS];
+    int nlisted;                /* gllm_status_client(c, 0 .. nlisted - 1): the first 64 clients */
 } gllm_status;
+#define GLLM_STATUS_INIT {.size = sizeof(gllm_status)}
 
 #define GLLM_ATTN_CAUSAL (1u << 0) /* mask aligned bottom-right: query i sees keys j <= i + Skv - Sq */
 #define GLLM_ATTN_SCALE  (1u << 1) /* use .scale instead of 1/sqrt(D) */
@@ -130,17 +159,17 @@ typedef struct gllm_status {
 /*
  * out = softmax(scale * Q K^T + mask) V with Q [B,Hq,Sq,D], K and V [B,Hkv,Skv,D],
  * out [B,Hq,Sq,D]; Hq must be a multiple of Hkv. Q, K, V and out share one
- * dtype; accumulation is fp32. Set .size to sizeof(gllm_attention_params) so
- * the struct can grow without breaking callers.
+ * dtype; accumulation is fp32.
  */
 typedef struct gllm_attention_params {
-    size_t size;
+    size_t size;                  /* sizeof(gllm_attention_params) */
     uint32_t flags;
     float scale;
     gllm_tensor q, k, v, out, lse;
 } gllm_attention_params;
 
 typedef struct gllm_job_result {
+    size_t size;             /* sizeof(gllm_job_result): GLLM_JOB_RESULT_INIT */
     int status;              /* 0 or a negative error code */
     uint64_t kernel_ns;      /* GPU: events around the kernel's launch; CPU: the whole job */
     uint64_t queue_ns;       /* time the job waited for its device */
@@ -149,15 +178,16 @@ typedef struct gllm_job_result {
     uint64_t copy_bytes;     /* GPU: bytes those copies moved */
     uint64_t accept_ns;      /* time the daemon took to read and check the request */
 } gllm_job_result;
+#define GLLM_JOB_RESULT_INIT {.size = sizeof(gllm_job_result)}
 
 /*
  * A paged KV cache: K and V page pools [num_pages, page_size, Hkv, D] (row-major, one
- * dtype, usually device tensors) and the page table of a batch of B sequences in the
+ * dtype, usually in device memory) and the page table of a batch of B sequences in the
  * FlashInfer layout, as i32 tensors in arenas: sequence b owns pages
  * indices[indptr[b] .. indptr[b + 1]) in order, and uses last_page_len[b] slots (1 ..
  * page_size) of its last page. Its length is (pages - 1) * page_size + last_page_len[b].
  * The daemon copies and checks every entry before a kernel sees it. For attention, indices
- * may be a device tensor instead: it is read when the job runs, each page number is checked
+ * may be in device memory instead: it is read when the job runs, each page number is checked
  * before anything is read through it, and a bad one fails the job with GLLM_EBOUNDS.
  */
 typedef struct gllm_paged_kv {
@@ -195,48 +225,53 @@ typedef struct gllm_paged_attention_params {
     gllm_tensor qo_indptr;        /* prefill only */
 } gllm_paged_attention_params;
 
-/* Connection. path NULL: $GLLM_SOCKET, else $XDG_RUNTIME_DIR/gllm/gllmd.sock,
- * else /run/gllm/gllmd.sock when root. Performs the hello exchange. */
+/* Connection. path NULL: the default socket (gllm_default_socket_path). Performs the
+ * hello exchange. */
 GLLM_EXPORT int gllm_connect(const char *path, gllm_client **out);
 GLLM_EXPORT void gllm_disconnect(gllm_client *c);
-/* Default socket path into buf; returns its length or -ENAMETOOLONG/-ENOENT. */
+/* The default socket path, looked up in this order: $GLLM_SOCKET if set and not empty;
+ * else /run/gllm/gllmd.sock when running as root; else $XDG_RUNTIME_DIR/gllm/gllmd.sock
+ * when XDG_RUNTIME_DIR is an absolute path. Writes it into buf and returns its length,
+ * or -ENAMETOOLONG (buf too small) or -ENOENT (none applies). */
 GLLM_EXPORT int gllm_default_socket_path(char *buf, size_t len);
-/* Capabilities the daemon announced in hello. */
-GLLM_EXPORT const gllm_caps *gllm_client_caps(const gllm_client *c);
+/* What the daemon announced in hello: capabilities, limits, and device index's info
+ * (0 <= index < caps.ndevices, else -EINVAL). */
+GLLM_EXPORT int gllm_client_caps(const gllm_client *c, gllm_caps *out);
+GLLM_EXPORT int gllm_client_limits(const gllm_client *c, gllm_limits *out);
+GLLM_EXPORT int gllm_client_device(const gllm_client *c, int index, gllm_device_info *out);
 /* The socket fd, readable when a reply is waiting: poll it from your event
  * loop, then call gllm_job_poll(). Do not read or close it yourself. */
 GLLM_EXPORT int gllm_client_fd(const gllm_client *c);
 
+/* The daemon's counters now. The client list comes with it: gllm_status_client reads
+ * entry index (0 <= index < out->nlisted) of the last status c received. */
 GLLM_EXPORT int gllm_status_get(gllm_client *c, gllm_status *out);
+GLLM_EXPORT int gllm_status_client(const gllm_client *c, int index, gllm_client_info *out);
 
-/* Arenas: shared memory the daemon maps. Release unmaps it on both sides. */
-GLLM_EXPORT int gllm_arena_create(gllm_client *c, size_t size, gllm_arena **out);
-GLLM_EXPORT void *gllm_arena_data(const gllm_arena *a);
-GLLM_EXPORT size_t gllm_arena_size(const gllm_arena *a);
-GLLM_EXPORT int gllm_arena_release(gllm_arena *a);
+/* Memory. An arena is shared memory the daemon maps; its bytes are at gllm_memory_data.
+ * Device memory is daemon-owned memory on a device (GPU memory; host memory on the CPU
+ * backend); the client cannot touch it (gllm_memory_data is NULL) but copies to and from
+ * arenas with gllm_memory_copy. gllm_memory_release gives either back on both sides; when
+ * the connection closes first, gllmd gives back its side and release frees the handle. */
+GLLM_EXPORT int gllm_arena_create(gllm_client *c, size_t bytes, gllm_memory **out);
+GLLM_EXPORT int gllm_dtensor_create(gllm_client *c, size_t bytes, int device, gllm_memory **out);
+GLLM_EXPORT int gllm_memory_release(gllm_memory *m);
+GLLM_EXPORT gllm_memory_kind gllm_memory_kind_of(const gllm_memory *m);
+GLLM_EXPORT void *gllm_memory_data(const gllm_memory *m);
+GLLM_EXPORT size_t gllm_memory_size(const gllm_memory *m);
+/* Copies bytes from src at src_offset to dst at dst_offset: an arena into device memory
+ * or back. A copy is a job: it runs in order with the connection's attention jobs on that
+ * device, and this call waits for it. */
+GLLM_EXPORT int gllm_memory_copy(gllm_client *c, gllm_memory *dst, uint64_t dst_offset,
+                                 gllm_memory *src, uint64_t src_offset, uint64_t bytes);
 
-/* Device tensors: daemon-owned memory on a device (GPU memory; host memory on the CPU
- * backend), freed with gllm_dtensor_free or when the connection closes. Copies to and from
- * arenas are jobs: they run in order with the connection's attention jobs on that device. */
-GLLM_EXPORT int gllm_dtensor_create(gllm_client *c, size_t bytes, int device, gllm_dtensor **out);
-GLLM_EXPORT size_t gllm_dtensor_size(const gllm_dtensor *t);
-GLLM_EXPORT int gllm_dtensor_free(gllm_dtensor *t);
-/* bytes from the arena at arena_offset to the device tensor at offset (write), or back (read). */
-GLLM_EXPORT int gllm_dtensor_write(gllm_client *c, gllm_dtensor *t, uint64_t offset,
-                                   gllm_arena *a, uint64_t arena_offset, uint64_t bytes);
-GLLM_EXPORT int gllm_dtensor_read(gllm_client *c, gllm_dtensor *t, uint64_t offset,
-                                  gllm_arena *a, uint64_t arena_offset, uint64_t bytes);
-/* A contiguous tensor at offset in device tensor t. */
-GLLM_EXPORT int gllm_tensor_init_device(gllm_tensor *out, gllm_dtensor *t, uint64_t offset,
-                                        gllm_dtype dtype, int rank, const int64_t *shape);
-
-/* A contiguous (row-major) tensor at offset in arena. */
-GLLM_EXPORT int gllm_tensor_init(gllm_tensor *t, gllm_arena *a, uint64_t offset,
-                                 gllm_dtype dtype, int rank, const int64_t *shape);
+/* A contiguous (row-major) tensor at offset in memory m, of any kind. */
+GLLM_EXPORT int gllm_tensor_init(gllm_memory *m, uint64_t offset, gllm_dtype dtype, int rank,
+                                 const int64_t *shape, gllm_tensor *out);
 GLLM_EXPORT size_t gllm_dtype_size(gllm_dtype dtype);
 GLLM_EXPORT const char *gllm_dtype_name(gllm_dtype dtype);
 
-/* Attention, synchronously: returns the job's status. */
+/* Attention, synchronously: returns the job's status. res may be NULL. */
 GLLM_EXPORT int gllm_attention(gllm_client *c, const gllm_attention_params *p,
                                gllm_job_result *res);
 /* Asynchronously: submit, then wait (blocking) or poll (-EAGAIN while running). */

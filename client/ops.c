@@ -1,0 +1,141 @@
+/* libgllm-client operations: attention, paged-cache jobs and copies, each a job request. */
+#include "client_internal.h"
+
+/* Sends the request in c->tx as job id; *job gets the id once it is on its way. */
+static int submit(gllm_client *c, uint64_t id, uint64_t *job)
+{
+    int r = jobs_submit(c, id);
+    if (r < 0)
+        return r;
+    *job = id;
+    return 0;
+}
+
+int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p, uint64_t *job)
+{
+    if (!p || p->size < sizeof *p)
+        return -EINVAL;
+    struct proto_attention a = {0};
+    int r;
+    if ((r = memory_tensor_to_wire(c, &p->q, &a.q)) < 0 ||
+        (r = memory_tensor_to_wire(c, &p->k, &a.k)) < 0 ||
+        (r = memory_tensor_to_wire(c, &p->v, &a.v)) < 0 ||
+        (r = memory_tensor_to_wire(c, &p->out, &a.out)) < 0)
+        return r;
+    if (p->flags & GLLM_ATTN_LSE) {
+        if ((r = memory_tensor_to_wire(c, &p->lse, &a.lse)) < 0)
+            return r;
+        a.has_lse = true;
+    }
+    a.causal = p->flags & GLLM_ATTN_CAUSAL;
+    a.has_scale = p->flags & GLLM_ATTN_SCALE;
+    a.scale = p->scale;
+    uint64_t id;
+    msgpack_packer *pk = rpc_begin(c, "attention", &id);
+    proto_pack_attention(pk, &a);
+    return submit(c, id, job);
+}
+
+static int paged_kv_to_wire(gllm_client *c, const gllm_paged_kv *kv, struct proto_paged *w)
+{
+    int r;
+    if ((r = memory_tensor_to_wire(c, &kv->k_cache, &w->k_cache)) < 0 ||
+        (r = memory_tensor_to_wire(c, &kv->v_cache, &w->v_cache)) < 0 ||
+        (r = memory_tensor_to_wire(c, &kv->indptr, &w->kv_indptr)) < 0 ||
+        (r = memory_tensor_to_wire(c, &kv->indices, &w->kv_indices)) < 0)
+        return r;
+    return memory_tensor_to_wire(c, &kv->last_page_len, &w->kv_last_page_len);
+}
+
+static int paged_submit(gllm_client *c, const char *method, const struct proto_paged *w,
+                        uint64_t *job)
+{
+    uint64_t id;
+    msgpack_packer *pk = rpc_begin(c, method, &id);
+    proto_pack_paged(pk, w);
+    return submit(c, id, job);
+}
+
+int gllm_kv_append_submit(gllm_client *c, const gllm_kv_append_params *p, uint64_t *job)
+{
+    if (!p || p->size < sizeof *p)
+        return -EINVAL;
+    struct proto_paged w = {.op = PROTO_KV_APPEND};
+    int r;
+    if ((r = paged_kv_to_wire(c, &p->kv, &w)) < 0 ||
+        (r = memory_tensor_to_wire(c, &p->k, &w.k)) < 0 ||
+        (r = memory_tensor_to_wire(c, &p->v, &w.v)) < 0 ||
+        (r = memory_tensor_to_wire(c, &p->append_indptr, &w.append_indptr)) < 0)
+        return r;
+    return paged_submit(c, "kv_append", &w, job);
+}
+
+static int paged_attention_submit(gllm_client *c, const gllm_paged_attention_params *p,
+                                  enum proto_paged_op op, uint64_t *job)
+{
+    if (!p || p->size < sizeof *p || (p->flags & ~GLLM_ATTN_SCALE))
+        return -EINVAL;
+    struct proto_paged w = {.op = op};
+    int r;
+    if ((r = paged_kv_to_wire(c, &p->kv, &w)) < 0 ||
+        (r = memory_tensor_to_wire(c, &p->q, &w.q)) < 0 ||
+        (r = memory_tensor_to_wire(c, &p->out, &w.out)) < 0)
+        return r;
+    if (op == PROTO_PREFILL && (r = memory_tensor_to_wire(c, &p->qo_indptr, &w.qo_indptr)) < 0)
+        return r;
+    w.has_scale = p->flags & GLLM_ATTN_SCALE;
+    w.scale = p->scale;
+    return paged_submit(c, op == PROTO_DECODE ? "attention_decode" : "attention_prefill", &w, job);
+}
+
+int gllm_attention_decode_submit(gllm_client *c, const gllm_paged_attention_params *p,
+                                 uint64_t *job)
+{
+    return paged_attention_submit(c, p, PROTO_DECODE, job);
+}
+
+int gllm_attention_prefill_submit(gllm_client *c, const gllm_paged_attention_params *p,
+                                  uint64_t *job)
+{
+    return paged_attention_submit(c, p, PROTO_PREFILL, job);
+}
+
+int gllm_memory_copy(gllm_client *c, gllm_memory *dst, uint64_t dst_offset, gllm_memory *src,
+                     uint64_t src_offset, uint64_t bytes)
+{
+    if (!dst || !src || dst->c != c || src->c != c)
+        return -EINVAL;
+    /* The wire's copy runs between an arena and a device tensor, either way. */
+    const bool to_device = dst->kind == GLLM_MEMORY_DEVICE;
+    gllm_memory *dev = to_device ? dst : src, *arena = to_device ? src : dst;
+    if (dev->kind != GLLM_MEMORY_DEVICE || arena->kind != GLLM_MEMORY_ARENA)
+        return -EINVAL;
+    uint64_t id;
+    msgpack_packer *pk = rpc_begin(c, "dtensor_copy", &id);
+    msgpack_pack_map(pk, 6);
+    proto_pack_kv_u64(pk, "dtensor", dev->id);
+    proto_pack_kv_u64(pk, "offset", to_device ? dst_offset : src_offset);
+    proto_pack_kv_u64(pk, "arena", arena->id);
+    proto_pack_kv_u64(pk, "arena_offset", to_device ? src_offset : dst_offset);
+    proto_pack_kv_u64(pk, "bytes", bytes);
+    proto_pack_kv_bool(pk, "to_device", to_device);
+    /* A copy is a job: its reply comes in order with the connection's other jobs. */
+    int r = jobs_submit(c, id);
+    return r < 0 ? r : gllm_job_wait(c, id, NULL);
+}
+
+/* The synchronous forms: submit, then wait. The result struct is checked first, so that a
+ * bad one fails before the job runs rather than after. */
+#define GLLM_SYNC_(name, ptype)                                                          \
+    int name(gllm_client *c, const ptype *p, gllm_job_result *res)                       \
+    {                                                                                    \
+        if (res && out_check(res) < 0)                                                   \
+            return -EINVAL;                                                              \
+        uint64_t job;                                                                    \
+        int r = name##_submit(c, p, &job);                                               \
+        return r < 0 ? r : gllm_job_wait(c, job, res);                                   \
+    }
+GLLM_SYNC_(gllm_attention, gllm_attention_params)
+GLLM_SYNC_(gllm_kv_append, gllm_kv_append_params)
+GLLM_SYNC_(gllm_attention_decode, gllm_paged_attention_params)
+GLLM_SYNC_(gllm_attention_prefill, gllm_paged_attention_params)

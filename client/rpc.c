@@ -1,0 +1,37 @@
+/* libgllm-client synchronous calls: build a request, send it, wait for its reply. */
+#include "client_internal.h"
+
+msgpack_packer *rpc_begin(gllm_client *c, const char *method, uint64_t *id)
+{
+    *id = ++c->next_id;
+    proto_buf_init(&c->tx);
+    proto_pack_request(&c->tx.pk, *id, method);
+    return &c->tx.pk;
+}
+
+int rpc_call(gllm_client *c, uint64_t id, int fd)
+{
+    if (c->tx.overflow)
+        return GLLM_ETOOBIG;
+    struct call_table *t = &c->calls;
+    calls_expect(t, id);
+    int r = conn_send(c, c->tx.data, c->tx.len, fd);
+    while (r == 0 && !t->call_done)
+        r = conn_receive(c, true);
+    if (r < 0)
+        return r;
+    if (t->call_error)
+        return t->call_error;
+    if (t->call_msg.error_code) {
+        r = t->call_msg.error_code;
+        memcpy(c->last_error, t->call_msg.error_message, sizeof c->last_error);
+        calls_end(t);
+        return r;
+    }
+    return 0;
+}
+
+void rpc_end(gllm_client *c)
+{
+    calls_end(&c->calls);
+}
