@@ -93,14 +93,13 @@ static bool job_output_ok(const struct live_job *j)
     struct ref_view k = {base + nq * es, s->dtype, {s->Hkv * s->Skv * s->D, s->Skv * s->D, s->D, 1}};
     struct ref_view v = k;
     v.data = base + (nq + nk) * es;
-    ref_attention(s->B, s->Hq, s->Hkv, s->Sq, s->Skv, s->D, q, k, v, s->causal,
+    ref64_attention(s->B, s->Hq, s->Hkv, s->Sq, s->Skv, s->D, q, k, v, s->causal,
                   1.0 / sqrt((double)s->D), want, NULL);
     for (size_t i = 0; i < nq; i++)
         got[i] = elem_get(base + (nq + 2 * nk) * es, s->dtype, (int64_t)i);
-    double err = rel_error_max(got, want, nq);
+    double err = ref64_rel_error(got, want, nq), tol = ref64_tolerance(s->dtype).out;
     free(want);
     free(got);
-    double tol = s->dtype == GLLM_DTYPE_F32 ? 1e-5 : s->dtype == GLLM_DTYPE_F16 ? 3e-3 : 2e-2;
     if (!(err <= tol))
         fprintf(stderr, "pid %d: rel err %.3g > %.3g\n", (int)getpid(), err, tol);
     return err <= tol;

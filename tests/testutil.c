@@ -1,4 +1,4 @@
-/* Test helpers: reference attention in double precision and a real daemon per test. */
+/* Test helpers: a real daemon per test or group, raw protocol access, memfds. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -14,92 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fp16.h"
 #include "testutil.h"
-
-double elem_get(const void *base, gllm_dtype dt, int64_t idx)
-{
-    switch (dt) {
-    case GLLM_DTYPE_F16: return f16_to_f32(((const uint16_t *)base)[idx]);
-    case GLLM_DTYPE_BF16: return bf16_to_f32(((const uint16_t *)base)[idx]);
-    default: return ((const float *)base)[idx];
-    }
-}
-
-void elem_set(void *base, gllm_dtype dt, int64_t idx, double x)
-{
-    switch (dt) {
-    case GLLM_DTYPE_F16: ((uint16_t *)base)[idx] = f32_to_f16((float)x); break;
-    case GLLM_DTYPE_BF16: ((uint16_t *)base)[idx] = f32_to_bf16((float)x); break;
-    default: ((float *)base)[idx] = (float)x; break;
-    }
-}
-
-uint64_t rng_next(uint64_t *s)
-{
-    /* splitmix64 */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-void fill_random(void *base, gllm_dtype dt, size_t n, uint64_t *seed)
-{
-    for (size_t i = 0; i < n; i++)
-        elem_set(base, dt, (int64_t)i, (double)(rng_next(seed) >> 11) / 4503599627370496.0 - 1.0);
-}
-
-void ref_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv, int64_t D,
-                   struct ref_view q, struct ref_view k, struct ref_view v, bool causal,
-                   double scale, double *out, double *lse)
-{
-    double *s = malloc((size_t)(Skv ? Skv : 1) * sizeof *s);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < Hq; h++) {
-            int64_t hk = h / (Hq / Hkv);
-            for (int64_t i = 0; i < Sq; i++) {
-                int64_t visible = causal ? i + Skv - Sq + 1 : Skv;
-                if (visible > Skv)
-                    visible = Skv;
-                double mx = -INFINITY;
-                for (int64_t j = 0; j < visible; j++) {
-                    double acc = 0;
-                    for (int64_t d = 0; d < D; d++)
-                        acc += elem_get(q.data, q.dtype, b * q.st[0] + h * q.st[1] + i * q.st[2] + d * q.st[3]) *
-                               elem_get(k.data, k.dtype, b * k.st[0] + hk * k.st[1] + j * k.st[2] + d * k.st[3]);
-                    s[j] = acc * scale;
-                    mx = fmax(mx, s[j]);
-                }
-                double sum = 0;
-                for (int64_t j = 0; j < visible; j++)
-                    sum += (s[j] = exp(s[j] - mx));
-                double *o = out + ((b * Hq + h) * Sq + i) * D;
-                for (int64_t d = 0; d < D; d++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < visible; j++)
-                        acc += s[j] * elem_get(v.data, v.dtype, b * v.st[0] + hk * v.st[1] + j * v.st[2] + d * v.st[3]);
-                    o[d] = visible > 0 ? acc / sum : 0.0;
-                }
-                if (lse)
-                    lse[(b * Hq + h) * Sq + i] = visible > 0 ? mx + log(sum) : -INFINITY;
-            }
-        }
-    free(s);
-}
-
-double rel_error_max(const double *got, const double *want, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(got[i] - want[i]);
-        if (isnan(got[i]) != isnan(want[i]))
-            return INFINITY;
-        num = e > num ? e : num;
-        den = fabs(want[i]) > den ? fabs(want[i]) : den;
-    }
-    return den > 0 ? num / den : num;
-}
 
 ssize_t send_packet_fd(int sock, const void *p, size_t n, int fd, int flags)
 {

@@ -1,4 +1,4 @@
-/* Test helpers: a float64 reference attention, random data, and a real gllmd to talk to. */
+/* Test helpers: a real gllmd to talk to, raw protocol access, and (ref64.h) the reference. */
 #ifndef GLLM_TESTUTIL_H
 #define GLLM_TESTUTIL_H
 
@@ -8,27 +8,7 @@
 #include <sys/types.h>
 
 #include "gllm/gllm.h"
-
-/* A strided 4-d (or 3-d for lse) view for the reference. */
-struct ref_view {
-    const void *data;
-    gllm_dtype dtype;
-    int64_t st[4];
-};
-
-/* Naive attention in double: out[b][h][i][d] (contiguous doubles), lse[b][h][i]. */
-void ref_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv, int64_t D,
-                   struct ref_view q, struct ref_view k, struct ref_view v, bool causal,
-                   double scale, double *out, double *lse);
-
-double elem_get(const void *base, gllm_dtype dt, int64_t idx);
-void elem_set(void *base, gllm_dtype dt, int64_t idx, double x);
-/* Uniform in [-1, 1), deterministic per seed. */
-void fill_random(void *base, gllm_dtype dt, size_t n, uint64_t *seed);
-uint64_t rng_next(uint64_t *s);
-
-/* max |a - b| / max |b| over n elements: the figure the tolerances use. */
-double rel_error_max(const double *got, const double *want, size_t n);
+#include "ref64.h"
 
 /* Sends one packet on a SOCK_SEQPACKET socket, with fd attached as SCM_RIGHTS when
  * fd >= 0; returns what sendmsg returns. */
