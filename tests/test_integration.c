@@ -22,12 +22,6 @@
 #include "ring.h"
 #include "testutil.h"
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 /* ---- a job with its reference, through the public API ---- */
 
 struct job_spec {
@@ -105,64 +99,7 @@ static bool job_output_ok(const struct live_job *j)
     return err <= tol;
 }
 
-static gllm_status status_of(const char *sock)
-{
-    gllm_client *c;
-    gllm_status st;
-    assert_int_equal(gllm_connect(sock, &c), 0);
-    assert_int_equal(gllm_status_get(c, &st), 0);
-    gllm_disconnect(c);
-    return st;
-}
-
-/* Waits (bounded) until the daemon has let go of everything its clients held. */
-static gllm_status wait_quiet(const char *sock, uint32_t clients)
-{
-    gllm_status st = status_of(sock);
-    for (int i = 0; i < 3000 && (st.clients > clients + 1 || st.arenas || st.dtensors ||
-                                 st.jobs_inflight); i++) {
-        sleep_ms(10);
-        st = status_of(sock);
-    }
-    return st;
-}
-
 /* ---- raw protocol access, for what the library would never send ---- */
-
-static int raw_connect(const char *path)
-{
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    return fd;
-}
-
-static void raw_send(int fd, const void *p, size_t n, int pass_fd)
-{
-    assert_int_equal(send_packet_fd(fd, p, n, pass_fd, 0), (ssize_t)n);
-}
-
-static char rxbuf[PROTO_MAX_MESSAGE];
-
-/* Reads one reply; returns its error code (0 for a result) and its id. */
-static int raw_reply(int fd, int64_t *id, uint64_t *arena_out)
-{
-    ssize_t n = recv(fd, rxbuf, sizeof rxbuf, 0);
-    assert_true(n > 0);
-    struct proto_msg m;
-    assert_int_equal(proto_decode(rxbuf, (size_t)n, &m, NULL), 0);
-    assert_int_equal(m.kind, PROTO_RESPONSE);
-    *id = m.id == PROTO_NO_ID ? -1 : (int64_t)m.id;
-    int code = m.error_code;
-    if (code == 0 && arena_out)
-        proto_get_u64(m.result, "arena", false, arena_out);
-    if (code)
-        assert_true(m.error_message[0] != '\0');
-    proto_msg_free(&m);
-    return code;
-}
 
 static struct proto_buf tx;
 
@@ -185,34 +122,11 @@ static void expect_error(int fd, int pass_fd, int64_t id, int code)
     assert_int_equal(got_id, id);
 }
 
-static void raw_hello(int fd)
-{
-    msgpack_packer *pk = req(1, "hello");
-    msgpack_pack_map(pk, 1);
-    proto_pack_kv_u64(pk, "version", GLLM_PROTOCOL_VERSION);
-    raw_send(fd, tx.data, tx.len, -1);
-    int64_t id;
-    assert_int_equal(raw_reply(fd, &id, NULL), 0);
-}
-
 static int sealed_memfd(size_t size, bool seal)
 {
     int fd = make_memfd(size, seal ? F_SEAL_SHRINK : 0);
     assert_true(fd >= 0);
     return fd;
-}
-
-static uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id)
-{
-    msgpack_packer *pk = req(id, "arena_register");
-    msgpack_pack_map(pk, 1);
-    proto_pack_kv_u64(pk, "size", size);
-    raw_send(fd, tx.data, tx.len, memfd);
-    int64_t got_id;
-    uint64_t arena = 0;
-    assert_int_equal(raw_reply(fd, &got_id, &arena), 0);
-    assert_true(arena > 0);
-    return (uint32_t)arena;
 }
 
 /* A raw connection past hello, with one arena of `size` bytes (its request had id 2). */
@@ -247,7 +161,16 @@ static void test_hello_and_status(void **state)
     const gllm_caps *caps = gllm_client_caps(c);
     assert_int_equal(caps->protocol_version, GLLM_PROTOCOL_VERSION);
     assert_string_equal(caps->backend, test_backend());
-    assert_int_equal(caps->ndevices, 1);
+    /* One device or more (a multi-GPU host), each listed once, in order, of the backend's
+     * kind; status lists the same devices. The CPU backend is one device. */
+    assert_true(caps->ndevices >= 1 && caps->ndevices <= GLLM_MAX_DEVICES);
+    for (int i = 0; i < caps->ndevices; i++) {
+        assert_int_equal(caps->devices[i].index, i);
+        assert_string_equal(caps->devices[i].kind, caps->backend);
+        assert_true(caps->devices[i].name[0] != '\0');
+    }
+    if (strcmp(caps->backend, "cpu") == 0)
+        assert_int_equal(caps->ndevices, 1);
     assert_int_equal(caps->dtypes, 7);
     assert_int_equal(caps->limits.max_message_bytes, PROTO_MAX_MESSAGE);
     assert_true(caps->limits.max_head_dim >= 128);
@@ -256,6 +179,9 @@ static void test_hello_and_status(void **state)
     assert_int_equal(gllm_status_get(c, &st), 0);
     assert_true(st.clients >= 1);
     assert_string_equal(st.backend, test_backend());
+    assert_int_equal(st.ndevices, caps->ndevices);
+    for (int i = 0; i < st.ndevices; i++)
+        assert_string_equal(st.devices[i].name, caps->devices[i].name);
     bool found = false;   /* the daemon names us: our pid and uid, from SO_PEERCRED */
     for (int i = 0; i < st.nlisted; i++)
         found |= st.client_list[i].pid == getpid() && st.client_list[i].uid == getuid() &&
@@ -515,6 +441,9 @@ static void test_sigterm_drains(void **state)
             break;
         sleep_ms(1);
     }
+    if (st.jobs_inflight + st.jobs_done < N)   /* else SIGTERM would race the submissions */
+        fail_msg("gllmd had read %llu of %d jobs after 3 s",
+                 (unsigned long long)(st.jobs_inflight + st.jobs_done), N);
     assert_int_equal(kill(d.pid, SIGTERM), 0);
     /* A job sent after SIGTERM is refused while the daemon drains (SHUTDOWN), or finds
      * it gone once it has drained (DISCONNECTED): it never runs. Which one depends on how

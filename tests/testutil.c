@@ -1,4 +1,4 @@
-/* Test helpers: a real daemon per test or group, raw protocol access, memfds. */
+/* Test helpers: a real gllmd per test or group, its status, and raw protocol access. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -14,41 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "proto.h"
 #include "testutil.h"
-
-ssize_t send_packet_fd(int sock, const void *p, size_t n, int fd, int flags)
-{
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(&ctrl, 0, sizeof ctrl);
-        mh.msg_control = ctrl.buf;
-        mh.msg_controllen = sizeof ctrl.buf;
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    }
-    return sendmsg(sock, &mh, flags | MSG_NOSIGNAL);
-}
-
-int make_memfd(size_t size, unsigned seals)
-{
-    int fd = memfd_create("gllm-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0)
-        return -errno;
-    if (ftruncate(fd, (off_t)size) < 0 || (seals && fcntl(fd, F_ADD_SEALS, seals) < 0)) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    return fd;
-}
 
 const char *test_backend(void)
 {
@@ -156,4 +128,113 @@ int group_daemon_stop(void **state)
 {
     (void)state;
     return daemon_stop(&group_daemon) == 0 ? 0 : -1;
+}
+
+void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+gllm_status status_of(const char *sock)
+{
+    gllm_client *c;
+    gllm_status st;
+    assert_int_equal(gllm_connect(sock, &c), 0);
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    gllm_disconnect(c);
+    return st;
+}
+
+gllm_status wait_quiet(const char *sock, uint32_t clients)
+{
+    gllm_status st = status_of(sock);
+    for (int i = 0; i < 3000 && (st.clients > clients + 1 || st.arenas || st.dtensors ||
+                                 st.jobs_inflight); i++) {
+        sleep_ms(10);
+        st = status_of(sock);
+    }
+    if (st.clients > clients + 1 || st.arenas || st.dtensors || st.jobs_inflight)
+        fail_msg("gllmd still holds %u clients (want %u), %u arenas, %u device tensors, %llu "
+                 "jobs after 30 s", st.clients - 1, clients, st.arenas, st.dtensors,
+                 (unsigned long long)st.jobs_inflight);
+    return st;
+}
+
+gllm_client *connect_until(const char *sock, int while_code, int timeout_ms)
+{
+    gllm_client *c = NULL;
+    int r = while_code;
+    for (int waited = 0; r == while_code && waited <= timeout_ms; waited += 10) {
+        r = gllm_connect(sock, &c);
+        if (r == while_code)
+            sleep_ms(10);
+    }
+    if (r != 0)
+        fail_msg("connecting to %s: %s after %d ms", sock, gllm_error_name(r), timeout_ms);
+    return c;
+}
+
+int raw_connect(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+void raw_send(int fd, const void *p, size_t n, int pass_fd)
+{
+    assert_int_equal(send_packet_fd(fd, p, n, pass_fd, 0), (ssize_t)n);
+}
+
+int raw_reply(int fd, int64_t *id, uint64_t *arena_out)
+{
+    static char rx[PROTO_MAX_MESSAGE];
+    ssize_t n = recv(fd, rx, sizeof rx, 0);
+    assert_true(n > 0);
+    struct proto_msg m;
+    assert_int_equal(proto_decode(rx, (size_t)n, &m, NULL), 0);
+    assert_int_equal(m.kind, PROTO_RESPONSE);
+    *id = m.id == PROTO_NO_ID ? -1 : (int64_t)m.id;
+    int code = m.error_code;
+    if (code == 0 && arena_out)
+        proto_get_u64(m.result, "arena", false, arena_out);
+    if (code)
+        assert_true(m.error_message[0] != '\0');
+    proto_msg_free(&m);
+    return code;
+}
+
+void raw_hello(int fd)
+{
+    static struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 1, "hello");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "version", GLLM_PROTOCOL_VERSION);
+    raw_send(fd, b.data, b.len, -1);
+    int64_t id;
+    assert_int_equal(raw_reply(fd, &id, NULL), 0);
+    assert_int_equal(id, 1);
+}
+
+uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id)
+{
+    static struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, "arena_register");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "size", size);
+    raw_send(fd, b.data, b.len, memfd);
+    int64_t got_id;
+    uint64_t arena = 0;
+    int code = raw_reply(fd, &got_id, &arena);
+    if (code != 0)
+        fail_msg("arena_register of %zu bytes: %s", size, gllm_error_name(code));
+    assert_int_equal(got_id, (int64_t)id);
+    assert_true(arena > 0 && arena <= UINT32_MAX);
+    return (uint32_t)arena;
 }

@@ -36,4 +36,28 @@ extern struct daemon group_daemon;
 int group_daemon_start(void **state);
 int group_daemon_stop(void **state);
 
+void sleep_ms(int ms);
+
+/* ---- through the library; each fails the running CMocka test when it cannot ---- */
+/* One status call on a fresh connection. */
+gllm_status status_of(const char *sock);
+/* Polls status until no more than `clients` other clients are connected and no arena,
+ * device tensor or job is left; fails the test after 30 s. */
+gllm_status wait_quiet(const char *sock, uint32_t clients);
+/* gllm_connect, again every 10 ms while it returns while_code (a reload or a start not in
+ * yet); fails the test on any other error or after timeout_ms. */
+gllm_client *connect_until(const char *sock, int while_code, int timeout_ms);
+
+/* ---- raw protocol access, for what the library would never send ---- */
+int raw_connect(const char *path);
+/* One packet, with pass_fd attached when >= 0. */
+void raw_send(int fd, const void *p, size_t n, int pass_fd);
+/* Reads one reply: its error code (0 for a result), its id (-1: nil) and, for a result,
+ * its "arena" when arena_out is not NULL. */
+int raw_reply(int fd, int64_t *id, uint64_t *arena_out);
+/* hello (id 1) at this build's protocol version; must succeed. */
+void raw_hello(int fd);
+/* arena_register of memfd (size bytes) as request id; must succeed: the arena's id. */
+uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id);
+
 #endif
