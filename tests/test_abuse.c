@@ -57,25 +57,12 @@ static int daemon_fds(void)
     return n;
 }
 
-struct small_job {
-    gllm_arena *arena;
-    gllm_attention_params p;
-};
-
-static int small_job(gllm_client *c, struct small_job *j, int64_t S, gllm_dtype dt, uint64_t seed)
+/* A causal f32/f16/bf16 job of [1, 2, S, 64] in an arena of its own. */
+static int small_job(gllm_client *c, struct live_job *j, int64_t S, gllm_dtype dt, uint64_t seed)
 {
-    size_t es = gllm_dtype_size(dt), n = (size_t)(2 * S * 64);
-    int r = gllm_arena_create(c, 4 * n * es + 2 * S * 4, &j->arena);
-    if (r < 0)
-        return r;
-    fill_random(gllm_arena_data(j->arena), dt, 3 * n, &seed);
-    int64_t shape[4] = {1, 2, S, 64};
-    j->p = (gllm_attention_params){.size = sizeof j->p, .flags = GLLM_ATTN_CAUSAL};
-    gllm_tensor_init(&j->p.q, j->arena, 0, dt, 4, shape);
-    gllm_tensor_init(&j->p.k, j->arena, n * es, dt, 4, shape);
-    gllm_tensor_init(&j->p.v, j->arena, 2 * n * es, dt, 4, shape);
-    gllm_tensor_init(&j->p.out, j->arena, 3 * n * es, dt, 4, shape);
-    return 0;
+    const struct job_spec s = {.B = 1, .Hq = 2, .Hkv = 2, .Sq = S, .Skv = S, .D = 64,
+                               .dtype = dt, .causal = true};
+    return job_setup(c, j, &s, seed);
 }
 
 /* A child that runs good jobs until told to stop, exiting non-zero on any failure. */
@@ -86,7 +73,7 @@ static pid_t bystander(int stop_fd)
     if (pid > 0)
         return pid;
     gllm_client *c;
-    struct small_job j;
+    struct live_job j;
     if (gllm_connect(group_daemon.socket, &c) < 0 || small_job(c, &j, 64, GLLM_DTYPE_F16, 9) < 0)
         _exit(30);
     int ok = 0;
@@ -125,7 +112,7 @@ static void test_clients_killed_hundreds_of_times(void **state)
             gllm_client *c;
             if (gllm_connect(group_daemon.socket, &c) < 0)
                 _exit(1);
-            struct small_job j[3];
+            struct live_job j[3];
             for (int i = 0; i < 3; i++) {
                 if (small_job(c, &j[i], 32 + 32 * i, (gllm_dtype)(i % 3), (uint64_t)k) < 0)
                     _exit(2);
@@ -248,16 +235,10 @@ static void test_garbage_and_truncation(void **state)
 }
 
 /* A sealed arena cannot shrink under the daemon; growing it is harmless. */
-/* f32 [1, 2, S, 64] q, k, v and out back to back from offset 0 of arena, as a request. */
+/* raw_job as request id, in b. */
 static void pack_job(struct proto_buf *b, uint64_t id, uint32_t arena, int64_t S)
 {
-    struct proto_attention a = {0};
-    struct proto_tensor *t[4] = {&a.q, &a.k, &a.v, &a.out};
-    for (int i = 0; i < 4; i++) {
-        *t[i] = (struct proto_tensor){.arena = arena, .offset = (uint64_t)(i * 2 * S * 64 * 4),
-                                      .dtype = GLLM_DTYPE_F32, .rank = 4, .shape = {1, 2, S, 64}};
-        proto_tensor_contiguous(t[i]);
-    }
+    struct proto_attention a = raw_job(arena, S);
     proto_buf_init(b);
     proto_pack_request(&b->pk, id, "attention");
     proto_pack_attention(&b->pk, &a);
@@ -326,7 +307,7 @@ static void test_zero_huge_and_nan(void **state)
     (void)state;
     gllm_client *c;
     assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
-    struct small_job j;
+    struct live_job j;
     assert_int_equal(small_job(c, &j, 64, GLLM_DTYPE_F32, 4), 0);
     gllm_job_result res;
     gllm_attention_params p = j.p;
@@ -378,7 +359,7 @@ static void test_deep_queue_does_not_starve_others(void **state)
     gllm_client *deep, *small;
     assert_int_equal(gllm_connect(group_daemon.socket, &deep), 0);
     assert_int_equal(gllm_connect(group_daemon.socket, &small), 0);
-    struct small_job dj, sj;
+    struct live_job dj, sj;
     assert_int_equal(small_job(deep, &dj, 256, GLLM_DTYPE_F32, 1), 0);
     assert_int_equal(small_job(small, &sj, 16, GLLM_DTYPE_F32, 2), 0);
     enum { DEEP = 64 };

@@ -22,83 +22,6 @@
 #include "ring.h"
 #include "testutil.h"
 
-/* ---- a job with its reference, through the public API ---- */
-
-struct job_spec {
-    int64_t B, Hq, Hkv, Sq, Skv, D;
-    gllm_dtype dtype;
-    bool causal;
-};
-
-struct live_job {
-    struct job_spec s;
-    gllm_arena *arena;
-    gllm_attention_params p;
-    uint64_t id;
-};
-
-/* NaN over the output, so an element the daemon skipped cannot pass. */
-static void job_poison(struct live_job *j)
-{
-    size_t es = gllm_dtype_size(j->s.dtype);
-    size_t nq = (size_t)(j->s.B * j->s.Hq * j->s.Sq * j->s.D);
-    memset((char *)gllm_arena_data(j->arena) + j->p.out.offset, 0xff, nq * es);
-}
-
-static int job_setup(gllm_client *c, struct live_job *j, const struct job_spec *s, uint64_t seed)
-{
-    j->s = *s;
-    size_t es = gllm_dtype_size(s->dtype);
-    size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D), nk = (size_t)(s->B * s->Hkv * s->Skv * s->D);
-    int r = gllm_arena_create(c, (2 * nq + 2 * nk) * es, &j->arena);
-    if (r < 0)
-        return r;
-    char *base = gllm_arena_data(j->arena);
-    fill_random(base, s->dtype, nq + 2 * nk, &seed);
-    j->p = (gllm_attention_params){.size = sizeof j->p, .flags = s->causal ? GLLM_ATTN_CAUSAL : 0};
-    int64_t qs[4] = {s->B, s->Hq, s->Sq, s->D}, ks[4] = {s->B, s->Hkv, s->Skv, s->D};
-    gllm_tensor_init(&j->p.q, j->arena, 0, s->dtype, 4, qs);
-    gllm_tensor_init(&j->p.k, j->arena, nq * es, s->dtype, 4, ks);
-    gllm_tensor_init(&j->p.v, j->arena, (nq + nk) * es, s->dtype, 4, ks);
-    gllm_tensor_init(&j->p.out, j->arena, (nq + 2 * nk) * es, s->dtype, 4, qs);
-    job_poison(j);
-    return 0;
-}
-
-/* Sets up and submits n jobs of spec s, seeded seed0, seed0 + 1, ... */
-static void submit_jobs(gllm_client *c, struct live_job *j, int n, const struct job_spec *s,
-                        uint64_t seed0)
-{
-    for (int i = 0; i < n; i++) {
-        assert_int_equal(job_setup(c, &j[i], s, seed0 + (uint64_t)i), 0);
-        assert_int_equal(gllm_attention_submit(c, &j[i].p, &j[i].id), 0);
-    }
-}
-
-/* True when the output matches the float64 reference within the dtype's tolerance. */
-static bool job_output_ok(const struct live_job *j)
-{
-    const struct job_spec *s = &j->s;
-    size_t es = gllm_dtype_size(s->dtype);
-    size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D), nk = (size_t)(s->B * s->Hkv * s->Skv * s->D);
-    const char *base = gllm_arena_data(j->arena);
-    double *want = malloc(nq * sizeof *want), *got = malloc(nq * sizeof *got);
-    struct ref_view q = {base, s->dtype, {s->Hq * s->Sq * s->D, s->Sq * s->D, s->D, 1}};
-    struct ref_view k = {base + nq * es, s->dtype, {s->Hkv * s->Skv * s->D, s->Skv * s->D, s->D, 1}};
-    struct ref_view v = k;
-    v.data = base + (nq + nk) * es;
-    ref64_attention(s->B, s->Hq, s->Hkv, s->Sq, s->Skv, s->D, q, k, v, s->causal,
-                  1.0 / sqrt((double)s->D), want, NULL);
-    for (size_t i = 0; i < nq; i++)
-        got[i] = elem_get(base + (nq + 2 * nk) * es, s->dtype, (int64_t)i);
-    double err = ref64_rel_error(got, want, nq), tol = ref64_tolerance(s->dtype).out;
-    free(want);
-    free(got);
-    if (!(err <= tol))
-        fprintf(stderr, "pid %d: rel err %.3g > %.3g\n", (int)getpid(), err, tol);
-    return err <= tol;
-}
-
 /* ---- raw protocol access, for what the library would never send ---- */
 
 static struct proto_buf tx;
@@ -136,19 +59,6 @@ static uint32_t raw_session(const char *sock, size_t size, int *fd, int *mfd)
     raw_hello(*fd);
     *mfd = sealed_memfd(size, true);
     return raw_register(*fd, *mfd, size, 2);
-}
-
-/* q, k, v, out of [1, 2, S, 64] f32 back to back in one arena. */
-static struct proto_attention raw_job(uint32_t arena, int64_t S)
-{
-    struct proto_attention a = {0};
-    struct proto_tensor *t[4] = {&a.q, &a.k, &a.v, &a.out};
-    for (int i = 0; i < 4; i++) {
-        *t[i] = (struct proto_tensor){.arena = arena, .offset = (uint64_t)(i * 2 * S * 64 * 4),
-                                      .dtype = GLLM_DTYPE_F32, .rank = 4, .shape = {1, 2, S, 64}};
-        proto_tensor_contiguous(t[i]);
-    }
-    return a;
 }
 
 /* ---- the tests ---- */

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include "gllm/gllm.h"
+#include "proto.h"
 #include "ref64.h"
 
 /* Sends one packet on a SOCK_SEQPACKET socket, with fd attached as SCM_RIGHTS when
@@ -59,5 +60,32 @@ int raw_reply(int fd, int64_t *id, uint64_t *arena_out);
 void raw_hello(int fd);
 /* arena_register of memfd (size bytes) as request id; must succeed: the arena's id. */
 uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id);
+/* q, k, v, out of [1, 2, S, 64] f32 back to back from offset 0 of arena, as a request. */
+struct proto_attention raw_job(uint32_t arena, int64_t S);
+
+/* ---- a dense job with its reference, through the public API ---- */
+struct job_spec {
+    int64_t B, Hq, Hkv, Sq, Skv, D;
+    gllm_dtype dtype;
+    bool causal;
+};
+
+struct live_job {
+    struct job_spec s;
+    gllm_arena *arena;
+    gllm_attention_params p;
+    uint64_t id;
+};
+
+/* A job of spec s in an arena of its own: q, k, v random (seeded), out poisoned; 0 or the
+ * error of creating the arena. */
+int job_setup(gllm_client *c, struct live_job *j, const struct job_spec *s, uint64_t seed);
+/* NaN over the output, so an element the daemon skipped cannot pass. */
+void job_poison(struct live_job *j);
+/* Sets up and submits n jobs of spec s, seeded seed0, seed0 + 1, ... */
+void submit_jobs(gllm_client *c, struct live_job *j, int n, const struct job_spec *s,
+                 uint64_t seed0);
+/* True when the output matches ref64 within the dtype's tolerance. */
+bool job_output_ok(const struct live_job *j);
 
 #endif
