@@ -55,10 +55,17 @@ static int parse_u64(const char *v, uint64_t min, uint64_t max, uint64_t *out)
     return 0;
 }
 
+static const char *const level_names[] = {"emerg", "alert", "crit", "err", "warning", "notice",
+                                          "info", "debug"};
+
+const char *config_level_name(int level)
+{
+    return level_names[level & 7];
+}
+
 static int parse_level(const char *v, int *out)
 {
-    static const char *const names[] = {"emerg", "alert", "crit", "err", "warning", "notice",
-                                        "info", "debug"};
+    const char *const *names = level_names;
     for (int i = 0; i < 8; i++)
         if (strcmp(v, names[i]) == 0) {
             *out = i;

@@ -42,6 +42,8 @@ struct config_overrides {
 };
 
 void config_defaults(struct config *cfg);
+/* The name log_level takes for a syslog level ("info"), as --check-config prints it. */
+const char *config_level_name(int level);
 /* Reads path into cfg (over what cfg holds). A missing file is an error only when
  * required. On error, err holds "PATH:LINE: what is wrong". */
 int config_load(struct config *cfg, const char *path, bool required, char *err, size_t errlen);

@@ -84,8 +84,8 @@ static int reload(struct server *s, void *arg)
 
 static void print_config(const struct config *c, const char *socket_path)
 {
-    printf("socket = %s\nbackend = %s\nthreads = %d\nlog_level = %d\n", socket_path, c->backend,
-           c->threads, c->log_level);
+    printf("socket = %s\nbackend = %s\nthreads = %d\nlog_level = %s\n", socket_path, c->backend,
+           c->threads, config_level_name(c->log_level));
     printf("max_device_bytes = %llu\nmax_device_bytes_total = %llu\n",
            (unsigned long long)c->limits.max_device_bytes,
            (unsigned long long)c->limits.max_device_bytes_total);

@@ -57,46 +57,12 @@ static int daemon_fds(void)
     return n;
 }
 
-static gllm_status status_now(void)
+/* A causal f32/f16/bf16 job of [1, 2, S, 64] in an arena of its own. */
+static int small_job(gllm_client *c, struct live_job *j, int64_t S, gllm_dtype dt, uint64_t seed)
 {
-    gllm_client *c;
-    gllm_status st = GLLM_STATUS_INIT;
-    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
-    assert_int_equal(gllm_status_get(c, &st), 0);
-    gllm_disconnect(c);
-    return st;
-}
-
-/* Until everything the killed clients held is gone (bounded wait, not a timing test). */
-static gllm_status settle(uint32_t clients)
-{
-    gllm_status st = status_now();
-    for (int i = 0; i < 3000 && (st.clients > clients + 1 || st.arenas || st.jobs_inflight); i++) {
-        sleep_us(10000);
-        st = status_now();
-    }
-    return st;
-}
-
-struct small_job {
-    gllm_memory *arena;
-    gllm_attention_params p;
-};
-
-static int small_job(gllm_client *c, struct small_job *j, int64_t S, gllm_dtype dt, uint64_t seed)
-{
-    size_t es = gllm_dtype_size(dt), n = (size_t)(2 * S * 64);
-    int r = gllm_arena_create(c, 4 * n * es + 2 * S * 4, &j->arena);
-    if (r < 0)
-        return r;
-    fill_random(gllm_memory_data(j->arena), dt, 3 * n, &seed);
-    int64_t shape[4] = {1, 2, S, 64};
-    j->p = (gllm_attention_params){.size = sizeof j->p, .flags = GLLM_ATTN_CAUSAL};
-    gllm_tensor_init(j->arena, 0, dt, 4, shape, &j->p.q);
-    gllm_tensor_init(j->arena, n * es, dt, 4, shape, &j->p.k);
-    gllm_tensor_init(j->arena, 2 * n * es, dt, 4, shape, &j->p.v);
-    gllm_tensor_init(j->arena, 3 * n * es, dt, 4, shape, &j->p.out);
-    return 0;
+    const struct job_spec s = {.B = 1, .Hq = 2, .Hkv = 2, .Sq = S, .Skv = S, .D = 64,
+                               .dtype = dt, .causal = true};
+    return job_setup(c, j, &s, seed);
 }
 
 /* A child that runs good jobs until told to stop, exiting non-zero on any failure. */
@@ -107,7 +73,7 @@ static pid_t bystander(int stop_fd)
     if (pid > 0)
         return pid;
     gllm_client *c;
-    struct small_job j;
+    struct live_job j;
     if (gllm_connect(group_daemon.socket, &c) < 0 || small_job(c, &j, 64, GLLM_DTYPE_F16, 9) < 0)
         _exit(30);
     int ok = 0;
@@ -128,7 +94,7 @@ static pid_t bystander(int stop_fd)
 static void test_clients_killed_hundreds_of_times(void **state)
 {
     (void)state;
-    gllm_status before = settle(0);
+    gllm_status before = wait_quiet(group_daemon.socket, 0);
     sleep_us(50000);                                /* let our status connection close */
     long rss_before = daemon_rss_kib();
     int fds_before = daemon_fds();
@@ -146,7 +112,7 @@ static void test_clients_killed_hundreds_of_times(void **state)
             gllm_client *c;
             if (gllm_connect(group_daemon.socket, &c) < 0)
                 _exit(1);
-            struct small_job j[3];
+            struct live_job j[3];
             for (int i = 0; i < 3; i++) {
                 if (small_job(c, &j[i], 32 + 32 * i, (gllm_dtype)(i % 3), (uint64_t)k) < 0)
                     _exit(2);
@@ -166,7 +132,7 @@ static void test_clients_killed_hundreds_of_times(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);          /* the bystander never saw a failure */
 
-    gllm_status after = settle(0);
+    gllm_status after = wait_quiet(group_daemon.socket, 0);
     assert_int_equal(after.arenas, 0);
     assert_int_equal(after.bytes_mapped, 0);
     assert_int_equal(after.jobs_inflight, 0);
@@ -184,23 +150,13 @@ static void test_clients_killed_hundreds_of_times(void **state)
     close(stop[1]);
 }
 
-static int raw_connect(void)
-{
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", group_daemon.socket);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    return fd;
-}
-
 /* A peer that floods requests and never reads: its replies pile up only to a bound, the
  * daemon stops reading it, and everyone else is served. */
 static void test_flood_without_reading(void **state)
 {
     (void)state;
     long rss_before = daemon_rss_kib();
-    int fd = raw_connect();
+    int fd = raw_connect(group_daemon.socket);
     static struct proto_buf b;
     proto_buf_init(&b);
     proto_pack_request(&b.pk, 1, "hello");
@@ -225,14 +181,14 @@ static void test_flood_without_reading(void **state)
         sent += !stalled;
     }
     assert_true(stalled);                           /* back-pressure reached the sender */
-    gllm_status st = status_now();                  /* others are still served */
+    gllm_status st = status_of(group_daemon.socket);                  /* others are still served */
     assert_true(st.clients >= 2);
     long rss_flood = daemon_rss_kib();
     fprintf(stderr, "flood: %d requests sent before back-pressure, RSS %ld -> %ld KiB\n", sent,
             rss_before, rss_flood);
     assert_true(rss_flood - rss_before < 64 * 1024);
     close(fd);
-    st = settle(0);
+    st = wait_quiet(group_daemon.socket, 0);
     assert_int_equal(st.arenas, 0);
 }
 
@@ -240,7 +196,7 @@ static void test_flood_without_reading(void **state)
 static void test_garbage_and_truncation(void **state)
 {
     (void)state;
-    int fd = raw_connect();
+    int fd = raw_connect(group_daemon.socket);
     uint64_t rng = 5;
     static unsigned char buf[2048];
     int answered = 0;
@@ -279,26 +235,69 @@ static void test_garbage_and_truncation(void **state)
 }
 
 /* A sealed arena cannot shrink under the daemon; growing it is harmless. */
+/* raw_job as request id, in b. */
+static void pack_job(struct proto_buf *b, uint64_t id, uint32_t arena, int64_t S)
+{
+    struct proto_attention a = raw_job(arena, S);
+    proto_buf_init(b);
+    proto_pack_request(&b->pk, id, "attention");
+    proto_pack_attention(&b->pk, &a);
+}
+
+/* A hostile client seals its memfd against shrinking only, registers it, then grows it:
+ * gllmd keeps to the size it registered (a job past it is refused, though the file now
+ * has those bytes), jobs inside it still run and come out right. */
 static void test_arena_resized_after_registration(void **state)
 {
     (void)state;
-    gllm_client *c;
-    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
-    struct small_job j;
-    assert_int_equal(small_job(c, &j, 64, GLLM_DTYPE_F32, 3), 0);
-    /* The library seals with F_SEAL_SEAL too; a hostile client would use its own fd: */
+    const size_t size = 1 << 16;
     int fd = memfd_create("hostile", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     assert_true(fd >= 0);
-    assert_int_equal(ftruncate(fd, 1 << 16), 0);
+    assert_int_equal(ftruncate(fd, (off_t)size), 0);
     assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
     assert_int_equal(ftruncate(fd, 4096), -1);      /* the seal holds */
     assert_int_equal(errno, EPERM);
-    assert_int_equal(ftruncate(fd, 1 << 20), 0);    /* growing is allowed, and harmless */
+    int sock = raw_connect(group_daemon.socket);
+    raw_hello(sock);
+    uint32_t arena = raw_register(sock, fd, size, 2);
+    assert_int_equal(ftruncate(fd, 1 << 20), 0);    /* grown after registration */
+
+    float *mem = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(mem != MAP_FAILED);
+    const int64_t S = 8;
+    const size_t n = (size_t)(2 * S * 64);
+    uint64_t seed = 11;
+    fill_random(mem, GLLM_DTYPE_F32, 3 * n, &seed);
+    memset(mem + 3 * n, 0xff, n * sizeof *mem);     /* out poisoned */
+    static struct proto_buf b;
+    int64_t id;
+    pack_job(&b, 3, arena, S);
+    raw_send(sock, b.data, b.len, -1);
+    assert_int_equal(raw_reply(sock, &id, NULL), 0);
+    assert_int_equal(id, 3);
+    double *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    assert_non_null(want), assert_non_null(got);
+    const int64_t st[4] = {2 * S * 64, S * 64, 64, 1};
+    struct ref_view q = {mem, GLLM_DTYPE_F32, {st[0], st[1], st[2], st[3]}}, k = q, v = q;
+    k.data = mem + n, v.data = mem + 2 * n;
+    ref64_attention(1, 2, 2, S, S, 64, q, k, v, false, 1.0 / 8.0, want, NULL);
+    for (size_t i = 0; i < n; i++)
+        got[i] = mem[3 * n + i];
+    assert_true(ref64_rel_error(got, want, n) <= ref64_tolerance(GLLM_DTYPE_F32).out);
+    free(want), free(got);
+
+    /* 4 x 32 KiB: inside the grown file, past the registered 64 KiB. */
+    pack_job(&b, 4, arena, 64);
+    raw_send(sock, b.data, b.len, -1);
+    assert_int_equal(raw_reply(sock, &id, NULL), GLLM_EBOUNDS);
+    assert_int_equal(id, 4);
+    pack_job(&b, 5, arena, S);                      /* and the arena still serves */
+    raw_send(sock, b.data, b.len, -1);
+    assert_int_equal(raw_reply(sock, &id, NULL), 0);
+    munmap(mem, 1 << 20);
+    close(sock);
     close(fd);
-    gllm_job_result res = GLLM_JOB_RESULT_INIT;
-    assert_int_equal(gllm_attention(c, &j.p, &res), 0);
-    gllm_memory_release(j.arena);
-    gllm_disconnect(c);
+    wait_quiet(group_daemon.socket, 0);
 }
 
 /* Empty tensors run and touch nothing; oversized ones are refused by the element limit;
@@ -308,7 +307,7 @@ static void test_zero_huge_and_nan(void **state)
     (void)state;
     gllm_client *c;
     assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
-    struct small_job j;
+    struct live_job j;
     assert_int_equal(small_job(c, &j, 64, GLLM_DTYPE_F32, 4), 0);
     gllm_job_result res = GLLM_JOB_RESULT_INIT;
     gllm_attention_params p = j.p;
@@ -360,7 +359,7 @@ static void test_deep_queue_does_not_starve_others(void **state)
     gllm_client *deep, *small;
     assert_int_equal(gllm_connect(group_daemon.socket, &deep), 0);
     assert_int_equal(gllm_connect(group_daemon.socket, &small), 0);
-    struct small_job dj, sj;
+    struct live_job dj, sj;
     assert_int_equal(small_job(deep, &dj, 256, GLLM_DTYPE_F32, 1), 0);
     assert_int_equal(small_job(small, &sj, 16, GLLM_DTYPE_F32, 2), 0);
     enum { DEEP = 64 };

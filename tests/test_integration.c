@@ -22,148 +22,7 @@
 #include "ring.h"
 #include "testutil.h"
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-/* ---- a job with its reference, through the public API ---- */
-
-struct job_spec {
-    int64_t B, Hq, Hkv, Sq, Skv, D;
-    gllm_dtype dtype;
-    bool causal;
-};
-
-struct live_job {
-    struct job_spec s;
-    gllm_memory *arena;
-    gllm_attention_params p;
-    uint64_t id;
-};
-
-/* NaN over the output, so an element the daemon skipped cannot pass. */
-static void job_poison(struct live_job *j)
-{
-    size_t es = gllm_dtype_size(j->s.dtype);
-    size_t nq = (size_t)(j->s.B * j->s.Hq * j->s.Sq * j->s.D);
-    memset((char *)gllm_memory_data(j->arena) + j->p.out.offset, 0xff, nq * es);
-}
-
-static int job_setup(gllm_client *c, struct live_job *j, const struct job_spec *s, uint64_t seed)
-{
-    j->s = *s;
-    size_t es = gllm_dtype_size(s->dtype);
-    size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D), nk = (size_t)(s->B * s->Hkv * s->Skv * s->D);
-    int r = gllm_arena_create(c, (2 * nq + 2 * nk) * es, &j->arena);
-    if (r < 0)
-        return r;
-    char *base = gllm_memory_data(j->arena);
-    fill_random(base, s->dtype, nq + 2 * nk, &seed);
-    j->p = (gllm_attention_params){.size = sizeof j->p, .flags = s->causal ? GLLM_ATTN_CAUSAL : 0};
-    int64_t qs[4] = {s->B, s->Hq, s->Sq, s->D}, ks[4] = {s->B, s->Hkv, s->Skv, s->D};
-    gllm_tensor_init(j->arena, 0, s->dtype, 4, qs, &j->p.q);
-    gllm_tensor_init(j->arena, nq * es, s->dtype, 4, ks, &j->p.k);
-    gllm_tensor_init(j->arena, (nq + nk) * es, s->dtype, 4, ks, &j->p.v);
-    gllm_tensor_init(j->arena, (nq + 2 * nk) * es, s->dtype, 4, qs, &j->p.out);
-    job_poison(j);
-    return 0;
-}
-
-/* Sets up and submits n jobs of spec s, seeded seed0, seed0 + 1, ... */
-static void submit_jobs(gllm_client *c, struct live_job *j, int n, const struct job_spec *s,
-                        uint64_t seed0)
-{
-    for (int i = 0; i < n; i++) {
-        assert_int_equal(job_setup(c, &j[i], s, seed0 + (uint64_t)i), 0);
-        assert_int_equal(gllm_attention_submit(c, &j[i].p, &j[i].id), 0);
-    }
-}
-
-/* True when the output matches the float64 reference within the dtype's tolerance. */
-static bool job_output_ok(const struct live_job *j)
-{
-    const struct job_spec *s = &j->s;
-    size_t es = gllm_dtype_size(s->dtype);
-    size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D), nk = (size_t)(s->B * s->Hkv * s->Skv * s->D);
-    const char *base = gllm_memory_data(j->arena);
-    double *want = malloc(nq * sizeof *want), *got = malloc(nq * sizeof *got);
-    struct ref_view q = {base, s->dtype, {s->Hq * s->Sq * s->D, s->Sq * s->D, s->D, 1}};
-    struct ref_view k = {base + nq * es, s->dtype, {s->Hkv * s->Skv * s->D, s->Skv * s->D, s->D, 1}};
-    struct ref_view v = k;
-    v.data = base + (nq + nk) * es;
-    ref_attention(s->B, s->Hq, s->Hkv, s->Sq, s->Skv, s->D, q, k, v, s->causal,
-                  1.0 / sqrt((double)s->D), want, NULL);
-    for (size_t i = 0; i < nq; i++)
-        got[i] = elem_get(base + (nq + 2 * nk) * es, s->dtype, (int64_t)i);
-    double err = rel_error_max(got, want, nq);
-    free(want);
-    free(got);
-    double tol = s->dtype == GLLM_DTYPE_F32 ? 1e-5 : s->dtype == GLLM_DTYPE_F16 ? 3e-3 : 2e-2;
-    if (!(err <= tol))
-        fprintf(stderr, "pid %d: rel err %.3g > %.3g\n", (int)getpid(), err, tol);
-    return err <= tol;
-}
-
-static gllm_status status_of(const char *sock)
-{
-    gllm_client *c;
-    gllm_status st = GLLM_STATUS_INIT;
-    assert_int_equal(gllm_connect(sock, &c), 0);
-    assert_int_equal(gllm_status_get(c, &st), 0);
-    gllm_disconnect(c);
-    return st;
-}
-
-/* Waits (bounded) until the daemon has let go of everything its clients held. */
-static gllm_status wait_quiet(const char *sock, uint32_t clients)
-{
-    gllm_status st = status_of(sock);
-    for (int i = 0; i < 3000 && (st.clients > clients + 1 || st.arenas || st.dtensors ||
-                                 st.jobs_inflight); i++) {
-        sleep_ms(10);
-        st = status_of(sock);
-    }
-    return st;
-}
-
 /* ---- raw protocol access, for what the library would never send ---- */
-
-static int raw_connect(const char *path)
-{
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    return fd;
-}
-
-static void raw_send(int fd, const void *p, size_t n, int pass_fd)
-{
-    assert_int_equal(send_packet_fd(fd, p, n, pass_fd, 0), (ssize_t)n);
-}
-
-static char rxbuf[PROTO_MAX_MESSAGE];
-
-/* Reads one reply; returns its error code (0 for a result) and its id. */
-static int raw_reply(int fd, int64_t *id, uint64_t *arena_out)
-{
-    ssize_t n = recv(fd, rxbuf, sizeof rxbuf, 0);
-    assert_true(n > 0);
-    struct proto_msg m;
-    assert_int_equal(proto_decode(rxbuf, (size_t)n, &m, NULL), 0);
-    assert_int_equal(m.kind, PROTO_RESPONSE);
-    *id = m.id == PROTO_NO_ID ? -1 : (int64_t)m.id;
-    int code = m.error_code;
-    if (code == 0 && arena_out)
-        proto_get_u64(m.result, "arena", false, arena_out);
-    if (code)
-        assert_true(m.error_message[0] != '\0');
-    proto_msg_free(&m);
-    return code;
-}
 
 static struct proto_buf tx;
 
@@ -186,34 +45,11 @@ static void expect_error(int fd, int pass_fd, int64_t id, int code)
     assert_int_equal(got_id, id);
 }
 
-static void raw_hello(int fd)
-{
-    msgpack_packer *pk = req(1, "hello");
-    msgpack_pack_map(pk, 1);
-    proto_pack_kv_u64(pk, "version", GLLM_PROTOCOL_VERSION);
-    raw_send(fd, tx.data, tx.len, -1);
-    int64_t id;
-    assert_int_equal(raw_reply(fd, &id, NULL), 0);
-}
-
 static int sealed_memfd(size_t size, bool seal)
 {
     int fd = make_memfd(size, seal ? F_SEAL_SHRINK : 0);
     assert_true(fd >= 0);
     return fd;
-}
-
-static uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id)
-{
-    msgpack_packer *pk = req(id, "arena_register");
-    msgpack_pack_map(pk, 1);
-    proto_pack_kv_u64(pk, "size", size);
-    raw_send(fd, tx.data, tx.len, memfd);
-    int64_t got_id;
-    uint64_t arena = 0;
-    assert_int_equal(raw_reply(fd, &got_id, &arena), 0);
-    assert_true(arena > 0);
-    return (uint32_t)arena;
 }
 
 /* A raw connection past hello, with one arena of `size` bytes (its request had id 2). */
@@ -223,19 +59,6 @@ static uint32_t raw_session(const char *sock, size_t size, int *fd, int *mfd)
     raw_hello(*fd);
     *mfd = sealed_memfd(size, true);
     return raw_register(*fd, *mfd, size, 2);
-}
-
-/* q, k, v, out of [1, 2, S, 64] f32 back to back in one arena. */
-static struct proto_attention raw_job(uint32_t arena, int64_t S)
-{
-    struct proto_attention a = {0};
-    struct proto_tensor *t[4] = {&a.q, &a.k, &a.v, &a.out};
-    for (int i = 0; i < 4; i++) {
-        *t[i] = (struct proto_tensor){.arena = arena, .offset = (uint64_t)(i * 2 * S * 64 * 4),
-                                      .dtype = GLLM_DTYPE_F32, .rank = 4, .shape = {1, 2, S, 64}};
-        proto_tensor_contiguous(t[i]);
-    }
-    return a;
 }
 
 /* ---- the tests ---- */
@@ -249,17 +72,26 @@ static void test_hello_and_status(void **state)
     assert_int_equal(gllm_client_caps(c, &caps), 0);
     assert_int_equal(caps.protocol_version, GLLM_PROTOCOL_VERSION);
     assert_string_equal(caps.backend, test_backend());
-    assert_int_equal(caps.ndevices, 1);
+    /* One device or more (a multi-GPU host), each listed once, in order, of the backend's
+     * kind; status lists the same devices. The CPU backend is one device. */
+    assert_true(caps.ndevices >= 1 && caps.ndevices <= GLLM_MAX_DEVICES);
+    for (int i = 0; i < caps.ndevices; i++) {
+        gllm_device_info dev = GLLM_DEVICE_INFO_INIT;
+        assert_int_equal(gllm_client_device(c, i, &dev), 0);
+        assert_int_equal(dev.index, i);
+        assert_string_equal(dev.kind, caps.backend);
+        assert_true(dev.name[0] != '\0');
+    }
+    if (strcmp(caps.backend, "cpu") == 0)
+        assert_int_equal(caps.ndevices, 1);
+    gllm_device_info dev = GLLM_DEVICE_INFO_INIT;
+    assert_int_equal(gllm_client_device(c, caps.ndevices, &dev), -EINVAL);
     assert_int_equal(caps.dtypes, 7);
     gllm_limits limits = GLLM_LIMITS_INIT;
     assert_int_equal(gllm_client_limits(c, &limits), 0);
     assert_int_equal(limits.max_message_bytes, PROTO_MAX_MESSAGE);
     assert_true(limits.max_head_dim >= 128);
     assert_int_equal(limits.max_page_entries, 1u << 22);   /* the default */
-    gllm_device_info dev = GLLM_DEVICE_INFO_INIT;
-    assert_int_equal(gllm_client_device(c, 0, &dev), 0);
-    assert_string_equal(dev.kind, test_backend());
-    assert_int_equal(gllm_client_device(c, caps.ndevices, &dev), -EINVAL);
     /* A caller built against an older, smaller struct gets what fits and nothing more. */
     gllm_caps old = {.size = offsetof(gllm_caps, ndevices), .ndevices = -7, .dtypes = 99};
     assert_int_equal(gllm_client_caps(c, &old), 0);
@@ -537,6 +369,9 @@ static void test_sigterm_drains(void **state)
             break;
         sleep_ms(1);
     }
+    if (st.jobs_inflight + st.jobs_done < N)   /* else SIGTERM would race the submissions */
+        fail_msg("gllmd had read %llu of %d jobs after 3 s",
+                 (unsigned long long)(st.jobs_inflight + st.jobs_done), N);
     assert_int_equal(kill(d.pid, SIGTERM), 0);
     /* A job sent after SIGTERM is refused while the daemon drains (SHUTDOWN), or finds
      * it gone once it has drained (DISCONNECTED): it never runs. Which one depends on how

@@ -1,4 +1,4 @@
-/* Test helpers: reference attention in double precision and a real daemon per test. */
+/* Test helpers: a real gllmd per test or group, its status, raw protocol access, dense jobs. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -14,126 +14,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gllm/elem.h"
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "proto.h"
 #include "testutil.h"
-
-double elem_get(const void *base, gllm_dtype dt, int64_t idx)
-{
-    switch (dt) {
-    case GLLM_DTYPE_F16: return gllm_f16_to_f32(((const uint16_t *)base)[idx]);
-    case GLLM_DTYPE_BF16: return gllm_bf16_to_f32(((const uint16_t *)base)[idx]);
-    default: return ((const float *)base)[idx];
-    }
-}
-
-void elem_set(void *base, gllm_dtype dt, int64_t idx, double x)
-{
-    switch (dt) {
-    case GLLM_DTYPE_F16: ((uint16_t *)base)[idx] = gllm_f32_to_f16((float)x); break;
-    case GLLM_DTYPE_BF16: ((uint16_t *)base)[idx] = gllm_f32_to_bf16((float)x); break;
-    default: ((float *)base)[idx] = (float)x; break;
-    }
-}
-
-uint64_t rng_next(uint64_t *s)
-{
-    /* splitmix64 */
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-void fill_random(void *base, gllm_dtype dt, size_t n, uint64_t *seed)
-{
-    for (size_t i = 0; i < n; i++)
-        elem_set(base, dt, (int64_t)i, (double)(rng_next(seed) >> 11) / 4503599627370496.0 - 1.0);
-}
-
-void ref_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv, int64_t D,
-                   struct ref_view q, struct ref_view k, struct ref_view v, bool causal,
-                   double scale, double *out, double *lse)
-{
-    double *s = malloc((size_t)(Skv ? Skv : 1) * sizeof *s);
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < Hq; h++) {
-            int64_t hk = h / (Hq / Hkv);
-            for (int64_t i = 0; i < Sq; i++) {
-                int64_t visible = causal ? i + Skv - Sq + 1 : Skv;
-                if (visible > Skv)
-                    visible = Skv;
-                double mx = -INFINITY;
-                for (int64_t j = 0; j < visible; j++) {
-                    double acc = 0;
-                    for (int64_t d = 0; d < D; d++)
-                        acc += elem_get(q.data, q.dtype, b * q.st[0] + h * q.st[1] + i * q.st[2] + d * q.st[3]) *
-                               elem_get(k.data, k.dtype, b * k.st[0] + hk * k.st[1] + j * k.st[2] + d * k.st[3]);
-                    s[j] = acc * scale;
-                    mx = fmax(mx, s[j]);
-                }
-                double sum = 0;
-                for (int64_t j = 0; j < visible; j++)
-                    sum += (s[j] = exp(s[j] - mx));
-                double *o = out + ((b * Hq + h) * Sq + i) * D;
-                for (int64_t d = 0; d < D; d++) {
-                    double acc = 0;
-                    for (int64_t j = 0; j < visible; j++)
-                        acc += s[j] * elem_get(v.data, v.dtype, b * v.st[0] + hk * v.st[1] + j * v.st[2] + d * v.st[3]);
-                    o[d] = visible > 0 ? acc / sum : 0.0;
-                }
-                if (lse)
-                    lse[(b * Hq + h) * Sq + i] = visible > 0 ? mx + log(sum) : -INFINITY;
-            }
-        }
-    free(s);
-}
-
-double rel_error_max(const double *got, const double *want, size_t n)
-{
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs(got[i] - want[i]);
-        if (isnan(got[i]) != isnan(want[i]))
-            return INFINITY;
-        num = e > num ? e : num;
-        den = fabs(want[i]) > den ? fabs(want[i]) : den;
-    }
-    return den > 0 ? num / den : num;
-}
-
-ssize_t send_packet_fd(int sock, const void *p, size_t n, int fd, int flags)
-{
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(&ctrl, 0, sizeof ctrl);
-        mh.msg_control = ctrl.buf;
-        mh.msg_controllen = sizeof ctrl.buf;
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    }
-    return sendmsg(sock, &mh, flags | MSG_NOSIGNAL);
-}
-
-int make_memfd(size_t size, unsigned seals)
-{
-    int fd = memfd_create("gllm-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0)
-        return -errno;
-    if (ftruncate(fd, (off_t)size) < 0 || (seals && fcntl(fd, F_ADD_SEALS, seals) < 0)) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
-    return fd;
-}
 
 const char *test_backend(void)
 {
@@ -241,4 +128,188 @@ int group_daemon_stop(void **state)
 {
     (void)state;
     return daemon_stop(&group_daemon) == 0 ? 0 : -1;
+}
+
+void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+gllm_status status_of(const char *sock)
+{
+    gllm_client *c;
+    gllm_status st = GLLM_STATUS_INIT;
+    assert_int_equal(gllm_connect(sock, &c), 0);
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    gllm_disconnect(c);
+    return st;
+}
+
+gllm_status wait_quiet(const char *sock, uint32_t clients)
+{
+    gllm_status st = status_of(sock);
+    for (int i = 0; i < 3000 && (st.clients > clients + 1 || st.arenas || st.dtensors ||
+                                 st.jobs_inflight); i++) {
+        sleep_ms(10);
+        st = status_of(sock);
+    }
+    if (st.clients > clients + 1 || st.arenas || st.dtensors || st.jobs_inflight)
+        fail_msg("gllmd still holds %u clients (want %u), %u arenas, %u device tensors, %llu "
+                 "jobs after 30 s", st.clients - 1, clients, st.arenas, st.dtensors,
+                 (unsigned long long)st.jobs_inflight);
+    return st;
+}
+
+gllm_client *connect_until(const char *sock, int while_code, int timeout_ms)
+{
+    gllm_client *c = NULL;
+    int r = while_code;
+    for (int waited = 0; r == while_code && waited <= timeout_ms; waited += 10) {
+        r = gllm_connect(sock, &c);
+        if (r == while_code)
+            sleep_ms(10);
+    }
+    if (r != 0)
+        fail_msg("connecting to %s: %s after %d ms", sock, gllm_error_name(r), timeout_ms);
+    return c;
+}
+
+int raw_connect(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    return fd;
+}
+
+void raw_send(int fd, const void *p, size_t n, int pass_fd)
+{
+    assert_int_equal(send_packet_fd(fd, p, n, pass_fd, 0), (ssize_t)n);
+}
+
+int raw_reply(int fd, int64_t *id, uint64_t *arena_out)
+{
+    static char rx[PROTO_MAX_MESSAGE];
+    ssize_t n = recv(fd, rx, sizeof rx, 0);
+    assert_true(n > 0);
+    struct proto_msg m;
+    assert_int_equal(proto_decode(rx, (size_t)n, &m, NULL), 0);
+    assert_int_equal(m.kind, PROTO_RESPONSE);
+    *id = m.id == PROTO_NO_ID ? -1 : (int64_t)m.id;
+    int code = m.error_code;
+    if (code == 0 && arena_out)
+        proto_get_u64(m.result, "arena", false, arena_out);
+    if (code)
+        assert_true(m.error_message[0] != '\0');
+    proto_msg_free(&m);
+    return code;
+}
+
+void raw_hello(int fd)
+{
+    static struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 1, "hello");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "version", GLLM_PROTOCOL_VERSION);
+    raw_send(fd, b.data, b.len, -1);
+    int64_t id;
+    assert_int_equal(raw_reply(fd, &id, NULL), 0);
+    assert_int_equal(id, 1);
+}
+
+uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id)
+{
+    static struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, "arena_register");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "size", size);
+    raw_send(fd, b.data, b.len, memfd);
+    int64_t got_id;
+    uint64_t arena = 0;
+    int code = raw_reply(fd, &got_id, &arena);
+    if (code != 0)
+        fail_msg("arena_register of %zu bytes: %s", size, gllm_error_name(code));
+    assert_int_equal(got_id, (int64_t)id);
+    assert_true(arena > 0 && arena <= UINT32_MAX);
+    return (uint32_t)arena;
+}
+
+/* q, k, v, out of [1, 2, S, 64] f32 back to back in one arena. */
+struct proto_attention raw_job(uint32_t arena, int64_t S)
+{
+    struct proto_attention a = {0};
+    struct proto_tensor *t[4] = {&a.q, &a.k, &a.v, &a.out};
+    for (int i = 0; i < 4; i++) {
+        *t[i] = (struct proto_tensor){.arena = arena, .offset = (uint64_t)(i * 2 * S * 64 * 4),
+                                      .dtype = GLLM_DTYPE_F32, .rank = 4, .shape = {1, 2, S, 64}};
+        proto_tensor_contiguous(t[i]);
+    }
+    return a;
+}
+
+/* NaN over the output, so an element the daemon skipped cannot pass. */
+void job_poison(struct live_job *j)
+{
+    size_t es = gllm_dtype_size(j->s.dtype);
+    size_t nq = (size_t)(j->s.B * j->s.Hq * j->s.Sq * j->s.D);
+    memset((char *)gllm_memory_data(j->arena) + j->p.out.offset, 0xff, nq * es);
+}
+
+int job_setup(gllm_client *c, struct live_job *j, const struct job_spec *s, uint64_t seed)
+{
+    j->s = *s;
+    size_t es = gllm_dtype_size(s->dtype);
+    size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D), nk = (size_t)(s->B * s->Hkv * s->Skv * s->D);
+    int r = gllm_arena_create(c, (2 * nq + 2 * nk) * es, &j->arena);
+    if (r < 0)
+        return r;
+    char *base = gllm_memory_data(j->arena);
+    fill_random(base, s->dtype, nq + 2 * nk, &seed);
+    j->p = (gllm_attention_params){.size = sizeof j->p, .flags = s->causal ? GLLM_ATTN_CAUSAL : 0};
+    int64_t qs[4] = {s->B, s->Hq, s->Sq, s->D}, ks[4] = {s->B, s->Hkv, s->Skv, s->D};
+    gllm_tensor_init(j->arena, 0, s->dtype, 4, qs, &j->p.q);
+    gllm_tensor_init(j->arena, nq * es, s->dtype, 4, ks, &j->p.k);
+    gllm_tensor_init(j->arena, (nq + nk) * es, s->dtype, 4, ks, &j->p.v);
+    gllm_tensor_init(j->arena, (nq + 2 * nk) * es, s->dtype, 4, qs, &j->p.out);
+    job_poison(j);
+    return 0;
+}
+
+/* Sets up and submits n jobs of spec s, seeded seed0, seed0 + 1, ... */
+void submit_jobs(gllm_client *c, struct live_job *j, int n, const struct job_spec *s,
+                        uint64_t seed0)
+{
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(job_setup(c, &j[i], s, seed0 + (uint64_t)i), 0);
+        assert_int_equal(gllm_attention_submit(c, &j[i].p, &j[i].id), 0);
+    }
+}
+
+/* True when the output matches the float64 reference within the dtype's tolerance. */
+bool job_output_ok(const struct live_job *j)
+{
+    const struct job_spec *s = &j->s;
+    size_t es = gllm_dtype_size(s->dtype);
+    size_t nq = (size_t)(s->B * s->Hq * s->Sq * s->D), nk = (size_t)(s->B * s->Hkv * s->Skv * s->D);
+    const char *base = gllm_memory_data(j->arena);
+    double *want = malloc(nq * sizeof *want), *got = malloc(nq * sizeof *got);
+    struct ref_view q = {base, s->dtype, {s->Hq * s->Sq * s->D, s->Sq * s->D, s->D, 1}};
+    struct ref_view k = {base + nq * es, s->dtype, {s->Hkv * s->Skv * s->D, s->Skv * s->D, s->D, 1}};
+    struct ref_view v = k;
+    v.data = base + (nq + nk) * es;
+    ref64_attention(s->B, s->Hq, s->Hkv, s->Sq, s->Skv, s->D, q, k, v, s->causal,
+                  1.0 / sqrt((double)s->D), want, NULL);
+    for (size_t i = 0; i < nq; i++)
+        got[i] = elem_get(base + (nq + 2 * nk) * es, s->dtype, (int64_t)i);
+    double err = ref64_rel_error(got, want, nq), tol = ref64_tolerance(s->dtype).out;
+    free(want);
+    free(got);
+    if (!(err <= tol))
+        fprintf(stderr, "pid %d: rel err %.3g > %.3g\n", (int)getpid(), err, tol);
+    return err <= tol;
 }

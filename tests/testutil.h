@@ -1,4 +1,4 @@
-/* Test helpers: a float64 reference attention, random data, and a real gllmd to talk to. */
+/* Test helpers: a real gllmd to talk to, raw protocol access, and (ref64.h) the reference. */
 #ifndef GLLM_TESTUTIL_H
 #define GLLM_TESTUTIL_H
 
@@ -8,27 +8,8 @@
 #include <sys/types.h>
 
 #include "gllm/gllm.h"
-
-/* A strided 4-d (or 3-d for lse) view for the reference. */
-struct ref_view {
-    const void *data;
-    gllm_dtype dtype;
-    int64_t st[4];
-};
-
-/* Naive attention in double: out[b][h][i][d] (contiguous doubles), lse[b][h][i]. */
-void ref_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv, int64_t D,
-                   struct ref_view q, struct ref_view k, struct ref_view v, bool causal,
-                   double scale, double *out, double *lse);
-
-double elem_get(const void *base, gllm_dtype dt, int64_t idx);
-void elem_set(void *base, gllm_dtype dt, int64_t idx, double x);
-/* Uniform in [-1, 1), deterministic per seed. */
-void fill_random(void *base, gllm_dtype dt, size_t n, uint64_t *seed);
-uint64_t rng_next(uint64_t *s);
-
-/* max |a - b| / max |b| over n elements: the figure the tolerances use. */
-double rel_error_max(const double *got, const double *want, size_t n);
+#include "proto.h"
+#include "ref64.h"
 
 /* Sends one packet on a SOCK_SEQPACKET socket, with fd attached as SCM_RIGHTS when
  * fd >= 0; returns what sendmsg returns. */
@@ -55,5 +36,56 @@ int daemon_stop(struct daemon *d);
 extern struct daemon group_daemon;
 int group_daemon_start(void **state);
 int group_daemon_stop(void **state);
+
+void sleep_ms(int ms);
+
+/* ---- through the library; each fails the running CMocka test when it cannot ---- */
+/* One status call on a fresh connection. */
+gllm_status status_of(const char *sock);
+/* Polls status until no more than `clients` other clients are connected and no arena,
+ * device tensor or job is left; fails the test after 30 s. */
+gllm_status wait_quiet(const char *sock, uint32_t clients);
+/* gllm_connect, again every 10 ms while it returns while_code (a reload or a start not in
+ * yet); fails the test on any other error or after timeout_ms. */
+gllm_client *connect_until(const char *sock, int while_code, int timeout_ms);
+
+/* ---- raw protocol access, for what the library would never send ---- */
+int raw_connect(const char *path);
+/* One packet, with pass_fd attached when >= 0. */
+void raw_send(int fd, const void *p, size_t n, int pass_fd);
+/* Reads one reply: its error code (0 for a result), its id (-1: nil) and, for a result,
+ * its "arena" when arena_out is not NULL. */
+int raw_reply(int fd, int64_t *id, uint64_t *arena_out);
+/* hello (id 1) at this build's protocol version; must succeed. */
+void raw_hello(int fd);
+/* arena_register of memfd (size bytes) as request id; must succeed: the arena's id. */
+uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id);
+/* q, k, v, out of [1, 2, S, 64] f32 back to back from offset 0 of arena, as a request. */
+struct proto_attention raw_job(uint32_t arena, int64_t S);
+
+/* ---- a dense job with its reference, through the public API ---- */
+struct job_spec {
+    int64_t B, Hq, Hkv, Sq, Skv, D;
+    gllm_dtype dtype;
+    bool causal;
+};
+
+struct live_job {
+    struct job_spec s;
+    gllm_memory *arena;
+    gllm_attention_params p;
+    uint64_t id;
+};
+
+/* A job of spec s in an arena of its own: q, k, v random (seeded), out poisoned; 0 or the
+ * error of creating the arena. */
+int job_setup(gllm_client *c, struct live_job *j, const struct job_spec *s, uint64_t seed);
+/* NaN over the output, so an element the daemon skipped cannot pass. */
+void job_poison(struct live_job *j);
+/* Sets up and submits n jobs of spec s, seeded seed0, seed0 + 1, ... */
+void submit_jobs(gllm_client *c, struct live_job *j, int n, const struct job_spec *s,
+                 uint64_t seed0);
+/* True when the output matches ref64 within the dtype's tolerance. */
+bool job_output_ok(const struct live_job *j);
 
 #endif
