@@ -172,6 +172,7 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
             }
     }
 
+    job->kind = JOB_ATTENTION;
     struct attn_args *a = &job->args;
     memset(a, 0, sizeof *a);
     a->dtype = q->dtype;

@@ -141,7 +141,7 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
         proto_pack_kv_u64(pk, "arenas", c->narenas);
         proto_pack_kv_u64(pk, "arena_bytes", c->arena_bytes);
         proto_pack_kv_u64(pk, "device_bytes", c->device_bytes);
-        proto_pack_kv_u64(pk, "inflight", c->inflight);
+        proto_pack_kv_u64(pk, "inflight", atomic_load(&c->inflight));
     }
     end_result(s, m->id);
 }
@@ -206,13 +206,15 @@ static void h_ring(struct session *s, const struct proto_msg *m, int *fds, int n
         session_reply_error(s, id, GLLM_EQUOTA, "ring: the session has one already");
         return;
     }
-    int r = session_ring_open(fds[0], &s->ring);
+    struct session_ring *ring;
+    int r = session_ring_open(fds[0], &ring);
     if (r < 0) {
         session_reply_error(s, id, r, "ring: %s (a sealed memfd of %llu bytes)",
                             gllm_strerror(r), (unsigned long long)GLLM_RING_BYTES);
         return;
     }
-    session_ring_set_polling(s->ring, server_busy_polling(s->srv));
+    session_ring_set_polling(ring, server_busy_polling(s->srv));
+    atomic_store_explicit(&s->ring, ring, memory_order_release);
     msgpack_packer *pk = begin_result(s, m->id);
     msgpack_pack_map(pk, 1);
     proto_pack_kv_u64(pk, "bytes", GLLM_RING_BYTES);
@@ -257,13 +259,11 @@ static void submit(struct session *s, struct job *job, uint64_t req_id, int dev,
     job->req_id = req_id;
     job->dev = dev;
     job->t_read = srv->packet_ns;
-    job->session = session_ref(s);
-    job->ring = s->ring;
-    job->cancel = &s->gone;
-    job->abort = &srv->abort_jobs;
+    job->ops = &server_job_ops;
+    job->cookie = session_ref(s);
     s->inflight++;
     srv->stats.jobs_inflight++;
-    worker_submit(srv->workers[dev], &s->lanes[dev], job);
+    sched_submit(srv->sched, &s->lanes[dev], job);
 }
 
 /* Room for one more job, or an error reply and false. */
@@ -274,14 +274,11 @@ static bool admit(struct session *s, int64_t id, const char *method)
         session_reply_error(s, id, GLLM_ESHUTDOWN, "%s: daemon is shutting down", method);
         return false;
     }
-    /* A job answered from its worker counts until the loop settles it; settle before
-     * refusing, so a client at the limit that got its reply may send the next job. */
-    if (s->inflight >= srv->limits.max_inflight ||
-        srv->stats.jobs_inflight >= srv->limits.max_inflight_total)
-        server_reap(srv);
+    /* A job stops counting when its worker finishes it (job_finished), before the loop
+     * settles it: a client at the limit that got its reply may send the next job. */
     if (s->inflight >= srv->limits.max_inflight) {
         session_reply_error(s, id, GLLM_EBUSY, "%s: %u jobs in flight on this connection (limit)",
-                            method, s->inflight);
+                            method, (unsigned)s->inflight);
         return false;
     }
     if (srv->stats.jobs_inflight >= srv->limits.max_inflight_total) {

@@ -134,23 +134,37 @@ static void pack_job_result(struct proto_buf *b, const struct job *job)
     proto_pack_kv_u64(&b->pk, "copy_bytes", job->timing.copy_bytes);
 }
 
-/* Worker thread. A success reply goes out from here: into the session's reply ring when
- * it has one (no system call on either side), else through the socket when it takes the
- * packet at once: the hand-off to the loop and its wake-up would add several microseconds
- * to every job. The fd cannot be reused under us: the job's session reference keeps it
- * open until server_job_done. Replies may overtake ones the loop has queued; ids tie them
- * together. Errors, a full socket and gone clients are left to the loop, which logs and
- * queues. */
-void server_job_reply(struct job *job, void *arg, struct proto_buf *scratch)
+/* Worker thread: a job of a gone session, or one queued past the drain deadline, is not run. */
+static int job_skip(const struct job *job)
 {
-    (void)arg;
-    const struct session *s = job->session;
+    const struct session *s = job->cookie;
+    if (atomic_load_explicit(&s->gone, memory_order_acquire))
+        return GLLM_EDISCONNECTED;
+    if (atomic_load_explicit(&s->srv->abort_jobs, memory_order_acquire))
+        return GLLM_ESHUTDOWN;
+    return 0;
+}
+
+/* Worker thread. The job no longer counts against its session's limits: a client that
+ * has its reply may send the next job before the loop settles this one. A success reply
+ * goes out from here: into the session's reply ring when it has one (no system call on
+ * either side), else through the socket when it takes the packet at once: the hand-off to
+ * the loop and its wake-up would add several microseconds to every job. The fd cannot be
+ * reused under us: the job's session reference keeps it open until it is settled. Replies
+ * may overtake ones the loop has queued; ids tie them together. Errors, a full socket and
+ * gone clients are left to the loop, which logs and queues. */
+static void job_finished(struct job *job, struct proto_buf *scratch)
+{
+    struct session *s = job->cookie;
+    atomic_fetch_sub_explicit(&s->inflight, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&s->srv->stats.jobs_inflight, 1, memory_order_relaxed);
     if (job->status != 0 || atomic_load_explicit(&s->gone, memory_order_acquire))
         return;
     pack_job_result(scratch, job);
-    if (job->ring && session_ring_publish(job->ring, scratch->data, scratch->len)) {
+    struct session_ring *ring = atomic_load_explicit(&s->ring, memory_order_acquire);
+    if (ring && session_ring_publish(ring, scratch->data, scratch->len)) {
         job->replied = true;
-        if (session_ring_client_polling(job->ring))
+        if (session_ring_client_polling(ring))
             return;
         /* The client may be blocked on the socket or watching it: the reply goes there too. */
     }
@@ -161,12 +175,11 @@ void server_job_reply(struct job *job, void *arg, struct proto_buf *scratch)
     job->replied |= n >= 0;
 }
 
-void server_job_done(struct job *job, void *arg)
+/* Loop thread, at the scheduler's settle point. */
+static void job_settle(struct job *job)
 {
-    struct server *srv = arg;
-    struct session *s = job->session;
-    s->inflight--;
-    srv->stats.jobs_inflight--;
+    struct session *s = job->cookie;
+    struct server *srv = s->srv;
     if (job->status == 0)
         srv->stats.jobs_done++;
     else
@@ -188,12 +201,7 @@ void server_job_done(struct job *job, void *arg)
     server_busy_poll(srv);
 }
 
-void server_reap(struct server *srv)
-{
-    for (int i = 0; i < srv->ndevices; i++)
-        if (srv->workers[i])
-            worker_reap(srv->workers[i]);
-}
+const struct job_ops server_job_ops = {job_skip, job_finished, job_settle};
 
 /* Takes what waits in every session's request ring. A session may close (and leave the
  * list) in its turn, never another: the next one is read first. */
@@ -265,12 +273,12 @@ static void drain_check(uv_timer_t *t)
     for (struct session *s = srv->sessions; s; s = s->next)
         if (!session_idle(s))
             return;
-    if (srv->stats.jobs_inflight > 0)
-        return;   /* jobs of sessions that already closed */
+    if (srv->stats.jobs_inflight > 0 || sched_unsettled(srv->sched) > 0)
+        return;   /* jobs of sessions that already closed, or answers not yet sent */
     while (srv->sessions)
         session_close(srv->sessions);
-    for (int i = 0; i < srv->ndevices; i++)
-        worker_stop(srv->workers[i]);
+    sched_stop(srv->sched);
+    srv->sched = NULL;
     uv_timer_stop(t);
     uv_handle_t *handles[] = {
         (uv_handle_t *)&srv->drain_timer, (uv_handle_t *)&srv->deadline_timer,
@@ -416,11 +424,9 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
         return fd;
     }
     srv->listen_fd = fd;
-    int r;
-    for (int i = 0; i < srv->ndevices; i++)
-        if ((r = worker_start(loop, be, i, server_job_reply, server_job_done, srv,
-                              &srv->workers[i])) < 0)
-            return r;
+    int r = sched_start(loop, be, srv->ndevices, &srv->sched);
+    if (r < 0)
+        return r;
     uv_idle_init(loop, &srv->busy_idle);
     srv->busy_idle.data = srv;
     set_busy_poll(srv, cfg->busy_poll);

@@ -15,12 +15,13 @@
 #include "ring.h"
 
 struct session;
-struct worker;
+struct sched;
 
 struct server_stats {
     uint32_t clients;
     uint64_t connections;     /* accepted since start */
-    uint64_t jobs_done, jobs_failed, jobs_inflight;
+    uint64_t jobs_done, jobs_failed;
+    _Atomic uint64_t jobs_inflight;  /* queued or running: down as a worker finishes one */
     uint64_t requests, errors;
     uint64_t limit_violations;    /* replies TOOBIG, LIMIT, QUOTA or BUSY */
     uint64_t ring_requests;       /* requests taken from shared-memory rings */
@@ -34,7 +35,7 @@ struct server {
     uv_loop_t *loop;
     struct backend *be;
     int ndevices;
-    struct worker *workers[GLLM_MAX_DEVICES];
+    struct sched *sched;
     struct job_caps caps;
     struct limits limits;
     struct access_policy policy;
@@ -77,12 +78,8 @@ void server_apply_config(struct server *srv, const struct config *cfg);
 /* Serves until SIGINT/SIGTERM, then drains: stops accepting, answers every
  * accepted request, closes everything. Returns 0 after a clean drain. */
 int server_run(struct server *srv);
-/* The worker's hooks: reply on its thread when a job finishes, done on the loop thread. */
-void server_job_reply(struct job *job, void *srv, struct proto_buf *scratch);
-void server_job_done(struct job *job, void *srv);
-/* Settles every finished job now: an answered client may already have sent its next
- * request before the loop heard that the job ended. */
-void server_reap(struct server *srv);
+/* What a session's jobs tell it (their cookie is the session). */
+extern const struct job_ops server_job_ops;
 /* A request came in or a job ended (loop thread): keep polling a while if enabled. */
 void server_busy_poll(struct server *srv);
 bool server_busy_polling(const struct server *srv);   /* the loop polls: rings need no wake */

@@ -10,7 +10,7 @@
 #include <uv.h>
 
 #include "arena.h"
-#include "worker.h"
+#include "scheduler.h"
 
 struct server;
 struct out_packet;
@@ -36,11 +36,12 @@ struct session {
     uint32_t narenas;            /* shared-memory arenas (the table also holds device tensors) */
     uint64_t arena_bytes;
     uint64_t device_bytes;
-    uint32_t inflight;
+    _Atomic uint32_t inflight;   /* jobs queued or running: down as a worker finishes one */
     struct out_packet *out_head, *out_tail;
     size_t out_bytes;
     struct lane lanes[GLLM_MAX_DEVICES];
-    struct session_ring *ring;   /* requests and job replies through shared memory, or NULL */
+    /* Requests and job replies through shared memory, or NULL; set once, read by workers. */
+    struct session_ring *_Atomic ring;
     uint64_t packets_in;         /* packets read from the socket: orders them with the ring */
 };
 

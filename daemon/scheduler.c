@@ -1,19 +1,19 @@
-/* Device worker thread: takes jobs fairly from session lanes, runs them, reports back via uv_async. */
+/* The scheduler: a worker thread per device takes jobs fairly from lanes and runs them; the
+ * loop settles what finished in one place (settle_finished), woken by uv_async. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "worker.h"
+#include "scheduler.h"
+
+struct sched;
 
 struct worker {
-    uv_loop_t *loop;
+    struct sched *sched;
     struct backend *be;
     int dev;
-    worker_reply_fn *reply_fn;
-    worker_done_fn *done_fn;
-    void *done_arg;
-    struct proto_buf *scratch;            /* the reply hook's, worker thread only */
+    struct proto_buf *scratch;            /* job->ops->finished's, worker thread only */
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -22,6 +22,14 @@ struct worker {
     atomic_uint submitted;                /* bumped per job: what an idle worker spins on */
     struct job *done_head, *done_tail;    /* finished, not yet reported; under lock */
     uv_async_t async;
+};
+
+struct sched {
+    int nworkers;
+    struct worker *workers[GLLM_MAX_DEVICES];
+    uint64_t unsettled;                   /* loop thread: submitted, not yet settled */
+    unsigned open_handles;                /* worker asyncs libuv still holds */
+    bool stopping;
 };
 
 static void ring_push(struct worker *w, struct lane *l)
@@ -65,6 +73,32 @@ static void spin_for_work(struct worker *w, unsigned seen)
             __asm__ __volatile__("" ::: "memory");
 }
 
+/* The backend's, for the job's kind; the owner may say to skip it instead. */
+static void run_job(struct worker *w, struct job *j)
+{
+    j->t_start = now_ns();
+    j->status = j->ops->skip(j);
+    if (j->status == 0) {
+        struct backend *be = w->be;
+        switch (j->kind) {
+        case JOB_COPY:
+            j->copy.timing = &j->timing;
+            j->status = be->iface->copy(be, w->dev, &j->copy);
+            break;
+        case JOB_PAGED:
+            j->paged.timing = &j->timing;
+            j->paged.why = j->why, j->paged.why_len = sizeof j->why;
+            j->status = be->iface->paged(be, w->dev, &j->paged);
+            break;
+        case JOB_ATTENTION:
+            j->args.timing = &j->timing;
+            j->status = be->iface->attention(be, w->dev, &j->args);
+            break;
+        }
+    }
+    j->t_end = now_ns();
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -84,23 +118,8 @@ static void *worker_main(void *arg)
         struct job *j = take_job(w);
         pthread_mutex_unlock(&w->lock);
 
-        j->t_start = now_ns();
-        j->args.timing = &j->timing;
-        if (atomic_load_explicit(j->cancel, memory_order_acquire))
-            j->status = GLLM_EDISCONNECTED;
-        else if (j->abort && atomic_load_explicit(j->abort, memory_order_acquire))
-            j->status = GLLM_ESHUTDOWN;
-        else if (j->kind == JOB_COPY) {
-            j->copy.timing = &j->timing;
-            j->status = w->be->iface->copy(w->be, w->dev, &j->copy);
-        } else if (j->kind == JOB_PAGED) {
-            j->paged.timing = &j->timing;
-            j->paged.why = j->why, j->paged.why_len = sizeof j->why;
-            j->status = w->be->iface->paged(w->be, w->dev, &j->paged);
-        } else
-            j->status = w->be->iface->attention(w->be, w->dev, &j->args);
-        j->t_end = now_ns();
-        w->reply_fn(j, w->done_arg, w->scratch);
+        run_job(w, j);
+        j->ops->finished(j, w->scratch);
 
         pthread_mutex_lock(&w->lock);
         if (w->done_tail)
@@ -114,35 +133,50 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-void worker_reap(struct worker *w)
+/* Takes what one worker has finished, in completion order. */
+static struct job *take_finished(struct worker *w)
 {
     pthread_mutex_lock(&w->lock);
     struct job *j = w->done_head;
     w->done_head = w->done_tail = NULL;
     pthread_mutex_unlock(&w->lock);
-    while (j) {
-        struct job *next = j->next;
-        w->done_fn(j, w->done_arg);
-        j = next;
+    return j;
+}
+
+/* The one place finished jobs are settled: from the loop's wake-up, between callbacks,
+ * never from inside a request's handling (an admission sees only the counts the owner
+ * keeps in finished). */
+static void settle_finished(struct sched *s)
+{
+    for (int i = 0; i < s->nworkers; i++) {
+        for (struct job *j = take_finished(s->workers[i]), *next; j; j = next) {
+            next = j->next;
+            s->unsettled--;
+            j->ops->settle(j);
+        }
     }
 }
 
-static void report_done(uv_async_t *h)
+static void on_finished(uv_async_t *h)
 {
-    worker_reap(h->data);
+    struct worker *w = h->data;
+    settle_finished(w->sched);
 }
 
 static void free_worker(uv_handle_t *h)
 {
     struct worker *w = h->data;
+    struct sched *s = w->sched;
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
     free(w->scratch);
     free(w);
+    if (--s->open_handles == 0 && s->stopping)
+        free(s);
 }
 
-int worker_start(uv_loop_t *loop, struct backend *be, int dev, worker_reply_fn *reply,
-                 worker_done_fn *done, void *arg, struct worker **out)
+static int start_worker(struct sched *s, uv_loop_t *loop, struct backend *be, int dev,
+                        struct worker **out)
 {
     struct worker *w = calloc(1, sizeof *w);
     struct proto_buf *scratch = malloc(sizeof *scratch);
@@ -151,15 +185,15 @@ int worker_start(uv_loop_t *loop, struct backend *be, int dev, worker_reply_fn *
         free(scratch);
         return -ENOMEM;
     }
-    *w = (struct worker){.loop = loop, .be = be, .dev = dev, .reply_fn = reply, .done_fn = done,
-                         .done_arg = arg, .scratch = scratch};
-    int r = uv_async_init(loop, &w->async, report_done);
+    *w = (struct worker){.sched = s, .be = be, .dev = dev, .scratch = scratch};
+    int r = uv_async_init(loop, &w->async, on_finished);
     if (r < 0) {
         free(scratch);
         free(w);
         return r;
     }
     w->async.data = w;
+    s->open_handles++;
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->wake, NULL);
     r = pthread_create(&w->thread, NULL, worker_main, w);
@@ -171,10 +205,31 @@ int worker_start(uv_loop_t *loop, struct backend *be, int dev, worker_reply_fn *
     return 0;
 }
 
-void worker_submit(struct worker *w, struct lane *lane, struct job *job)
+int sched_start(uv_loop_t *loop, struct backend *be, int ndevices, struct sched **out)
 {
+    struct sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    if (ndevices > GLLM_MAX_DEVICES)
+        ndevices = GLLM_MAX_DEVICES;
+    for (int i = 0; i < ndevices; i++) {
+        int r = start_worker(s, loop, be, i, &s->workers[i]);
+        if (r < 0) {
+            sched_stop(s);
+            return r;
+        }
+        s->nworkers++;
+    }
+    *out = s;
+    return 0;
+}
+
+void sched_submit(struct sched *s, struct lane *lane, struct job *job)
+{
+    struct worker *w = s->workers[job->dev];
     job->next = NULL;
     job->t_submit = now_ns();
+    s->unsettled++;
     pthread_mutex_lock(&w->lock);
     if (lane->tail)
         lane->tail->next = job;
@@ -188,15 +243,27 @@ void worker_submit(struct worker *w, struct lane *lane, struct job *job)
     pthread_mutex_unlock(&w->lock);
 }
 
-void worker_stop(struct worker *w)
+uint64_t sched_unsettled(const struct sched *s)
 {
-    if (!w)
+    return s->unsettled;
+}
+
+void sched_stop(struct sched *s)
+{
+    if (!s)
         return;
-    pthread_mutex_lock(&w->lock);
-    w->stop = true;
-    pthread_cond_signal(&w->wake);
-    pthread_mutex_unlock(&w->lock);
-    pthread_join(w->thread, NULL);
-    worker_reap(w);
-    uv_close((uv_handle_t *)&w->async, free_worker);
+    for (int i = 0; i < s->nworkers; i++) {
+        struct worker *w = s->workers[i];
+        pthread_mutex_lock(&w->lock);
+        w->stop = true;
+        pthread_cond_signal(&w->wake);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->thread, NULL);
+    }
+    settle_finished(s);
+    s->stopping = true;
+    for (int i = 0; i < s->nworkers; i++)
+        uv_close((uv_handle_t *)&s->workers[i]->async, free_worker);
+    if (s->open_handles == 0)
+        free(s);
 }
