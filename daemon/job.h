@@ -8,6 +8,7 @@
 
 #include "arena.h"
 #include "backend.h"
+#include "clock.h"
 #include "proto.h"
 
 #define JOB_MAX_ARENAS 10
@@ -100,7 +101,5 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
 int job_check_device(const struct job *job, int dev, char *err, size_t errlen);
 /* Drops the arena references and frees what the job owns. */
 void job_release_arenas(struct job *job);
-
-uint64_t now_ns(void);
 
 #endif
