@@ -11,7 +11,7 @@
 #include "clock.h"
 #include "conn.h"
 #include "log.h"
-#include "session_ring.h"
+#include "conn_ring.h"
 
 #define PACKETS_PER_WAKEUP 32   /* then yield to other clients */
 
@@ -36,7 +36,7 @@ struct conn {
     struct out_packet *out_head, *out_tail;
     size_t out_bytes;
     /* Requests and replies through shared memory, or NULL; set once, read by workers. */
-    struct session_ring *_Atomic ring;
+    struct conn_ring *_Atomic ring;
     uint64_t packets_in;         /* packets read from the socket: orders them with the ring */
 };
 
@@ -115,11 +115,11 @@ int conn_attach_ring(struct conn *c, int fd, bool loop_polls)
 {
     if (conn_has_ring(c))
         return -EEXIST;
-    struct session_ring *ring;
-    int r = session_ring_open(fd, &ring);
+    struct conn_ring *ring;
+    int r = conn_ring_open(fd, &ring);
     if (r < 0)
         return r;
-    session_ring_set_polling(ring, loop_polls);
+    conn_ring_set_polling(ring, loop_polls);
     atomic_store_explicit(&c->ring, ring, memory_order_release);
     return 0;
 }
@@ -153,7 +153,7 @@ static void free_conn(uv_handle_t *h)
 {
     struct conn *c = h->data;
     close(c->fd);
-    session_ring_close(atomic_load_explicit(&c->ring, memory_order_relaxed));
+    conn_ring_close(atomic_load_explicit(&c->ring, memory_order_relaxed));
     free(c);
 }
 
@@ -186,10 +186,10 @@ bool conn_send_fast(struct conn *c, const void *data, size_t len)
     if (conn_gone(c))
         return false;
     bool sent = false;
-    struct session_ring *ring = atomic_load_explicit(&c->ring, memory_order_acquire);
-    if (ring && session_ring_publish(ring, data, len)) {
+    struct conn_ring *ring = atomic_load_explicit(&c->ring, memory_order_acquire);
+    if (ring && conn_ring_publish(ring, data, len)) {
         sent = true;
-        if (session_ring_client_polling(ring))
+        if (conn_ring_client_polling(ring))
             return true;
         /* The client may be blocked on the socket or watching it: the reply goes there too. */
     }
@@ -276,7 +276,7 @@ static void deliver(struct conn *c, struct conn_packet *p)
 /* Takes the requests waiting in the ring that the client sent after at most `upto` socket
  * packets, in order; a few per call, for fairness, unless a socket packet waits behind
  * them (before_packet). */
-static void take_requests(struct conn *c, struct session_ring *r, uint64_t upto,
+static void take_requests(struct conn *c, struct conn_ring *r, uint64_t upto,
                           bool before_packet)
 {
     struct gllm_ring *shm = r->shm;
@@ -354,7 +354,7 @@ static void read_packets(struct conn *c)
         }
         /* Requests the client put in its ring before this packet go first. */
         c->packets_in++;
-        struct session_ring *ring = atomic_load_explicit(&c->ring, memory_order_relaxed);
+        struct conn_ring *ring = atomic_load_explicit(&c->ring, memory_order_relaxed);
         if (ring)
             take_requests(c, ring, c->packets_in - 1, true);
         if (c->closed) {
@@ -381,7 +381,7 @@ void conn_set_take_ring_requests(struct conn_set *set)
      * is read first. Its memory stays until conn_free's callback, a later loop turn. */
     for (struct conn *c = set->head, *next; c; c = next) {
         next = c->next;
-        struct session_ring *ring = atomic_load_explicit(&c->ring, memory_order_relaxed);
+        struct conn_ring *ring = atomic_load_explicit(&c->ring, memory_order_relaxed);
         if (ring)
             take_requests(c, ring, c->packets_in, false);
     }
@@ -390,9 +390,9 @@ void conn_set_take_ring_requests(struct conn_set *set)
 void conn_set_ring_polling(struct conn_set *set, bool on)
 {
     for (struct conn *c = set->head; c; c = c->next) {
-        struct session_ring *ring = atomic_load_explicit(&c->ring, memory_order_relaxed);
+        struct conn_ring *ring = atomic_load_explicit(&c->ring, memory_order_relaxed);
         if (ring)
-            session_ring_set_polling(ring, on);
+            conn_ring_set_polling(ring, on);
     }
 }
 
