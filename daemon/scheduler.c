@@ -7,8 +7,6 @@
 
 #include "scheduler.h"
 
-struct sched;
-
 struct worker {
     struct sched *sched;
     struct backend *be;
@@ -20,7 +18,7 @@ struct worker {
     struct lane *ring_head, *ring_tail;   /* lanes with queued jobs */
     bool stop;
     atomic_uint submitted;                /* bumped per job: what an idle worker spins on */
-    struct job *done_head, *done_tail;    /* finished, not yet reported; under lock */
+    struct job *done_head, *done_tail;    /* finished, not yet settled; under lock */
     uv_async_t async;
 };
 
