@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -243,6 +244,72 @@ static void test_limits_counted(void **state)
     close(fd);
 }
 
+static void send_status(int fd, uint64_t id)
+{
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, "status");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, -1);
+}
+
+/* Requests through the shared-memory ring keep their place among socket packets, are
+ * counted, and a slot that makes no sense gets an error reply. */
+static void test_ring_requests_in_socket_order(void **state)
+{
+    (void)state;
+    int fd = hello_client();                              /* socket packet 1 */
+    int rfd = make_memfd(GLLM_RING_BYTES, F_SEAL_SHRINK);
+    assert_true(rfd >= 0);
+    struct gllm_ring *ring = mmap(NULL, GLLM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
+    assert_true(ring != MAP_FAILED);
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 20, "ring");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, rfd);                     /* socket packet 2 */
+    close(rfd);
+    struct proto_msg m;
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 20);
+    assert_int_equal(m.error_code, 0);
+    proto_msg_free(&m);
+
+    uint64_t requests = srv->stats.requests, ring_requests = srv->stats.ring_requests;
+    /* Status 21 in the ring after two socket packets, then status 22 by the socket: 21
+     * must be answered first, though only the socket packet wakes the daemon. */
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 21, "status");
+    msgpack_pack_map(&b.pk, 0);
+    ring->request[0].after = 2;
+    ring->request[0].len = (uint32_t)b.len;
+    memcpy(ring->request[0].data, b.data, b.len);
+    atomic_store(&ring->request_head, 1);
+    send_status(fd, 22);                                  /* socket packet 3 */
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 21);
+    assert_int_equal(m.error_code, 0);
+    proto_msg_free(&m);
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 22);
+    proto_msg_free(&m);
+    assert_int_equal(srv->stats.requests, requests + 2);
+    assert_int_equal(srv->stats.ring_requests, ring_requests + 1);
+    assert_int_equal(atomic_load(&ring->request_tail), 1);
+
+    /* An empty slot, found when the client's wake-up arrives: an error with no id. */
+    ring->request[1].after = 3;
+    ring->request[1].len = 0;
+    atomic_store(&ring->request_head, 2);
+    proto_buf_init(&b);
+    proto_pack_notify(&b.pk, "ring_wake");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, -1);
+    expect_error(fd, PROTO_NO_ID, GLLM_EMALFORMED);
+    munmap(ring, GLLM_RING_BYTES);
+    close(fd);
+}
+
 static struct proto_tensor tensor(uint32_t arena, uint64_t offset, int64_t H, int64_t S,
                                   int64_t D)
 {
@@ -320,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_malformed_request_answered_with_its_id),
         cmocka_unit_test(test_method_before_hello_refused),
         cmocka_unit_test(test_limits_counted),
+        cmocka_unit_test(test_ring_requests_in_socket_order),
         cmocka_unit_test(test_job_reply_carries_its_id),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
