@@ -7,13 +7,6 @@
 
 #include "job.h"
 
-uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int job_resolve(struct resolved *r, const struct arena_table *arenas, uint64_t caps_max_elements,
                    char *err, size_t errlen)
 {
@@ -172,6 +165,7 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
             }
     }
 
+    job->kind = JOB_ATTENTION;
     struct attn_args *a = &job->args;
     memset(a, 0, sizeof *a);
     a->dtype = q->dtype;

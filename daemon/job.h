@@ -8,34 +8,50 @@
 
 #include "arena.h"
 #include "backend.h"
+#include "clock.h"
 #include "proto.h"
 
 #define JOB_MAX_ARENAS 10
 
-struct session;
-
 enum job_kind { JOB_ATTENTION, JOB_COPY, JOB_PAGED };
 
+struct job;
+struct proto_buf;
+
+/* What the owner of a job (whoever submitted it) is told, through the job's cookie. The
+ * scheduler knows nothing else of the owner: no session, ring or server flag. */
+struct job_ops {
+    /* Worker thread, before the job runs: 0 to run it, or the status it fails with
+     * instead (its client went away, the daemon is past its drain deadline). */
+    int (*skip)(const struct job *job);
+    /* Worker thread, as soon as the job has run: may answer the client from there
+     * (scratch: the worker's own buffer) and set job->replied. */
+    void (*finished)(struct job *job, struct proto_buf *scratch);
+    /* Loop thread, at the scheduler's one settle point: answers what finished did not,
+     * releases what the job holds and frees it. */
+    void (*settle)(struct job *job);
+};
+
 struct job {
-    struct job *next;             /* worker queue, then completion list */
+    struct job *next;             /* worker queue, then the finished list */
     enum job_kind kind;
-    uint64_t req_id;
-    struct session *session;      /* holds a reference */
     int dev;
+    uint64_t req_id;
+    const struct job_ops *ops;
+    void *cookie;                 /* the owner's, for ops; the job holds a reference */
     struct arena *arenas[JOB_MAX_ARENAS]; /* each holds a reference */
     int narenas;
-    struct attn_args args;        /* JOB_ATTENTION */
-    struct copy_args copy;        /* JOB_COPY */
-    struct paged_args paged;      /* JOB_PAGED */
+    union {                       /* by kind */
+        struct attn_args args;    /* JOB_ATTENTION */
+        struct copy_args copy;    /* JOB_COPY */
+        struct paged_args paged;  /* JOB_PAGED */
+    };
     int32_t *tables;              /* JOB_PAGED: the checked copy of its page table (owned) */
-    const atomic_bool *cancel;    /* set when the session is gone: skip the work */
-    const atomic_bool *abort;     /* set past the shutdown deadline: skip the work */
     int status;
-    char why[160];                /* a failed job's reason from its backend, when it gave one */
-    struct session_ring *ring;    /* the session's, when it has one: replies go there first */
-    bool replied;                 /* answered from the worker thread: the loop sends nothing */
+    bool replied;                 /* answered from the worker thread: settle sends nothing */
     struct attn_timing timing;    /* what the backend measured */
     uint64_t t_read, t_submit, t_start, t_end;  /* CLOCK_MONOTONIC ns; read: its packet */
+    char why[160];                /* a failed job's reason from its backend, when it gave one */
 };
 
 /* What a backend can do, as job validation needs it. */
@@ -85,7 +101,5 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
 int job_check_device(const struct job *job, int dev, char *err, size_t errlen);
 /* Drops the arena references and frees what the job owns. */
 void job_release_arenas(struct job *job);
-
-uint64_t now_ns(void);
 
 #endif

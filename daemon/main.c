@@ -13,7 +13,7 @@
 #include "backend.h"
 #include "config.h"
 #include "log.h"
-#include "server.h"
+#include "lifecycle.h"
 
 static void usage(FILE *f)
 {

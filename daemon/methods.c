@@ -1,37 +1,14 @@
-/* Request handlers: hello, status, arenas, device tensors, attention and the paged KV cache. */
+/* Request handlers: hello, status, arenas, device tensors, attention and the paged KV cache;
+ * and what a submitted job tells its channel (job_ops) until it is settled. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "session_ring.h"
-#include "server.h"
-#include "session.h"
-
-struct method {
-    const char *name;
-    void (*handle)(struct session *s, const struct proto_msg *m, int *fds, int nfds);
-    bool takes_fd;
-};
-
-static msgpack_packer *begin_result(struct session *s, uint64_t id)
-{
-    proto_buf_init(&s->srv->tx);
-    proto_pack_result(&s->srv->tx.pk, id);
-    return &s->srv->tx.pk;
-}
-
-static void end_result(struct session *s, uint64_t id)
-{
-    struct proto_buf *b = &s->srv->tx;
-    if (b->overflow) {
-        session_reply_error(s, (int64_t)id, GLLM_ETOOBIG, "reply exceeds the message limit");
-        return;
-    }
-    session_send(s, b->data, b->len);
-}
+#include "channel.h"
+#include "methods.h"
+#include "scheduler.h"
 
 static void pack_devices(msgpack_packer *pk, struct server *srv)
 {
@@ -54,23 +31,22 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
     }
 }
 
-static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_hello(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
-    struct server *srv = s->srv;
+    struct server *srv = c->ch->srv;
     uint64_t version = 0;
     if (proto_get_u64(m->params, "version", true, &version) < 0) {
-        session_reply_error(s, (int64_t)m->id, GLLM_EPARAM, "hello: 'version' (uint) required");
+        rpc_reply_error(c, GLLM_EPARAM, "hello: 'version' (uint) required");
         return;
     }
     if (version != GLLM_PROTOCOL_VERSION) {
-        session_reply_error(s, (int64_t)m->id, GLLM_EVERSION,
-                            "hello: protocol version %llu not supported (this daemon speaks %d)",
-                            (unsigned long long)version, GLLM_PROTOCOL_VERSION);
+        rpc_reply_error(c, GLLM_EVERSION,
+                        "hello: protocol version %llu not supported (this daemon speaks %d)",
+                        (unsigned long long)version, GLLM_PROTOCOL_VERSION);
         return;
     }
-    s->hello_done = true;
-    msgpack_packer *pk = begin_result(s, m->id);
+    c->ch->hello_done = true;
+    msgpack_packer *pk = rpc_reply_begin(c);
     msgpack_pack_map(pk, 8);
     proto_pack_kv_u64(pk, "version", GLLM_PROTOCOL_VERSION);
     proto_pack_kv_u64(pk, "ring_bytes", GLLM_RING_BYTES);   /* the ring layout this daemon reads */
@@ -98,15 +74,14 @@ static void h_hello(struct session *s, const struct proto_msg *m, int *fds, int 
     proto_pack_kv_u64(pk, "max_inflight", srv->limits.max_inflight);
     proto_pack_kv_u64(pk, "max_rank", GLLM_MAX_RANK);
     proto_pack_kv_u64(pk, "max_page_entries", srv->caps.max_page_entries);
-    end_result(s, m->id);
+    rpc_reply_end(c);
 }
 
-static void h_status(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_status(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
-    struct server *srv = s->srv;
+    struct server *srv = c->ch->srv;
     const struct server_stats *st = &srv->stats;
-    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_packer *pk = rpc_reply_begin(c);
     msgpack_pack_map(pk, 18);
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_f64(pk, "uptime_s", (double)(now_ns() - srv->start_ns) / 1e9);
@@ -116,10 +91,10 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     proto_pack_kv_u64(pk, "jobs_done", st->jobs_done);
     proto_pack_kv_u64(pk, "jobs_failed", st->jobs_failed);
     proto_pack_kv_u64(pk, "jobs_inflight", st->jobs_inflight);
-    proto_pack_kv_u64(pk, "bytes_mapped", st->bytes_mapped);
-    proto_pack_kv_u64(pk, "arenas", st->arenas);
-    proto_pack_kv_u64(pk, "device_bytes", st->device_bytes);
-    proto_pack_kv_u64(pk, "dtensors", st->dtensors);
+    proto_pack_kv_u64(pk, "bytes_mapped", st->regions.bytes_mapped);
+    proto_pack_kv_u64(pk, "arenas", st->regions.arenas);
+    proto_pack_kv_u64(pk, "device_bytes", st->regions.device_bytes);
+    proto_pack_kv_u64(pk, "dtensors", st->regions.dtensors);
     proto_pack_kv_bool(pk, "draining", srv->draining);
     proto_pack_kv_u64(pk, "requests", st->requests);
     proto_pack_kv_u64(pk, "errors", st->errors);
@@ -127,204 +102,263 @@ static void h_status(struct session *s, const struct proto_msg *m, int *fds, int
     proto_pack_kv_u64(pk, "ring_requests", st->ring_requests);
     /* Who holds what: at most 64 entries so the reply stays within one packet. */
     uint32_t n = 0;
-    for (struct session *c = srv->sessions; c && n < 64; c = c->next)
+    for (const struct channel *ch = srv->channels; ch && n < 64; ch = ch->next)
         n++;
     proto_pack_str(pk, "client_list");
     msgpack_pack_array(pk, n);
-    struct session *c = srv->sessions;
-    for (uint32_t i = 0; i < n; i++, c = c->next) {
+    const struct channel *ch = srv->channels;
+    for (uint32_t i = 0; i < n; i++, ch = ch->next) {
+        const struct session *s = &ch->session;
         msgpack_pack_map(pk, 8);
-        proto_pack_kv_u64(pk, "pid", (uint64_t)c->pid);
-        proto_pack_kv_u64(pk, "uid", (uint64_t)c->uid);
-        proto_pack_kv_u64(pk, "gid", (uint64_t)c->gid);
-        proto_pack_kv_str(pk, "comm", c->comm);
-        proto_pack_kv_u64(pk, "arenas", c->narenas);
-        proto_pack_kv_u64(pk, "arena_bytes", c->arena_bytes);
-        proto_pack_kv_u64(pk, "device_bytes", c->device_bytes);
-        proto_pack_kv_u64(pk, "inflight", c->inflight);
+        proto_pack_kv_u64(pk, "pid", (uint64_t)ch->pid);
+        proto_pack_kv_u64(pk, "uid", (uint64_t)ch->uid);
+        proto_pack_kv_u64(pk, "gid", (uint64_t)ch->gid);
+        proto_pack_kv_str(pk, "comm", ch->comm);
+        proto_pack_kv_u64(pk, "arenas", s->narenas);
+        proto_pack_kv_u64(pk, "arena_bytes", s->arena_bytes);
+        proto_pack_kv_u64(pk, "device_bytes", s->device_bytes);
+        proto_pack_kv_u64(pk, "inflight", atomic_load(&s->inflight));
     }
-    end_result(s, m->id);
+    rpc_reply_end(c);
 }
 
-static void h_arena_register(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_arena_register(struct rpc_call *c, const struct proto_msg *m)
 {
-    struct server *srv = s->srv;
-    int64_t id = (int64_t)m->id;
+    struct server *srv = c->ch->srv;
+    struct session *s = &c->ch->session;
     uint64_t size = 0;
-    if (nfds != 1) {
-        session_reply_error(s, id, GLLM_ENOFD, "arena_register: needs exactly one fd, got %d",
-                            nfds);
+    if (c->nfds != 1) {
+        rpc_reply_error(c, GLLM_ENOFD, "arena_register: needs exactly one fd, got %d", c->nfds);
         return;
     }
     if (proto_get_u64(m->params, "size", true, &size) < 0) {
-        session_reply_error(s, id, GLLM_EPARAM, "arena_register: 'size' (uint) required");
+        rpc_reply_error(c, GLLM_EPARAM, "arena_register: 'size' (uint) required");
         return;
     }
     if (s->narenas >= srv->limits.max_arenas) {
-        session_reply_error(s, id, GLLM_EQUOTA, "arena_register: session has %u arenas (limit)",
-                            s->narenas);
+        rpc_reply_error(c, GLLM_EQUOTA, "arena_register: session has %u arenas (limit)",
+                        s->narenas);
         return;
     }
-    /* A reload may have lowered the limit below what the session already holds. */
-    if (s->arena_bytes > srv->limits.max_arena_bytes ||
-        size > srv->limits.max_arena_bytes - s->arena_bytes) {
-        session_reply_error(s, id, GLLM_EQUOTA,
-                            "arena_register: %llu more bytes would pass the session limit %llu",
-                            (unsigned long long)size,
-                            (unsigned long long)srv->limits.max_arena_bytes);
+    if (!session_may_add_arena(s, &srv->limits, size)) {
+        rpc_reply_error(c, GLLM_EQUOTA,
+                        "arena_register: %llu more bytes would pass the session limit %llu",
+                        (unsigned long long)size, (unsigned long long)srv->limits.max_arena_bytes);
         return;
     }
     struct arena *a;
-    int r = arena_map(fds[0], size, &a);
+    int r = arena_map(c->fds[0], size, &a);
     if (r < 0) {
-        session_reply_error(s, id, r, "arena_register: %s", gllm_strerror(r));
+        rpc_reply_error(c, r, "arena_register: %s", gllm_strerror(r));
         return;
     }
     if (backend_host_register(srv->be, a->base, size) == 0)
         a->pinned_by = srv->be;
     if ((r = session_region_add(s, a)) < 0) {
         arena_unref(a);
-        session_reply_error(s, id, GLLM_EQUOTA, "arena_register: arena table full");
+        rpc_reply_error(c, GLLM_EQUOTA, "arena_register: arena table full");
         return;
     }
-    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_packer *pk = rpc_reply_begin(c);
     msgpack_pack_map(pk, 2);
     proto_pack_kv_u64(pk, "arena", a->id);
     proto_pack_kv_u64(pk, "size", size);
-    end_result(s, m->id);
+    rpc_reply_end(c);
 }
 
-/* The session's rings (proto/ring.h): one file per session, for its whole life. */
-static void h_ring(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+/* The connection's rings (proto/ring.h): one file per connection, for its whole life. */
+void method_ring(struct rpc_call *c, const struct proto_msg *m)
 {
-    int64_t id = (int64_t)m->id;
-    if (nfds != 1) {
-        session_reply_error(s, id, GLLM_ENOFD, "ring: needs exactly one fd, got %d", nfds);
+    (void)m;
+    struct conn *conn = c->ch->conn;
+    if (c->nfds != 1) {
+        rpc_reply_error(c, GLLM_ENOFD, "ring: needs exactly one fd, got %d", c->nfds);
         return;
     }
-    if (s->ring) {
-        session_reply_error(s, id, GLLM_EQUOTA, "ring: the session has one already");
+    if (conn_has_ring(conn)) {
+        rpc_reply_error(c, GLLM_EQUOTA, "ring: the session has one already");
         return;
     }
-    int r = session_ring_open(fds[0], &s->ring);
+    int r = conn_attach_ring(conn, c->fds[0], server_busy_polling(c->ch->srv));
     if (r < 0) {
-        session_reply_error(s, id, r, "ring: %s (a sealed memfd of %llu bytes)",
-                            gllm_strerror(r), (unsigned long long)GLLM_RING_BYTES);
+        rpc_reply_error(c, r, "ring: %s (a sealed memfd of %llu bytes)", gllm_strerror(r),
+                        (unsigned long long)GLLM_RING_BYTES);
         return;
     }
-    session_ring_set_polling(s->ring, server_busy_polling(s->srv));
-    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_packer *pk = rpc_reply_begin(c);
     msgpack_pack_map(pk, 1);
     proto_pack_kv_u64(pk, "bytes", GLLM_RING_BYTES);
-    end_result(s, m->id);
+    rpc_reply_end(c);
 }
 
-static void h_arena_release(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_arena_release(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
     uint64_t which = 0;
     if (proto_get_u64(m->params, "arena", true, &which) < 0) {
-        session_reply_error(s, (int64_t)m->id, GLLM_EPARAM, "arena_release: 'arena' (uint) required");
+        rpc_reply_error(c, GLLM_EPARAM, "arena_release: 'arena' (uint) required");
         return;
     }
     /* A device tensor's id is refused here: those go with dtensor_free. */
-    struct arena *a = session_region_take(s, which, false);
+    struct arena *a = session_region_take(&c->ch->session, which, false);
     if (!a) {
-        session_reply_error(s, (int64_t)m->id, GLLM_ENOARENA, "arena_release: no arena %llu",
-                            (unsigned long long)which);
+        rpc_reply_error(c, GLLM_ENOARENA, "arena_release: no arena %llu",
+                        (unsigned long long)which);
         return;
     }
     arena_unref(a);  /* jobs still using it keep it mapped until they finish */
-    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_packer *pk = rpc_reply_begin(c);
     msgpack_pack_map(pk, 0);
-    end_result(s, m->id);
+    rpc_reply_end(c);
 }
 
-/* Queues a job on the session's lane of device dev; the reply comes when it is done. */
+/* A finished job's success reply: its timings. */
+static void pack_job_result(struct proto_buf *b, const struct job *job)
+{
+    proto_buf_init(b);
+    proto_pack_result(&b->pk, job->req_id);
+    uint64_t job_ns = job->t_end - job->t_start;
+    msgpack_pack_map(&b->pk, 6);
+    proto_pack_kv_u64(&b->pk, "kernel_ns", job->timing.kernel_ns ? job->timing.kernel_ns : job_ns);
+    proto_pack_kv_u64(&b->pk, "accept_ns", job->t_submit - job->t_read);
+    proto_pack_kv_u64(&b->pk, "queue_ns", job->t_start - job->t_submit);
+    proto_pack_kv_u64(&b->pk, "job_ns", job_ns);
+    proto_pack_kv_u64(&b->pk, "copy_ns", job->timing.copy_ns);
+    proto_pack_kv_u64(&b->pk, "copy_bytes", job->timing.copy_bytes);
+}
+
+/* Worker thread: a job of a closed channel, or one queued past the drain deadline, is not
+ * run. Both flags are reached through the cookie. */
+static int job_skip(const struct job *job)
+{
+    const struct channel *ch = job->cookie;
+    if (conn_gone(ch->conn))
+        return GLLM_EDISCONNECTED;
+    if (atomic_load_explicit(&ch->srv->abort_jobs, memory_order_acquire))
+        return GLLM_ESHUTDOWN;
+    return 0;
+}
+
+/* Worker thread. The job no longer counts against the limits: a client that has its reply
+ * may send the next job before the loop settles this one. A success reply goes out from
+ * here when the connection takes it at once: the hand-off to the loop and its wake-up would
+ * add several microseconds to every job. Errors and a full socket are left to settle. */
+static void job_finished(struct job *job, struct proto_buf *scratch)
+{
+    struct channel *ch = job->cookie;
+    session_job_finished(&ch->session);
+    atomic_fetch_sub_explicit(&ch->srv->stats.jobs_inflight, 1, memory_order_relaxed);
+    if (job->status != 0)
+        return;
+    pack_job_result(scratch, job);
+    job->replied = conn_send_fast(ch->conn, scratch->data, scratch->len);
+}
+
+/* Loop thread, at the scheduler's settle point. */
+static void job_settle(struct job *job)
+{
+    struct channel *ch = job->cookie;
+    struct server *srv = ch->srv;
+    if (job->status == 0)
+        srv->stats.jobs_done++;
+    else
+        srv->stats.jobs_failed++;
+    if (!ch->closed && !job->replied) {
+        if (job->status < 0 && job->why[0]) {
+            channel_reply_error(ch, (int64_t)job->req_id, job->status, "%s", job->why);
+        } else if (job->status < 0) {
+            channel_reply_error(ch, (int64_t)job->req_id, job->status, "attention: %s",
+                                gllm_strerror(job->status));
+        } else {
+            struct proto_buf b;
+            pack_job_result(&b, job);
+            channel_send(ch, b.data, b.len);
+        }
+    }
+    job_release_arenas(job);
+    channel_unref(ch);
+    free(job);
+    server_busy_poll(srv);
+}
+
+static const struct job_ops channel_job_ops = {job_skip, job_finished, job_settle};
+
 /* Queues a prepared job on its device's worker; a job naming another device's tensor is
  * refused here, for every kind of job. */
-static void submit(struct session *s, struct job *job, uint64_t req_id, int dev, const char *method)
+static void submit(struct rpc_call *c, struct job *job, int dev, const char *method)
 {
-    struct server *srv = s->srv;
+    struct channel *ch = c->ch;
+    struct server *srv = ch->srv;
     char err[PROTO_MAX_ERRMSG];
     int r = job_check_device(job, dev, err, sizeof err);
     if (r < 0) {
         job_release_arenas(job);
         free(job);
-        session_reply_error(s, (int64_t)req_id, r, "%s: %s", method, err);
+        rpc_reply_error(c, r, "%s: %s", method, err);
         return;
     }
-    job->req_id = req_id;
+    job->req_id = c->id;
     job->dev = dev;
-    job->t_read = srv->packet_ns;
-    job->session = session_ref(s);
-    job->ring = s->ring;
-    job->cancel = &s->gone;
-    job->abort = &srv->abort_jobs;
-    s->inflight++;
+    job->t_read = c->t_read;
+    job->ops = &channel_job_ops;
+    job->cookie = channel_ref(ch);
+    session_job_started(&ch->session);
     srv->stats.jobs_inflight++;
-    worker_submit(srv->workers[dev], &s->lanes[dev], job);
+    sched_submit(srv->sched, &ch->session.lanes[dev], job);
 }
 
-/* Room for one more job, or an error reply and false. */
-static bool admit(struct session *s, int64_t id, const char *method)
+/* Room for one more job, or an error reply and false. Finished jobs stopped counting on
+ * their worker (job_finished): nothing is settled from here. */
+static bool admit(struct rpc_call *c, const char *method)
 {
-    struct server *srv = s->srv;
+    struct server *srv = c->ch->srv;
+    const struct session *s = &c->ch->session;
     if (srv->draining) {
-        session_reply_error(s, id, GLLM_ESHUTDOWN, "%s: daemon is shutting down", method);
+        rpc_reply_error(c, GLLM_ESHUTDOWN, "%s: daemon is shutting down", method);
         return false;
     }
-    /* A job answered from its worker counts until the loop settles it; settle before
-     * refusing, so a client at the limit that got its reply may send the next job. */
-    if (s->inflight >= srv->limits.max_inflight ||
-        srv->stats.jobs_inflight >= srv->limits.max_inflight_total)
-        server_reap(srv);
-    if (s->inflight >= srv->limits.max_inflight) {
-        session_reply_error(s, id, GLLM_EBUSY, "%s: %u jobs in flight on this connection (limit)",
-                            method, s->inflight);
+    if (!session_may_submit(s, &srv->limits)) {
+        rpc_reply_error(c, GLLM_EBUSY, "%s: %u jobs in flight on this connection (limit)",
+                        method, (unsigned)s->inflight);
         return false;
     }
-    if (srv->stats.jobs_inflight >= srv->limits.max_inflight_total) {
-        session_reply_error(s, id, GLLM_EBUSY, "%s: %llu jobs in flight in all (limit)", method,
-                            (unsigned long long)srv->stats.jobs_inflight);
+    if (!server_may_submit(srv)) {
+        rpc_reply_error(c, GLLM_EBUSY, "%s: %llu jobs in flight in all (limit)", method,
+                        (unsigned long long)srv->stats.jobs_inflight);
         return false;
     }
     return true;
 }
 
-static bool get_device(struct session *s, const struct proto_msg *m, const char *method,
+static bool get_device(struct rpc_call *c, const struct proto_msg *m, const char *method,
                        uint64_t *dev)
 {
+    const struct server *srv = c->ch->srv;
     *dev = 0;
-    if (proto_get_u64(m->params, "device", false, dev) < 0 || *dev >= (uint64_t)s->srv->ndevices) {
-        session_reply_error(s, (int64_t)m->id, GLLM_EPARAM, "%s: 'device' must be below %d",
-                            method, s->srv->ndevices);
+    if (proto_get_u64(m->params, "device", false, dev) < 0 || *dev >= (uint64_t)srv->ndevices) {
+        rpc_reply_error(c, GLLM_EPARAM, "%s: 'device' must be below %d", method, srv->ndevices);
         return false;
     }
     return true;
 }
 
-static void h_dtensor_create(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_dtensor_create(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
-    struct server *srv = s->srv;
-    int64_t id = (int64_t)m->id;
+    struct server *srv = c->ch->srv;
+    struct session *s = &c->ch->session;
     uint64_t bytes = 0, dev;
     if (proto_get_u64(m->params, "bytes", true, &bytes) < 0 || bytes == 0) {
-        session_reply_error(s, id, GLLM_EPARAM, "dtensor_create: 'bytes' (uint > 0) required");
+        rpc_reply_error(c, GLLM_EPARAM, "dtensor_create: 'bytes' (uint > 0) required");
         return;
     }
-    if (!get_device(s, m, "dtensor_create", &dev))
+    if (!get_device(c, m, "dtensor_create", &dev))
         return;
     const struct limits *l = &srv->limits;
-    if (s->device_bytes > l->max_device_bytes || bytes > l->max_device_bytes - s->device_bytes ||
-        srv->stats.device_bytes > l->max_device_bytes_total ||
-        bytes > l->max_device_bytes_total - srv->stats.device_bytes) {
-        session_reply_error(s, id, GLLM_EQUOTA,
-                            "dtensor_create: %llu more bytes would pass the device-memory limit "
-                            "(%llu per connection, %llu in all)", (unsigned long long)bytes,
-                            (unsigned long long)l->max_device_bytes,
-                            (unsigned long long)l->max_device_bytes_total);
+    if (!session_may_add_device(s, l, bytes)) {
+        rpc_reply_error(c, GLLM_EQUOTA,
+                        "dtensor_create: %llu more bytes would pass the device-memory limit "
+                        "(%llu per connection, %llu in all)", (unsigned long long)bytes,
+                        (unsigned long long)l->max_device_bytes,
+                        (unsigned long long)l->max_device_bytes_total);
         return;
     }
     struct arena *a;
@@ -334,38 +368,36 @@ static void h_dtensor_create(struct session *s, const struct proto_msg *m, int *
         r = GLLM_EQUOTA;
     }
     if (r < 0) {
-        session_reply_error(s, id, r, "dtensor_create: %s", gllm_strerror(r));
+        rpc_reply_error(c, r, "dtensor_create: %s", gllm_strerror(r));
         return;
     }
-    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_packer *pk = rpc_reply_begin(c);
     msgpack_pack_map(pk, 2);
     proto_pack_kv_u64(pk, "dtensor", a->id);
     proto_pack_kv_u64(pk, "bytes", bytes);
-    end_result(s, m->id);
+    rpc_reply_end(c);
 }
 
-static void h_dtensor_free(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_dtensor_free(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
     uint64_t which = 0;
     struct arena *a = NULL;
     if (proto_get_u64(m->params, "dtensor", true, &which) == 0)
-        a = session_region_take(s, which, true);
+        a = session_region_take(&c->ch->session, which, true);
     if (!a) {
-        session_reply_error(s, (int64_t)m->id, GLLM_ENOARENA, "dtensor_free: no device tensor %llu",
-                            (unsigned long long)which);
+        rpc_reply_error(c, GLLM_ENOARENA, "dtensor_free: no device tensor %llu",
+                        (unsigned long long)which);
         return;
     }
     arena_unref(a);   /* jobs still using it keep it until they finish */
-    msgpack_packer *pk = begin_result(s, m->id);
+    msgpack_packer *pk = rpc_reply_begin(c);
     msgpack_pack_map(pk, 0);
-    end_result(s, m->id);
+    rpc_reply_end(c);
 }
 
-static void h_dtensor_copy(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_dtensor_copy(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
-    int64_t id = (int64_t)m->id;
+    struct session *s = &c->ch->session;
     uint64_t dt = 0, dt_off = 0, ar = 0, ar_off = 0, bytes = 0;
     bool to_device = true;
     if (proto_get_u64(m->params, "dtensor", true, &dt) < 0 ||
@@ -375,167 +407,104 @@ static void h_dtensor_copy(struct session *s, const struct proto_msg *m, int *fd
         proto_get_u64(m->params, "bytes", true, &bytes) < 0 ||
         proto_get_bool(m->params, "to_device", true, &to_device) < 0 || dt > UINT32_MAX ||
         ar > UINT32_MAX) {
-        session_reply_error(s, id, GLLM_EPARAM, "dtensor_copy: needs dtensor, arena, bytes (uint) "
-                            "and to_device (bool); offset and arena_offset optional");
+        rpc_reply_error(c, GLLM_EPARAM, "dtensor_copy: needs dtensor, arena, bytes (uint) "
+                        "and to_device (bool); offset and arena_offset optional");
         return;
     }
-    if (!admit(s, id, "dtensor_copy"))
+    if (!admit(c, "dtensor_copy"))
         return;
-    struct arena *d = arena_table_find(&s->arenas, (uint32_t)dt);
     struct job *job = calloc(1, sizeof *job);
     if (!job) {
-        session_reply_error(s, id, -ENOMEM, "dtensor_copy: out of memory");
+        rpc_reply_error(c, -ENOMEM, "dtensor_copy: out of memory");
         return;
     }
     char err[PROTO_MAX_ERRMSG];
-    int r = job_prepare_copy(job, &s->arenas, (uint32_t)dt, dt_off, (uint32_t)ar, ar_off, bytes,
+    int r = job_prepare_copy(job, &s->regions, (uint32_t)dt, dt_off, (uint32_t)ar, ar_off, bytes,
                              to_device, err, sizeof err);
     if (r < 0) {
         free(job);
-        session_reply_error(s, id, r, "dtensor_copy: %s", err);
+        rpc_reply_error(c, r, "dtensor_copy: %s", err);
         return;
     }
-    submit(s, job, m->id, d->dev, "dtensor_copy");
+    submit(c, job, arena_table_find(&s->regions, (uint32_t)dt)->dev, "dtensor_copy");
 }
 
-static void h_attention(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_attention(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
-    struct server *srv = s->srv;
-    int64_t id = (int64_t)m->id;
-    if (!admit(s, id, "attention"))
+    struct server *srv = c->ch->srv;
+    if (!admit(c, "attention"))
         return;
     struct proto_attention pa;
     int r = proto_decode_attention(m->params, &pa);
     if (r < 0) {
-        session_reply_error(s, id, r, "attention: %s (fields q, k, v, out: tensors)",
-                            gllm_strerror(r));
+        rpc_reply_error(c, r, "attention: %s (fields q, k, v, out: tensors)", gllm_strerror(r));
         return;
     }
     uint64_t dev;
-    if (!get_device(s, m, "attention", &dev))
+    if (!get_device(c, m, "attention", &dev))
         return;
     struct job *job = calloc(1, sizeof *job);
     if (!job) {
-        session_reply_error(s, id, -ENOMEM, "attention: out of memory");
+        rpc_reply_error(c, -ENOMEM, "attention: out of memory");
         return;
     }
     char err[PROTO_MAX_ERRMSG];
-    r = job_prepare_attention(job, &pa, &s->arenas, &srv->caps, err, sizeof err);
+    r = job_prepare_attention(job, &pa, &c->ch->session.regions, &srv->caps, err, sizeof err);
     if (r < 0) {
         free(job);
-        session_reply_error(s, id, r, "attention: %s", err);
+        rpc_reply_error(c, r, "attention: %s", err);
         return;
     }
-    submit(s, job, m->id, (int)dev, "attention");
+    submit(c, job, (int)dev, "attention");
 }
 
 /* kv_append, attention_decode and attention_prefill: validated like attention, plus the
  * backend's own say on shapes it can run. */
-static void paged(struct session *s, const struct proto_msg *m, enum proto_paged_op op,
+static void paged(struct rpc_call *c, const struct proto_msg *m, enum proto_paged_op op,
                   const char *method)
 {
-    struct server *srv = s->srv;
-    int64_t id = (int64_t)m->id;
-    if (!admit(s, id, method))
+    struct server *srv = c->ch->srv;
+    if (!admit(c, method))
         return;
     struct proto_paged pp;
     int r = proto_decode_paged(m->params, op, &pp);
     if (r < 0) {
-        session_reply_error(s, id, r, "%s: %s (see docs/PROTOCOL.md for its fields)", method,
-                            gllm_strerror(r));
+        rpc_reply_error(c, r, "%s: %s (see docs/PROTOCOL.md for its fields)", method,
+                        gllm_strerror(r));
         return;
     }
     uint64_t dev;
-    if (!get_device(s, m, method, &dev))
+    if (!get_device(c, m, method, &dev))
         return;
     struct job *job = calloc(1, sizeof *job);
     if (!job) {
-        session_reply_error(s, id, -ENOMEM, "%s: out of memory", method);
+        rpc_reply_error(c, -ENOMEM, "%s: out of memory", method);
         return;
     }
     char err[PROTO_MAX_ERRMSG];
-    r = job_prepare_paged(job, &pp, &s->arenas, &srv->caps, err, sizeof err);
+    r = job_prepare_paged(job, &pp, &c->ch->session.regions, &srv->caps, err, sizeof err);
     if (r == 0)
         r = backend_paged_check(srv->be, &job->paged, err, sizeof err);
     if (r < 0) {
         job_release_arenas(job);
         free(job);
-        session_reply_error(s, id, r, "%s: %s", method, err);
+        rpc_reply_error(c, r, "%s: %s", method, err);
         return;
     }
-    submit(s, job, m->id, (int)dev, method);
+    submit(c, job, (int)dev, method);
 }
 
-static void h_kv_append(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_kv_append(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
-    paged(s, m, PROTO_KV_APPEND, "kv_append");
+    paged(c, m, PROTO_KV_APPEND, "kv_append");
 }
 
-static void h_attention_decode(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_attention_decode(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
-    paged(s, m, PROTO_DECODE, "attention_decode");
+    paged(c, m, PROTO_DECODE, "attention_decode");
 }
 
-static void h_attention_prefill(struct session *s, const struct proto_msg *m, int *fds, int nfds)
+void method_attention_prefill(struct rpc_call *c, const struct proto_msg *m)
 {
-    (void)fds, (void)nfds;
-    paged(s, m, PROTO_PREFILL, "attention_prefill");
-}
-
-static const struct method methods[] = {
-    {"hello", h_hello, false},
-    {"status", h_status, false},
-    {"arena_register", h_arena_register, true},
-    {"arena_release", h_arena_release, false},
-    {"ring", h_ring, true},
-    {"attention", h_attention, false},
-    {"dtensor_create", h_dtensor_create, false},
-    {"dtensor_free", h_dtensor_free, false},
-    {"dtensor_copy", h_dtensor_copy, false},
-    {"kv_append", h_kv_append, false},
-    {"attention_decode", h_attention_decode, false},
-    {"attention_prefill", h_attention_prefill, false},
-};
-
-void methods_dispatch(struct session *s, const void *buf, size_t len, int *fds, int nfds)
-{
-    struct proto_msg m;
-    int64_t id = -1;
-    int r = proto_decode(buf, len, &m, &id);
-    if (r < 0) {
-        session_reply_error(s, id, r, "%s", gllm_strerror(r));
-        return;
-    }
-    if (s->denied) {
-        session_reply_error(s, m.kind == PROTO_REQUEST ? id : -1, GLLM_EDENIED,
-                            "uid %u is not allowed by this daemon's access policy",
-                            (unsigned)s->uid);
-        proto_msg_free(&m);
-        session_close_when_flushed(s);
-        return;
-    }
-    if (m.kind != PROTO_REQUEST) {
-        /* The one notification, ring_wake, needs no handling: reading its packet took the
-         * ring's requests (session.c). A response from a client is a protocol error. */
-        if (m.kind == PROTO_RESPONSE)
-            session_reply_error(s, -1, GLLM_EMALFORMED, "clients send requests, not responses");
-        proto_msg_free(&m);
-        return;
-    }
-    const struct method *h = NULL;
-    for (size_t i = 0; i < sizeof methods / sizeof *methods; i++)
-        if (strcmp(methods[i].name, m.method) == 0)
-            h = &methods[i];
-    if (!h)
-        session_reply_error(s, id, GLLM_EMETHOD, "unknown method '%s'", m.method);
-    else if (!s->hello_done && h->handle != h_hello)
-        session_reply_error(s, id, GLLM_ENOHELLO, "%s: send hello first", m.method);
-    else if (!h->takes_fd && nfds > 0)
-        session_reply_error(s, id, GLLM_ENOFD, "%s: takes no file descriptor", m.method);
-    else
-        h->handle(s, &m, fds, nfds);
-    proto_msg_free(&m);
+    paged(c, m, PROTO_PREFILL, "attention_prefill");
 }

@@ -1,5 +1,6 @@
-/* libFuzzer harness for the daemon's request path: one session on a real server (CPU
- * backend) fed arbitrary packets through a socketpair, then disconnected.
+/* libFuzzer harness for the daemon's request path (transport, RPC channel, methods, jobs):
+ * one client on a real server (CPU backend) fed arbitrary packets through a socketpair,
+ * then disconnected.
  *
  * Input: a sequence of records [flags:1][len:2 little-endian][len bytes]. flags bit 0
  * attaches a sealed 64 KiB memfd to the packet, bit 1 an unsealed one, bit 2 a pipe, bit 3
@@ -20,8 +21,9 @@
 
 #include "log.h"
 #include "ring.h"
-#include "server.h"
-#include "session.h"
+#include "lifecycle.h"
+#include "rpc.h"
+#include "scheduler.h"
 #include "testutil.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -94,7 +96,7 @@ static void settle(int peer)
         uv_run(&loop, UV_RUN_NOWAIT);
         while (recv(peer, buf, sizeof buf, MSG_DONTWAIT) > 0)
             ;
-        if (srv->stats.jobs_inflight == 0 && i > 4)
+        if (srv->stats.jobs_inflight == 0 && sched_unsettled(srv->sched) == 0 && i > 4)
             break;
         usleep(50);
     }
@@ -107,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) < 0)
         return 0;
-    if (session_accept(srv, sv[0]) < 0) {
+    if (rpc_accept(srv, sv[0]) < 0) {
         close(sv[0]);
         close(sv[1]);
         return 0;
@@ -159,11 +161,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         arena = NULL;
     }
     settle(-1);
-    for (int i = 0; i < 1000 && (srv->sessions || srv->stats.jobs_inflight); i++) {
+    for (int i = 0; i < 1000 && (srv->channels || sched_unsettled(srv->sched)); i++) {
         uv_run(&loop, UV_RUN_NOWAIT);
         usleep(50);
     }
-    if (srv->stats.arenas != 0 || srv->stats.bytes_mapped != 0)
+    if (srv->stats.regions.arenas != 0 || srv->stats.regions.bytes_mapped != 0)
         __builtin_trap();        /* a disconnected client left memory mapped */
     return 0;
 }

@@ -8,10 +8,6 @@ set -u
 root=$(cd "${1:-.}" && pwd)
 cd "$root" || exit 2
 
-# Cycles that exist on purpose for now, each a sorted space-separated module list; the request
-# path's restructuring (issue 16, item 1) removes them, and with them these lines.
-known_cycles='daemon/server daemon/session'
-
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -82,23 +78,9 @@ done | sort -u > "$tmp/cycles"
 
 while read -r cycle; do
     [ -n "$cycle" ] || continue
-    known=
-    old_ifs=$IFS; IFS='
-'
-    for k in $known_cycles; do [ "$k" = "$cycle" ] && known=1; done
-    IFS=$old_ifs
-    if [ -n "$known" ]; then
-        echo "check_layers: known include cycle (to be removed): $cycle"
-    else
-        echo "check_layers: include cycle among: $cycle" >&2
-        fail=1
-    fi
+    echo "check_layers: include cycle among: $cycle" >&2
+    fail=1
 done < "$tmp/cycles"
-echo "$known_cycles" | while read -r k; do
-    if [ -n "$k" ] && ! grep -qxF "$k" "$tmp/cycles"; then
-        echo "check_layers: '$k' is no longer a cycle: drop it from known_cycles"
-    fi
-done
 
 if [ "$fail" = 0 ]; then
     echo "check_layers: daemon/ is layered ($(awk '$1 != $2' "$tmp/edges" | wc -l) include edges" \

@@ -97,6 +97,30 @@ static void test_good_job_binds_arenas(void **state)
     assert_int_equal(arena1->refs, 1);
 }
 
+/* The scheduler picks the backend call by kind over a union of arguments: each prepare
+ * sets its own kind, whatever the job held before. */
+static void test_prepare_sets_kind(void **state)
+{
+    (void)state;
+    struct proto_attention pa = good_job();
+    struct job job;
+    char err[200];
+    memset(&job, 0, sizeof job);
+    job.kind = JOB_PAGED;
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &caps, err, sizeof err), 0);
+    assert_int_equal(job.kind, JOB_ATTENTION);
+    job_release_arenas(&job);
+    memset(&job, 0, sizeof job);
+    job.kind = JOB_PAGED;
+    arena2->device = true;            /* a device tensor, as the copy wants */
+    assert_int_equal(job_prepare_copy(&job, &table, arena2->id, 0, arena1->id, 0, 64, true, err,
+                                      sizeof err), 0);
+    arena2->device = false;
+    assert_int_equal(job.kind, JOB_COPY);
+    assert_ptr_equal(job.copy.src, arena1->base);
+    job_release_arenas(&job);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -294,6 +318,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_job_binds_arenas),
+        cmocka_unit_test(test_prepare_sets_kind),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_dtype_not_supported_by_backend),
         cmocka_unit_test(test_strided_views_accepted),

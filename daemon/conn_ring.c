@@ -1,14 +1,14 @@
-/* gllmd's end of a session's rings: map them, publish replies, read and set the flags. */
+/* gllmd's end of a connection's rings: map them, publish replies, read and set the flags. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "arena.h"
-#include "session_ring.h"
+#include "conn_ring.h"
 
-int session_ring_open(int fd, struct session_ring **out)
+int conn_ring_open(int fd, struct conn_ring **out)
 {
-    struct session_ring *r = calloc(1, sizeof *r);
+    struct conn_ring *r = calloc(1, sizeof *r);
     if (!r)
         return -ENOMEM;
     int e = arena_map(fd, GLLM_RING_BYTES, &r->map);
@@ -25,7 +25,7 @@ int session_ring_open(int fd, struct session_ring **out)
     return 0;
 }
 
-void session_ring_close(struct session_ring *r)
+void conn_ring_close(struct conn_ring *r)
 {
     if (!r)
         return;
@@ -34,7 +34,7 @@ void session_ring_close(struct session_ring *r)
     free(r);
 }
 
-bool session_ring_publish(struct session_ring *r, const void *data, size_t len)
+bool conn_ring_publish(struct conn_ring *r, const void *data, size_t len)
 {
     if (len > sizeof r->shm->reply[0].data)
         return false;
@@ -54,14 +54,14 @@ bool session_ring_publish(struct session_ring *r, const void *data, size_t len)
     return room;
 }
 
-bool session_ring_client_polling(struct session_ring *r)
+bool conn_ring_client_polling(struct conn_ring *r)
 {
     /* Pairs with the client's fence between clearing `polling` and its last look. */
     atomic_thread_fence(memory_order_seq_cst);
     return atomic_load_explicit(&r->shm->polling, memory_order_relaxed) != 0;
 }
 
-void session_ring_set_polling(struct session_ring *r, bool on)
+void conn_ring_set_polling(struct conn_ring *r, bool on)
 {
     atomic_store_explicit(&r->shm->gllmd_polling, on ? 1u : 0u, memory_order_seq_cst);
 }

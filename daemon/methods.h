@@ -1,0 +1,22 @@
+/* The request handlers: one per method of the wire protocol (docs/PROTOCOL.md). Each answers
+ * its call exactly once, now or, for a job, when the job is settled. rpc.c's table maps
+ * names to them. */
+#ifndef GLLMD_METHODS_H
+#define GLLMD_METHODS_H
+
+#include "channel.h"
+
+void method_hello(struct rpc_call *c, const struct proto_msg *m);
+void method_status(struct rpc_call *c, const struct proto_msg *m);
+void method_arena_register(struct rpc_call *c, const struct proto_msg *m);
+void method_arena_release(struct rpc_call *c, const struct proto_msg *m);
+void method_ring(struct rpc_call *c, const struct proto_msg *m);
+void method_attention(struct rpc_call *c, const struct proto_msg *m);
+void method_dtensor_create(struct rpc_call *c, const struct proto_msg *m);
+void method_dtensor_free(struct rpc_call *c, const struct proto_msg *m);
+void method_dtensor_copy(struct rpc_call *c, const struct proto_msg *m);
+void method_kv_append(struct rpc_call *c, const struct proto_msg *m);
+void method_attention_decode(struct rpc_call *c, const struct proto_msg *m);
+void method_attention_prefill(struct rpc_call *c, const struct proto_msg *m);
+
+#endif

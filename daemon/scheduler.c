@@ -1,0 +1,267 @@
+/* The scheduler: a worker thread per device takes jobs fairly from lanes and runs them; the
+ * loop settles what finished in one place (settle_finished), woken by uv_async. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "scheduler.h"
+
+struct worker {
+    struct sched *sched;
+    struct backend *be;
+    int dev;
+    struct proto_buf *scratch;            /* job->ops->finished's, worker thread only */
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    struct lane *ring_head, *ring_tail;   /* lanes with queued jobs */
+    bool stop;
+    atomic_uint submitted;                /* bumped per job: what an idle worker spins on */
+    struct job *done_head, *done_tail;    /* finished, not yet settled; under lock */
+    uv_async_t async;
+};
+
+struct sched {
+    int nworkers;
+    struct worker *workers[GLLM_MAX_DEVICES];
+    uint64_t unsettled;                   /* loop thread: submitted, not yet settled */
+    unsigned open_handles;                /* worker asyncs libuv still holds */
+    bool stopping;
+};
+
+static void ring_push(struct worker *w, struct lane *l)
+{
+    l->next = NULL;
+    l->in_ring = true;
+    if (w->ring_tail)
+        w->ring_tail->next = l;
+    else
+        w->ring_head = l;
+    w->ring_tail = l;
+}
+
+static struct job *take_job(struct worker *w)
+{
+    struct lane *l = w->ring_head;
+    w->ring_head = l->next;
+    if (!w->ring_head)
+        w->ring_tail = NULL;
+    l->in_ring = false;
+    struct job *j = l->head;
+    l->head = j->next;
+    if (!l->head)
+        l->tail = NULL;
+    else
+        ring_push(w, l);
+    j->next = NULL;
+    return j;
+}
+
+/* After a job, an idle worker watches for the next one this long before it sleeps: a
+ * client stepping a decode loop sends its next job within microseconds, and catching it
+ * awake saves the futex wake-up (several microseconds of the daemon's added latency). */
+#define WORKER_SPIN_NS 50000
+
+static void spin_for_work(struct worker *w, unsigned seen)
+{
+    uint64_t until = now_ns() + WORKER_SPIN_NS;
+    while (atomic_load_explicit(&w->submitted, memory_order_acquire) == seen && now_ns() < until)
+        for (int i = 0; i < 64; i++)
+            __asm__ __volatile__("" ::: "memory");
+}
+
+/* The backend's, for the job's kind; the owner may say to skip it instead. */
+static void run_job(struct worker *w, struct job *j)
+{
+    j->t_start = now_ns();
+    j->status = j->ops->skip(j);
+    if (j->status == 0) {
+        struct backend *be = w->be;
+        switch (j->kind) {
+        case JOB_COPY:
+            j->copy.timing = &j->timing;
+            j->status = backend_copy(be, w->dev, &j->copy);
+            break;
+        case JOB_PAGED:
+            j->paged.timing = &j->timing;
+            j->paged.why = j->why, j->paged.why_len = sizeof j->why;
+            j->status = backend_paged(be, w->dev, &j->paged);
+            break;
+        case JOB_ATTENTION:
+            j->args.timing = &j->timing;
+            j->status = backend_attention(be, w->dev, &j->args);
+            break;
+        }
+    }
+    j->t_end = now_ns();
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        if (!w->ring_head && !w->stop) {
+            /* Read under the lock: a job queued after this point changes the count. */
+            unsigned seen = atomic_load_explicit(&w->submitted, memory_order_relaxed);
+            pthread_mutex_unlock(&w->lock);
+            spin_for_work(w, seen);
+            pthread_mutex_lock(&w->lock);
+        }
+        while (!w->ring_head && !w->stop)
+            pthread_cond_wait(&w->wake, &w->lock);
+        if (!w->ring_head)
+            break;
+        struct job *j = take_job(w);
+        pthread_mutex_unlock(&w->lock);
+
+        run_job(w, j);
+        j->ops->finished(j, w->scratch);
+
+        pthread_mutex_lock(&w->lock);
+        if (w->done_tail)
+            w->done_tail->next = j;
+        else
+            w->done_head = j;
+        w->done_tail = j;
+        uv_async_send(&w->async);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* Takes what one worker has finished, in completion order. */
+static struct job *take_finished(struct worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    struct job *j = w->done_head;
+    w->done_head = w->done_tail = NULL;
+    pthread_mutex_unlock(&w->lock);
+    return j;
+}
+
+/* The one place finished jobs are settled: from the loop's wake-up, between callbacks,
+ * never from inside a request's handling (an admission sees only the counts the owner
+ * keeps in finished). */
+static void settle_finished(struct sched *s)
+{
+    for (int i = 0; i < s->nworkers; i++) {
+        for (struct job *j = take_finished(s->workers[i]), *next; j; j = next) {
+            next = j->next;
+            s->unsettled--;
+            j->ops->settle(j);
+        }
+    }
+}
+
+static void on_finished(uv_async_t *h)
+{
+    struct worker *w = h->data;
+    settle_finished(w->sched);
+}
+
+static void free_worker(uv_handle_t *h)
+{
+    struct worker *w = h->data;
+    struct sched *s = w->sched;
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+    free(w->scratch);
+    free(w);
+    if (--s->open_handles == 0 && s->stopping)
+        free(s);
+}
+
+static int start_worker(struct sched *s, uv_loop_t *loop, struct backend *be, int dev,
+                        struct worker **out)
+{
+    struct worker *w = calloc(1, sizeof *w);
+    struct proto_buf *scratch = malloc(sizeof *scratch);
+    if (!w || !scratch) {
+        free(w);
+        free(scratch);
+        return -ENOMEM;
+    }
+    *w = (struct worker){.sched = s, .be = be, .dev = dev, .scratch = scratch};
+    int r = uv_async_init(loop, &w->async, on_finished);
+    if (r < 0) {
+        free(scratch);
+        free(w);
+        return r;
+    }
+    w->async.data = w;
+    s->open_handles++;
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    r = pthread_create(&w->thread, NULL, worker_main, w);
+    if (r != 0) {
+        uv_close((uv_handle_t *)&w->async, free_worker);
+        return -r;
+    }
+    *out = w;
+    return 0;
+}
+
+int sched_start(uv_loop_t *loop, struct backend *be, int ndevices, struct sched **out)
+{
+    struct sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return -ENOMEM;
+    if (ndevices > GLLM_MAX_DEVICES)
+        ndevices = GLLM_MAX_DEVICES;
+    for (int i = 0; i < ndevices; i++) {
+        int r = start_worker(s, loop, be, i, &s->workers[i]);
+        if (r < 0) {
+            sched_stop(s);
+            return r;
+        }
+        s->nworkers++;
+    }
+    *out = s;
+    return 0;
+}
+
+void sched_submit(struct sched *s, struct lane *lane, struct job *job)
+{
+    struct worker *w = s->workers[job->dev];
+    job->next = NULL;
+    job->t_submit = now_ns();
+    s->unsettled++;
+    pthread_mutex_lock(&w->lock);
+    if (lane->tail)
+        lane->tail->next = job;
+    else
+        lane->head = job;
+    lane->tail = job;
+    if (!lane->in_ring)
+        ring_push(w, lane);
+    atomic_fetch_add_explicit(&w->submitted, 1, memory_order_release);
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+}
+
+uint64_t sched_unsettled(const struct sched *s)
+{
+    return s->unsettled;
+}
+
+void sched_stop(struct sched *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->nworkers; i++) {
+        struct worker *w = s->workers[i];
+        pthread_mutex_lock(&w->lock);
+        w->stop = true;
+        pthread_cond_signal(&w->wake);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->thread, NULL);
+    }
+    settle_finished(s);
+    s->stopping = true;
+    for (int i = 0; i < s->nworkers; i++)
+        uv_close((uv_handle_t *)&s->workers[i]->async, free_worker);
+    if (s->open_handles == 0)
+        free(s);
+}

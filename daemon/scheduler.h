@@ -1,0 +1,34 @@
+/* The scheduler: one worker thread per device runs jobs, round-robin across lanes, and
+ * settles finished jobs at one point on the loop thread. */
+#ifndef GLLMD_SCHEDULER_H
+#define GLLMD_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "job.h"
+
+/* One owner's queue on one device. Lanes with work sit in the worker's ring; the worker
+ * takes one job from the lane at the head and moves it to the tail, so a deep queue from
+ * one client never delays another's next job for long. Fields belong to the worker's lock. */
+struct lane {
+    struct job *head, *tail;
+    struct lane *next;
+    bool in_ring;
+};
+
+struct sched;
+
+/* Starts one worker per device of be (at most GLLM_MAX_DEVICES). */
+int sched_start(uv_loop_t *loop, struct backend *be, int ndevices, struct sched **out);
+/* Queues job (job->dev set, job->ops and job->cookie filled) on lane. job->ops->settle
+ * runs for it later, whatever happens, on the loop thread. */
+void sched_submit(struct sched *s, struct lane *lane, struct job *job);
+/* Jobs submitted and not yet settled (loop thread). */
+uint64_t sched_unsettled(const struct sched *s);
+/* Stops the workers after the jobs they hold have run, settles them, and frees the
+ * scheduler once libuv has let go of its handles. */
+void sched_stop(struct sched *s);
+
+#endif

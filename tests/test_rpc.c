@@ -1,0 +1,394 @@
+/* The RPC channel over a socketpair: a real server on the CPU backend, turned by hand, one
+ * client per test; replies carry their request's id, refusals are counted. */
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "clock.h"
+#include "lifecycle.h"
+#include "log.h"
+#include "rpc.h"
+#include "scheduler.h"
+#include "testutil.h"
+
+#define WAIT_NS 5000000000ull   /* a reply not here by then fails its test */
+
+static struct server *srv;
+static uv_loop_t loop;
+static char rx[PROTO_MAX_MESSAGE];
+
+static int group_setup(void **state)
+{
+    (void)state;
+    struct backend *be;
+    struct backend_config bcfg = {.threads = 1};
+    char why[256];
+    if (backend_select("cpu", &bcfg, &be, why, sizeof why) < 0)
+        return -1;
+    log_init(LOG_CRIT);
+    uv_loop_init(&loop);
+    srv = calloc(1, sizeof *srv);
+    struct config cfg;
+    config_defaults(&cfg);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/gllm-test-rpc-%d.sock", (int)getpid());
+    if (!srv || server_init(srv, &loop, be, &cfg, path, -1) < 0)
+        return -1;
+    unlink(path);   /* never connected to: the socketpairs are the clients */
+    return 0;
+}
+
+/* A client: its end of a socketpair whose other end the daemon serves. */
+static int connect_client(void)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv), 0);
+    assert_int_equal(rpc_accept(srv, sv[0]), 0);
+    return sv[1];
+}
+
+/* Turns the loop until the client has a packet, and decodes it; fails the test past WAIT_NS. */
+static void wait_reply(int fd, struct proto_msg *m)
+{
+    uint64_t until = now_ns() + WAIT_NS;
+    for (;;) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        ssize_t n = recv(fd, rx, sizeof rx, MSG_DONTWAIT);
+        if (n > 0) {
+            int64_t id;
+            assert_int_equal(proto_decode(rx, (size_t)n, m, &id), 0);
+            assert_int_equal(m->kind, PROTO_RESPONSE);
+            return;
+        }
+        if (now_ns() > until)
+            fail_msg("no reply within %llu ms", (unsigned long long)(WAIT_NS / 1000000));
+        usleep(100);
+    }
+}
+
+static void send_raw(int fd, const void *p, size_t n, int pass_fd)
+{
+    assert_int_equal(send_packet_fd(fd, p, n, pass_fd, 0), (ssize_t)n);
+}
+
+static void send_hello(int fd, uint64_t id)
+{
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, "hello");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "version", GLLM_PROTOCOL_VERSION);
+    send_raw(fd, b.data, b.len, -1);
+}
+
+/* A client past its hello. */
+static int hello_client(void)
+{
+    int fd = connect_client();
+    send_hello(fd, 1);
+    struct proto_msg m;
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 1);
+    assert_int_equal(m.error_code, 0);
+    proto_msg_free(&m);
+    return fd;
+}
+
+static void expect_error(int fd, uint64_t id, int code)
+{
+    struct proto_msg m;
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, id);
+    assert_int_equal(m.error_code, code);
+    assert_true(m.error_message[0] != '\0');
+    proto_msg_free(&m);
+}
+
+static void test_valid_request_answered_with_its_id(void **state)
+{
+    (void)state;
+    uint64_t requests = srv->stats.requests, errors = srv->stats.errors;
+    int fd = connect_client();
+    send_hello(fd, 4242);
+    struct proto_msg m;
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 4242);
+    assert_int_equal(m.error_code, 0);
+    assert_non_null(m.result);
+    uint64_t version = 0;
+    assert_int_equal(proto_get_u64(m.result, "version", true, &version), 0);
+    assert_int_equal(version, GLLM_PROTOCOL_VERSION);
+    proto_msg_free(&m);
+
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 7, "status");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, -1);
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 7);
+    assert_int_equal(m.error_code, 0);
+    uint64_t counted = 0;
+    assert_int_equal(proto_get_u64(m.result, "requests", true, &counted), 0);
+    assert_int_equal(counted, requests + 2);
+    proto_msg_free(&m);
+    assert_int_equal(srv->stats.requests, requests + 2);
+    assert_int_equal(srv->stats.errors, errors);
+    close(fd);
+}
+
+static void test_malformed_request_answered_with_its_id(void **state)
+{
+    (void)state;
+    int fd = hello_client();
+    uint64_t errors = srv->stats.errors;
+    /* [0, 77, "hello", 5]: a request whose params are not a map. */
+    static const uint8_t bad_params[] = {0x94, 0x00, 0x4d, 0xa5, 'h', 'e', 'l', 'l', 'o', 0x05};
+    send_raw(fd, bad_params, sizeof bad_params, -1);
+    struct proto_msg m;
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 77);
+    assert_true(m.error_code != 0);
+    proto_msg_free(&m);
+
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 78, "no_such_method");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, -1);
+    expect_error(fd, 78, GLLM_EMETHOD);
+
+    /* Attention without its tensors: refused by its handler, with its id. */
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 79, "attention");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, -1);
+    expect_error(fd, 79, GLLM_EPARAM);
+
+    /* Not msgpack at all: no id to read, so nil. */
+    static const uint8_t garbage[] = {0xc1, 0xc1, 0xc1};
+    send_raw(fd, garbage, sizeof garbage, -1);
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, PROTO_NO_ID);
+    assert_true(m.error_code != 0);
+    proto_msg_free(&m);
+    assert_int_equal(srv->stats.errors, errors + 4);
+    close(fd);
+}
+
+static void test_method_before_hello_refused(void **state)
+{
+    (void)state;
+    int fd = connect_client();
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 5, "status");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, -1);
+    expect_error(fd, 5, GLLM_ENOHELLO);
+    close(fd);
+}
+
+static void test_limits_counted(void **state)
+{
+    (void)state;
+    uint64_t violations = srv->stats.limit_violations;
+    /* Before hello, a packet over max_prehello_bytes is refused unread. */
+    int fd = connect_client();
+    size_t big = srv->limits.max_prehello_bytes + 1;
+    char *p = calloc(1, big);
+    assert_non_null(p);
+    send_raw(fd, p, big, -1);
+    free(p);
+    expect_error(fd, PROTO_NO_ID, GLLM_ETOOBIG);
+    assert_int_equal(srv->stats.limit_violations, violations + 1);
+    close(fd);
+
+    /* A job past the per-connection limit: EBUSY with its id. */
+    fd = hello_client();
+    uint32_t saved = srv->limits.max_inflight;
+    srv->limits.max_inflight = 0;
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 90, "attention");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, -1);
+    expect_error(fd, 90, GLLM_EBUSY);
+    srv->limits.max_inflight = saved;
+    assert_int_equal(srv->stats.limit_violations, violations + 2);
+
+    /* An arena past the session's byte quota: EQUOTA, and the fd is not kept. */
+    int mfd = make_memfd(1 << 16, F_SEAL_SHRINK);
+    assert_true(mfd >= 0);
+    uint64_t saved_bytes = srv->limits.max_arena_bytes;
+    srv->limits.max_arena_bytes = 4096;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 91, "arena_register");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "size", 1 << 16);
+    send_raw(fd, b.data, b.len, mfd);
+    close(mfd);
+    expect_error(fd, 91, GLLM_EQUOTA);
+    srv->limits.max_arena_bytes = saved_bytes;
+    assert_int_equal(srv->stats.limit_violations, violations + 3);
+    assert_int_equal(srv->stats.regions.arenas, 0);
+    close(fd);
+}
+
+static void send_status(int fd, uint64_t id)
+{
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, "status");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, -1);
+}
+
+/* Requests through the shared-memory ring keep their place among socket packets, are
+ * counted, and a slot that makes no sense gets an error reply. */
+static void test_ring_requests_in_socket_order(void **state)
+{
+    (void)state;
+    int fd = hello_client();                              /* socket packet 1 */
+    int rfd = make_memfd(GLLM_RING_BYTES, F_SEAL_SHRINK);
+    assert_true(rfd >= 0);
+    struct gllm_ring *ring = mmap(NULL, GLLM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
+    assert_true(ring != MAP_FAILED);
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 20, "ring");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, rfd);                     /* socket packet 2 */
+    close(rfd);
+    struct proto_msg m;
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 20);
+    assert_int_equal(m.error_code, 0);
+    proto_msg_free(&m);
+
+    uint64_t requests = srv->stats.requests, ring_requests = srv->stats.ring_requests;
+    /* Status 21 in the ring after two socket packets, then status 22 by the socket: 21
+     * must be answered first, though only the socket packet wakes the daemon. */
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 21, "status");
+    msgpack_pack_map(&b.pk, 0);
+    ring->request[0].after = 2;
+    ring->request[0].len = (uint32_t)b.len;
+    memcpy(ring->request[0].data, b.data, b.len);
+    atomic_store(&ring->request_head, 1);
+    send_status(fd, 22);                                  /* socket packet 3 */
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 21);
+    assert_int_equal(m.error_code, 0);
+    proto_msg_free(&m);
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 22);
+    proto_msg_free(&m);
+    assert_int_equal(srv->stats.requests, requests + 2);
+    assert_int_equal(srv->stats.ring_requests, ring_requests + 1);
+    assert_int_equal(atomic_load(&ring->request_tail), 1);
+
+    /* An empty slot, found when the client's wake-up arrives: an error with no id. */
+    ring->request[1].after = 3;
+    ring->request[1].len = 0;
+    atomic_store(&ring->request_head, 2);
+    proto_buf_init(&b);
+    proto_pack_notify(&b.pk, "ring_wake");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, -1);
+    expect_error(fd, PROTO_NO_ID, GLLM_EMALFORMED);
+    munmap(ring, GLLM_RING_BYTES);
+    close(fd);
+}
+
+static struct proto_tensor tensor(uint32_t arena, uint64_t offset, int64_t H, int64_t S,
+                                  int64_t D)
+{
+    struct proto_tensor t = {.arena = arena, .offset = offset, .dtype = GLLM_DTYPE_F32,
+                             .rank = 4, .shape = {1, H, S, D}};
+    proto_tensor_contiguous(&t);
+    return t;
+}
+
+/* A job end to end: the reply comes from the scheduler, with its id, and the job is
+ * settled (counted done, its arena reference dropped) once the loop has turned. */
+static void test_job_reply_carries_its_id(void **state)
+{
+    (void)state;
+    int fd = hello_client();
+    const size_t bytes = 1 << 16;
+    int mfd = make_memfd(bytes, F_SEAL_SHRINK);
+    assert_true(mfd >= 0);
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 10, "arena_register");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "size", bytes);
+    send_raw(fd, b.data, b.len, mfd);
+    close(mfd);
+    struct proto_msg m;
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 10);
+    assert_int_equal(m.error_code, 0);
+    uint64_t arena = 0;
+    assert_int_equal(proto_get_u64(m.result, "arena", true, &arena), 0);
+    proto_msg_free(&m);
+
+    uint64_t done = srv->stats.jobs_done;
+    struct proto_attention pa = {0};
+    const uint64_t t = 2 * 16 * 32 * 4;   /* H=2, S=16, D=32, f32 */
+    pa.q = tensor((uint32_t)arena, 0, 2, 16, 32);
+    pa.k = tensor((uint32_t)arena, t, 2, 16, 32);
+    pa.v = tensor((uint32_t)arena, 2 * t, 2, 16, 32);
+    pa.out = tensor((uint32_t)arena, 3 * t, 2, 16, 32);
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 11, "attention");
+    proto_pack_attention(&b.pk, &pa);
+    send_raw(fd, b.data, b.len, -1);
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 11);
+    assert_int_equal(m.error_code, 0);
+    uint64_t job_ns = 0;
+    assert_int_equal(proto_get_u64(m.result, "job_ns", true, &job_ns), 0);
+    proto_msg_free(&m);
+    uint64_t until = now_ns() + WAIT_NS;
+    while (sched_unsettled(srv->sched) > 0 && now_ns() < until) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(100);
+    }
+    assert_int_equal(sched_unsettled(srv->sched), 0);
+    assert_int_equal(srv->stats.jobs_done, done + 1);
+    assert_int_equal(srv->stats.jobs_inflight, 0);
+
+    /* The client goes: its arena with it. */
+    close(fd);
+    until = now_ns() + WAIT_NS;
+    while (srv->stats.regions.arenas > 0 && now_ns() < until) {
+        uv_run(&loop, UV_RUN_NOWAIT);
+        usleep(100);
+    }
+    assert_int_equal(srv->stats.regions.arenas, 0);
+    assert_int_equal(srv->stats.regions.bytes_mapped, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_request_answered_with_its_id),
+        cmocka_unit_test(test_malformed_request_answered_with_its_id),
+        cmocka_unit_test(test_method_before_hello_refused),
+        cmocka_unit_test(test_limits_counted),
+        cmocka_unit_test(test_ring_requests_in_socket_order),
+        cmocka_unit_test(test_job_reply_carries_its_id),
+    };
+    return cmocka_run_group_tests(tests, group_setup, NULL);
+}
