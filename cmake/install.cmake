@@ -137,3 +137,13 @@ file(READ ${PROJECT_SOURCE_DIR}/systemd/gllmd.service.in _gllm_service_template)
 string(REPLACE "@GLLMD_PATH@" "$<TARGET_FILE:gllmd>" _gllm_service_build "${_gllm_service_template}")
 file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/systemd/gllmd.service CONTENT "${_gllm_service_build}")
 configure_file(${PROJECT_SOURCE_DIR}/systemd/gllmd.socket ${PROJECT_BINARY_DIR}/systemd/gllmd.socket COPYONLY)
+
+# Paperwork: man pages, and the licence and changelog in each package's doc directory.
+install(FILES man/gllmd.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8 COMPONENT daemon)
+install(FILES man/gllmctl.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT daemon)
+install(FILES man/gllmd.conf.5 DESTINATION ${CMAKE_INSTALL_MANDIR}/man5 COMPONENT daemon)
+install(FILES man/libgllm-client.3 DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
+foreach(comp daemon runtime dev)
+  string(TOUPPER ${comp} _c)
+  install(FILES LICENSE CHANGELOG.md DESTINATION ${GLLM_DOCDIR_${_c}} COMPONENT ${comp})
+endforeach()
