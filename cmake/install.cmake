@@ -61,9 +61,25 @@ set(GLLM_DOCDIR_DAEMON "${CMAKE_INSTALL_DATAROOTDIR}/doc/gllmd")
 set(GLLM_DOCDIR_RUNTIME "${CMAKE_INSTALL_DATAROOTDIR}/doc/libgllm-client${GLLM_SOVERSION}")
 set(GLLM_DOCDIR_DEV "${CMAKE_INSTALL_DATAROOTDIR}/doc/libgllm-client-dev")
 set(GLLM_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/gllm")
+set(GLLM_PACKAGE_MAINTAINER "gllm maintainers <maintainers@gllm.invalid>" CACHE STRING
+    "Maintainer field of the packages and their changelog.Debian")
+
+# A stripped install (CPack, `cmake --install --strip`) strips as Debian's dh_strip does:
+# the archive keeps its symbols, which linking needs, and loses its debug information;
+# every ELF file loses the compiler's .comment notes.
+function(gllm_strip_more component file)
+  install(CODE "
+    if(CMAKE_INSTALL_DO_STRIP)
+      execute_process(COMMAND \"${CMAKE_STRIP}\" ${ARGN} --remove-section=.comment
+        \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${file}\" COMMAND_ERROR_IS_FATAL ANY)
+    endif()
+  " COMPONENT ${component})
+endfunction()
 
 # --- daemon -----------------------------------------------------------------------------
 install(TARGETS gllmd gllmctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT daemon)
+gllm_strip_more(daemon ${CMAKE_INSTALL_BINDIR}/gllmd)
+gllm_strip_more(daemon ${CMAKE_INSTALL_BINDIR}/gllmctl)
 
 # The unit's ExecStart is the installed gllmd, which is known only when installing
 # (`cmake --install --prefix P`, or CPack's staging), so the unit is written then.
@@ -93,10 +109,13 @@ install(TARGETS gllm-client EXPORT gllmTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime
                 NAMELINK_COMPONENT dev
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+gllm_strip_more(runtime ${CMAKE_INSTALL_LIBDIR}/libgllm-client.so.${PROJECT_VERSION})
 install(TARGETS gllm-client-archive EXPORT gllmTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY include/gllm DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)
+install(DIRECTORY include/gllm DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT dev)# The archive keeps its symbols, which linking needs.
+gllm_strip_more(dev ${CMAKE_INSTALL_LIBDIR}/libgllm-client.a
+                --strip-debug --remove-section=.note --enable-deterministic-archives)
 
 # find_package(gllm): gllm::client (shared) and gllm::client_static.
 set_target_properties(gllm-client PROPERTIES EXPORT_NAME client)
@@ -138,12 +157,57 @@ string(REPLACE "@GLLMD_PATH@" "$<TARGET_FILE:gllmd>" _gllm_service_build "${_gll
 file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/systemd/gllmd.service CONTENT "${_gllm_service_build}")
 configure_file(${PROJECT_SOURCE_DIR}/systemd/gllmd.socket ${PROJECT_BINARY_DIR}/systemd/gllmd.socket COPYONLY)
 
-# Paperwork: man pages, and the licence and changelog in each package's doc directory.
-install(FILES man/gllmd.8 DESTINATION ${CMAKE_INSTALL_MANDIR}/man8 COMPONENT daemon)
-install(FILES man/gllmctl.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT daemon)
-install(FILES man/gllmd.conf.5 DESTINATION ${CMAKE_INSTALL_MANDIR}/man5 COMPONENT daemon)
-install(FILES man/libgllm-client.3 DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
+# Paperwork, in the form Debian asks of every package (so the packages and the tarball
+# hold the same tree): man pages gzipped, the upstream changelog as changelog.gz, the
+# licence as a machine-readable copyright file, and a changelog.Debian.gz.
+find_program(GLLM_GZIP gzip REQUIRED)
+string(TIMESTAMP GLLM_DEB_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)
+set(GLLM_DEB_VERSION "${PROJECT_VERSION}-1")
+set(GLLM_DEB_SOURCE gllm)
+if(NOT CPACK_PACKAGE_CONTACT)
+  set(CPACK_PACKAGE_CONTACT "${GLLM_PACKAGE_MAINTAINER}")
+endif()
+configure_file(cmake/debian/changelog.Debian.in ${PROJECT_BINARY_DIR}/doc/changelog.Debian @ONLY)
+# Man pages go to man/manN/ in the build tree, where MANPATH can find them (the unit's
+# Documentation= is checked by systemd-analyze in the tests).
+set(_gllm_gz_outputs "")
+foreach(src man/gllmd.8 man/gllmctl.1 man/gllmd.conf.5 man/libgllm-client.3
+            CHANGELOG.md ${PROJECT_BINARY_DIR}/doc/changelog.Debian)
+  get_filename_component(_name ${src} NAME)
+  set(_dir ${PROJECT_BINARY_DIR}/doc)
+  if(_name STREQUAL "CHANGELOG.md")
+    set(_name changelog)
+  elseif(_name MATCHES "\\.([1-8])$")
+    set(_dir ${PROJECT_BINARY_DIR}/man/man${CMAKE_MATCH_1})
+  endif()
+  if(NOT IS_ABSOLUTE ${src})
+    set(src ${PROJECT_SOURCE_DIR}/${src})
+  endif()
+  file(MAKE_DIRECTORY ${_dir})
+  # -n: no name or time stamp inside, so the same input gives the same bytes.
+  add_custom_command(OUTPUT ${_dir}/${_name}.gz
+    COMMAND ${GLLM_GZIP} -9nc ${src} > ${_dir}/${_name}.gz
+    DEPENDS ${src} VERBATIM)
+  list(APPEND _gllm_gz_outputs ${_dir}/${_name}.gz)
+endforeach()
+add_custom_target(gllm_docs ALL DEPENDS ${_gllm_gz_outputs})
+set(_d ${PROJECT_BINARY_DIR}/doc)
+set(_m ${PROJECT_BINARY_DIR}/man)
+install(FILES ${_m}/man8/gllmd.8.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man8 COMPONENT daemon)
+install(FILES ${_m}/man1/gllmctl.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT daemon)
+install(FILES ${_m}/man5/gllmd.conf.5.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man5 COMPONENT daemon)
+install(FILES ${_m}/man3/libgllm-client.3.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
 foreach(comp daemon runtime dev)
   string(TOUPPER ${comp} _c)
-  install(FILES LICENSE CHANGELOG.md DESTINATION ${GLLM_DOCDIR_${_c}} COMPONENT ${comp})
+  install(FILES cmake/debian/copyright ${_d}/changelog.gz ${_d}/changelog.Debian.gz
+          DESTINATION ${GLLM_DOCDIR_${_c}} COMPONENT ${comp})
 endforeach()
+# lintian's overrides, each with the reason beside it.
+install(FILES cmake/debian/gllmd/lintian-overrides DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides
+        RENAME gllmd COMPONENT daemon)
+install(FILES cmake/debian/libgllm-client0/lintian-overrides
+        DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides
+        RENAME libgllm-client${GLLM_SOVERSION} COMPONENT runtime)
+install(FILES cmake/debian/libgllm-client-dev/lintian-overrides
+        DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides
+        RENAME libgllm-client-dev COMPONENT dev)
