@@ -61,7 +61,14 @@ set(GLLM_DOCDIR_DAEMON "${CMAKE_INSTALL_DATAROOTDIR}/doc/gllmd")
 set(GLLM_DOCDIR_RUNTIME "${CMAKE_INSTALL_DATAROOTDIR}/doc/libgllm-client${GLLM_SOVERSION}")
 set(GLLM_DOCDIR_DEV "${CMAKE_INSTALL_DATAROOTDIR}/doc/libgllm-client-dev")
 set(GLLM_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/gllm")
-set(GLLM_PACKAGE_MAINTAINER "gllm maintainers <maintainers@gllm.invalid>" CACHE STRING
+# The packages' Maintainer: a placeholder unless the release sets it (the cache variable,
+# or GLLM_PACKAGE_MAINTAINER in the environment of the first configure).
+if(DEFINED ENV{GLLM_PACKAGE_MAINTAINER} AND NOT "$ENV{GLLM_PACKAGE_MAINTAINER}" STREQUAL "")
+  set(_gllm_maintainer "$ENV{GLLM_PACKAGE_MAINTAINER}")
+else()
+  set(_gllm_maintainer "gllm maintainers <maintainers@gllm.invalid>")
+endif()
+set(GLLM_PACKAGE_MAINTAINER "${_gllm_maintainer}" CACHE STRING
     "Maintainer field of the packages and their changelog.Debian")
 
 # A stripped install (CPack, `cmake --install --strip`) strips as Debian's dh_strip does:

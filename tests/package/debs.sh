@@ -54,7 +54,11 @@ expect_dev="usr/include/gllm/gllm.h usr/include/gllm/errors.h usr/include/gllm/v
   usr/share/doc/libgllm-client-dev/copyright"
 list() { dpkg-deb -c "$1" | awk '$1 !~ /^d/ { sub(/^\.\//, "", $6); print $6 }' | sort; }
 for p in daemon runtime dev; do
-  eval "deb=\$$p expect=\$expect_$p"
+  case $p in
+    daemon) deb=$daemon expect=$expect_daemon ;;
+    runtime) deb=$runtime expect=$expect_runtime ;;
+    dev) deb=$dev expect=$expect_dev ;;
+  esac
   list "$deb" > "$tmp/$p.files"
   for f in $expect; do
     grep -qx "$f" "$tmp/$p.files" || { echo "FAIL: $(basename "$deb") lacks $f"; fail=1; }
@@ -102,7 +106,8 @@ check grep -qx "ExecStart=/usr/bin/gllmd" "$root/usr/lib/systemd/system/gllmd.se
 check cmp -s "$root/usr/share/doc/gllmd/kernel-manifest.txt" "$src/kernels/prebuilt/MANIFEST"
 readme_example "$src/README.md" "$tmp/example.c" || exit 1
 flags=$(PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_PATH=$root/$lib/pkgconfig pkg-config --cflags --libs gllm)
-cc -Wall -Werror -o "$tmp/example-pc" "$tmp/example.c" $flags -Wl,-rpath,"$root/$lib" ||
+# shellcheck disable=SC2086 # the flags are words
+"${CC:-cc}" -Wall -Werror -o "$tmp/example-pc" "$tmp/example.c" $flags -Wl,-rpath,"$root/$lib" ||
   { echo "FAIL: the example does not build with the packaged gllm.pc ($flags)"; exit 1; }
 mkdir -p "$tmp/cm"
 cp "$tmp/example.c" "$tmp/cm/"
@@ -118,5 +123,5 @@ for exe in "$tmp/example-pc" "$tmp/cm/build/example-cmake"; do
   case $where in "$root"/*) ;; *) echo "FAIL: $exe loads libgllm-client from '$where'"; fail=1 ;; esac
   LD_LIBRARY_PATH=$root/$lib run_example "$exe" "$tmp/gllmd.sock" "$version" || fail=1
 done
-[ "$fail" = 0 ] && echo "packages: $(cd "$out" && ls | tr '\n' ' ')all checked"
+[ "$fail" = 0 ] && echo "packages: $(cd "$out" && echo *) all checked"
 exit "$fail"

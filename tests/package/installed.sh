@@ -29,6 +29,7 @@ fi
 # pkg-config
 flags=$(PKG_CONFIG_PATH=$(dirname "$pc") pkg-config --cflags --libs gllm) ||
   { echo "FAIL: pkg-config --cflags --libs gllm"; exit 1; }
+# shellcheck disable=SC2086 # the flags are words
 "$cc" -Wall -Werror -o "$tmp/example-pc" "$tmp/example.c" $flags -Wl,-rpath,"$libdir" ||
   { echo "FAIL: the example does not build with pkg-config ($flags)"; exit 1; }
 

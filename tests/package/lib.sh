@@ -1,4 +1,5 @@
 # Shell helpers for the package tests: the README's example, a gllmd to run it against.
+# shellcheck shell=bash
 # Sourced, not run.
 
 # The first C block of README.md's "Using the library" section, into $2.
