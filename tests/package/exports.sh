@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The shared library's ABI is exactly the public headers: every function declared in
 # include/gllm/*.h is a defined dynamic symbol of libgllm-client.so, and nothing else is
-# exported (the codec's internals stay hidden). Usage: exports.sh LIBRARY INCLUDE_DIR CC
+# exported (the codec's internals stay hidden). Usage: exports.sh LIBRARY INCLUDE_DIR
 set -u
-lib=$1 inc=$2 cc=$3
+lib=$1 inc=$2
+# gcc, whatever compiled the library: clang has no -aux-info.
+cc=gcc
+command -v "$cc" >/dev/null || { echo "SKIPPED: gcc (for -aux-info) not installed"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
