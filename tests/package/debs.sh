@@ -7,7 +7,7 @@ set -u
 src=$(realpath "$1") pkgbuild=$2 version=$3
 shift 3
 . "$src/tests/package/lib.sh"
-for tool in dpkg-deb dpkg-shlibdeps lintian pkg-config; do
+for tool in dpkg-deb dpkg-shlibdeps file lintian pkg-config; do
   command -v $tool >/dev/null || { echo "SKIPPED: $tool not installed"; exit 77; }
 done
 tmp=$(mktemp -d)
