@@ -49,9 +49,10 @@ const char *gllm_dtype_name(gllm_dtype dtype)
     return proto_dtype_name(dtype);
 }
 
+/* The header's numbers, so a program can compare what it was built against with what it runs. */
 const char *gllm_version(void)
 {
-    return GLLM_VERSION;
+    return GLLM_VERSION_STRING;
 }
 
 int gllm_default_socket_path(char *buf, size_t len)

@@ -6,11 +6,14 @@
 #include <stdint.h>
 
 #include "gllm/errors.h"
+#include "gllm/version.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Marks the library's public functions: the library builds with hidden visibility, so only
+ * these are exported from libgllm-client.so (tests/package/exports.sh checks both ways). */
 #if defined(GLLM_BUILDING_LIBRARY)
 #define GLLM_EXPORT __attribute__((visibility("default")))
 #else
