@@ -10,10 +10,11 @@ command -v "$cc" >/dev/null || { echo "SKIPPED: gcc (for -aux-info) not installe
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# gcc's -aux-info lists every prototype the headers declare, whatever macros they use.
+# gcc's -aux-info lists every prototype the headers declare, whatever macros they use; static
+# inline helpers (gllm/elem.h) are compiled into the caller, not exported.
 for h in "$inc"/gllm/*.h; do echo "#include <gllm/$(basename "$h")>"; done > "$tmp/all.c"
 "$cc" -std=gnu11 -I"$inc" -aux-info "$tmp/aux" -fsyntax-only "$tmp/all.c" || exit 1
-grep "$inc/gllm/" "$tmp/aux" | sed -nE 's/^[^(]*[ *]([a-z_0-9]+) \(.*/\1/p' | sort -u > "$tmp/declared"
+grep "$inc/gllm/" "$tmp/aux" | grep -v ' static ' | sed -nE 's/^[^(]*[ *]([a-z_0-9]+) \(.*/\1/p' | sort -u > "$tmp/declared"
 nm -D --defined-only "$lib" | awk '$2 == "T" { print $3 }' | sort -u > "$tmp/exported"
 
 fail=0
