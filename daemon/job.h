@@ -35,6 +35,7 @@ struct job_ops {
 struct job {
     struct job *next;             /* worker queue, then the finished list */
     enum job_kind kind;
+    uint8_t method;               /* enum metrics_method: the wire method, for metrics */
     int dev;
     uint64_t req_id;
     const struct job_ops *ops;

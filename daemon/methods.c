@@ -101,7 +101,7 @@ void method_status(struct rpc_call *c, const struct proto_msg *m)
     struct server *srv = c->ch->srv;
     const struct server_stats *st = &srv->stats;
     msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 18);
+    msgpack_pack_map(pk, 20);
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_f64(pk, "uptime_s", (double)(now_ns() - srv->start_ns) / 1e9);
     proto_pack_kv_str(pk, "backend", backend_name(srv->be));
@@ -119,6 +119,17 @@ void method_status(struct rpc_call *c, const struct proto_msg *m)
     proto_pack_kv_u64(pk, "errors", st->errors);
     proto_pack_kv_u64(pk, "limit_violations", st->limit_violations);
     proto_pack_kv_u64(pk, "ring_requests", st->ring_requests);
+    proto_pack_str(pk, "metrics");
+    metrics_pack(pk, &st->jobs);
+    proto_pack_str(pk, "device_memory");   /* bytes in use and in all, per device */
+    msgpack_pack_array(pk, (size_t)srv->ndevices);
+    for (int i = 0; i < srv->ndevices; i++) {
+        uint64_t used = 0, total = 0;
+        backend_memory_info(srv->be, i, &used, &total);
+        msgpack_pack_map(pk, 2);
+        proto_pack_kv_u64(pk, "used", used);
+        proto_pack_kv_u64(pk, "total", total);
+    }
     /* Who holds what: at most 64 entries so the reply stays within one packet. */
     uint32_t n = 0;
     for (const struct channel *ch = srv->channels; ch && n < 64; ch = ch->next)
@@ -281,6 +292,9 @@ static void job_settle(struct job *job)
         srv->stats.jobs_done++;
     else
         srv->stats.jobs_failed++;
+    uint64_t kernel = job->timing.kernel_ns, total = job->t_end - job->t_read;
+    metrics_job(&srv->stats.jobs, (enum metrics_method)job->method, job->status == 0,
+                job->t_start - job->t_submit, kernel, total > kernel ? total - kernel : 0);
     if (!ch->closed && !job->replied) {
         if (job->status < 0 && job->why[0]) {
             channel_reply_error(ch, (int64_t)job->req_id, job->status, "%s", job->why);
@@ -316,6 +330,7 @@ static void submit(struct rpc_call *c, struct job *job, int dev, const char *met
         return;
     }
     job->req_id = c->id;
+    job->method = (uint8_t)metrics_method_of(method);
     job->dev = dev;
     job->t_read = c->t_read;
     job->ops = &channel_job_ops;

@@ -11,6 +11,7 @@
 #include "config.h"
 #include "conn.h"
 #include "job.h"
+#include "metrics.h"
 #include "server_limits.h"
 #include "session.h"
 
@@ -26,6 +27,7 @@ struct server_stats {
     uint64_t limit_violations;    /* replies TOOBIG, LIMIT, QUOTA or BUSY */
     uint64_t ring_requests;       /* requests taken from shared-memory rings */
     struct region_totals regions;
+    struct metrics jobs;          /* by method and result, with time histograms */
 };
 
 struct server {
