@@ -62,6 +62,47 @@ int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **
     return 0;
 }
 
+/* A region of device memory shared with the client: made and exported here (fd_out set, the
+ * caller sends and closes it) or imported from the client's fd (fd_in >= 0). */
+static int new_shared(struct backend *be, int dev, uint64_t size, int fd_in, int *fd_out,
+                      struct arena **out, char *why, size_t len)
+{
+    if (size == 0 || size > SIZE_MAX)
+        return GLLM_EPARAM;
+    struct arena *a = calloc(1, sizeof *a);
+    if (!a)
+        return -ENOMEM;
+    struct backend_shared sh;
+    int r = fd_in >= 0 ? backend_share_import(be, dev, fd_in, (size_t)size, &sh, why, len)
+                       : backend_share_alloc(be, dev, (size_t)size, &sh, fd_out);
+    if (r < 0) {
+        free(a);
+        return r;
+    }
+    a->refs = 1;
+    a->base = sh.ptr;
+    a->size = sh.bytes;
+    a->device = true;
+    a->owner = be;
+    a->dev = dev;
+    a->share = fd_in >= 0 ? ARENA_IMPORTED : ARENA_EXPORTED;
+    a->share_handle = sh.handle;
+    *out = a;
+    return 0;
+}
+
+int arena_new_exported(struct backend *be, int dev, uint64_t size, struct arena **out, int *fd)
+{
+    char why[8];
+    return new_shared(be, dev, size, -1, fd, out, why, sizeof why);
+}
+
+int arena_import(struct backend *be, int dev, int fd, uint64_t size, struct arena **out,
+                 char *why, size_t len)
+{
+    return new_shared(be, dev, size, fd, NULL, out, why, len);
+}
+
 struct arena *arena_ref(struct arena *a)
 {
     a->refs++;
@@ -72,6 +113,13 @@ void arena_unref(struct arena *a)
 {
     if (!a || --a->refs > 0)
         return;
+    if (a->share != ARENA_OWN) {
+        struct backend_shared sh = {.ptr = a->base, .bytes = (size_t)a->size,
+                                    .handle = a->share_handle};
+        backend_share_free(a->owner, a->dev, &sh);
+        free(a);
+        return;
+    }
     if (a->device) {
         backend_dev_free(a->owner, a->dev, a->base);
         free(a);

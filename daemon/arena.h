@@ -20,6 +20,10 @@ struct arena {
     bool device;                /* a device tensor: base is the backend's pointer */
     struct backend *owner;      /* device tensors: the backend that allocated base */
     int dev;
+    /* Device tensors mapped by the client too: exported from here, or the client's memory
+     * imported (the import holds the memory until it is unmapped, whatever the client does). */
+    enum { ARENA_OWN, ARENA_EXPORTED, ARENA_IMPORTED } share;
+    uint64_t share_handle;      /* the backend's, for share_free */
 };
 
 /* Checks that fd is a memfd sealed against shrinking whose size is exactly
@@ -27,6 +31,13 @@ struct arena {
 int arena_map(int fd, uint64_t size, struct arena **out);
 /* A device tensor of size bytes on device dev of be (contents undefined until written). */
 int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **out);
+/* A device tensor the client maps too: size (a multiple of the backend's share granularity)
+ * on dev, and *fd, close-on-exec, for the client (the caller sends it, then closes it). */
+int arena_new_exported(struct backend *be, int dev, uint64_t size, struct arena **out, int *fd);
+/* The client's exported memory (fd, not consumed) of size bytes on dev, as a device tensor;
+ * on refusal a code and a one-line why (backend_share_import). */
+int arena_import(struct backend *be, int dev, int fd, uint64_t size, struct arena **out,
+                 char *why, size_t len);
 struct arena *arena_ref(struct arena *a);
 void arena_unref(struct arena *a);
 

@@ -1,6 +1,7 @@
 /* The RPC channel object: its lifetime, its error replies and counters, a call's reply. */
 #include <stdarg.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 
 #include "channel.h"
@@ -120,9 +121,21 @@ msgpack_packer *rpc_reply_begin(struct rpc_call *c)
 
 void rpc_reply_end(struct rpc_call *c)
 {
+    rpc_reply_end_fd(c, -1);
+}
+
+void rpc_reply_end_fd(struct rpc_call *c, int fd)
+{
     if (c->reply->overflow) {
+        if (fd >= 0)
+            close(fd);
         rpc_reply_error(c, GLLM_ETOOBIG, "reply exceeds the message limit");
         return;
     }
-    channel_send(c->ch, c->reply->data, c->reply->len);
+    if (c->ch->closed) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    conn_send_fd(c->ch->conn, c->reply->data, c->reply->len, fd);
 }

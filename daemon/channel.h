@@ -60,6 +60,8 @@ void channel_reply_error(struct channel *ch, int64_t id, int code, const char *f
  * packer for its one object; end sends it (or TOOBIG when it outgrew a message). */
 msgpack_packer *rpc_reply_begin(struct rpc_call *c);
 void rpc_reply_end(struct rpc_call *c);
+/* rpc_reply_end with fd sent alongside the reply (SCM_RIGHTS); takes fd in every case. */
+void rpc_reply_end_fd(struct rpc_call *c, int fd);
 void rpc_reply_error(struct rpc_call *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -17,6 +17,7 @@
 
 struct out_packet {
     struct out_packet *next;
+    int fd;                      /* sent with the packet and closed then, or -1 */
     size_t len;
     char data[];
 };
@@ -136,6 +137,8 @@ void conn_shutdown(struct conn *c)
     while (c->out_head) {
         struct out_packet *p = c->out_head;
         c->out_head = p->next;
+        if (p->fd >= 0)
+            close(p->fd);
         free(p);
     }
     c->out_tail = NULL;
@@ -163,11 +166,28 @@ void conn_free(struct conn *c)
     uv_close((uv_handle_t *)&c->poll, free_conn);
 }
 
-/* 1: sent, 0: would block, <0: the peer is gone. */
-static int send_packet(int fd, const void *data, size_t len)
+/* 1: sent, 0: would block, <0: the peer is gone. pass_fd >= 0 goes with the packet as
+ * SCM_RIGHTS (the peer gets its own descriptor; ours stays open). */
+static int send_packet(int fd, const void *data, size_t len, int pass_fd)
 {
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctrl;
+    struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (pass_fd >= 0) {
+        memset(&ctrl, 0, sizeof ctrl);
+        mh.msg_control = ctrl.buf;
+        mh.msg_controllen = sizeof ctrl.buf;
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+    }
     for (;;) {
-        ssize_t n = send(fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+        ssize_t n = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n >= 0)
             return 1;
         if (errno == EINTR)
@@ -193,15 +213,25 @@ bool conn_send_fast(struct conn *c, const void *data, size_t len)
             return true;
         /* The client may be blocked on the socket or watching it: the reply goes there too. */
     }
-    return send_packet(c->fd, data, len) > 0 || sent;
+    return send_packet(c->fd, data, len, -1) > 0 || sent;
 }
 
 void conn_send(struct conn *c, const void *data, size_t len)
 {
-    if (c->closed)
+    conn_send_fd(c, data, len, -1);
+}
+
+void conn_send_fd(struct conn *c, const void *data, size_t len, int fd)
+{
+    if (c->closed) {
+        if (fd >= 0)
+            close(fd);
         return;
+    }
     if (!c->out_head) {
-        int r = send_packet(c->fd, data, len);
+        int r = send_packet(c->fd, data, len, fd);
+        if (r != 0 && fd >= 0)
+            close(fd);
         if (r > 0)
             return;
         if (r < 0) {
@@ -213,10 +243,13 @@ void conn_send(struct conn *c, const void *data, size_t len)
     if (!p) {
         /* Dropping a reply would leave the client waiting forever: cut it off instead. */
         log_err("out of memory queueing a reply: disconnecting the client");
+        if (fd >= 0)
+            close(fd);
         hang_up(c);
         return;
     }
     p->next = NULL;
+    p->fd = fd;
     p->len = len;
     memcpy(p->data, data, len);
     if (c->out_tail)
@@ -240,13 +273,15 @@ static void flush(struct conn *c)
 {
     while (c->out_head) {
         struct out_packet *p = c->out_head;
-        int r = send_packet(c->fd, p->data, p->len);
+        int r = send_packet(c->fd, p->data, p->len, p->fd);
         if (r == 0)
             break;
         if (r < 0) {
             hang_up(c);
             return;
         }
+        if (p->fd >= 0)
+            close(p->fd);
         c->out_head = p->next;
         if (!c->out_head)
             c->out_tail = NULL;

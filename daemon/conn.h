@@ -55,6 +55,8 @@ int conn_open(struct conn_set *set, int fd, const struct conn_ops *ops, void *ow
 int conn_fd(const struct conn *c);
 /* Loop thread: sends or queues one packet; a peer that went away hangs up. */
 void conn_send(struct conn *c, const void *data, size_t len);
+/* The same with fd sent alongside (SCM_RIGHTS); takes fd, closing it once sent or dropped. */
+void conn_send_fd(struct conn *c, const void *data, size_t len, int fd);
 /* A worker thread: a reply into the reply ring and, unless the client spins on that ring,
  * the socket, if either takes it at once. True when the client has it. Never blocks and
  * never queues: a false answer is the loop's to send (conn_send). */

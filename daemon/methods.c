@@ -31,6 +31,18 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
     }
 }
 
+/* The wire name of the kind of memory the backend shares, or NULL when it shares none. */
+static const char *share_kind_name(const struct backend *be)
+{
+    if (backend_share_size(be, 1) == 0)
+        return NULL;
+    switch (backend_caps(be)->share_kind) {
+    case BACKEND_SHARE_MEMFD: return "memfd";
+    case BACKEND_SHARE_CUDA_VMM: return "cuda_vmm_fd";
+    default: return NULL;
+    }
+}
+
 void method_hello(struct rpc_call *c, const struct proto_msg *m)
 {
     struct server *srv = c->ch->srv;
@@ -46,8 +58,15 @@ void method_hello(struct rpc_call *c, const struct proto_msg *m)
         return;
     }
     c->ch->hello_done = true;
+    const char *share = share_kind_name(srv->be);
     msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 8);
+    msgpack_pack_map(pk, share ? 9 : 8);
+    if (share) {   /* memory this daemon can share with clients: dtensor_create export, import */
+        proto_pack_str(pk, "share");
+        msgpack_pack_map(pk, 2);
+        proto_pack_kv_str(pk, "kind", share);
+        proto_pack_kv_u64(pk, "granularity", backend_share_size(srv->be, 1));
+    }
     proto_pack_kv_u64(pk, "version", GLLM_PROTOCOL_VERSION);
     proto_pack_kv_u64(pk, "ring_bytes", GLLM_RING_BYTES);   /* the ring layout this daemon reads */
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
@@ -341,41 +360,111 @@ static bool get_device(struct rpc_call *c, const struct proto_msg *m, const char
     return true;
 }
 
+/* The quota check both kinds of device tensor pass; false: answered with QUOTA. */
+static bool device_quota(struct rpc_call *c, const char *method, uint64_t bytes)
+{
+    const struct limits *l = &c->ch->srv->limits;
+    if (session_may_add_device(&c->ch->session, l, bytes))
+        return true;
+    rpc_reply_error(c, GLLM_EQUOTA,
+                    "%s: %llu more bytes would pass the device-memory limit "
+                    "(%llu per connection, %llu in all)", method, (unsigned long long)bytes,
+                    (unsigned long long)l->max_device_bytes,
+                    (unsigned long long)l->max_device_bytes_total);
+    return false;
+}
+
+/* Adds a new device tensor to the session and answers {dtensor, bytes[, export]}, with fd
+ * (>= 0: an export for the client) sent alongside; takes a and fd in every case. */
+static void reply_dtensor(struct rpc_call *c, const char *method, struct arena *a, int fd,
+                          const char *export_kind)
+{
+    int r = session_region_add(&c->ch->session, a);
+    if (r < 0) {
+        arena_unref(a);
+        if (fd >= 0)
+            close(fd);
+        rpc_reply_error(c, GLLM_EQUOTA, "%s: the connection's table of regions is full", method);
+        return;
+    }
+    msgpack_packer *pk = rpc_reply_begin(c);
+    msgpack_pack_map(pk, export_kind ? 3 : 2);
+    proto_pack_kv_u64(pk, "dtensor", a->id);
+    proto_pack_kv_u64(pk, "bytes", a->size);
+    if (export_kind)
+        proto_pack_kv_str(pk, "export", export_kind);
+    rpc_reply_end_fd(c, fd);
+}
+
 void method_dtensor_create(struct rpc_call *c, const struct proto_msg *m)
 {
     struct server *srv = c->ch->srv;
-    struct session *s = &c->ch->session;
     uint64_t bytes = 0, dev;
-    if (proto_get_u64(m->params, "bytes", true, &bytes) < 0 || bytes == 0) {
-        rpc_reply_error(c, GLLM_EPARAM, "dtensor_create: 'bytes' (uint > 0) required");
+    bool export = false;
+    if (proto_get_u64(m->params, "bytes", true, &bytes) < 0 || bytes == 0 ||
+        proto_get_bool(m->params, "export", false, &export) < 0) {
+        rpc_reply_error(c, GLLM_EPARAM,
+                        "dtensor_create: 'bytes' (uint > 0) required, 'export' a bool");
         return;
     }
     if (!get_device(c, m, "dtensor_create", &dev))
         return;
-    const struct limits *l = &srv->limits;
-    if (!session_may_add_device(s, l, bytes)) {
-        rpc_reply_error(c, GLLM_EQUOTA,
-                        "dtensor_create: %llu more bytes would pass the device-memory limit "
-                        "(%llu per connection, %llu in all)", (unsigned long long)bytes,
-                        (unsigned long long)l->max_device_bytes,
-                        (unsigned long long)l->max_device_bytes_total);
+    const char *kind = NULL;
+    if (export) {
+        /* Exports are whole granules, so both sides map the same size. */
+        size_t rounded = bytes <= SIZE_MAX ? backend_share_size(srv->be, (size_t)bytes) : 0;
+        if (!(kind = share_kind_name(srv->be)) || rounded == 0) {
+            rpc_reply_error(c, kind ? GLLM_EPARAM : -EOPNOTSUPP,
+                            "dtensor_create: %s", kind ? "'bytes' too large to export"
+                                                       : "this backend shares no memory");
+            return;
+        }
+        bytes = rounded;
+    }
+    if (!device_quota(c, "dtensor_create", bytes))
         return;
-    }
     struct arena *a;
-    int r = arena_new_device(srv->be, (int)dev, bytes, &a);
-    if (r == 0 && (r = session_region_add(s, a)) < 0) {
-        arena_unref(a);
-        r = GLLM_EQUOTA;
-    }
+    int fd = -1;
+    int r = export ? arena_new_exported(srv->be, (int)dev, bytes, &a, &fd)
+                   : arena_new_device(srv->be, (int)dev, bytes, &a);
     if (r < 0) {
         rpc_reply_error(c, r, "dtensor_create: %s", gllm_strerror(r));
         return;
     }
-    msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 2);
-    proto_pack_kv_u64(pk, "dtensor", a->id);
-    proto_pack_kv_u64(pk, "bytes", bytes);
-    rpc_reply_end(c);
+    reply_dtensor(c, "dtensor_create", a, fd, kind);
+}
+
+void method_dtensor_import(struct rpc_call *c, const struct proto_msg *m)
+{
+    struct server *srv = c->ch->srv;
+    uint64_t bytes = 0, dev;
+    if (c->nfds != 1) {
+        rpc_reply_error(c, GLLM_ENOFD, "dtensor_import: needs exactly one fd, got %d", c->nfds);
+        return;
+    }
+    if (proto_get_u64(m->params, "bytes", true, &bytes) < 0 || bytes == 0) {
+        rpc_reply_error(c, GLLM_EPARAM, "dtensor_import: 'bytes' (uint > 0) required");
+        return;
+    }
+    if (!get_device(c, m, "dtensor_import", &dev))
+        return;
+    if (!share_kind_name(srv->be)) {
+        rpc_reply_error(c, -EOPNOTSUPP, "dtensor_import: the %s backend shares no memory",
+                        backend_name(srv->be));
+        return;
+    }
+    if (!device_quota(c, "dtensor_import", bytes))
+        return;
+    struct arena *a;
+    char why[160] = "";
+    int r = bytes <= SIZE_MAX ? arena_import(srv->be, (int)dev, c->fds[0], bytes, &a, why,
+                                             sizeof why)
+                              : GLLM_EARENASIZE;
+    if (r < 0) {
+        rpc_reply_error(c, r, "dtensor_import: %s", why[0] ? why : gllm_strerror(r));
+        return;
+    }
+    reply_dtensor(c, "dtensor_import", a, -1, NULL);
 }
 
 void method_dtensor_free(struct rpc_call *c, const struct proto_msg *m)

@@ -13,6 +13,8 @@ void method_arena_release(struct rpc_call *c, const struct proto_msg *m);
 void method_ring(struct rpc_call *c, const struct proto_msg *m);
 void method_attention(struct rpc_call *c, const struct proto_msg *m);
 void method_dtensor_create(struct rpc_call *c, const struct proto_msg *m);
+/* A client's exported memory (one fd) as a device tensor. */
+void method_dtensor_import(struct rpc_call *c, const struct proto_msg *m);
 void method_dtensor_free(struct rpc_call *c, const struct proto_msg *m);
 void method_dtensor_copy(struct rpc_call *c, const struct proto_msg *m);
 void method_kv_append(struct rpc_call *c, const struct proto_msg *m);

@@ -25,6 +25,7 @@ static const struct method methods[] = {
     {"ring", method_ring, true, false},
     {"attention", method_attention, false, false},
     {"dtensor_create", method_dtensor_create, false, false},
+    {"dtensor_import", method_dtensor_import, true, false},
     {"dtensor_free", method_dtensor_free, false, false},
     {"dtensor_copy", method_dtensor_copy, false, false},
     {"kv_append", method_kv_append, false, false},
