@@ -387,13 +387,14 @@ static void test_exit_without_release(void **state)
 /* The fake daemon answers hello, then every request with {dtensor, bytes, export} and as
  * many memfds attached as fds_for[request id] says. */
 struct fake {
+    const char *kind;   /* the share kind announced and exported */
     int listen_fd;
     char dir[64], path[108];
     int fds_for[16];
     pthread_t thread;
 };
 
-static void fake_reply(int conn, uint64_t id, int nfds, bool hello)
+static void fake_reply(int conn, const char *kind, uint64_t id, int nfds, bool hello)
 {
     struct proto_buf b;
     proto_buf_init(&b);
@@ -411,13 +412,13 @@ static void fake_reply(int conn, uint64_t id, int nfds, bool hello)
         msgpack_pack_str(&b.pk, 5);
         msgpack_pack_str_body(&b.pk, "share", 5);
         msgpack_pack_map(&b.pk, 2);
-        proto_pack_kv_str(&b.pk, "kind", "memfd");
+        proto_pack_kv_str(&b.pk, "kind", kind);
         proto_pack_kv_u64(&b.pk, "granularity", page_size());
     } else {
         msgpack_pack_map(&b.pk, 3);
         proto_pack_kv_u64(&b.pk, "dtensor", id);
         proto_pack_kv_u64(&b.pk, "bytes", page_size());
-        proto_pack_kv_str(&b.pk, "export", "memfd");
+        proto_pack_kv_str(&b.pk, "export", kind);
     }
     int fds[4];
     for (int i = 0; i < nfds; i++)
@@ -455,33 +456,46 @@ static void *fake_serve(void *arg)
         const uint64_t id = m.id;
         const bool hello = strcmp(m.method, "hello") == 0;
         proto_msg_free(&m);
-        fake_reply(conn, id, id < 16 ? f->fds_for[id] : 0, hello);
+        fake_reply(conn, f->kind, id, id < 16 ? f->fds_for[id] : 0, hello);
     }
     if (conn >= 0)
         close(conn);
     return NULL;
 }
 
+static void fake_start(struct fake *f, const char *kind, const int *script, size_t n)
+{
+    *f = (struct fake){.kind = kind};
+    snprintf(f->dir, sizeof f->dir, "/tmp/gllm-fake-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->path, sizeof f->path, "%s/fake.sock", f->dir);
+    f->listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", f->path);
+    assert_int_equal(bind(f->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(f->listen_fd, 1), 0);
+    memcpy(f->fds_for, script, n * sizeof *script);
+    assert_int_equal(pthread_create(&f->thread, NULL, fake_serve, f), 0);
+}
+
+static void fake_stop(struct fake *f)
+{
+    assert_int_equal(pthread_join(f->thread, NULL), 0);
+    close(f->listen_fd);
+    unlink(f->path);
+    rmdir(f->dir);
+}
+
 static void test_reply_fds(void **state)
 {
     (void)state;
     const int fds_before = open_fds();
-    struct fake f = {0};
-    snprintf(f.dir, sizeof f.dir, "/tmp/gllm-fake-XXXXXX");
-    assert_non_null(mkdtemp(f.dir));
-    snprintf(f.path, sizeof f.path, "%s/fake.sock", f.dir);
-    f.listen_fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", f.path);
-    assert_int_equal(bind(f.listen_fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(f.listen_fd, 1), 0);
     /* Request ids: 1 hello (an fd it did not ask for), 2 a plain dtensor (the same), 3 an
      * export with two fds, 4 its free, 5 an export with none, 6 its free, 7 an export with
      * one, 8 and 9 the releases. */
-    const int script[16] = {0, 1, 1, 2, 0, 0, 0, 1, 0, 0};
-    memcpy(f.fds_for, script, sizeof script);
-    assert_int_equal(pthread_create(&f.thread, NULL, fake_serve, &f), 0);
-
+    static const int script[] = {0, 1, 1, 2, 0, 0, 0, 1, 0, 0};
+    struct fake f;
+    fake_start(&f, "memfd", script, sizeof script / sizeof *script);
     gllm_client *c;
     assert_int_equal(gllm_connect(f.path, &c), 0);
     gllm_memory *plain, *shared = NULL;
@@ -498,10 +512,37 @@ static void test_reply_fds(void **state)
     assert_int_equal(gllm_memory_release(shared), 0);
     assert_int_equal(gllm_memory_release(plain), 0);
     gllm_disconnect(c);
-    assert_int_equal(pthread_join(f.thread, NULL), 0);
-    close(f.listen_fd);
-    unlink(f.path);
-    rmdir(f.dir);
+    fake_stop(&f);
+    assert_int_equal(open_fds(), fds_before);
+}
+
+/* A CUDA export keeps its fd until it is mapped; mapping it opens libcuda.so.1 only then.
+ * Here (the fake hands over a memfd) the map fails, and release still closes the fd. */
+static void test_cuda_export_unmapped(void **state)
+{
+    (void)state;
+    const int fds_before = open_fds();
+    static const int script[] = {0, 0, 1, 0};   /* 2: the export, 3: its release */
+    struct fake f;
+    fake_start(&f, "cuda_vmm_fd", script, sizeof script / sizeof *script);
+    gllm_client *c;
+    assert_int_equal(gllm_connect(f.path, &c), 0);
+    gllm_caps caps = GLLM_CAPS_INIT;
+    assert_int_equal(gllm_client_caps(c, &caps), 0);
+    assert_string_equal(caps.share, "cuda_vmm_fd");
+    gllm_memory *m;
+    assert_int_equal(gllm_memory_create_shared(c, 100, 0, &m), 0);
+    assert_null(gllm_memory_data(m));
+    /* No libcuda here: -ELIBACC; with a driver but no context in this thread: -ENODEV. */
+    void *p = NULL;
+    const int r = gllm_memory_map(m, &p);
+    if (r != -ELIBACC && r != -ENODEV)
+        fail_msg("mapping a CUDA export without a context: %s (%d)", gllm_error_name(r), r);
+    assert_null(p);
+    assert_true(gllm_client_last_error(c)[0] != '\0');
+    assert_int_equal(gllm_memory_release(m), 0);
+    gllm_disconnect(c);
+    fake_stop(&f);
     assert_int_equal(open_fds(), fds_before);
 }
 
@@ -518,6 +559,7 @@ int main(void)
     const struct CMUnitTest alone[] = {
         cmocka_unit_test(test_quota),
         cmocka_unit_test(test_reply_fds),
+        cmocka_unit_test(test_cuda_export_unmapped),
     };
     int failed = cmocka_run_group_tests_name("shared", shared, group_daemon_start, group_daemon_stop);
     failed += cmocka_run_group_tests_name("shared_alone", alone, NULL, NULL);
