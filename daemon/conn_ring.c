@@ -5,6 +5,7 @@
 
 #include "arena.h"
 #include "conn_ring.h"
+#include "gllm/errors.h"
 
 int conn_ring_open(int fd, struct conn_ring **out)
 {
@@ -17,6 +18,14 @@ int conn_ring_open(int fd, struct conn_ring **out)
         return e;
     }
     r->shm = r->map->base;
+    /* The client's counters start at zero: a ring handed over mid-count would have its
+     * requests read from the wrong slot or its replies dropped as a full ring. */
+    if (atomic_load_explicit(&r->shm->request_head, memory_order_relaxed) != 0 ||
+        atomic_load_explicit(&r->shm->reply_tail, memory_order_relaxed) != 0) {
+        arena_unref(r->map);
+        free(r);
+        return GLLM_EPARAM;
+    }
     atomic_store_explicit(&r->shm->reply_head, 0, memory_order_relaxed);
     atomic_store_explicit(&r->shm->request_tail, 0, memory_order_relaxed);
     atomic_store_explicit(&r->shm->gllmd_polling, 0, memory_order_relaxed);

@@ -200,8 +200,8 @@ void method_ring(struct rpc_call *c, const struct proto_msg *m)
     }
     int r = conn_attach_ring(conn, c->fds[0], server_busy_polling(c->ch->srv));
     if (r < 0) {
-        rpc_reply_error(c, r, "ring: %s (a sealed memfd of %llu bytes)", gllm_strerror(r),
-                        (unsigned long long)GLLM_RING_BYTES);
+        rpc_reply_error(c, r, "ring: %s (a sealed, zeroed memfd of %llu bytes)",
+                        gllm_strerror(r), (unsigned long long)GLLM_RING_BYTES);
         return;
     }
     msgpack_packer *pk = rpc_reply_begin(c);

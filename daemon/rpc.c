@@ -142,8 +142,12 @@ static void identify_peer(struct channel *ch, int fd)
     snprintf(path, sizeof path, "/proc/%d/comm", (int)cred.pid);
     FILE *f = fopen(path, "re");
     if (f) {
-        if (fgets(ch->comm, sizeof ch->comm, f))
-            ch->comm[strcspn(ch->comm, "\n")] = '\0';
+        /* The name is any 15 bytes, a newline included: only the one the kernel appends
+         * ends it (proto_pack_str and the log make whatever it holds safe to send). */
+        size_t n = fread(ch->comm, 1, sizeof ch->comm - 1, f);
+        if (n > 0 && ch->comm[n - 1] == '\n')
+            n--;
+        ch->comm[n] = '\0';
         fclose(f);
     }
     gid_t groups[64];

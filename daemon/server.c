@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "scheduler.h"
 #include "server.h"
 
 /* Busy polling goes on this long after the last request or job end with none running: a
@@ -12,7 +13,10 @@ static void busy_poll_tick(uv_idle_t *h)
 {
     struct server *srv = h->data;
     conn_set_take_ring_requests(&srv->conns);
-    if (srv->stats.jobs_inflight || now_ns() < srv->busy_until)
+    /* Until every job has been settled, not just run: a job finishes on its worker before
+     * the loop settles it and restarts the linger, and a kernel longer than the linger
+     * would otherwise let the loop stop polling just as the client's next request comes. */
+    if (sched_unsettled(srv->sched) || now_ns() < srv->busy_until)
         return;
     /* Clients see the flag go down, then we look once more: a request put in a ring just
      * before comes with a wake-up packet, or is found here (proto/ring.h). */

@@ -82,7 +82,12 @@ static int decode_envelope(const msgpack_object *root, struct proto_msg *msg, in
         if (root->via.array.size != 3 || copy_str(&e[1], msg->method, sizeof msg->method) < 0)
             return GLLM_EMALFORMED;
         msg->params = &e[2];
-        return e[2].type == MSGPACK_OBJECT_MAP ? 0 : GLLM_EPARAM;
+        /* As for requests, an empty array stands for "no params". */
+        if (e[2].type == MSGPACK_OBJECT_ARRAY && e[2].via.array.size == 0)
+            msg->params = NULL;
+        else if (e[2].type != MSGPACK_OBJECT_MAP)
+            return GLLM_EPARAM;
+        return 0;
     }
     if (root->via.array.size != 4)
         return GLLM_EMALFORMED;
@@ -115,7 +120,8 @@ static int decode_envelope(const msgpack_object *root, struct proto_msg *msg, in
     return decode_error(&e[2], msg);
 }
 
-/* Reads one msgpack unsigned integer at p (any of its encodings); bytes used, or 0. */
+/* Reads one msgpack integer at p that is not negative, in any of its encodings (the full
+ * decoder takes a signed encoding of a non-negative value too); bytes used, or 0. */
 static size_t peek_uint(const uint8_t *p, size_t len, uint64_t *v)
 {
     if (len == 0)
@@ -124,11 +130,12 @@ static size_t peek_uint(const uint8_t *p, size_t len, uint64_t *v)
         *v = p[0];
         return 1;
     }
-    static const uint8_t width[4] = {1, 2, 4, 8};   /* 0xcc uint8 .. 0xcf uint64 */
-    if (p[0] < 0xcc || p[0] > 0xcf)
+    static const uint8_t width[4] = {1, 2, 4, 8};   /* 0xcc uint8 .. 0xcf uint64, 0xd0 int8 .. */
+    bool is_signed = p[0] >= 0xd0 && p[0] <= 0xd3;
+    if (!is_signed && (p[0] < 0xcc || p[0] > 0xcf))
         return 0;
-    size_t n = width[p[0] - 0xcc];
-    if (len < 1 + n)
+    size_t n = width[p[0] - (is_signed ? 0xd0 : 0xcc)];
+    if (len < 1 + n || (is_signed && (p[1] & 0x80)))
         return 0;
     uint64_t x = 0;
     for (size_t i = 1; i <= n; i++)

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -116,6 +117,40 @@ static void test_hello_and_status(void **state)
                      -EINVAL);
     assert_true(found);
     gllm_disconnect(c);
+}
+
+/* A peer whose process name is not UTF-8 and holds a newline: status still decodes, the
+ * name arrives whole with U+FFFD for each bad byte (it used to be cut at the newline and
+ * sent raw, breaking strict decoders and gllmctl status --json). */
+static void test_process_name_not_utf8(void **state)
+{
+    (void)state;
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        prctl(PR_SET_NAME, "x\xff\xfe\ny", 0, 0, 0);
+        gllm_client *c;
+        if (gllm_connect(group_daemon.socket, &c) < 0)
+            _exit(10);
+        gllm_status st = GLLM_STATUS_INIT;
+        if (gllm_status_get(c, &st) < 0)
+            _exit(11);
+        int found = 0;
+        for (int i = 0; i < st.nlisted; i++) {
+            gllm_client_info ci = GLLM_CLIENT_INFO_INIT;
+            if (gllm_status_client(c, i, &ci) < 0)
+                _exit(12);
+            if (!proto_utf8_valid(ci.comm, strlen(ci.comm)))
+                _exit(13);
+            found |= ci.pid == getpid() && strcmp(ci.comm, "x\xef\xbf\xbd\xef\xbf\xbd\ny") == 0;
+        }
+        gllm_disconnect(c);
+        _exit(found ? 0 : 14);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(kid, &st, 0), kid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 /* Several client processes, each with several jobs in flight at once. */
@@ -776,6 +811,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest shared[] = {
         cmocka_unit_test(test_hello_and_status),
+        cmocka_unit_test(test_process_name_not_utf8),
         cmocka_unit_test(test_concurrent_pipelined_clients),
         cmocka_unit_test(test_replies_in_submission_order),
         cmocka_unit_test(test_bad_requests_get_errors),

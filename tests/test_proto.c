@@ -502,7 +502,12 @@ static void test_id_read_past_errors(void **state)
     static const unsigned char response[] = {0x94, 0x01, 0x05, 0xc0, 0x80, 0x00};
     static const unsigned char id_too_big[] = {0x94, 0x00, 0xcf, 0x80, 0, 0, 0, 0, 0, 0, 0, 0xc0};
     static const unsigned char id_cut[] = {0x94, 0x00, 0xcd, 0x01};
-    static const unsigned char signed_id[] = {0x94, 0x00, 0xff, 0xa1, 'm', 0x80, 0x00};
+    static const unsigned char negative_id[] = {0x94, 0x00, 0xff, 0xa1, 'm', 0x80, 0x00};
+    /* kind and id in signed encodings of non-negative values, then a trailing byte */
+    static const unsigned char signed_id[] = {0x94, 0xd0, 0x00, 0xd1, 0x01, 0x00, 0xa1, 'm',
+                                              0x80, 0x00};
+    static const unsigned char negative_long[] = {0x94, 0x00, 0xd1, 0xff, 0x00, 0xa1, 'm',
+                                                  0x80, 0x00};
     const struct {
         const void *p;
         size_t n;
@@ -516,7 +521,9 @@ static void test_id_read_past_errors(void **state)
         {response, sizeof response, GLLM_EMALFORMED, -1},
         {id_too_big, sizeof id_too_big, GLLM_EMALFORMED, -1},
         {id_cut, sizeof id_cut, GLLM_EMALFORMED, -1},
-        {signed_id, sizeof signed_id, GLLM_EMALFORMED, -1},
+        {negative_id, sizeof negative_id, GLLM_EMALFORMED, -1},
+        {signed_id, sizeof signed_id, GLLM_EMALFORMED, 256},
+        {negative_long, sizeof negative_long, GLLM_EMALFORMED, -1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct proto_msg m;
@@ -571,6 +578,23 @@ static void test_utf8(void **state)
     free(nodes);
 }
 
+/* A notification takes an empty array for "no params", as a request does. */
+static void test_notify_empty_params(void **state)
+{
+    (void)state;
+    static const unsigned char wake[] = {0x93, 0x02, 0xa9, 'r', 'i', 'n', 'g', '_', 'w', 'a', 'k', 'e',
+                                         0x90};
+    static const unsigned char bad[] = {0x93, 0x02, 0xa9, 'r', 'i', 'n', 'g', '_', 'w', 'a', 'k', 'e',
+                                        0x05};
+    struct proto_msg m;
+    int64_t id = -1;
+    assert_int_equal(proto_decode(wake, sizeof wake, &m, &id), 0);
+    assert_int_equal(m.kind, PROTO_NOTIFY);
+    assert_null(m.params);
+    proto_msg_free(&m);
+    assert_int_equal(proto_decode(bad, sizeof bad, &m, &id), GLLM_EPARAM);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -589,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_dtypes_and_errors),
         cmocka_unit_test(test_id_read_past_errors),
         cmocka_unit_test(test_utf8),
+        cmocka_unit_test(test_notify_empty_params),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -185,6 +185,108 @@ static void test_malformed_request_answered_with_its_id(void **state)
     close(fd);
 }
 
+/* A request of `pad` bytes of payload: [0, id, "status", {"pad": bin}]. */
+static size_t padded_request(struct proto_buf *b, char *big, size_t cap, uint64_t id, size_t pad)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    proto_pack_request(&pk, id, "status");
+    msgpack_pack_map(&pk, 1);
+    proto_pack_str(&pk, "pad");
+    msgpack_pack_bin(&pk, pad);
+    char *zeros = calloc(1, pad);
+    msgpack_pack_bin_body(&pk, zeros, pad);
+    free(zeros);
+    size_t n = sb.size < cap ? sb.size : cap;
+    memcpy(big, sb.data, n);
+    msgpack_sbuffer_destroy(&sb);
+    (void)b;
+    return n;
+}
+
+/* Packets the transport or a limit refuses are still answered under the request's id when
+ * its first bytes show it; and every string in the answer is UTF-8. */
+static void test_refused_packets_answered_with_their_id(void **state)
+{
+    (void)state;
+    static char big[80000];
+    struct proto_buf b;
+    /* Before hello, a packet over the pre-hello limit (1024 bytes by default). */
+    int fd = connect_client();
+    size_t n = padded_request(&b, big, sizeof big, 31, 2000);
+    send_raw(fd, big, n, -1);
+    expect_error(fd, 31, GLLM_ETOOBIG);
+    close(fd);
+
+    fd = hello_client();
+    /* Over the 64 KiB message limit: the transport reads it cut short. */
+    n = padded_request(&b, big, sizeof big, 32, 70000);
+    send_raw(fd, big, n, -1);
+    expect_error(fd, 32, GLLM_ETOOBIG);
+
+    /* More than four fds. */
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 33, "status");
+    msgpack_pack_map(&b.pk, 0);
+    int fds[5];
+    for (int i = 0; i < 5; i++)
+        assert_true((fds[i] = make_memfd(4096, 0)) >= 0);
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof fds)];
+    } ctrl;
+    memset(&ctrl, 0, sizeof ctrl);
+    struct iovec iov = {.iov_base = b.data, .iov_len = b.len};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf,
+                        .msg_controllen = sizeof ctrl.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    assert_int_equal(sendmsg(fd, &mh, 0), (ssize_t)b.len);
+    for (int i = 0; i < 5; i++)
+        close(fds[i]);
+    expect_error(fd, 33, GLLM_ENOFD);
+
+    /* Nested past the depth limit, after a readable id. */
+    uint8_t deep[48] = {0x94, 0x00, 34, 0xa6, 's', 't', 'a', 't', 'u', 's', 0x81, 0xa1, 'k'};
+    size_t len = 13;
+    for (unsigned i = 0; i < PROTO_MAX_DEPTH; i++)
+        deep[len++] = 0x91;
+    deep[len++] = 0x01;
+    send_raw(fd, deep, len, -1);
+    expect_error(fd, 34, GLLM_ELIMIT);
+
+    /* A method name that is not UTF-8 is echoed as UTF-8. */
+    static const uint8_t bad_name[] = {0x94, 0x00, 35, 0xa2, 0xff, 0xfe, 0x80};
+    send_raw(fd, bad_name, sizeof bad_name, -1);
+    struct proto_msg m;
+    wait_reply(fd, &m);
+    assert_int_equal(m.id, 35);
+    assert_int_equal(m.error_code, GLLM_EMETHOD);
+    assert_true(proto_utf8_valid(m.error_message, strlen(m.error_message)));
+    assert_non_null(strstr(m.error_message, "\xef\xbf\xbd"));
+    proto_msg_free(&m);
+
+    /* A ring whose client counters do not start at zero. */
+    int rfd = make_memfd(GLLM_RING_BYTES, F_SEAL_SHRINK);
+    assert_true(rfd >= 0);
+    struct gllm_ring *ring = mmap(NULL, GLLM_RING_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, rfd, 0);
+    assert_true(ring != MAP_FAILED);
+    atomic_store(&ring->request_head, 3);
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 36, "ring");
+    msgpack_pack_map(&b.pk, 0);
+    send_raw(fd, b.data, b.len, rfd);
+    expect_error(fd, 36, GLLM_EPARAM);
+    munmap(ring, GLLM_RING_BYTES);
+    close(rfd);
+    close(fd);
+}
+
 static void test_method_before_hello_refused(void **state)
 {
     (void)state;
@@ -386,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_valid_request_answered_with_its_id),
         cmocka_unit_test(test_malformed_request_answered_with_its_id),
         cmocka_unit_test(test_method_before_hello_refused),
+        cmocka_unit_test(test_refused_packets_answered_with_their_id),
         cmocka_unit_test(test_limits_counted),
         cmocka_unit_test(test_ring_requests_in_socket_order),
         cmocka_unit_test(test_job_reply_carries_its_id),
