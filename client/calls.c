@@ -1,5 +1,6 @@
 /* libgllm-client call matching: replies found by request id in a hash table, never searched. */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "client_internal.h"
 
@@ -86,10 +87,11 @@ void calls_remove_job(struct call_table *t, struct call_job *j)
 
 void calls_expect(struct call_table *t, uint64_t id)
 {
+    calls_end(t);
     t->call_id = id;
     t->call_done = false;
     t->call_error = 0;
-    t->call_msg_valid = false;
+    t->call_wants_fd = false;
 }
 
 void calls_end(struct call_table *t)
@@ -97,6 +99,9 @@ void calls_end(struct call_table *t)
     if (t->call_msg_valid)
         proto_msg_free(&t->call_msg);
     t->call_msg_valid = false;
+    if (t->call_has_fd)
+        close(t->call_fd);   /* a reply's fd nobody took: never leaked */
+    t->call_has_fd = false;
 }
 
 static void decode_job_reply(const struct proto_msg *m, gllm_job_result *res)
@@ -119,13 +124,24 @@ static void decode_job_reply(const struct proto_msg *m, gllm_job_result *res)
 
 int calls_route(struct call_table *t, const char *packet, size_t len, char *last_error)
 {
+    return calls_route_fd(t, packet, len, last_error, -1);
+}
+
+int calls_route_fd(struct call_table *t, const char *packet, size_t len, char *last_error,
+                   int fd)
+{
     struct proto_msg m;
     int64_t id = -1;
     int r = proto_decode(packet, len, &m, &id);
-    if (r < 0)
+    if (r < 0) {
+        if (fd >= 0)
+            close(fd);
         return r;   /* the daemon never sends such a packet: the stream is not to be trusted */
+    }
     if (m.kind != PROTO_RESPONSE) {
         proto_msg_free(&m);
+        if (fd >= 0)
+            close(fd);
         return 0;   /* notifications: none defined yet */
     }
     struct call_job *j = id >= 0 ? calls_find_job(t, m.id) : NULL;
@@ -140,6 +156,11 @@ int calls_route(struct call_table *t, const char *packet, size_t len, char *last
         t->call_msg = m;
         t->call_msg_valid = true;
         t->call_done = true;
+        if (fd >= 0 && t->call_wants_fd && !t->call_has_fd) {
+            t->call_fd = fd;
+            t->call_has_fd = true;
+            fd = -1;
+        }
     } else if (id < 0 && !t->call_done) {
         /* An error the daemon could not tie to an id: it can only be about the call in flight. */
         t->call_error = m.error_code;
@@ -149,5 +170,7 @@ int calls_route(struct call_table *t, const char *packet, size_t len, char *last
     } else {
         proto_msg_free(&m);
     }
+    if (fd >= 0)
+        close(fd);   /* a reply that expects none: an fd must never leak into this process */
     return 0;
 }

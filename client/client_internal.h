@@ -13,7 +13,8 @@
 
 /*
  * Who calls whom (never back): client.c -> info.c, memory.c, rpc.c, conn.c, calls.c;
- * ops.c -> jobs.c, memory.c, rpc.c; memory.c, info.c -> rpc.c; jobs.c -> conn.c, calls.c;
+ * ops.c -> jobs.c, memory.c, rpc.c; shared.c -> memory.c, cuda_map.c, rpc.c;
+ * memory.c -> cuda_map.c, rpc.c; info.c -> memory.c, rpc.c; jobs.c -> conn.c, calls.c;
  * rpc.c -> conn.c, calls.c; conn.c -> calls.c; calls.c -> proto only.
  */
 
@@ -36,6 +37,10 @@ struct call_table {
     int call_error;              /* an error reply the daemon could not tie to an id */
     struct proto_msg call_msg;
     bool call_msg_valid;
+    /* The fd the call's reply carried (SCM_RIGHTS), kept only when the call wants one. */
+    bool call_wants_fd;
+    bool call_has_fd;
+    int call_fd;
 };
 
 /* info.c: the client list of the last status reply. */
@@ -44,9 +49,17 @@ struct status_list {
     gllm_client_info entries[GLLM_MAX_LISTED_CLIENTS];
 };
 
+/* How shared memory reaches this process: hello's share kind. */
+enum share_kind {
+    SHARE_NONE = 0,
+    SHARE_MEMFD,                 /* a sealed memfd we mmap */
+    SHARE_CUDA_VMM,              /* a cuMemCreate allocation's POSIX fd we import (cuda_map.c) */
+};
+
 /* info.c: what hello announced. */
 struct hello_info {
     gllm_caps caps;
+    enum share_kind share;       /* caps.share, parsed */
     gllm_limits limits;
     gllm_device_info devices[GLLM_MAX_DEVICES];
 };
@@ -67,6 +80,8 @@ struct gllm_client {
     struct proto_buf tx;
 };
 
+struct cuda_mapping;
+
 /* One handle for every kind of memory; kinds differ in how they are made and mapped. */
 struct gllm_memory {
     gllm_client *c;              /* NULL once the client is gone */
@@ -74,8 +89,13 @@ struct gllm_memory {
     gllm_memory_kind kind;
     uint32_t id;                 /* the daemon's arena or dtensor id */
     size_t size;
-    void *data;                  /* arenas: our mapping; NULL for device memory */
+    void *data;                  /* arenas, memfd shared memory: our mapping; else NULL */
     int device;                  /* device memory: its device; -1 otherwise */
+    /* GLLM_MEMORY_SHARED only: */
+    enum share_kind share;
+    bool imported;               /* the client's own memory: its mapping is the caller's */
+    int fd;                      /* a CUDA export not yet mapped here; -1 otherwise */
+    struct cuda_mapping *cuda;   /* its mapping once gllm_memory_map made it; else NULL */
 };
 
 /* The caller's output struct starts with its size: too small to hold that is -EINVAL. */
@@ -110,6 +130,10 @@ void calls_end(struct call_table *t);
 /* Routes one received packet to its job or to the synchronous call; errors the daemon
  * could not tie to an id also copy their message into last_error. */
 int calls_route(struct call_table *t, const char *packet, size_t len, char *last_error);
+/* The same for a packet that carried fd (-1: none): it goes to the synchronous call when
+ * that call wants one and this is its reply; otherwise it is closed. Consumed either way. */
+int calls_route_fd(struct call_table *t, const char *packet, size_t len, char *last_error,
+                   int fd);
 
 /* conn.c */
 int conn_open(const char *path, int *fd);
@@ -132,6 +156,9 @@ msgpack_packer *rpc_begin(gllm_client *c, const char *method, uint64_t *id);
 /* Sends the request in c->tx and waits for its reply, in c->calls.call_msg on success
  * (rpc_end frees it). */
 int rpc_call(gllm_client *c, uint64_t id, int fd);
+/* The same for a call whose reply carries one fd: on success *fd_out is it (the caller's to
+ * close) or -1 when the reply came without one. */
+int rpc_call_fd(gllm_client *c, uint64_t id, int fd, int *fd_out);
 void rpc_end(gllm_client *c);
 
 /* info.c */
@@ -144,6 +171,19 @@ int info_hello(gllm_client *c, uint64_t *ring_bytes);
 int memory_tensor_to_wire(gllm_client *c, const gllm_tensor *t, struct proto_tensor *w);
 /* Detaches every handle: the daemon gives back its side when the connection closes. */
 void memory_detach_all(gllm_client *c);
+/* Links a handle the daemon has accepted into its client's list. */
+void memory_attach(gllm_client *c, gllm_memory *m);
+/* The share kind named s (n bytes), SHARE_NONE for any other. */
+enum share_kind memory_share_parse(const char *s, size_t n);
+
+/* cuda_map.c: a CUDA export mapped into the calling thread's current context. */
+/* Imports fd (not consumed) and maps bytes of it read-write for the context's device;
+ * *ptr: the CUdeviceptr. why gets the driver's reason on failure. */
+int cuda_map_fd(int fd, size_t bytes, struct cuda_mapping **out, uint64_t *ptr, char *why,
+                size_t len);
+uint64_t cuda_mapping_ptr(const struct cuda_mapping *m);
+/* Unmaps, releases the handle and closes the driver library (NULL: nothing). */
+void cuda_unmap(struct cuda_mapping *m);
 
 /* jobs.c */
 /* Sends the job request in c->tx, registered first in the call table. */

@@ -25,17 +25,52 @@ int conn_open(const char *path, int *fd)
     return 0;
 }
 
+/* Replies carry at most one fd; room for a few more lets us see (and close) extras. */
+#define CONN_RX_MAX_FDS 4
+
+/* The one fd a received packet carried, or -1: with none, with more than one, or with
+ * some cut off (MSG_CTRUNC), every fd that came is closed. */
+static int take_fd(struct msghdr *mh)
+{
+    int fds[CONN_RX_MAX_FDS];
+    int n = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        const size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k && n < CONN_RX_MAX_FDS; i++)
+            memcpy(&fds[n++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+    }
+    if (n == 1 && !(mh->msg_flags & MSG_CTRUNC))
+        return fds[0];
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    return -1;
+}
+
 int conn_receive(gllm_client *c, bool block)
 {
     for (;;) {
-        ssize_t n = recv(c->fd, c->rx, sizeof c->rx, block ? 0 : MSG_DONTWAIT);
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(CONN_RX_MAX_FDS * sizeof(int))];
+        } ctrl;
+        struct iovec iov = {.iov_base = c->rx, .iov_len = sizeof c->rx};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.buf,
+                            .msg_controllen = sizeof ctrl.buf};
+        /* Close-on-exec from the start: a fork+exec in another thread never inherits it. */
+        ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
-        if (n == 0)
+        const int fd = take_fd(&mh);
+        if (n == 0) {
+            if (fd >= 0)
+                close(fd);
             return GLLM_EDISCONNECTED;
-        int r = calls_route(&c->calls, c->rx, (size_t)n, c->last_error);
+        }
+        int r = calls_route_fd(&c->calls, c->rx, (size_t)n, c->last_error, fd);
         if (r < 0 || block)
             return r;
     }

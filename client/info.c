@@ -82,6 +82,25 @@ static void decode_limits(const msgpack_object *res, gllm_limits *l)
     l->max_head_dim = (uint32_t)x;
 }
 
+/* hello's "share": absent when the backend shares no memory. A kind this library does not
+ * know reads as none, so the calls that need it fail cleanly with -EOPNOTSUPP. */
+static void decode_share(const msgpack_object *res, struct hello_info *h)
+{
+    const msgpack_object *sh = proto_map_get(res, "share");
+    const msgpack_object *kind = sh && sh->type == MSGPACK_OBJECT_MAP ? proto_map_get(sh, "kind")
+                                                                      : NULL;
+    uint64_t g = 0;
+    h->share = SHARE_NONE;
+    if (!kind || kind->type != MSGPACK_OBJECT_STR ||
+        proto_get_u64(sh, "granularity", true, &g) < 0 || g == 0)
+        return;
+    h->share = memory_share_parse(kind->via.str.ptr, kind->via.str.size);
+    if (h->share == SHARE_NONE)
+        return;
+    copy_field(sh, "kind", h->caps.share, sizeof h->caps.share);
+    h->caps.share_granularity = g;
+}
+
 int info_hello(gllm_client *c, uint64_t *ring_bytes)
 {
     uint64_t id;
@@ -105,6 +124,7 @@ int info_hello(gllm_client *c, uint64_t *ring_bytes)
     decode_dtypes(res, &caps->dtypes);
     decode_limits(res, &h->limits);
     proto_get_u64(res, "ring_bytes", false, ring_bytes);
+    decode_share(res, h);
     rpc_end(c);
     return r;
 }

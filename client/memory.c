@@ -1,4 +1,4 @@
-/* libgllm-client memory handles: arenas and device memory behind one handle type, and tensors in them. */
+/* libgllm-client memory handles: arenas, device and shared memory behind one handle type, and tensors in them. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -6,8 +6,7 @@
 
 #include "client_internal.h"
 
-/* Links a handle the daemon has accepted into its client's list. */
-static void attach(gllm_client *c, gllm_memory *m)
+void memory_attach(gllm_client *c, gllm_memory *m)
 {
     m->c = c;
     m->prev = NULL;
@@ -74,6 +73,7 @@ int gllm_arena_create(gllm_client *c, size_t bytes, gllm_memory **out)
     m->kind = GLLM_MEMORY_ARENA;
     m->size = bytes;
     m->device = -1;
+    m->fd = -1;
     uint64_t id;
     msgpack_packer *pk = rpc_begin(c, "arena_register", &id);
     msgpack_pack_map(pk, 1);
@@ -81,7 +81,7 @@ int gllm_arena_create(gllm_client *c, size_t bytes, gllm_memory **out)
     if ((r = rpc_call(c, id, fd)) < 0 || (r = reply_id(c, "arena", &m->id)) < 0)
         goto fail;
     close(fd);
-    attach(c, m);
+    memory_attach(c, m);
     *out = m;
     return 0;
 fail:
@@ -113,13 +113,15 @@ int gllm_dtensor_create(gllm_client *c, size_t bytes, int device, gllm_memory **
     m->kind = GLLM_MEMORY_DEVICE;
     m->size = bytes;
     m->device = device;
-    attach(c, m);
+    m->fd = -1;
+    memory_attach(c, m);
     *out = m;
     return 0;
 }
 
-/* After gllm_disconnect only the handle (and an arena's local mapping) is freed: the
- * daemon gave back its side when the connection closed. */
+/* After gllm_disconnect only the handle (and our own mapping of it) is freed: the daemon
+ * gave back its side when the connection closed. Shared memory is unmapped here after
+ * gllmd let go of it, so a job of ours still running can never see it vanish first. */
 int gllm_memory_release(gllm_memory *m)
 {
     if (!m)
@@ -138,8 +140,23 @@ int gllm_memory_release(gllm_memory *m)
     }
     if (m->data)
         munmap(m->data, m->size);
+    cuda_unmap(m->cuda);
+    if (m->fd >= 0)
+        close(m->fd);
     free(m);
     return r;
+}
+
+enum share_kind memory_share_parse(const char *s, size_t n)
+{
+    static const struct {
+        const char *name;
+        enum share_kind kind;
+    } kinds[] = {{"memfd", SHARE_MEMFD}, {"cuda_vmm_fd", SHARE_CUDA_VMM}};
+    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+        if (n == strlen(kinds[i].name) && memcmp(s, kinds[i].name, n) == 0)
+            return kinds[i].kind;
+    return SHARE_NONE;
 }
 
 gllm_memory_kind gllm_memory_kind_of(const gllm_memory *m)
@@ -180,7 +197,7 @@ int memory_tensor_to_wire(gllm_client *c, const gllm_tensor *t, struct proto_ten
 {
     if (t->rank < 0 || t->rank > GLLM_MAX_RANK || !t->memory || t->memory->c != c)
         return -EINVAL;
-    w->device = t->memory->kind == GLLM_MEMORY_DEVICE;
+    w->device = t->memory->kind != GLLM_MEMORY_ARENA;   /* device and shared: a dtensor */
     w->arena = t->memory->id;
     w->offset = t->offset;
     w->dtype = t->dtype;

@@ -105,10 +105,11 @@ int gllm_memory_copy(gllm_client *c, gllm_memory *dst, uint64_t dst_offset, gllm
 {
     if (!dst || !src || dst->c != c || src->c != c)
         return -EINVAL;
-    /* The wire's copy runs between an arena and a device tensor, either way. */
-    const bool to_device = dst->kind == GLLM_MEMORY_DEVICE;
+    /* The wire's copy runs between an arena and a device tensor (shared memory is one too),
+     * either way. */
+    const bool to_device = dst->kind != GLLM_MEMORY_ARENA;
     gllm_memory *dev = to_device ? dst : src, *arena = to_device ? src : dst;
-    if (dev->kind != GLLM_MEMORY_DEVICE || arena->kind != GLLM_MEMORY_ARENA)
+    if (dev->kind == GLLM_MEMORY_ARENA || arena->kind != GLLM_MEMORY_ARENA)
         return -EINVAL;
     uint64_t id;
     msgpack_packer *pk = rpc_begin(c, "dtensor_copy", &id);

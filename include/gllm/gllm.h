@@ -69,6 +69,9 @@ typedef struct gllm_memory gllm_memory;
 typedef enum gllm_memory_kind {
     GLLM_MEMORY_ARENA = 1,   /* shared host memory (a sealed memfd) gllmd maps */
     GLLM_MEMORY_DEVICE = 2,  /* daemon-owned device memory (host memory on the CPU backend) */
+    GLLM_MEMORY_SHARED = 3,  /* device memory both processes map: exported by gllmd
+                              * (gllm_memory_create_shared) or the client's own, imported
+                              * (gllm_memory_import) */
 } gllm_memory_kind;
 
 /* A view into memory; strides are in elements, offset in bytes. */
@@ -117,6 +120,9 @@ typedef struct gllm_caps {
     char backend[16];
     int ndevices;                 /* gllm_client_device(c, 0 .. ndevices - 1) */
     uint32_t dtypes;              /* bit (1 << gllm_dtype) per supported dtype */
+    char share[16];               /* how device memory is shared: "memfd" (CPU backend),
+                                   * "cuda_vmm_fd" (CUDA), "" (not at all) */
+    uint64_t share_granularity;   /* shared sizes are multiples of it; 0 with share "" */
 } gllm_caps;
 #define GLLM_CAPS_INIT {.size = sizeof(gllm_caps)}
 
@@ -262,8 +268,49 @@ GLLM_EXPORT int gllm_memory_release(gllm_memory *m);
 GLLM_EXPORT gllm_memory_kind gllm_memory_kind_of(const gllm_memory *m);
 GLLM_EXPORT void *gllm_memory_data(const gllm_memory *m);
 GLLM_EXPORT size_t gllm_memory_size(const gllm_memory *m);
+/*
+ * Shared memory (GLLM_MEMORY_SHARED): device memory that the client's own code and gllmd's
+ * jobs both address, named by tensors like any other memory. caps.share says how the
+ * daemon's backend shares it; with share "" these calls fail with -EOPNOTSUPP.
+ *
+ * gllm_memory_create_shared: gllmd allocates bytes on device, rounded up to a multiple of
+ * caps.share_granularity (gllm_memory_size gives the rounded size), and hands this process
+ * a handle to it. gllm_memory_map then gives the address this process uses:
+ *  - share "memfd" (CPU backend): the host mapping, made at creation (gllm_memory_data
+ *    returns the same pointer);
+ *  - share "cuda_vmm_fd" (CUDA): a CUdeviceptr, returned as a void *, mapped read-write into
+ *    the calling thread's current CUDA context on the first call (the same pointer after);
+ *    gllm_memory_data returns NULL. The first such mapping opens libcuda.so.1 (dlopen); a
+ *    client that never maps device memory never loads the driver. Fails with -ENODEV when
+ *    the thread has no current context, -ELIBACC when libcuda.so.1 cannot be opened or
+ *    lacks a function, -ENOMEM when no address range is left, GLLM_EBACKEND when the driver
+ *    refuses the memory (the driver's error is in gllm_client_last_error).
+ *
+ * gllm_memory_import: the client's own memory, which gllmd maps for its jobs. fd is, with
+ * share "memfd", a memfd of exactly bytes sealed at least with F_SEAL_SHRINK; with share
+ * "cuda_vmm_fd", the POSIX fd of a cuMemCreate allocation of exactly bytes on the GPU of
+ * device (requested with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR and exported with
+ * cuMemExportToShareableHandle). bytes must be a multiple of caps.share_granularity. The caller keeps fd (close it when
+ * you like: gllmd holds its own reference) and its own mapping, which is the address to use:
+ * gllm_memory_map fails with -EINVAL on imported memory and gllm_memory_data is NULL.
+ * gllmd refuses anything else: GLLM_ENOTEXPORT (not such an export, or of another device),
+ * GLLM_EUNSEALED, GLLM_EARENASIZE (the fd's size differs), GLLM_EPARAM (not a multiple of
+ * the granularity), GLLM_EQUOTA.
+ *
+ * Both count against the session's max_device_bytes, copy to and from arenas with
+ * gllm_memory_copy, and are given back by gllm_memory_release, which unmaps what this
+ * library mapped and frees the daemon's side. Jobs reading or writing shared memory are
+ * ordered with the client's own GPU work by the host for now: finish your kernels that
+ * write it before submitting, and read the output after the job's reply.
+ */
+GLLM_EXPORT int gllm_memory_create_shared(gllm_client *c, size_t bytes, int device,
+                                          gllm_memory **out);
+GLLM_EXPORT int gllm_memory_import(gllm_client *c, int fd, size_t bytes, int device,
+                                   gllm_memory **out);
+GLLM_EXPORT int gllm_memory_map(gllm_memory *m, void **ptr);
+
 /* Copies bytes from src at src_offset to dst at dst_offset: an arena into device memory
- * or back. A copy is a job: it runs in order with the connection's attention jobs on that
+ * (GLLM_MEMORY_DEVICE or GLLM_MEMORY_SHARED) or back. A copy is a job: it runs in order with the connection's attention jobs on that
  * device, and this call waits for it. */
 GLLM_EXPORT int gllm_memory_copy(gllm_client *c, gllm_memory *dst, uint64_t dst_offset,
                                  gllm_memory *src, uint64_t src_offset, uint64_t bytes);

@@ -1,0 +1,443 @@
+/* Shared device memory on a GPU through gllmd: gllmd's exports mapped into this process's
+ * context, this process's own VMM allocations imported by gllmd, attention over each checked
+ * against float64, and prefill end-to-end time against kernel time with imported tensors.
+ * Runs against $GLLM_SOCKET, or a gllmd it starts on the CUDA backend; exit 77 (skipped)
+ * where libcuda.so.1 cannot be opened or has no device. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_vmm.h"
+#include "testutil.h"
+
+/* The driver calls this program makes itself, by their exported (versioned) names. */
+#define DRIVER_FUNCS(X)                                                                       \
+    X(cuInit, "cuInit", (unsigned flags))                                                    \
+    X(cuDeviceGetCount, "cuDeviceGetCount", (int *n))                                        \
+    X(cuDeviceGet, "cuDeviceGet", (CUdevice * d, int ordinal))                               \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext * ctx, CUdevice d))   \
+    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice d))               \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext ctx))                                   \
+    X(cuCtxSynchronize, "cuCtxSynchronize", (void))                                          \
+    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr dst, const void *src, size_t n))         \
+    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *dst, CUdeviceptr src, size_t n))               \
+    X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",                        \
+      (size_t * g, const CUmemAllocationProp *prop, int option))                             \
+    X(cuMemCreate, "cuMemCreate",                                                            \
+      (CUmemGenericAllocationHandle * h, size_t n, const CUmemAllocationProp *prop,          \
+       unsigned long long flags))                                                            \
+    X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle",                          \
+      (void *out, CUmemGenericAllocationHandle h, int type, unsigned long long flags))       \
+    X(cuMemAddressReserve, "cuMemAddressReserve",                                            \
+      (CUdeviceptr * p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags)) \
+    X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr p, size_t n))                       \
+    X(cuMemMap, "cuMemMap",                                                                  \
+      (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h,                  \
+       unsigned long long flags))                                                            \
+    X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr p, size_t n))                                   \
+    X(cuMemSetAccess, "cuMemSetAccess",                                                      \
+      (CUdeviceptr p, size_t n, const CUmemAccessDesc *desc, size_t count))                  \
+    X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle h))                        \
+    X(cuGetErrorName, "cuGetErrorName", (CUresult r, const char **name))
+
+static struct {
+#define DRIVER_PTR_(name, sym, args) CUresult (*name) args;
+    DRIVER_FUNCS(DRIVER_PTR_)
+#undef DRIVER_PTR_
+} cu;
+
+static CUdevice device;
+static int failures;
+
+/* 0, or 77 with the reason printed: no driver, a driver without these calls, no device. */
+static int load_driver(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        printf("SKIPPED: libcuda.so.1 cannot be opened (%s)\n", dlerror());
+        return 77;
+    }
+#define DRIVER_SYM_(name, sym, args)                                                          \
+    {                                                                                         \
+        void *f = dlsym(lib, sym);                                                            \
+        if (!f) {                                                                             \
+            printf("SKIPPED: libcuda.so.1 has no %s\n", sym);                                 \
+            return 77;                                                                        \
+        }                                                                                     \
+        memcpy(&cu.name, &f, sizeof f);                                                       \
+    }
+    DRIVER_FUNCS(DRIVER_SYM_)
+#undef DRIVER_SYM_
+    int n = 0;
+    if (cu.cuInit(0) != CUDA_SUCCESS || cu.cuDeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
+        printf("SKIPPED: the CUDA driver has no device\n");
+        return 77;
+    }
+    return 0;
+}
+
+/* A driver call that must succeed: the program stops with its name otherwise. */
+static void check_cu(CUresult r, const char *what)
+{
+    if (r == CUDA_SUCCESS)
+        return;
+    const char *name = "?";
+    cu.cuGetErrorName(r, &name);
+    fprintf(stderr, "FAIL: %s: %s (%d)\n", what, name, r);
+    exit(1);
+}
+
+static void check_gllm(gllm_client *c, int r, const char *what)
+{
+    if (r == 0)
+        return;
+    fprintf(stderr, "FAIL: %s: %s (%s)\n", what, gllm_error_name(r), gllm_client_last_error(c));
+    exit(1);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- memory this process makes and exports (cuMemCreate, POSIX fd) ---- */
+
+struct own_alloc {
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr ptr;
+    size_t bytes;
+    int fd;
+};
+
+static CUmemAllocationProp own_prop(void)
+{
+    return (CUmemAllocationProp){
+        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+        .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+    };
+}
+
+static size_t own_granularity(void)
+{
+    CUmemAllocationProp prop = own_prop();
+    size_t g = 0;
+    check_cu(cu.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+             "cuMemGetAllocationGranularity");
+    return g;
+}
+
+static struct own_alloc own_create(size_t bytes)
+{
+    CUmemAllocationProp prop = own_prop();
+    struct own_alloc a = {.bytes = bytes, .fd = -1};
+    check_cu(cu.cuMemCreate(&a.h, bytes, &prop, 0), "cuMemCreate");
+    check_cu(cu.cuMemExportToShareableHandle(&a.fd, a.h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+             "cuMemExportToShareableHandle");
+    check_cu(cu.cuMemAddressReserve(&a.ptr, bytes, 0, 0, 0), "cuMemAddressReserve");
+    check_cu(cu.cuMemMap(a.ptr, bytes, 0, a.h, 0), "cuMemMap");
+    const CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
+                                    .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    check_cu(cu.cuMemSetAccess(a.ptr, bytes, &access, 1), "cuMemSetAccess");
+    return a;
+}
+
+static void own_free(struct own_alloc *a)
+{
+    cu.cuMemUnmap(a->ptr, a->bytes);
+    cu.cuMemAddressFree(a->ptr, a->bytes);
+    cu.cuMemRelease(a->h);
+    if (a->fd >= 0)
+        close(a->fd);
+}
+
+static size_t round_up(size_t n, size_t g)
+{
+    return (n + g - 1) / g * g;
+}
+
+/* ---- attention over four device tensors, checked against float64 ---- */
+
+struct shape {
+    int64_t B, H, S, D;
+    bool causal;
+};
+
+static size_t tensor_elems(const struct shape *s)
+{
+    return (size_t)(s->B * s->H * s->S * s->D);
+}
+
+/* Q, K, V written with cuMemcpyHtoD to ptr[0..2], out (ptr[3]) poisoned; attention through
+ * gllmd over mem[]; out read with cuMemcpyDtoH. Returns the relative error; *us the job's
+ * kernel time. */
+static double attention_on_device(gllm_client *c, gllm_memory *mem[4], const CUdeviceptr ptr[4],
+                                  const struct shape *s, uint64_t seed, double *us)
+{
+    const size_t n = tensor_elems(s), bytes = n * 2;
+    void *host[4];
+    for (int i = 0; i < 4; i++) {
+        host[i] = malloc(bytes);
+        if (!host[i]) {
+            fprintf(stderr, "FAIL: out of host memory\n");
+            exit(1);
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        fill_random(host[i], GLLM_DTYPE_F16, n, &seed);
+        check_cu(cu.cuMemcpyHtoD(ptr[i], host[i], bytes), "cuMemcpyHtoD");
+    }
+    memset(host[3], 0xff, bytes);   /* NaN: an element gllmd does not write fails the check */
+    check_cu(cu.cuMemcpyHtoD(ptr[3], host[3], bytes), "cuMemcpyHtoD");
+    check_cu(cu.cuCtxSynchronize(), "cuCtxSynchronize");   /* our writes before its reads */
+    const int64_t shape[4] = {s->B, s->H, s->S, s->D};
+    gllm_attention_params p = {.size = sizeof p, .flags = s->causal ? GLLM_ATTN_CAUSAL : 0};
+    gllm_tensor *t[4] = {&p.q, &p.k, &p.v, &p.out};
+    for (int i = 0; i < 4; i++)
+        check_gllm(c, gllm_tensor_init(mem[i], 0, GLLM_DTYPE_F16, 4, shape, t[i]), "tensor");
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    check_gllm(c, gllm_attention(c, &p, &res), "attention");
+    *us = (double)res.kernel_ns / 1e3;
+    check_cu(cu.cuMemcpyDtoH(host[3], ptr[3], bytes), "cuMemcpyDtoH");
+    double *want = malloc(n * sizeof *want), *got = malloc(n * sizeof *got);
+    const struct ref_view q = {host[0], GLLM_DTYPE_F16,
+                               {s->H * s->S * s->D, s->S * s->D, s->D, 1}};
+    struct ref_view k = q, v = q;
+    k.data = host[1];
+    v.data = host[2];
+    ref64_attention(s->B, s->H, s->H, s->S, s->S, s->D, q, k, v, s->causal,
+                    1.0 / sqrt((double)s->D), want, NULL);
+    for (size_t i = 0; i < n; i++)
+        got[i] = elem_get(host[3], GLLM_DTYPE_F16, (int64_t)i);
+    const double err = ref64_rel_error(got, want, n);
+    free(want);
+    free(got);
+    for (int i = 0; i < 4; i++)
+        free(host[i]);
+    return err;
+}
+
+static void report(const char *name, const struct shape *s, double err, double us)
+{
+    const double tol = ref64_tolerance(GLLM_DTYPE_F16).out;
+    const bool ok = err <= tol;
+    printf("%-10s B%lld H%lld S%lld D%lld f16%s  %-4s rel err %.2e (tol %.1e)  kernel %.1f us\n",
+           name, (long long)s->B, (long long)s->H, (long long)s->S, (long long)s->D,
+           s->causal ? " causal" : "", ok ? "ok" : "FAIL", err, tol, us);
+    failures += !ok;
+}
+
+/* gllmd's exports, mapped here with gllm_memory_map. */
+static void exported_case(gllm_client *c, CUcontext ctx)
+{
+    const struct shape s = {1, 4, 256, 64, true};
+    gllm_memory *mem[4];
+    CUdeviceptr ptr[4];
+    for (int i = 0; i < 4; i++) {
+        check_gllm(c, gllm_memory_create_shared(c, tensor_elems(&s) * 2, 0, &mem[i]),
+                   "gllm_memory_create_shared");
+        void *p = NULL;
+        if (i == 0) {
+            /* Without a current context there is nothing to map into. */
+            check_cu(cu.cuCtxSetCurrent(NULL), "cuCtxSetCurrent(NULL)");
+            const int r = gllm_memory_map(mem[i], &p);
+            check_cu(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+            if (r != -ENODEV) {
+                fprintf(stderr, "FAIL: gllm_memory_map without a context: %s, want -ENODEV\n",
+                        gllm_error_name(r));
+                failures++;
+            }
+        }
+        check_gllm(c, gllm_memory_map(mem[i], &p), "gllm_memory_map");
+        void *again = NULL;
+        check_gllm(c, gllm_memory_map(mem[i], &again), "gllm_memory_map again");
+        if (again != p || gllm_memory_data(mem[i]) != NULL) {
+            fprintf(stderr, "FAIL: a second map moved the pointer, or data is not NULL\n");
+            failures++;
+        }
+        ptr[i] = (CUdeviceptr)(uintptr_t)p;
+    }
+    double us;
+    const double err = attention_on_device(c, mem, ptr, &s, 1, &us);
+    report("exported", &s, err, us);
+    for (int i = 0; i < 4; i++)
+        check_gllm(c, gllm_memory_release(mem[i]), "gllm_memory_release");
+}
+
+/* This process's allocations, imported by gllmd. */
+static void imported_case(gllm_client *c)
+{
+    const struct shape s = {1, 4, 256, 64, true};
+    const size_t bytes = round_up(tensor_elems(&s) * 2, own_granularity());
+    struct own_alloc own[4];
+    gllm_memory *mem[4];
+    CUdeviceptr ptr[4];
+    for (int i = 0; i < 4; i++) {
+        own[i] = own_create(bytes);
+        check_gllm(c, gllm_memory_import(c, own[i].fd, bytes, 0, &mem[i]), "gllm_memory_import");
+        close(own[i].fd);   /* gllmd holds its own reference */
+        own[i].fd = -1;
+        ptr[i] = own[i].ptr;
+    }
+    double us;
+    const double err = attention_on_device(c, mem, ptr, &s, 2, &us);
+    report("imported", &s, err, us);
+    for (int i = 0; i < 4; i++) {
+        check_gllm(c, gllm_memory_release(mem[i]), "gllm_memory_release");
+        own_free(&own[i]);
+    }
+}
+
+/* Key or value element of the prefill's host copies, for spot-checked rows. */
+struct host_kv {
+    const void *k, *v;
+    int64_t H, S, D;
+};
+
+static double host_kv_get(const void *ctx, int64_t b, int64_t hk, int64_t j, int64_t d, bool value)
+{
+    const struct host_kv *x = ctx;
+    return elem_get(value ? x->v : x->k, GLLM_DTYPE_F16, ((b * x->H + hk) * x->S + j) * x->D + d);
+}
+
+/* B4 H32 S2048 D128 causal prefill with imported tensors: end to end (clock_gettime around
+ * gllm_attention) against the reply's kernel_ns, 20 calls after warm-up. */
+static void prefill_timing(gllm_client *c)
+{
+    const struct shape s = {4, 32, 2048, 128, true};
+    enum { WARMUP = 3, CALLS = 20, CHECKED_ROWS = 16 };
+    const size_t n = tensor_elems(&s), bytes = round_up(n * 2, own_granularity());
+    struct own_alloc own[4];
+    gllm_memory *mem[4];
+    void *host[4];
+    uint64_t seed = 3;
+    for (int i = 0; i < 4; i++) {
+        own[i] = own_create(bytes);
+        check_gllm(c, gllm_memory_import(c, own[i].fd, bytes, 0, &mem[i]), "gllm_memory_import");
+        host[i] = malloc(n * 2);
+        if (!host[i]) {
+            fprintf(stderr, "FAIL: out of host memory\n");
+            exit(1);
+        }
+        if (i < 3) {
+            fill_random(host[i], GLLM_DTYPE_F16, n, &seed);
+            check_cu(cu.cuMemcpyHtoD(own[i].ptr, host[i], n * 2), "cuMemcpyHtoD");
+        }
+    }
+    check_cu(cu.cuCtxSynchronize(), "cuCtxSynchronize");
+    const int64_t shape[4] = {s.B, s.H, s.S, s.D};
+    gllm_attention_params p = {.size = sizeof p, .flags = GLLM_ATTN_CAUSAL};
+    gllm_tensor *t[4] = {&p.q, &p.k, &p.v, &p.out};
+    for (int i = 0; i < 4; i++)
+        check_gllm(c, gllm_tensor_init(mem[i], 0, GLLM_DTYPE_F16, 4, shape, t[i]), "tensor");
+    double e2e[CALLS], kernel[CALLS];
+    for (int i = 0; i < WARMUP + CALLS; i++) {
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
+        const double t0 = now_s();
+        check_gllm(c, gllm_attention(c, &p, &res), "prefill");
+        const double t1 = now_s();
+        if (i >= WARMUP) {
+            e2e[i - WARMUP] = (t1 - t0) * 1e3;
+            kernel[i - WARMUP] = (double)res.kernel_ns / 1e6;
+        }
+    }
+    /* Spot-check rows of the output against float64 (the whole of it would take minutes). */
+    check_cu(cu.cuMemcpyDtoH(host[3], own[3].ptr, n * 2), "cuMemcpyDtoH");
+    const struct host_kv hkv = {host[1], host[2], s.H, s.S, s.D};
+    const struct ref64_kv kv = {host_kv_get, &hkv};
+    double want[CHECKED_ROWS * 128], got[CHECKED_ROWS * 128], q[128];
+    uint64_t pick = 99;
+    for (int r = 0; r < CHECKED_ROWS; r++) {
+        const int64_t b = (int64_t)(rng_next(&pick) % (uint64_t)s.B);
+        const int64_t h = (int64_t)(rng_next(&pick) % (uint64_t)s.H);
+        const int64_t i = r == 0 ? 0 : r == 1 ? s.S - 1 : (int64_t)(rng_next(&pick) % (uint64_t)s.S);
+        const int64_t row = ((b * s.H + h) * s.S + i) * s.D;
+        for (int64_t d = 0; d < s.D; d++) {
+            q[d] = elem_get(host[0], GLLM_DTYPE_F16, row + d);
+            got[r * s.D + d] = elem_get(host[3], GLLM_DTYPE_F16, row + d);
+        }
+        ref64_row(q, s.D, &kv, b, h, i + 1, 1.0 / sqrt((double)s.D), &want[r * s.D], NULL);
+    }
+    const double err = ref64_rel_error(got, want, (size_t)(CHECKED_ROWS * s.D));
+    const double tol = ref64_tolerance(GLLM_DTYPE_F16).out;
+    const double me2e = median(e2e, CALLS), mkernel = median(kernel, CALLS);
+    printf("prefill    B4 H32 S2048 D128 f16 causal, imported tensors, %d calls after %d warm-up\n",
+           CALLS, WARMUP);
+    printf("           %-4s rel err %.2e over %d rows (tol %.1e)\n", err <= tol ? "ok" : "FAIL",
+           err, CHECKED_ROWS, tol);
+    printf("           median e2e %.3f ms  median kernel %.3f ms  ratio %.3f (target <= 1.05)\n",
+           me2e, mkernel, me2e / mkernel);
+    failures += !(err <= tol);
+    for (int i = 0; i < 4; i++) {
+        check_gllm(c, gllm_memory_release(mem[i]), "gllm_memory_release");
+        own_free(&own[i]);
+        free(host[i]);
+    }
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Our own gllmd, unless one is named: started before this process makes a context (the
+     * child execs at once and never uses the driver state it inherits). */
+    struct daemon d = {0};
+    const char *sock = getenv("GLLM_SOCKET");
+    int skip = load_driver();
+    if (skip)
+        return skip;
+    if (!sock || !sock[0]) {
+        setenv("GLLM_TEST_BACKEND", "cuda", 0);
+        int r = daemon_start(&d, NULL);
+        if (r < 0) {
+            fprintf(stderr, "FAIL: starting gllmd: %s\n", gllm_strerror(r));
+            return 1;
+        }
+        sock = d.socket;
+    }
+    CUcontext ctx;
+    check_cu(cu.cuDeviceGet(&device, 0), "cuDeviceGet");
+    check_cu(cu.cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
+    check_cu(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    gllm_client *c;
+    int r = gllm_connect(sock, &c);
+    if (r < 0) {
+        fprintf(stderr, "FAIL: connecting to %s: %s\n", sock, gllm_strerror(r));
+        return 1;
+    }
+    gllm_caps caps = GLLM_CAPS_INIT;
+    gllm_client_caps(c, &caps);
+    printf("gllmd %s, backend %s, share \"%s\" (granularity %llu)\n", caps.daemon_version,
+           caps.backend, caps.share, (unsigned long long)caps.share_granularity);
+    if (strcmp(caps.share, "cuda_vmm_fd") != 0) {
+        fprintf(stderr, "FAIL: gllmd does not share CUDA memory (backend %s)\n", caps.backend);
+        return 1;
+    }
+    exported_case(c, ctx);
+    imported_case(c);
+    prefill_timing(c);
+    gllm_disconnect(c);
+    cu.cuDevicePrimaryCtxRelease(device);
+    if (d.pid)
+        daemon_stop(&d);
+    printf("%s\n", failures ? "FAILED" : "PASSED");
+    return failures ? 1 : 0;
+}
