@@ -319,11 +319,12 @@ static double host_kv_get(const void *ctx, int64_t b, int64_t hk, int64_t j, int
     return elem_get(value ? x->v : x->k, GLLM_DTYPE_F16, ((b * x->H + hk) * x->S + j) * x->D + d);
 }
 
-/* B4 H32 S2048 D128 causal prefill with imported tensors: end to end (clock_gettime around
- * gllm_attention) against the reply's kernel_ns, 20 calls after warm-up. */
-static void prefill_timing(gllm_client *c)
+/* B4 H32 S2048 D128 prefill (the issue's shape, and its causal variant) with imported
+ * tensors: end to end (clock_gettime around gllm_attention) against the reply's kernel_ns,
+ * 20 calls after warm-up. */
+static void prefill_timing(gllm_client *c, bool causal)
 {
-    const struct shape s = {4, 32, 2048, 128, true};
+    const struct shape s = {4, 32, 2048, 128, causal};
     enum { WARMUP = 3, CALLS = 20, CHECKED_ROWS = 16 };
     const size_t n = tensor_elems(&s), bytes = round_up(n * 2, own_granularity());
     struct own_alloc own[4];
@@ -345,11 +346,11 @@ static void prefill_timing(gllm_client *c)
     }
     check_cu(cu.cuCtxSynchronize(), "cuCtxSynchronize");
     const int64_t shape[4] = {s.B, s.H, s.S, s.D};
-    gllm_attention_params p = {.size = sizeof p, .flags = GLLM_ATTN_CAUSAL};
+    gllm_attention_params p = {.size = sizeof p, .flags = causal ? GLLM_ATTN_CAUSAL : 0};
     gllm_tensor *t[4] = {&p.q, &p.k, &p.v, &p.out};
     for (int i = 0; i < 4; i++)
         check_gllm(c, gllm_tensor_init(mem[i], 0, GLLM_DTYPE_F16, 4, shape, t[i]), "tensor");
-    double e2e[CALLS], kernel[CALLS];
+    double e2e[CALLS], kernel[CALLS], accept[CALLS], queue[CALLS], worker[CALLS];
     for (int i = 0; i < WARMUP + CALLS; i++) {
         gllm_job_result res = GLLM_JOB_RESULT_INIT;
         const double t0 = now_s();
@@ -358,6 +359,9 @@ static void prefill_timing(gllm_client *c)
         if (i >= WARMUP) {
             e2e[i - WARMUP] = (t1 - t0) * 1e3;
             kernel[i - WARMUP] = (double)res.kernel_ns / 1e6;
+            accept[i - WARMUP] = (double)res.accept_ns / 1e3;
+            queue[i - WARMUP] = (double)res.queue_ns / 1e3;
+            worker[i - WARMUP] = (double)(res.job_ns - res.kernel_ns) / 1e3;
         }
     }
     /* Spot-check rows of the output against float64 (the whole of it would take minutes). */
@@ -375,17 +379,20 @@ static void prefill_timing(gllm_client *c)
             q[d] = elem_get(host[0], GLLM_DTYPE_F16, row + d);
             got[r * s.D + d] = elem_get(host[3], GLLM_DTYPE_F16, row + d);
         }
-        ref64_row(q, s.D, &kv, b, h, i + 1, 1.0 / sqrt((double)s.D), &want[r * s.D], NULL);
+        ref64_row(q, s.D, &kv, b, h, causal ? i + 1 : s.S, 1.0 / sqrt((double)s.D),
+                  &want[r * s.D], NULL);
     }
     const double err = ref64_rel_error(got, want, (size_t)(CHECKED_ROWS * s.D));
     const double tol = ref64_tolerance(GLLM_DTYPE_F16).out;
     const double me2e = median(e2e, CALLS), mkernel = median(kernel, CALLS);
-    printf("prefill    B4 H32 S2048 D128 f16 causal, imported tensors, %d calls after %d warm-up\n",
-           CALLS, WARMUP);
+    printf("prefill    B4 H32 S2048 D128 f16%s, imported tensors, %d calls after %d warm-up\n",
+           causal ? " causal" : "", CALLS, WARMUP);
     printf("           %-4s rel err %.2e over %d rows (tol %.1e)\n", err <= tol ? "ok" : "FAIL",
            err, CHECKED_ROWS, tol);
-    printf("           median e2e %.3f ms  median kernel %.3f ms  ratio %.3f (target <= 1.05)\n",
-           me2e, mkernel, me2e / mkernel);
+    printf("           median e2e %.3f ms  median kernel %.3f ms  added %.1f us  ratio %.3f "
+           "(target <= 1.05)\n", me2e, mkernel, (me2e - mkernel) * 1e3, me2e / mkernel);
+    printf("           of the added, medians: accept %.1f us, queue %.1f us, worker beside the "
+           "kernel %.1f us\n", median(accept, CALLS), median(queue, CALLS), median(worker, CALLS));
     failures += !(err <= tol);
     for (int i = 0; i < 4; i++) {
         check_gllm(c, gllm_memory_release(mem[i]), "gllm_memory_release");
@@ -433,7 +440,8 @@ int main(void)
     }
     exported_case(c, ctx);
     imported_case(c);
-    prefill_timing(c);
+    prefill_timing(c, false);
+    prefill_timing(c, true);
     gllm_disconnect(c);
     cu.cuDevicePrimaryCtxRelease(device);
     if (d.pid)

@@ -271,13 +271,20 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
             continue;
         total += align256(bytes[i]);
     }
-    int rc = cuda_ensure_scratch(c, x, total ? total : 256);
-    if (rc < 0)
-        return rc;
+    /* A job whose tensors are all device memory (its own or shared with the client) has
+     * nothing to stage: no scratch, and only the kernel's events, each a host call in front
+     * of or behind the kernel. */
+    const bool staged = total > 0;
+    if (staged) {
+        int rc = cuda_ensure_scratch(c, x, total);
+        if (rc < 0)
+            return rc;
+    }
 
     CUresult r;
     uint64_t moved = 0;
-    d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
+    if (staged)
+        d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
     CUdeviceptr dptr[5];
     for (int i = 0; i < 5; i++)
         dptr[i] = (a->device_mask & (1u << i)) ? (CUdeviceptr)(uintptr_t)host[i] : x->scratch + off[i];
@@ -332,10 +339,11 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
             return cuda_fail(c, r, "copy from device");
         moved += bytes[i];
     }
-    d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
+    if (staged)
+        d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
     if ((r = d->cuStreamSynchronize(x->stream)))
         return cuda_fail(c, r, "attention kernel");
-    cuda_read_timing(d, x, a->timing, moved, true);
+    cuda_read_timing(d, x, a->timing, moved, staged);
     return 0;
 }
 
