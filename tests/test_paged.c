@@ -387,6 +387,11 @@ static void test_refusals(void **state)
     assert_int_equal(gllm_attention_decode(cl, &good, &res), GLLM_EPARAM);
     indptr[1] = 2, indptr[2] = 3;
     assert_int_equal(gllm_attention_decode(cl, &good, &res), 0);   /* repaired */
+    indptr[2] = 2, last[1] = 0;                     /* sequence 1 with no page: a query */
+    assert_int_equal(gllm_attention_decode(cl, &good, &res), GLLM_ESHAPE);  /* with no key */
+    assert_non_null(strstr(gllm_client_last_error(cl), "sequence 1: 1 queries but only 0 tokens"));
+    indptr[2] = 3, last[1] = 5;
+    assert_int_equal(gllm_attention_decode(cl, &good, &res), 0);
 
     p = good;                                       /* one query row too many */
     p.q.shape[0] = p.out.shape[0] = 3;
