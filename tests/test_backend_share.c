@@ -190,6 +190,132 @@ static void test_export_mapped_elsewhere(const char *name)
     close(sv[0]);
 }
 
+/* Reads or writes one 32-bit counter in shared memory through the backend's copy. */
+static int counter_put(struct backend *be, void *at, uint32_t v)
+{
+    struct copy_args c = {.dst = at, .src = &v, .bytes = sizeof v, .to_device = true};
+    return backend_copy(be, 0, &c);
+}
+
+static uint32_t counter_get(struct backend *be, const void *at)
+{
+    uint32_t v = 0xdeadbeef;
+    struct copy_args c = {.dst = &v, .src = at, .bytes = sizeof v, .to_device = false};
+    return backend_copy(be, 0, &c) < 0 ? 0xdeadbeef : v;
+}
+
+/* The client's side: after "go", writes seed 9's data and only then raises the counter at
+ * offset 0 to 1; then waits for gllmd's signal (7 at offset 4) before it exits. */
+static int producer(const char *name, int sock)
+{
+    char why[256];
+    struct backend *be = open_backend(name, why, sizeof why);
+    if (!be)
+        return 20;
+    size_t bytes = backend_share_size(be, 4096 + WORDS * sizeof(uint32_t));
+    struct backend_shared s;
+    int fd = -1;
+    if (bytes == 0 || backend_share_alloc(be, 0, bytes, &s, &fd) < 0)
+        return 21;
+    if (counter_put(be, s.ptr, 0) < 0 || counter_put(be, (char *)s.ptr + 4, 0) < 0 ||
+        put(be, (char *)s.ptr + 4096, 1) < 0 || send_fd(sock, fd) < 0)
+        return 22;
+    close(fd);
+    if (recv_byte(sock) != 'g')
+        return 23;
+    usleep(50000);                  /* let the consumer's job sit on its wait */
+    if (put(be, (char *)s.ptr + 4096, 9) < 0 || counter_put(be, s.ptr, 1) < 0)
+        return 24;
+    for (int i = 0; i < 5000 && counter_get(be, (char *)s.ptr + 4) != 7; i++)
+        usleep(1000);
+    if (counter_get(be, (char *)s.ptr + 4) != 7)
+        return 25;
+    if (recv_byte(sock) != 'd')     /* the consumer is done with the memory */
+        return 26;
+    backend_share_free(be, 0, &s);
+    backend_close(be);
+    return 0;
+}
+
+#define CHECK(x)                                                                           \
+    do {                                                                                   \
+        if (!(x)) {                                                                        \
+            fprintf(stderr, "check failed at line %d: %s\n", __LINE__, #x);                \
+            return 1;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+/* The consumer's side (gllmd's role), in a child of its own: the test process must not
+ * initialise a GPU driver while it still has children to fork. 0 when every check held. */
+static int consumer(const char *name, int sock)
+{
+    char why[256] = "";
+    struct backend *be = open_backend(name, why, sizeof why);
+    CHECK(be);
+    CHECK(backend_has(be, BACKEND_FEAT_SYNC));
+    int fd = recv_fd(sock);
+    CHECK(fd >= 0);
+    size_t bytes = backend_share_size(be, 4096 + WORDS * sizeof(uint32_t));
+    struct backend_shared s;
+    CHECK(backend_share_import(be, 0, fd, bytes, &s, why, sizeof why) == 0);
+    close(fd);
+    CHECK(send_byte(sock, 'g'));
+    /* Reads the data once the counter says it is there: the producer's seed 9, not seed 1.
+     * Into registered (pinned) memory, as gllmd's arenas are: a copy to pageable memory
+     * blocks the calling thread until the stream reaches it, wait included. */
+    static uint32_t w[WORDS] __attribute__((aligned(4096)));
+    int pinned = backend_host_register(be, w, sizeof w);
+    CHECK(pinned == 0 || pinned == -ENOTSUP);
+    memset(w, 0xa5, sizeof w);
+    struct backend_sync sync = {.wait = s.ptr, .wait_value = 1, .signal = (char *)s.ptr + 4,
+                                .signal_value = 7, .wait_timeout_ns = 10000000000ull};
+    struct copy_args c = {.dst = w, .src = (char *)s.ptr + 4096, .bytes = sizeof w,
+                          .to_device = false, .sync = &sync};
+    CHECK(backend_copy(be, 0, &c) == 0);
+    CHECK(matches(w, 9));
+    /* A wait for 100, which nobody writes: released after 100 ms, the job failed. */
+    struct backend_sync never = {.wait = s.ptr, .wait_value = 100, .wait_timeout_ns = 100000000};
+    c.sync = &never;
+    CHECK(backend_copy(be, 0, &c) == GLLM_EWAITTIMEOUT);
+    CHECK(counter_get(be, s.ptr) == 100);               /* the release's write */
+    c.sync = NULL;                                      /* and the device still serves */
+    memset(w, 0xa5, sizeof w);
+    CHECK(backend_copy(be, 0, &c) == 0);
+    CHECK(matches(w, 9));
+    CHECK(send_byte(sock, 'd'));
+    if (pinned == 0)
+        backend_host_unregister(be, w);
+    backend_share_free(be, 0, &s);
+    backend_close(be);
+    return 0;
+}
+
+/* A job waits on the device for a counter the client raises after writing its data, and
+ * signals when done; a wait never satisfied is released at its deadline and the device goes
+ * on serving. */
+static void test_ordered_by_counters(const char *name)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    pid_t pid[2];
+    for (int k = 0; k < 2; k++) {
+        pid[k] = fork();
+        assert_true(pid[k] >= 0);
+        if (pid[k] == 0) {
+            close(sv[k]);
+            _exit(k == 0 ? producer(name, sv[1]) : consumer(name, sv[0]));
+        }
+    }
+    close(sv[0]);
+    close(sv[1]);
+    for (int k = 0; k < 2; k++) {
+        int st = 0;
+        assert_int_equal(waitpid(pid[k], &st, 0), pid[k]);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);           /* producer: saw the signal */
+    }
+}
+
 /* Each refusal of share_import, with the code the protocol documents, and nothing mapped. */
 static void test_import_refusals(const char *name)
 {
@@ -264,6 +390,12 @@ static void export_mapped_elsewhere(void **state)
     each_backend(test_export_mapped_elsewhere);
 }
 
+static void ordered_by_counters(void **state)
+{
+    (void)state;
+    each_backend(test_ordered_by_counters);
+}
+
 static void import_refusals(void **state)
 {
     (void)state;
@@ -274,9 +406,11 @@ int main(void)
 {
     for (size_t i = 0; i < NNAMES; i++)
         usable[i] = probe_in_child(names[i]);
-    /* In this order: only the first forks a process that opens a backend, before this one
-     * has opened any. */
+    /* In this order: a process that has initialised a GPU driver cannot fork a child that
+     * uses it, so the cases that fork come first, and only the second opens a backend in
+     * this process (after its fork). */
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(ordered_by_counters),
         cmocka_unit_test(export_mapped_elsewhere),
         cmocka_unit_test(import_refusals),
     };

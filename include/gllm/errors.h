@@ -37,7 +37,8 @@
     X(ALIAS,        -1023, "output tensor overlaps an input")                    \
     X(DEVMEM,       -1024, "out of device memory")                               \
     X(DENIED,       -1025, "not allowed by the daemon's access policy")      \
-    X(NOTEXPORT,    -1026, "fd is not memory exported for this device")
+    X(NOTEXPORT,    -1026, "fd is not memory exported for this device")      \
+    X(WAITTIMEOUT,  -1027, "a GPU-side wait was not satisfied in time")
 
 enum gllm_error {
 #define GLLM_ERROR_ENUM_(name, code, text) GLLM_E##name = (code),

@@ -38,6 +38,21 @@ void backend_logf(const struct backend_log *log, int level, const char *fmt, ...
 
 /* ---- Jobs: validated by the daemon, in elements and raw pointers ---- */
 
+/* Work ordered on the device with a client, through 32-bit counters in memory shared with
+ * it (share_alloc or share_import): before the job's first operation the device waits until
+ * the counter at wait reaches wait_value, (int32_t)(*wait - wait_value) >= 0 so counters
+ * may wrap; after its last it writes signal_value at signal. A wait not satisfied within
+ * wait_timeout_ns is released by the backend (it writes wait_value itself) and the job
+ * fails with GLLM_EWAITTIMEOUT, its outputs undefined. A job that fails still signals, so
+ * the client's stream never waits for ever. NULL pointers: no wait, no signal. */
+struct backend_sync {
+    const void *wait;
+    uint32_t wait_value;
+    void *signal;
+    uint32_t signal_value;
+    uint64_t wait_timeout_ns;
+};
+
 /* What a backend may report about one job (zeros: not measured). */
 struct attn_timing {
     uint64_t kernel_ns;         /* device time of the kernel alone */
@@ -58,6 +73,7 @@ struct attn_args {
     float scale;
     struct attn_timing *timing; /* out, optional */
     uint32_t device_mask;       /* bit i: tensor i (q, k, v, out, lse) is in device memory */
+    const struct backend_sync *sync;   /* optional */
 };
 
 /* A copy between host memory (an arena) and device memory (a device tensor). */
@@ -67,6 +83,7 @@ struct copy_args {
     size_t bytes;
     bool to_device;             /* host -> device, else device -> host */
     struct attn_timing *timing; /* out, optional: copy_ns, copy_bytes */
+    const struct backend_sync *sync;   /* optional */
 };
 
 /* A validated paged-KV job. The page table arrays are the daemon's own checked copies in
@@ -106,6 +123,7 @@ struct paged_args {
     struct attn_timing *timing; /* out, optional */
     char *why;                  /* out, optional: a failed job's reason, one line */
     size_t why_len;
+    const struct backend_sync *sync;   /* optional */
 };
 
 /* ---- Page numbers (paged_pages.c): shared by the daemon and the backends ---- */
@@ -133,6 +151,8 @@ struct backend_config {
  * page number where it uses it anyway (the CUDA kernel does), so the daemon need not copy
  * and check the table first. */
 #define BACKEND_FEAT_ARENA_TABLES (1u << 0)
+/* Jobs honour backend_sync (waits and signals in shared memory, ordered on the device). */
+#define BACKEND_FEAT_SYNC (1u << 1)
 
 /* How memory shared with another process is handed over (docs/shared-memory.md): the kind
  * of fd share_alloc returns and share_import takes. */

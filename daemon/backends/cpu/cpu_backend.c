@@ -1,8 +1,10 @@
 /* The CPU backend: one device, a thread pool, the reference attention kernel. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend_api.h"
@@ -80,6 +82,7 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = CPU_MAX_HEAD_DIM,
+        .features = BACKEND_FEAT_SYNC,
         .share_kind = BACKEND_SHARE_MEMFD,
         .share_granularity = cpu_share_granularity(),
     };
@@ -110,12 +113,50 @@ static int cpu_device_info(struct backend *be, int dev, gllm_device_info *out)
     return 0;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The CPU's side of backend_sync: the counters live in memfds shared with the client, so a
+ * wait is a poll of that memory (a few microseconds of spinning, then short sleeps) and a
+ * signal a release store. Past the deadline the wait is released as on a GPU: the counter
+ * gets the awaited value and the job fails without running. */
+static int sync_wait(const struct backend_sync *s)
+{
+    if (!s || !s->wait)
+        return 0;
+    _Atomic uint32_t *w = (_Atomic uint32_t *)(uintptr_t)s->wait;
+    const uint64_t start = now_ns();
+    for (unsigned spins = 0;; spins++) {
+        if ((int32_t)(atomic_load_explicit(w, memory_order_acquire) - s->wait_value) >= 0)
+            return 0;
+        uint64_t t = now_ns();
+        if (t - start >= s->wait_timeout_ns) {
+            atomic_store_explicit(w, s->wait_value, memory_order_release);
+            return GLLM_EWAITTIMEOUT;
+        }
+        if (spins > 1000)
+            nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
+    }
+}
+
+static int sync_signal(const struct backend_sync *s, int status)
+{
+    if (s && s->signal)
+        atomic_store_explicit((_Atomic uint32_t *)s->signal, s->signal_value, memory_order_release);
+    return status;
+}
+
 static int cpu_attention(struct backend *be, int dev, const struct attn_args *a)
 {
     struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
-    return cpu_attention_run(c->attn, a);
+    int r = sync_wait(a->sync);
+    return r < 0 ? r : sync_signal(a->sync, cpu_attention_run(c->attn, a));
 }
 
 static int cpu_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
@@ -129,7 +170,8 @@ static int cpu_paged(struct backend *be, int dev, const struct paged_args *p)
     struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
-    return cpu_paged_run(c->attn, p);
+    int r = sync_wait(p->sync);
+    return r < 0 ? r : sync_signal(p->sync, cpu_paged_run(c->attn, p));
 }
 
 /* On the CPU, "device" memory is host memory the daemon owns. */
@@ -159,10 +201,13 @@ static int cpu_copy(struct backend *be, int dev, const struct copy_args *c)
     (void)be;
     if (dev != 0)
         return -ENODEV;
+    int r = sync_wait(c->sync);
+    if (r < 0)
+        return r;
     memcpy(c->dst, c->src, c->bytes);
     if (c->timing)
         c->timing->copy_bytes = c->bytes;
-    return 0;
+    return sync_signal(c->sync, 0);
 }
 
 static const struct backend_device_iface cpu_device_iface = {

@@ -8,6 +8,7 @@
 #include "cuda_device.h"
 #include "cuda_paged.h"
 #include "cuda_share.h"
+#include "cuda_sync.h"
 
 extern const struct backend_iface cuda_backend_iface;
 static const struct backend_device_iface cuda_device_iface;
@@ -87,7 +88,7 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = GLLM_CUDA_GENERIC_MAX_D,
-        .features = BACKEND_FEAT_ARENA_TABLES,
+        .features = BACKEND_FEAT_ARENA_TABLES | (cuda_sync_supported(d) ? BACKEND_FEAT_SYNC : 0),
     };
     be->caps.share_granularity = cuda_share_granularity(c);
     be->caps.share_kind = be->caps.share_granularity ? BACKEND_SHARE_CUDA_VMM : BACKEND_SHARE_NONE;
@@ -207,8 +208,9 @@ static void cuda_dev_free(struct backend *be, int dev, void *p)
     c->d->cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
 
-static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
+static int copy_job(struct backend *be, int dev, const void *args)
 {
+    const struct copy_args *cp = args;
     struct cuda_ctx *c = be->ctx;
     const struct cuda_driver *d = c->d;
     if (dev < 0 || dev >= c->ndev)
@@ -224,8 +226,9 @@ static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
     if (r)
         return cuda_fail(c, r, "device tensor copy");
     d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
-    if ((r = d->cuStreamSynchronize(x->stream)))
-        return cuda_fail(c, r, "device tensor copy");
+    int rc = cuda_sync_finish(c, x, cp->sync, "device tensor copy");
+    if (rc < 0)
+        return rc;
     if (cp->timing) {
         float ms = 0;
         d->cuEventElapsedTime(&ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
@@ -235,8 +238,14 @@ static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
     return 0;
 }
 
-static int cuda_attention(struct backend *be, int dev, const struct attn_args *a)
+static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
 {
+    return cuda_sync_run(be, dev, cp->sync, copy_job, cp, "device tensor copy");
+}
+
+static int attention_job(struct backend *be, int dev, const void *args)
+{
+    const struct attn_args *a = args;
     struct cuda_ctx *c = be->ctx;
     const struct cuda_driver *d = c->d;
     if (dev < 0 || dev >= c->ndev)
@@ -341,10 +350,16 @@ static int cuda_attention(struct backend *be, int dev, const struct attn_args *a
     }
     if (staged)
         d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
-    if ((r = d->cuStreamSynchronize(x->stream)))
-        return cuda_fail(c, r, "attention kernel");
+    int fin = cuda_sync_finish(c, x, a->sync, "attention kernel");
+    if (fin < 0)
+        return fin;
     cuda_read_timing(d, x, a->timing, moved, staged);
     return 0;
+}
+
+static int cuda_attention(struct backend *be, int dev, const struct attn_args *a)
+{
+    return cuda_sync_run(be, dev, a->sync, attention_job, a, "attention kernel");
 }
 
 static const struct backend_device_iface cuda_device_iface = {

@@ -113,6 +113,10 @@ void cuda_device_close(const struct cuda_driver *d, struct cuda_dev *x)
             d->cuEventDestroy(x->ev[i]);
     if (x->stream)
         d->cuStreamDestroy(x->stream);
+    if (x->release)
+        d->cuStreamDestroy(x->release);
+    if (x->waited)
+        d->cuEventDestroy(x->waited);
     if (x->mod)
         d->cuModuleUnload(x->mod);
     d->cuDevicePrimaryCtxRelease(x->dev);
@@ -214,9 +218,14 @@ int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *
             snprintf(why, len, "kernel %s missing from the image", gnames[t]);
             return GLLM_EBACKEND;
         }
-    if ((r = d->cuStreamCreate(&x->stream, CU_STREAM_NON_BLOCKING))) {
-        x->stream = NULL;
+    if ((r = d->cuStreamCreate(&x->stream, CU_STREAM_NON_BLOCKING)) ||
+        (r = d->cuStreamCreate(&x->release, CU_STREAM_NON_BLOCKING))) {
         snprintf(why, len, "GPU %d: stream: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EBACKEND;
+    }
+    if ((r = d->cuEventCreate(&x->waited, CU_EVENT_DISABLE_TIMING))) {
+        x->waited = NULL;
+        snprintf(why, len, "GPU %d: event: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
         return GLLM_EBACKEND;
     }
     for (int i = 0; i < EV_COUNT; i++)

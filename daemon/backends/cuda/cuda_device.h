@@ -26,6 +26,9 @@ struct cuda_dev {
     CUcontext ctx;
     CUmodule mod;
     CUstream stream;
+    CUstream release;              /* releases a job's GPU-side wait past its deadline */
+    CUevent waited;                /* recorded behind a job's GPU-side wait */
+    bool sync_finished;            /* the running job has been through cuda_sync_finish */
     CUevent ev[EV_COUNT];
     CUfunction tc[2][2][2];        /* [bf16?][D == 128?][causal?] */
     CUfunction generic[3];         /* by gllm_dtype */

@@ -27,6 +27,9 @@ static void load(void)
     }
     CUDA_DRIVER_FUNCS(CUDA_DRIVER_RESOLVE_)
 #undef CUDA_DRIVER_RESOLVE_
+#define CUDA_DRIVER_OPTIONAL_(ret, name, sym, args) *(void **)&driver.name = dlsym(driver.handle, sym);
+    CUDA_DRIVER_OPTIONAL_FUNCS(CUDA_DRIVER_OPTIONAL_)
+#undef CUDA_DRIVER_OPTIONAL_
 }
 
 const struct cuda_driver *cuda_driver_load(char *why, size_t len)

@@ -69,6 +69,7 @@ enum {
     CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
     CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
     CUDA_ERROR_INSUFFICIENT_DRIVER = 35,
+    CUDA_ERROR_NOT_READY = 600,
 };
 
 enum {
@@ -85,6 +86,7 @@ enum {
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 #define CU_STREAM_NON_BLOCKING 0x1
 #define CU_EVENT_DEFAULT 0x0
+#define CU_EVENT_DISABLE_TIMING 0x2
 
 /* X(return, name, symbol, args): the symbol is the versioned name the driver exports. */
 #define CUDA_DRIVER_FUNCS(X)                                                                \
@@ -158,10 +160,23 @@ enum {
     X(CUresult, cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", \
       (CUmemAllocationProp * prop, CUmemGenericAllocationHandle h))
 
+/* Functions a driver may lack without the backend failing: NULL when absent, and the
+ * features built on them are reported as missing. */
+#define CU_STREAM_WAIT_VALUE_GEQ 0x0
+#define CU_STREAM_WRITE_VALUE_DEFAULT 0x0
+#define CUDA_DRIVER_OPTIONAL_FUNCS(X)                                                        \
+    X(CUresult, cuStreamWaitValue32, "cuStreamWaitValue32_v2",                              \
+      (CUstream s, CUdeviceptr addr, unsigned int value, unsigned int flags))               \
+    X(CUresult, cuStreamWriteValue32, "cuStreamWriteValue32_v2",                            \
+      (CUstream s, CUdeviceptr addr, unsigned int value, unsigned int flags))               \
+    X(CUresult, cuStreamQuery, "cuStreamQuery", (CUstream s))                               \
+    X(CUresult, cuEventQuery, "cuEventQuery", (CUevent e))
+
 struct cuda_driver {
     void *handle;
 #define CUDA_DRIVER_FIELD_(ret, name, sym, args) ret(*name) args;
     CUDA_DRIVER_FUNCS(CUDA_DRIVER_FIELD_)
+    CUDA_DRIVER_OPTIONAL_FUNCS(CUDA_DRIVER_FIELD_)
 #undef CUDA_DRIVER_FIELD_
 };
 

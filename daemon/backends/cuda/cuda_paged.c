@@ -7,6 +7,7 @@
 #include "cuda_device.h"
 #include "cuda_paged.h"
 #include "cuda_plan.h"
+#include "cuda_sync.h"
 
 int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
 {
@@ -113,8 +114,9 @@ struct staged {
     CUdeviceptr dev;
 };
 
-int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
+static int paged_job(struct backend *be, int dev, const void *args)
 {
+    const struct paged_args *p = args;
     struct cuda_ctx *c = be->ctx;
     const struct cuda_driver *d = c->d;
     if (dev < 0 || dev >= c->ndev)
@@ -345,10 +347,17 @@ int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
     }
     if (staged)
         d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
-    if ((r = d->cuStreamSynchronize(x->stream)))
-        return cuda_fail(c, r, append ? "kv_append kernel" : "paged attention kernel");
+    int fin = cuda_sync_finish(c, x, p->sync, append ? "kv_append kernel" : "paged attention kernel");
+    if (fin < 0)
+        return fin;
     if (!append && *x->bad_page)
         return report_bad_page(c, x, p, tbl, idx_in_place);
     cuda_read_timing(d, x, p->timing, moved + up_bytes, staged);
     return 0;
+}
+
+int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
+{
+    return cuda_sync_run(be, dev, p->sync, paged_job, p,
+                         p->op == PAGED_APPEND ? "kv_append kernel" : "paged attention kernel");
 }
