@@ -245,5 +245,37 @@ int main(int argc, char **argv)
     proto_pack_paged(&b.pk, &pg);
     n = record(s, n, 0);
     save(sd, "paged_device_indices", s, n);
+
+    /* Shared device memory: an export (its fd comes back with the reply), the client's
+     * sealed 64 KiB memfd imported as a device tensor, a copy into it and a job reading it,
+     * then both freed; and an import of a pipe (refused). */
+    n = 0;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 2, "dtensor_create");
+    msgpack_pack_map(&b.pk, 2);
+    proto_pack_kv_u64(&b.pk, "bytes", 8192);
+    proto_pack_kv_bool(&b.pk, "export", true);
+    n = record(s, n, 0);
+    request_u64(3, "arena_register", "size", 65536);
+    n = record(s, n, 1);
+    request_u64(4, "dtensor_import", "bytes", 65536);
+    n = record(s, n, 1);
+    copy_to_dtensor(5, 0);
+    n = record(s, n, 0);
+    a = job(1, 8, false);
+    a.q.arena = 3, a.q.device = true;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 6, "attention");
+    proto_pack_attention(&b.pk, &a);
+    n = record(s, n, 0);
+    request_u64(7, "dtensor_free", "dtensor", 3);
+    n = record(s, n, 0);
+    request_u64(8, "dtensor_free", "dtensor", 1);
+    n = record(s, n, 0);
+    request_u64(9, "dtensor_import", "bytes", 4096);
+    n = record(s, n, 4);
+    request_empty(10, "status");
+    n = record(s, n, 0);
+    save(sd, "shared_memory", s, n);
     return 0;
 }
