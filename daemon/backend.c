@@ -198,6 +198,11 @@ void backend_share_free(struct backend *be, int dev, const struct backend_shared
         be->device->share_free(be, dev, s);
 }
 
+bool backend_registers_host(const struct backend *be)
+{
+    return be->device->host_register != NULL;
+}
+
 int backend_copy(struct backend *be, int dev, const struct copy_args *c)
 {
     return be->device->copy(be, dev, c);

@@ -31,6 +31,8 @@ bool backend_has(const struct backend *be, uint32_t feature);
 int backend_device_info(struct backend *be, int dev, gllm_device_info *out);
 /* -ENOTSUP when the backend does not report memory. */
 int backend_memory_info(struct backend *be, int dev, uint64_t *used, uint64_t *total);
+/* Whether the backend registers host memory (GPUs): memory it must reach is registered. */
+bool backend_registers_host(const struct backend *be);
 /* 0 when p is now registered (pinned); -ENOTSUP when the backend has nothing to gain. */
 int backend_host_register(struct backend *be, void *p, size_t len);
 void backend_host_unregister(struct backend *be, void *p);

@@ -11,7 +11,7 @@
 #include "clock.h"
 #include "proto.h"
 
-#define JOB_MAX_ARENAS 10
+#define JOB_MAX_ARENAS 12   /* a paged job's ten tensors, a wait and a signal counter */
 
 enum job_kind { JOB_ATTENTION, JOB_COPY, JOB_PAGED };
 
@@ -48,6 +48,13 @@ struct job {
         struct paged_args paged;  /* JOB_PAGED */
     };
     int32_t *tables;              /* JOB_PAGED: the checked copy of its page table (owned) */
+    /* Ordered with the client through counters in its arenas: the job runs once the counter
+     * at wait reaches wait_value (the worker polls it: another client's jobs run meanwhile),
+     * or fails with WAITTIMEOUT at wait_deadline; after it, the device writes sync.signal. */
+    const _Atomic uint32_t *wait; /* NULL: none */
+    uint32_t wait_value;
+    uint64_t wait_deadline;       /* CLOCK_MONOTONIC ns */
+    struct backend_sync sync;     /* the signal the backend writes; its args point here */
     int status;
     bool replied;                 /* answered from the worker thread: settle sends nothing */
     struct attn_timing timing;    /* what the backend measured */

@@ -31,6 +31,10 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
     }
 }
 
+/* How long a job's "wait" may hold it by default, and at most (a request's timeout_ms). */
+#define GLLM_WAIT_TIMEOUT_MS 2000
+#define GLLM_WAIT_TIMEOUT_MS_MAX 600000
+
 /* The wire name of the kind of memory the backend shares, or NULL when it shares none. */
 static const char *share_kind_name(const struct backend *be)
 {
@@ -59,8 +63,15 @@ void method_hello(struct rpc_call *c, const struct proto_msg *m)
     }
     c->ch->hello_done = true;
     const char *share = share_kind_name(srv->be);
+    const bool sync = backend_has(srv->be, BACKEND_FEAT_SYNC);
     msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, share ? 9 : 8);
+    msgpack_pack_map(pk, 8 + (share != NULL) + sync);
+    if (sync) {    /* jobs take "wait" and "signal" counters in arenas */
+        proto_pack_str(pk, "sync");
+        msgpack_pack_map(pk, 2);
+        proto_pack_kv_u64(pk, "timeout_ms", GLLM_WAIT_TIMEOUT_MS);
+        proto_pack_kv_u64(pk, "timeout_ms_max", GLLM_WAIT_TIMEOUT_MS_MAX);
+    }
     if (share) {   /* memory this daemon can share with clients: dtensor_create export, import */
         proto_pack_str(pk, "share");
         msgpack_pack_map(pk, 2);
@@ -317,12 +328,103 @@ static const struct job_ops channel_job_ops = {job_skip, job_finished, job_settl
 
 /* Queues a prepared job on its device's worker; a job naming another device's tensor is
  * refused here, for every kind of job. */
-static void submit(struct rpc_call *c, struct job *job, int dev, const char *method)
+/* One of a job's counters, {"arena": id, "offset": o, "value": v}: a 32-bit slot in one of
+ * the connection's arenas, held by the job. 0 and the slot, or a code and err. */
+static int sync_counter(struct rpc_call *c, struct job *job, const msgpack_object *o,
+                        const char *key, _Atomic uint32_t **slot, uint32_t *value, char *err,
+                        size_t errlen)
+{
+    uint64_t id = 0, off = 0, v = 0;
+    if (o->type != MSGPACK_OBJECT_MAP || proto_get_u64(o, "arena", true, &id) < 0 ||
+        proto_get_u64(o, "offset", true, &off) < 0 || proto_get_u64(o, "value", true, &v) < 0 ||
+        v > UINT32_MAX) {
+        snprintf(err, errlen, "'%s' wants {arena, offset, value (uint32)}", key);
+        return GLLM_EPARAM;
+    }
+    struct arena *a = id <= UINT32_MAX ? arena_table_find(&c->ch->session.regions, (uint32_t)id)
+                                       : NULL;
+    if (!a || a->device) {
+        snprintf(err, errlen, "%s: no arena %llu in this connection (counters live in arenas)",
+                 key, (unsigned long long)id);
+        return GLLM_ENOARENA;
+    }
+    if (off % 4 != 0 || off > a->size - 4 || a->size < 4) {
+        snprintf(err, errlen, "%s: offset %llu is not a 4-byte slot inside arena %u's %llu bytes",
+                 key, (unsigned long long)off, a->id, (unsigned long long)a->size);
+        return GLLM_EBOUNDS;
+    }
+    /* The device writes a signal into the arena: it must be mapped for the GPU. */
+    if (slot && strcmp(key, "signal") == 0 && !a->pinned_by &&
+        backend_registers_host(c->ch->srv->be)) {
+        snprintf(err, errlen, "signal: arena %u is not registered with the device", a->id);
+        return GLLM_EPARAM;
+    }
+    if (job->narenas >= JOB_MAX_ARENAS) {
+        snprintf(err, errlen, "%s: the job names too many regions", key);
+        return GLLM_ELIMIT;
+    }
+    job->arenas[job->narenas++] = arena_ref(a);
+    *slot = (_Atomic uint32_t *)(void *)((char *)a->base + off);
+    *value = (uint32_t)v;
+    return 0;
+}
+
+/* A job's optional "wait" (with "timeout_ms", default GLLM_WAIT_TIMEOUT_MS) and "signal". */
+static int take_sync(struct rpc_call *c, const struct proto_msg *m, struct job *job, char *err,
+                     size_t errlen)
+{
+    const msgpack_object *wait = m->params ? proto_map_get(m->params, "wait") : NULL;
+    const msgpack_object *signal = m->params ? proto_map_get(m->params, "signal") : NULL;
+    if ((wait && wait->type == MSGPACK_OBJECT_NIL) || !wait)
+        wait = NULL;
+    if ((signal && signal->type == MSGPACK_OBJECT_NIL) || !signal)
+        signal = NULL;
+    if (!wait && !signal)
+        return 0;
+    if (!backend_has(c->ch->srv->be, BACKEND_FEAT_SYNC)) {
+        snprintf(err, errlen, "wait/signal: the %s backend cannot order jobs with counters",
+                 backend_name(c->ch->srv->be));
+        return -EOPNOTSUPP;
+    }
+    int r;
+    if (wait) {
+        _Atomic uint32_t *slot;
+        uint64_t ms = GLLM_WAIT_TIMEOUT_MS;
+        if ((r = sync_counter(c, job, wait, "wait", &slot, &job->wait_value, err, errlen)) < 0)
+            return r;
+        if (proto_get_u64(wait, "timeout_ms", false, &ms) < 0 || ms == 0 ||
+            ms > GLLM_WAIT_TIMEOUT_MS_MAX) {
+            snprintf(err, errlen, "wait: timeout_ms must be 1 to %d", GLLM_WAIT_TIMEOUT_MS_MAX);
+            return GLLM_EPARAM;
+        }
+        job->wait = slot;
+        job->wait_deadline = now_ns() + ms * 1000000ull;
+    }
+    if (signal) {
+        _Atomic uint32_t *slot;
+        if ((r = sync_counter(c, job, signal, "signal", &slot, &job->sync.signal_value, err,
+                              errlen)) < 0)
+            return r;
+        job->sync.signal = (void *)slot;
+        job->sync.signal_host = true;
+        switch (job->kind) {     /* the backend writes it after the job's last operation */
+        case JOB_ATTENTION: job->args.sync = &job->sync; break;
+        case JOB_COPY: job->copy.sync = &job->sync; break;
+        case JOB_PAGED: job->paged.sync = &job->sync; break;
+        }
+    }
+    return 0;
+}
+
+static void submit(struct rpc_call *c, const struct proto_msg *m, struct job *job, int dev,
+                   const char *method)
 {
     struct channel *ch = c->ch;
     struct server *srv = ch->srv;
     char err[PROTO_MAX_ERRMSG];
-    int r = job_check_device(job, dev, err, sizeof err);
+    int r = take_sync(c, m, job, err, sizeof err);
+    if (r == 0)
+        r = job_check_device(job, dev, err, sizeof err);
     if (r < 0) {
         job_release_arenas(job);
         free(job);
@@ -530,7 +632,7 @@ void method_dtensor_copy(struct rpc_call *c, const struct proto_msg *m)
         rpc_reply_error(c, r, "dtensor_copy: %s", err);
         return;
     }
-    submit(c, job, arena_table_find(&s->regions, (uint32_t)dt)->dev, "dtensor_copy");
+    submit(c, m, job, arena_table_find(&s->regions, (uint32_t)dt)->dev, "dtensor_copy");
 }
 
 void method_attention(struct rpc_call *c, const struct proto_msg *m)
@@ -559,7 +661,7 @@ void method_attention(struct rpc_call *c, const struct proto_msg *m)
         rpc_reply_error(c, r, "attention: %s", err);
         return;
     }
-    submit(c, job, (int)dev, "attention");
+    submit(c, m, job, (int)dev, "attention");
 }
 
 /* kv_append, attention_decode and attention_prefill: validated like attention, plus the
@@ -595,7 +697,7 @@ static void paged(struct rpc_call *c, const struct proto_msg *m, enum proto_page
         rpc_reply_error(c, r, "%s: %s", method, err);
         return;
     }
-    submit(c, job, (int)dev, method);
+    submit(c, m, job, (int)dev, method);
 }
 
 void method_kv_append(struct rpc_call *c, const struct proto_msg *m)

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "scheduler.h"
 
@@ -41,12 +42,42 @@ static void ring_push(struct worker *w, struct lane *l)
     w->ring_tail = l;
 }
 
+/* A job waiting for its client's counter is not ready until the counter reaches its value
+ * or its deadline passes (then it runs only to fail), or its owner would skip it anyway. */
+static bool job_ready(const struct job *j, uint64_t now)
+{
+    return !j->wait ||
+           (int32_t)(atomic_load_explicit(j->wait, memory_order_acquire) - j->wait_value) >= 0 ||
+           now >= j->wait_deadline || j->ops->skip(j) != 0;   /* its client left: skip it now */
+}
+
+/* The first lane in ring order whose next job is ready, taken out of the ring (NULL: none
+ * is). A lane whose job waits keeps its place, and its later jobs wait behind it: jobs of
+ * one client on one device still run in order, and other clients' run meanwhile. */
+static struct lane *ready_lane(struct worker *w)
+{
+    uint64_t now = 0;
+    for (struct lane *l = w->ring_head, *prev = NULL; l; prev = l, l = l->next) {
+        if (l->head->wait && !now)
+            now = now_ns();
+        if (!job_ready(l->head, now))
+            continue;
+        if (prev)
+            prev->next = l->next;
+        else
+            w->ring_head = l->next;
+        if (w->ring_tail == l)
+            w->ring_tail = prev;
+        return l;
+    }
+    return NULL;
+}
+
 static struct job *take_job(struct worker *w)
 {
-    struct lane *l = w->ring_head;
-    w->ring_head = l->next;
-    if (!w->ring_head)
-        w->ring_tail = NULL;
+    struct lane *l = ready_lane(w);
+    if (!l)
+        return NULL;
     l->in_ring = false;
     struct job *j = l->head;
     l->head = j->next;
@@ -62,6 +93,9 @@ static struct job *take_job(struct worker *w)
  * client stepping a decode loop sends its next job within microseconds, and catching it
  * awake saves the futex wake-up (several microseconds of the daemon's added latency). */
 #define WORKER_SPIN_NS 50000
+/* Polling waiting jobs' counters: spinning this long, then sleeping this long between looks. */
+#define WAIT_POLL_SPIN_NS 200000
+#define WAIT_POLL_SLEEP_NS 20000
 
 static void spin_for_work(struct worker *w, unsigned seen)
 {
@@ -76,6 +110,14 @@ static void run_job(struct worker *w, struct job *j)
 {
     j->t_start = now_ns();
     j->status = j->ops->skip(j);
+    if (j->status == 0 && j->wait &&
+        (int32_t)(atomic_load_explicit(j->wait, memory_order_acquire) - j->wait_value) < 0)
+        j->status = GLLM_EWAITTIMEOUT;     /* taken at its deadline, not its counter */
+    if (j->status != 0 && j->sync.signal)
+        /* Not run: the signal goes out all the same, from here, so the client's stream
+         * does not wait for ever (the reply says the job failed). */
+        atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
+                              memory_order_release);
     if (j->status == 0) {
         struct backend *be = w->be;
         switch (j->kind) {
@@ -100,6 +142,7 @@ static void run_job(struct worker *w, struct job *j)
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
+    uint64_t polling_since = 0;       /* since when every queued job has been waiting */
     pthread_mutex_lock(&w->lock);
     for (;;) {
         if (!w->ring_head && !w->stop) {
@@ -114,6 +157,23 @@ static void *worker_main(void *arg)
         if (!w->ring_head)
             break;
         struct job *j = take_job(w);
+        if (!j) {
+            /* Every queued job waits for its client's counter, which no wake-up announces:
+             * poll the counters, spinning for a while (a client's producer usually finishes
+             * within microseconds of submitting), then between short sleeps. */
+            uint64_t now = now_ns();
+            if (!polling_since)
+                polling_since = now;
+            pthread_mutex_unlock(&w->lock);
+            if (now - polling_since < WAIT_POLL_SPIN_NS)
+                for (int i = 0; i < 64; i++)
+                    __asm__ __volatile__("" ::: "memory");
+            else
+                nanosleep(&(struct timespec){.tv_nsec = WAIT_POLL_SLEEP_NS}, NULL);
+            pthread_mutex_lock(&w->lock);
+            continue;
+        }
+        polling_since = 0;
         pthread_mutex_unlock(&w->lock);
 
         run_job(w, j);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -482,6 +483,124 @@ static void test_job_reply_carries_its_id(void **state)
     assert_int_equal(srv->stats.regions.bytes_mapped, 0);
 }
 
+/* An attention job of [1, 2, 16, 32] f32 in arena at 0, with an optional wait (wait_value
+ * >= 0, counter at wait_off, timeout_ms if nonzero) and signal (counter at sig_off). */
+static void pack_ordered_job(struct proto_buf *b, uint64_t id, uint64_t arena, int64_t wait_value,
+                             uint64_t wait_off, uint64_t timeout_ms, int64_t sig_value,
+                             uint64_t sig_off)
+{
+    const uint64_t t = 2 * 16 * 32 * 4;
+    struct proto_tensor q = tensor((uint32_t)arena, 0, 2, 16, 32),
+                        k = tensor((uint32_t)arena, t, 2, 16, 32),
+                        v = tensor((uint32_t)arena, 2 * t, 2, 16, 32),
+                        o = tensor((uint32_t)arena, 3 * t, 2, 16, 32);
+    proto_buf_init(b);
+    proto_pack_request(&b->pk, id, "attention");
+    msgpack_pack_map(&b->pk, 4 + (wait_value >= 0) + (sig_value >= 0));
+    proto_pack_str(&b->pk, "q"), proto_pack_tensor(&b->pk, &q);
+    proto_pack_str(&b->pk, "k"), proto_pack_tensor(&b->pk, &k);
+    proto_pack_str(&b->pk, "v"), proto_pack_tensor(&b->pk, &v);
+    proto_pack_str(&b->pk, "out"), proto_pack_tensor(&b->pk, &o);
+    if (wait_value >= 0) {
+        proto_pack_str(&b->pk, "wait");
+        msgpack_pack_map(&b->pk, 3 + (timeout_ms > 0));
+        proto_pack_kv_u64(&b->pk, "arena", arena);
+        proto_pack_kv_u64(&b->pk, "offset", wait_off);
+        proto_pack_kv_u64(&b->pk, "value", (uint64_t)wait_value);
+        if (timeout_ms)
+            proto_pack_kv_u64(&b->pk, "timeout_ms", timeout_ms);
+    }
+    if (sig_value >= 0) {
+        proto_pack_str(&b->pk, "signal");
+        msgpack_pack_map(&b->pk, 3);
+        proto_pack_kv_u64(&b->pk, "arena", arena);
+        proto_pack_kv_u64(&b->pk, "offset", sig_off);
+        proto_pack_kv_u64(&b->pk, "value", (uint64_t)sig_value);
+    }
+}
+
+/* A client with a registered 64 KiB arena that the test maps too; returns its id. */
+static uint64_t client_arena(int fd, uint64_t id, uint8_t **map)
+{
+    const size_t bytes = 1 << 16;
+    int mfd = make_memfd(bytes, F_SEAL_SHRINK);
+    assert_true(mfd >= 0);
+    *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    assert_true(*map != MAP_FAILED);
+    struct proto_buf b;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, id, "arena_register");
+    msgpack_pack_map(&b.pk, 1);
+    proto_pack_kv_u64(&b.pk, "size", bytes);
+    send_raw(fd, b.data, b.len, mfd);
+    close(mfd);
+    struct proto_msg m;
+    wait_reply(fd, &m);
+    assert_int_equal(m.error_code, 0);
+    uint64_t arena = 0;
+    assert_int_equal(proto_get_u64(m.result, "arena", true, &arena), 0);
+    proto_msg_free(&m);
+    return arena;
+}
+
+/* Jobs ordered with their client through counters in its arena: a job waits for its
+ * client's counter while another client's job runs past it, runs when the counter is
+ * raised, and signals; a wait nobody satisfies fails at its deadline and signals anyway. */
+static void test_jobs_ordered_by_counters(void **state)
+{
+    (void)state;
+    int a = hello_client(), bfd = hello_client();
+    uint8_t *amap, *bmap;
+    uint64_t aa = client_arena(a, 40, &amap), ba = client_arena(bfd, 41, &bmap);
+    _Atomic uint32_t *wait = (_Atomic uint32_t *)(void *)(amap + 60000),
+                     *sig = (_Atomic uint32_t *)(void *)(amap + 60004);
+    atomic_store(wait, 0), atomic_store(sig, 0);
+    struct proto_buf b;
+    pack_ordered_job(&b, 42, aa, 1, 60000, 0, 5, 60004);
+    send_raw(a, b.data, b.len, -1);
+    pack_ordered_job(&b, 43, ba, -1, 0, 0, -1, 0);      /* another client, no wait */
+    send_raw(bfd, b.data, b.len, -1);
+    struct proto_msg m;
+    wait_reply(bfd, &m);                               /* runs while the first one waits */
+    assert_int_equal(m.id, 43);
+    assert_int_equal(m.error_code, 0);
+    proto_msg_free(&m);
+    uv_run(&loop, UV_RUN_NOWAIT);
+    assert_int_equal(recv(a, rx, sizeof rx, MSG_DONTWAIT), -1);   /* still waiting */
+    assert_int_equal(atomic_load(sig), 0);
+    atomic_store(wait, 1);                             /* the client's producer is done */
+    wait_reply(a, &m);
+    assert_int_equal(m.id, 42);
+    assert_int_equal(m.error_code, 0);
+    proto_msg_free(&m);
+    assert_int_equal(atomic_load(sig), 5);
+
+    pack_ordered_job(&b, 44, aa, 2, 60000, 50, 6, 60004);   /* 2 never comes */
+    send_raw(a, b.data, b.len, -1);
+    expect_error(a, 44, GLLM_EWAITTIMEOUT);
+    assert_int_equal(atomic_load(sig), 6);              /* signalled all the same */
+
+    pack_ordered_job(&b, 45, 99, 1, 60000, 0, -1, 0);   /* no such arena */
+    send_raw(a, b.data, b.len, -1);
+    expect_error(a, 45, GLLM_ENOARENA);
+    pack_ordered_job(&b, 46, aa, 1, 60001, 0, -1, 0);   /* not a 4-byte slot */
+    send_raw(a, b.data, b.len, -1);
+    expect_error(a, 46, GLLM_EBOUNDS);
+    pack_ordered_job(&b, 47, aa, -1, 0, 0, 5, 65536);   /* past the arena */
+    send_raw(a, b.data, b.len, -1);
+    expect_error(a, 47, GLLM_EBOUNDS);
+    pack_ordered_job(&b, 48, aa, (int64_t)1 << 32, 60000, 0, -1, 0);
+    send_raw(a, b.data, b.len, -1);
+    expect_error(a, 48, GLLM_EPARAM);
+    pack_ordered_job(&b, 49, aa, 1, 60000, 600001, -1, 0);
+    send_raw(a, b.data, b.len, -1);
+    expect_error(a, 49, GLLM_EPARAM);
+    munmap(amap, 1 << 16);
+    munmap(bmap, 1 << 16);
+    close(a);
+    close(bfd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -492,6 +611,7 @@ int main(void)
         cmocka_unit_test(test_limits_counted),
         cmocka_unit_test(test_ring_requests_in_socket_order),
         cmocka_unit_test(test_job_reply_carries_its_id),
+        cmocka_unit_test(test_jobs_ordered_by_counters),
     };
     return cmocka_run_group_tests(tests, group_setup, NULL);
 }

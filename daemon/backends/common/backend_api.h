@@ -50,6 +50,7 @@ struct backend_sync {
     uint32_t wait_value;
     void *signal;
     uint32_t signal_value;
+    bool signal_host;           /* signal is in host memory registered with host_register */
     uint64_t wait_timeout_ns;
 };
 

@@ -170,7 +170,9 @@ enum {
     X(CUresult, cuStreamWriteValue32, "cuStreamWriteValue32_v2",                            \
       (CUstream s, CUdeviceptr addr, unsigned int value, unsigned int flags))               \
     X(CUresult, cuStreamQuery, "cuStreamQuery", (CUstream s))                               \
-    X(CUresult, cuEventQuery, "cuEventQuery", (CUevent e))
+    X(CUresult, cuEventQuery, "cuEventQuery", (CUevent e))                                  \
+    X(CUresult, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2",                  \
+      (CUdeviceptr * d, void *host, unsigned int flags))
 
 struct cuda_driver {
     void *handle;

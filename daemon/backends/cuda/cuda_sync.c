@@ -18,7 +18,19 @@ static uint64_t now_ns(void)
 bool cuda_sync_supported(const struct cuda_driver *d)
 {
     return d->cuStreamWaitValue32 && d->cuStreamWriteValue32 && d->cuStreamQuery &&
-           d->cuEventQuery;
+           d->cuEventQuery && d->cuMemHostGetDevicePointer;
+}
+
+/* Where the device writes s's signal: device memory as it is; registered host memory (a
+ * counter in a client's arena) through its device mapping. */
+static CUresult signal_address(const struct cuda_ctx *c, const struct cuda_dev *x,
+                               const struct backend_sync *s, CUdeviceptr *out)
+{
+    if (!s->signal_host || x->host_pointers) {
+        *out = (CUdeviceptr)(uintptr_t)s->signal;
+        return CUDA_SUCCESS;
+    }
+    return c->d->cuMemHostGetDevicePointer(out, s->signal, 0);
 }
 
 int cuda_sync_wait(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s)
@@ -43,9 +55,9 @@ void cuda_sync_release(const struct cuda_ctx *c, struct cuda_dev *x, const struc
                                    CU_STREAM_WRITE_VALUE_DEFAULT);
     /* A failed job signals all the same: the client's stream must not wait for ever; the
      * reply tells it the job failed. */
-    if (s->signal)
-        c->d->cuStreamWriteValue32(x->stream, (CUdeviceptr)(uintptr_t)s->signal, s->signal_value,
-                                   CU_STREAM_WRITE_VALUE_DEFAULT);
+    CUdeviceptr sig;
+    if (s->signal && signal_address(c, x, s, &sig) == CUDA_SUCCESS)
+        c->d->cuStreamWriteValue32(x->stream, sig, s->signal_value, CU_STREAM_WRITE_VALUE_DEFAULT);
     c->d->cuStreamSynchronize(x->stream);
 }
 
@@ -58,8 +70,10 @@ int cuda_sync_finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct 
     if (s && s->signal) {
         if (!cuda_sync_supported(d))
             return -ENOTSUP;
-        if ((r = d->cuStreamWriteValue32(x->stream, (CUdeviceptr)(uintptr_t)s->signal,
-                                         s->signal_value, CU_STREAM_WRITE_VALUE_DEFAULT)))
+        CUdeviceptr sig;
+        if ((r = signal_address(c, x, s, &sig)) ||
+            (r = d->cuStreamWriteValue32(x->stream, sig, s->signal_value,
+                                         CU_STREAM_WRITE_VALUE_DEFAULT)))
             return cuda_fail(c, r, "GPU-side signal");
     }
     if (!s || !s->wait) {
