@@ -64,6 +64,7 @@ void gllm_disconnect(gllm_client *c)
     if (!c)
         return;
     memory_detach_all(c);    /* the daemon gives back its side when the connection closes */
+    gllm_memory_release(c->sync);   /* gllm_attention_enqueue's counters: ours alone */
     calls_free(&c->calls);
     close(c->fd);
     conn_ring_unmap(c->ring);

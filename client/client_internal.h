@@ -76,11 +76,14 @@ struct gllm_client {
     struct gllm_ring *ring;      /* requests and job replies by shared memory; NULL: socket */
     uint32_t reply_tail, request_head;
     uint64_t packets_sent;       /* through the socket: a ring request records it (`after`) */
+    struct gllm_memory *sync;    /* gllm_attention_enqueue's counters, made on first use */
+    uint32_t sync_ready, sync_done;   /* the last values written to them */
     char rx[PROTO_MAX_MESSAGE];
     struct proto_buf tx;
 };
 
 struct cuda_mapping;
+struct cuda_stream_reg;
 
 /* One handle for every kind of memory; kinds differ in how they are made and mapped. */
 struct gllm_memory {
@@ -96,6 +99,8 @@ struct gllm_memory {
     bool imported;               /* the client's own memory: its mapping is the caller's */
     int fd;                      /* a CUDA export not yet mapped here; -1 otherwise */
     struct cuda_mapping *cuda;   /* its mapping once gllm_memory_map made it; else NULL */
+    struct cuda_stream_reg *stream_reg;   /* arenas: registered with a CUDA context for
+                                           * counters on its streams; else NULL */
 };
 
 /* The caller's output struct starts with its size: too small to hold that is -EINVAL. */

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "client_internal.h"
+#include "cuda_stream.h"
 
 void memory_attach(gllm_client *c, gllm_memory *m)
 {
@@ -138,6 +139,7 @@ int gllm_memory_release(gllm_memory *m)
         rpc_end(c);
         detach(m);
     }
+    cuda_stream_unregister(m->stream_reg);   /* before the memory it registered goes */
     if (m->data)
         munmap(m->data, m->size);
     cuda_unmap(m->cuda);

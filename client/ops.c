@@ -1,4 +1,6 @@
 /* libgllm-client operations: attention, paged-cache jobs and copies, each a job request. */
+#include <stddef.h>
+
 #include "client_internal.h"
 
 /* Sends the request in c->tx as job id; *job gets the id once it is on its way. */
@@ -11,12 +13,32 @@ static int submit(gllm_client *c, uint64_t id, uint64_t *job)
     return 0;
 }
 
+/* A job's wait or signal counter: none without memory; else an arena of this client. */
+static int counter_to_wire(gllm_client *c, const gllm_counter *g, struct proto_counter *w)
+{
+    if (!g->memory)
+        return 0;
+    if (g->memory->c != c || g->memory->kind != GLLM_MEMORY_ARENA || g->offset % 4 != 0 ||
+        g->offset + 4 > g->memory->size)
+        return -EINVAL;
+    *w = (struct proto_counter){.set = true, .arena = g->memory->id, .offset = g->offset,
+                                .value = g->value, .timeout_ms = g->timeout_ms};
+    return 0;
+}
+
+/* Params structs grew their counters at the end: a caller built before them passes the
+ * size it knows, and has none. */
+#define HAS_COUNTERS(p) ((p)->size >= offsetof(__typeof__(*(p)), signal) + sizeof (p)->signal)
+
 int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p, uint64_t *job)
 {
-    if (!p || p->size < sizeof *p)
+    if (!p || p->size < offsetof(gllm_attention_params, wait))
         return -EINVAL;
     struct proto_attention a = {0};
     int r;
+    if (HAS_COUNTERS(p) && ((r = counter_to_wire(c, &p->wait, &a.wait)) < 0 ||
+                            (r = counter_to_wire(c, &p->signal, &a.signal)) < 0))
+        return r;
     if ((r = memory_tensor_to_wire(c, &p->q, &a.q)) < 0 ||
         (r = memory_tensor_to_wire(c, &p->k, &a.k)) < 0 ||
         (r = memory_tensor_to_wire(c, &p->v, &a.v)) < 0 ||
@@ -73,10 +95,14 @@ int gllm_kv_append_submit(gllm_client *c, const gllm_kv_append_params *p, uint64
 static int paged_attention_submit(gllm_client *c, const gllm_paged_attention_params *p,
                                   enum proto_paged_op op, uint64_t *job)
 {
-    if (!p || p->size < sizeof *p || (p->flags & ~GLLM_ATTN_SCALE))
+    if (!p || p->size < offsetof(gllm_paged_attention_params, wait) ||
+        (p->flags & ~GLLM_ATTN_SCALE))
         return -EINVAL;
     struct proto_paged w = {.op = op};
     int r;
+    if (HAS_COUNTERS(p) && ((r = counter_to_wire(c, &p->wait, &w.wait)) < 0 ||
+                            (r = counter_to_wire(c, &p->signal, &w.signal)) < 0))
+        return r;
     if ((r = paged_kv_to_wire(c, &p->kv, &w)) < 0 ||
         (r = memory_tensor_to_wire(c, &p->q, &w.q)) < 0 ||
         (r = memory_tensor_to_wire(c, &p->out, &w.out)) < 0)

@@ -142,9 +142,30 @@ void proto_pack_tensor(msgpack_packer *pk, const struct proto_tensor *t)
     pack_dims(pk, "strides", t->rank, t->strides);
 }
 
+static void pack_counter(msgpack_packer *pk, const char *key, const struct proto_counter *c)
+{
+    proto_pack_str(pk, key);
+    msgpack_pack_map(pk, 3 + (c->timeout_ms > 0));
+    proto_pack_kv_u64(pk, "arena", c->arena);
+    proto_pack_kv_u64(pk, "offset", c->offset);
+    proto_pack_kv_u64(pk, "value", c->value);
+    if (c->timeout_ms)
+        proto_pack_kv_u64(pk, "timeout_ms", c->timeout_ms);
+}
+
+static void pack_counters(msgpack_packer *pk, const struct proto_counter *wait,
+                          const struct proto_counter *signal)
+{
+    if (wait->set)
+        pack_counter(pk, "wait", wait);
+    if (signal->set)
+        pack_counter(pk, "signal", signal);
+}
+
 void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a)
 {
-    msgpack_pack_map(pk, 5 + a->has_lse + a->has_scale);
+    msgpack_pack_map(pk, 5 + a->has_lse + a->has_scale + a->wait.set + a->signal.set);
+    pack_counters(pk, &a->wait, &a->signal);
     proto_pack_str(pk, "q");
     proto_pack_tensor(pk, &a->q);
     proto_pack_str(pk, "k");
@@ -165,7 +186,9 @@ void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a)
 void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p)
 {
     const bool append = p->op == PROTO_KV_APPEND, prefill = p->op == PROTO_PREFILL;
-    msgpack_pack_map(pk, 5 + (append ? 3 : 2 + prefill + p->has_scale));
+    msgpack_pack_map(pk, 5 + (append ? 3 : 2 + prefill + p->has_scale) + p->wait.set +
+                             p->signal.set);
+    pack_counters(pk, &p->wait, &p->signal);
     const struct { const char *key; const struct proto_tensor *t; bool on; } fields[] = {
         {"k_cache", &p->k_cache, true},
         {"v_cache", &p->v_cache, true},

@@ -89,12 +89,22 @@ struct proto_tensor {
     int64_t strides[GLLM_MAX_RANK];
 };
 
+/* A job's "wait" or "signal": a 32-bit counter in one of the connection's arenas. */
+struct proto_counter {
+    bool set;
+    uint32_t arena;
+    uint64_t offset;
+    uint32_t value;
+    uint32_t timeout_ms;          /* wait only; 0: the daemon's default */
+};
+
 struct proto_attention {
     struct proto_tensor q, k, v, out, lse;
     bool has_lse;
     bool causal;
     bool has_scale;
     double scale;
+    struct proto_counter wait, signal;   /* packed when set (the daemon reads them itself) */
 };
 
 /* The paged KV cache operations; fields that an operation does not take must be absent. */
@@ -106,6 +116,7 @@ struct proto_paged {
     struct proto_tensor k, v, append_indptr;    /* kv_append */
     bool has_scale;
     double scale;
+    struct proto_counter wait, signal;   /* packed when set */
 };
 
 int proto_dtype_parse(const char *name, gllm_dtype *out);

@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +152,44 @@ static void test_process_name_not_utf8(void **state)
     assert_int_equal(waitpid(kid, &st, 0), kid);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* A job ordered through counters in an arena, by the client API: it waits for the counter,
+ * runs when the client raises it, signals; a wait nobody satisfies fails at its deadline and
+ * signals all the same. */
+static void test_job_ordered_by_counters(void **state)
+{
+    (void)state;
+    gllm_client *c;
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
+    gllm_memory *counters;
+    assert_int_equal(gllm_arena_create(c, 4096, &counters), 0);
+    _Atomic uint32_t *ready = gllm_memory_data(counters), *done = ready + 16;
+    atomic_store(ready, 0), atomic_store(done, 0);
+    const struct job_spec s = {.B = 1, .Hq = 2, .Hkv = 2, .Sq = 32, .Skv = 32, .D = 64,
+                               .dtype = GLLM_DTYPE_F32, .causal = true};
+    struct live_job j;
+    assert_int_equal(job_setup(c, &j, &s, 77), 0);
+    j.p.wait = (gllm_counter){.memory = counters, .offset = 0, .value = 1};
+    j.p.signal = (gllm_counter){.memory = counters, .offset = 64, .value = 9};
+    assert_int_equal(gllm_attention_submit(c, &j.p, &j.id), 0);
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    assert_int_equal(gllm_job_poll(c, j.id, &res), -EAGAIN);   /* held by its wait */
+    assert_int_equal(atomic_load(done), 0);
+    atomic_store(ready, 1);                                     /* inputs ready */
+    assert_int_equal(gllm_job_wait(c, j.id, &res), 0);
+    assert_int_equal(atomic_load(done), 9);
+    assert_true(job_output_ok(&j));
+
+    j.p.wait = (gllm_counter){.memory = counters, .offset = 0, .value = 2, .timeout_ms = 30};
+    j.p.signal.value = 10;
+    assert_int_equal(gllm_attention(c, &j.p, &res), GLLM_EWAITTIMEOUT);
+    assert_int_equal(atomic_load(done), 10);
+    j.p.wait.offset = 2;                                        /* not a 4-byte slot */
+    assert_int_equal(gllm_attention(c, &j.p, &res), -EINVAL);
+    gllm_memory_release(j.arena);
+    gllm_memory_release(counters);
+    gllm_disconnect(c);
 }
 
 /* Several client processes, each with several jobs in flight at once. */
@@ -812,6 +851,7 @@ int main(void)
     const struct CMUnitTest shared[] = {
         cmocka_unit_test(test_hello_and_status),
         cmocka_unit_test(test_process_name_not_utf8),
+        cmocka_unit_test(test_job_ordered_by_counters),
         cmocka_unit_test(test_concurrent_pipelined_clients),
         cmocka_unit_test(test_replies_in_submission_order),
         cmocka_unit_test(test_bad_requests_get_errors),

@@ -170,11 +170,28 @@ typedef struct gllm_status {
  * out [B,Hq,Sq,D]; Hq must be a multiple of Hkv. Q, K, V and out share one
  * dtype; accumulation is fp32.
  */
+/*
+ * A 32-bit counter in an arena that orders a job with the caller's own work: the job's
+ * `wait` holds it until the counter reaches `value` ((int32_t)(counter - value) >= 0, so
+ * counters may wrap), and fails it with GLLM_EWAITTIMEOUT after timeout_ms (0: the
+ * daemon's default, hello's sync.timeout_ms); its `signal` is written with `value` after
+ * the job's last operation on the device (and when it fails). memory NULL: none. The
+ * caller's CUDA stream writes and waits on such counters with gllm_stream_write_counter and
+ * gllm_stream_wait_counter; gllm_attention_enqueue does both around one job.
+ */
+typedef struct gllm_counter {
+    gllm_memory *memory;          /* an arena of this client, or NULL */
+    uint64_t offset;              /* a multiple of 4 */
+    uint32_t value;
+    uint32_t timeout_ms;          /* wait only */
+} gllm_counter;
+
 typedef struct gllm_attention_params {
     size_t size;                  /* sizeof(gllm_attention_params) */
     uint32_t flags;
     float scale;
     gllm_tensor q, k, v, out, lse;
+    gllm_counter wait, signal;    /* optional; callers built before them omit them */
 } gllm_attention_params;
 
 typedef struct gllm_job_result {
@@ -232,6 +249,7 @@ typedef struct gllm_paged_attention_params {
     gllm_paged_kv kv;
     gllm_tensor q, out;
     gllm_tensor qo_indptr;        /* prefill only */
+    gllm_counter wait, signal;    /* optional, as for gllm_attention_params */
 } gllm_paged_attention_params;
 
 /* Connection. path NULL: the default socket (gllm_default_socket_path). Performs the
@@ -328,6 +346,24 @@ GLLM_EXPORT int gllm_attention(gllm_client *c, const gllm_attention_params *p,
 GLLM_EXPORT int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p,
                                       uint64_t *job);
 GLLM_EXPORT int gllm_job_wait(gllm_client *c, uint64_t job, gllm_job_result *res);
+
+/*
+ * Work ordered on the caller's CUDA stream (a CUstream, NULL for the default stream) with
+ * gllmd's, with no host synchronisation. write_counter enqueues "write value at offset of
+ * arena" on stream; wait_counter enqueues "wait until that counter reaches value". The arena
+ * is registered with the caller's current CUDA context on first use (libcuda.so.1 is opened
+ * only then: -ELIBACC without it). gllm_attention_enqueue(c, p, stream, &job) is the usual
+ * pattern in one call: a counter the stream raises when the work queued before it is done,
+ * the job waiting for it and signalling another, and the stream waiting for that before
+ * anything queued after it; p->wait and p->signal are the library's. The reply still comes:
+ * claim it with gllm_job_poll or gllm_job_wait (it carries the job's errors and times).
+ */
+GLLM_EXPORT int gllm_stream_write_counter(gllm_memory *arena, uint64_t offset, uint32_t value,
+                                          void *stream);
+GLLM_EXPORT int gllm_stream_wait_counter(gllm_memory *arena, uint64_t offset, uint32_t value,
+                                         void *stream);
+GLLM_EXPORT int gllm_attention_enqueue(gllm_client *c, const gllm_attention_params *p,
+                                       void *stream, uint64_t *job);
 GLLM_EXPORT int gllm_job_poll(gllm_client *c, uint64_t job, gllm_job_result *res);
 /* How long gllm_job_wait (and the synchronous job calls) poll for the reply before they
  * sleep on the socket: a sleeping thread takes microseconds to wake when the reply lands,

@@ -1,0 +1,67 @@
+/* libgllm-client: jobs ordered on the caller's CUDA stream through counters in an arena
+ * (gllm_stream_write_counter, gllm_stream_wait_counter, gllm_attention_enqueue). */
+#include <stdio.h>
+
+#include "client_internal.h"
+#include "cuda_stream.h"
+
+/* The arena's registration with the caller's context, made on first use. */
+static int registered(gllm_memory *m, uint64_t offset)
+{
+    if (!m || m->kind != GLLM_MEMORY_ARENA || !m->data || offset % 4 != 0 || offset + 4 > m->size)
+        return -EINVAL;
+    if (m->stream_reg)
+        return 0;
+    char why[160] = "";
+    int r = cuda_stream_register(m->data, m->size, &m->stream_reg, why, sizeof why);
+    if (r < 0 && m->c)
+        snprintf(m->c->last_error, sizeof m->c->last_error, "%s", why);
+    return r;
+}
+
+int gllm_stream_write_counter(gllm_memory *m, uint64_t offset, uint32_t value, void *stream)
+{
+    int r = registered(m, offset);
+    char why[160] = "";
+    if (r == 0 && (r = cuda_stream_write(m->stream_reg, offset, value, stream, why, sizeof why)) < 0 &&
+        m->c)
+        snprintf(m->c->last_error, sizeof m->c->last_error, "%s", why);
+    return r;
+}
+
+int gllm_stream_wait_counter(gllm_memory *m, uint64_t offset, uint32_t value, void *stream)
+{
+    int r = registered(m, offset);
+    char why[160] = "";
+    if (r == 0 && (r = cuda_stream_wait(m->stream_reg, offset, value, stream, why, sizeof why)) < 0 &&
+        m->c)
+        snprintf(m->c->last_error, sizeof m->c->last_error, "%s", why);
+    return r;
+}
+
+/* The two counters of gllm_attention_enqueue, a cache line apart in an arena of their own. */
+#define READY_AT 0
+#define DONE_AT 64
+
+int gllm_attention_enqueue(gllm_client *c, const gllm_attention_params *p, void *stream,
+                           uint64_t *job)
+{
+    if (!c || !p || p->size < sizeof *p || p->wait.memory || p->signal.memory)
+        return -EINVAL;
+    int r;
+    if (!c->sync && (r = gllm_arena_create(c, 4096, &c->sync)) < 0)
+        return r;
+    /* The stream raises "ready" once what it queued before is done; the job waits for it
+     * and raises "done"; the stream waits for "done" before what is queued after. */
+    const uint32_t ready = c->sync_ready + 1, done = c->sync_done + 1;
+    if ((r = gllm_stream_write_counter(c->sync, READY_AT, ready, stream)) < 0)
+        return r;
+    c->sync_ready = ready;
+    gllm_attention_params q = *p;
+    q.wait = (gllm_counter){.memory = c->sync, .offset = READY_AT, .value = ready};
+    q.signal = (gllm_counter){.memory = c->sync, .offset = DONE_AT, .value = done};
+    if ((r = gllm_attention_submit(c, &q, job)) < 0)
+        return r;   /* the stream's write of "ready" is harmless: nothing waits for it */
+    c->sync_done = done;
+    return gllm_stream_wait_counter(c->sync, DONE_AT, done, stream);
+}
