@@ -22,6 +22,7 @@
     X(cuDeviceGet, "cuDeviceGet", (CUdevice * d, int ordinal))                               \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext * ctx, CUdevice d))   \
     X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice d))               \
+    X(cuDevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags_v2", (CUdevice d, unsigned f)) \
     X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext ctx))                                   \
     X(cuCtxSynchronize, "cuCtxSynchronize", (void))                                          \
     X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr dst, const void *src, size_t n))         \
@@ -43,7 +44,14 @@
     X(cuMemSetAccess, "cuMemSetAccess",                                                      \
       (CUdeviceptr p, size_t n, const CUmemAccessDesc *desc, size_t count))                  \
     X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle h))                        \
-    X(cuGetErrorName, "cuGetErrorName", (CUresult r, const char **name))
+    X(cuGetErrorName, "cuGetErrorName", (CUresult r, const char **name))                    \
+    X(cuStreamCreate, "cuStreamCreate", (void **s, unsigned flags))                          \
+    X(cuStreamSynchronize, "cuStreamSynchronize", (void *s))                                 \
+    X(cuEventCreate, "cuEventCreate", (void **e, unsigned flags))                            \
+    X(cuEventRecord, "cuEventRecord", (void *e, void *s))                                    \
+    X(cuEventSynchronize, "cuEventSynchronize", (void *e))                                   \
+    X(cuEventElapsedTime, "cuEventElapsedTime", (float *ms, void *a, void *b))               \
+    X(cuMemsetD32Async, "cuMemsetD32Async", (CUdeviceptr p, unsigned v, size_t n, void *s))
 
 static struct {
 #define DRIVER_PTR_(name, sym, args) CUresult (*name) args;
@@ -401,6 +409,90 @@ static void prefill_timing(gllm_client *c, bool causal)
     }
 }
 
+static int cmp_double_inplace(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double pct(double *v, int n, double q)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double_inplace);
+    return v[(int)(q * (n - 1) + 0.5)];
+}
+
+/* Latency as the client's stream sees it: from the end of its producer (a memset on its
+ * stream) to the start of its consumer, minus gllmd's kernel, for one query row over a
+ * long sequence (decode B1 L8192 and B64 L4096 as dense attention with Sq = 1, all tensors
+ * in the client's own memory imported by gllmd). Ordered: gllm_attention_enqueue, no host
+ * synchronisation between producer and consumer. Synchronous: the stream synchronised on
+ * the host, gllm_attention, then the consumer queued. */
+static void ordered_latency(gllm_client *c, int64_t B, int64_t L)
+{
+    enum { WARMUP = 20, STEPS = 300 };
+    const int64_t Hq = 32, Hkv = 8, D = 128;
+    const size_t qb = (size_t)(B * Hq * D) * 2, kb = (size_t)(B * Hkv * L * D) * 2;
+    const size_t bytes = round_up(2 * qb + 2 * kb + 4096, own_granularity());
+    struct own_alloc own = own_create(bytes);
+    gllm_memory *mem;
+    check_gllm(c, gllm_memory_import(c, own.fd, bytes, 0, &mem), "gllm_memory_import");
+    void *host = calloc(1, 2 * qb + 2 * kb);
+    uint64_t seed = 5;
+    fill_random(host, GLLM_DTYPE_F16, (qb + 2 * kb) / 2, &seed);
+    check_cu(cu.cuMemcpyHtoD(own.ptr, host, 2 * qb + 2 * kb), "cuMemcpyHtoD");
+    free(host);
+    const CUdeviceptr scratch = own.ptr + 2 * qb + 2 * kb;   /* the producer's and consumer's */
+    gllm_attention_params p = {.size = sizeof p};
+    const int64_t qs[4] = {B, Hq, 1, D}, ks[4] = {B, Hkv, L, D};
+    check_gllm(c, gllm_tensor_init(mem, 0, GLLM_DTYPE_F16, 4, qs, &p.q), "q");
+    check_gllm(c, gllm_tensor_init(mem, qb, GLLM_DTYPE_F16, 4, ks, &p.k), "k");
+    check_gllm(c, gllm_tensor_init(mem, qb + kb, GLLM_DTYPE_F16, 4, ks, &p.v), "v");
+    check_gllm(c, gllm_tensor_init(mem, qb + 2 * kb, GLLM_DTYPE_F16, 4, qs, &p.out), "out");
+    void *stream, *ev_a, *ev_b;
+    check_cu(cu.cuStreamCreate(&stream, 1), "cuStreamCreate");
+    check_cu(cu.cuEventCreate(&ev_a, 0), "cuEventCreate");
+    check_cu(cu.cuEventCreate(&ev_b, 0), "cuEventCreate");
+    double ordered[STEPS], sync[STEPS], span[2][STEPS], kern[2][STEPS];
+    for (int mode = 0; mode < 2; mode++) {
+        for (int i = 0; i < WARMUP + STEPS; i++) {
+            check_cu(cu.cuMemsetD32Async(scratch, (unsigned)i, 256, stream), "producer");
+            check_cu(cu.cuEventRecord(ev_a, stream), "cuEventRecord");
+            gllm_job_result res = GLLM_JOB_RESULT_INIT;
+            if (mode == 0) {
+                uint64_t job;
+                check_gllm(c, gllm_attention_enqueue(c, &p, stream, &job), "enqueue");
+                check_cu(cu.cuEventRecord(ev_b, stream), "cuEventRecord");
+                check_cu(cu.cuMemsetD32Async(scratch + 1024, (unsigned)i, 256, stream), "consumer");
+                check_gllm(c, gllm_job_wait(c, job, &res), "the enqueued job's reply");
+            } else {
+                check_cu(cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
+                check_gllm(c, gllm_attention(c, &p, &res), "attention");
+                check_cu(cu.cuEventRecord(ev_b, stream), "cuEventRecord");
+                check_cu(cu.cuMemsetD32Async(scratch + 1024, (unsigned)i, 256, stream), "consumer");
+            }
+            check_cu(cu.cuEventSynchronize(ev_b), "cuEventSynchronize");
+            float ms = 0;
+            check_cu(cu.cuEventElapsedTime(&ms, ev_a, ev_b), "cuEventElapsedTime");
+            if (i >= WARMUP) {
+                (mode == 0 ? ordered : sync)[i - WARMUP] = (double)ms * 1e3 - (double)res.kernel_ns / 1e3;
+                span[mode][i - WARMUP] = (double)ms * 1e3;
+                kern[mode][i - WARMUP] = (double)res.kernel_ns / 1e3;
+            }
+        }
+    }
+    printf("stream     dense B%lld Hq32 Hkv8 Sq1 Skv%lld D128 f16, added us as the stream sees it, %d steps\n"
+           "           ordered on the GPU p50 %.1f p99 %.1f (target p50 <= 12, p99 <= 40)   "
+           "host-synchronised p50 %.1f p99 %.1f\n",
+           (long long)B, (long long)L, STEPS, pct(ordered, STEPS, 0.5), pct(ordered, STEPS, 0.99),
+           pct(sync, STEPS, 0.5), pct(sync, STEPS, 0.99));
+    printf("           producer end to consumer start p50 %.1f / %.1f us, gllmd kernel p50 %.1f / %.1f us "
+           "(ordered / synchronised)\n", pct(span[0], STEPS, 0.5), pct(span[1], STEPS, 0.5),
+           pct(kern[0], STEPS, 0.5), pct(kern[1], STEPS, 0.5));
+    check_cu(cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
+    check_gllm(c, gllm_memory_release(mem), "gllm_memory_release");
+    own_free(&own);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -422,6 +514,12 @@ int main(void)
     }
     CUcontext ctx;
     check_cu(cu.cuDeviceGet(&device, 0), "cuDeviceGet");
+    /* Spin scheduling, as gllmd's own context: a context that yields or blocks makes the
+     * GPU's switches between the two processes cost hundreds of microseconds
+     * (GLLM_CLIENT_SCHED=auto keeps the driver's default, to measure that). */
+    const char *sched = getenv("GLLM_CLIENT_SCHED");
+    if (!sched || strcmp(sched, "auto") != 0)
+        cu.cuDevicePrimaryCtxSetFlags(device, 0x01 /* CU_CTX_SCHED_SPIN */);
     check_cu(cu.cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
     check_cu(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
     gllm_client *c;
@@ -442,6 +540,9 @@ int main(void)
     imported_case(c);
     prefill_timing(c, false);
     prefill_timing(c, true);
+    ordered_latency(c, 1, 512);
+    ordered_latency(c, 1, 8192);
+    ordered_latency(c, 64, 4096);
     gllm_disconnect(c);
     cu.cuDevicePrimaryCtxRelease(device);
     if (d.pid)
