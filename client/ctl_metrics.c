@@ -107,7 +107,7 @@ static void exposition(FILE *f, gllm_client *c, const gllm_status *st)
         histogram(f, "gllm_job_queue_seconds",
                   "Time successful jobs waited for their device.", &m.queue_seconds);
         histogram(f, "gllm_job_kernel_seconds",
-                  "Kernel time of successful jobs (GPU: events around the kernel).",
+                  "Kernel time of successful jobs: GPU events around the kernel (none on the CPU backend).",
                   &m.kernel_seconds);
         histogram(f, "gllm_job_added_seconds",
                   "Latency gllmd adds to successful jobs: from reading the request to the "

@@ -93,9 +93,14 @@ static void line(bool wide, const char *fmt, ...)
     puts(buf);
 }
 
-static double mean_us(const gllm_histogram *h)
+/* A histogram's mean in microseconds, "-" when it holds nothing (the CPU backend times no
+ * kernel apart from its job). */
+static const char *mean_us(const gllm_histogram *h, char *buf, size_t len)
 {
-    return h->count ? h->sum / (double)h->count * 1e6 : 0;
+    if (!h->count)
+        return "-";
+    snprintf(buf, len, "%.1f us", h->sum / (double)h->count * 1e6);
+    return buf;
 }
 
 static void print_text(gllm_client *c, const gllm_status *st, bool wide)
@@ -138,8 +143,10 @@ static void print_text(gllm_client *c, const gllm_status *st, bool wide)
             if (m.jobs[i].ok || m.jobs[i].failed)
                 line(wide, "  %-18s %10llu ok %10llu failed", m.jobs[i].method,
                      (unsigned long long)m.jobs[i].ok, (unsigned long long)m.jobs[i].failed);
-        line(wide, "mean per job: queued %.1f us, kernel %.1f us, added by gllmd %.1f us",
-             mean_us(&m.queue_seconds), mean_us(&m.kernel_seconds), mean_us(&m.added_seconds));
+        char q[32], k[32], a[32];
+        line(wide, "mean per job: queued %s, kernel %s, added by gllmd %s",
+             mean_us(&m.queue_seconds, q, sizeof q), mean_us(&m.kernel_seconds, k, sizeof k),
+             mean_us(&m.added_seconds, a, sizeof a));
     }
     if (st->nlisted)
         line(wide, "\n  %8s %6s %-16s %7s %12s %12s %8s", "PID", "UID", "COMMAND", "ARENAS",
