@@ -1,5 +1,6 @@
-/* gllm_status_metrics and gllm_status_device_memory against a real gllmd: jobs counted by
- * method and result, histograms that add up, and an older, smaller struct that gets what fits. */
+/* gllm_status_metrics and gllm_status_device_memory: against a real gllmd (jobs counted by
+ * method and result, histograms that add up, an older struct gets what fits), and the
+ * decoder on histograms no gllmd sends. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -9,7 +10,97 @@
 
 #include <cmocka.h>
 
+#include "client_internal.h"
 #include "testutil.h"
+
+/* ---- the decoder, on replies no gllmd sends ---- */
+
+static struct proto_buf buf;
+
+/* A status result holding only metrics: one histogram "queue_seconds" with nb bounds (nc
+ * counts, each 1; descending: bounds that go down). */
+static void pack_metrics(int nb, int nc, bool descending)
+{
+    proto_buf_init(&buf);
+    msgpack_packer *pk = &buf.pk;
+    msgpack_pack_map(pk, 2);
+    proto_pack_str(pk, "metrics");
+    msgpack_pack_map(pk, 2);
+    proto_pack_str(pk, "jobs");
+    msgpack_pack_array(pk, 2);
+    msgpack_pack_map(pk, 3);
+    proto_pack_kv_str(pk, "method", "attention");
+    proto_pack_kv_u64(pk, "ok", 7);
+    proto_pack_kv_u64(pk, "failed", 2);
+    msgpack_pack_map(pk, 1);                 /* no method: skipped */
+    proto_pack_kv_u64(pk, "ok", 1);
+    proto_pack_str(pk, "queue_seconds");
+    msgpack_pack_map(pk, 4);
+    proto_pack_str(pk, "le");
+    msgpack_pack_array(pk, (size_t)nb);
+    for (int i = 0; i < nb; i++)
+        msgpack_pack_double(pk, descending ? 1.0 / (i + 1) : 1e-6 * (i + 1));
+    proto_pack_str(pk, "counts");
+    msgpack_pack_array(pk, (size_t)nc);
+    for (int i = 0; i < nc; i++)
+        msgpack_pack_uint64(pk, 1);
+    proto_pack_kv_f64(pk, "sum", 0.5);
+    proto_pack_kv_u64(pk, "count", (uint64_t)nc);
+    proto_pack_str(pk, "device_memory");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 2);
+    proto_pack_kv_u64(pk, "used", 3);
+    proto_pack_kv_u64(pk, "total", 8);
+}
+
+static struct status_metrics decoded(void)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(msgpack_unpack_next(&u, buf.data, buf.len, NULL), MSGPACK_UNPACK_SUCCESS);
+    struct status_metrics m;
+    metrics_decode(&u.data, &m);
+    msgpack_unpacked_destroy(&u);
+    return m;
+}
+
+static void test_decode_folds_extra_bounds(void **state)
+{
+    (void)state;
+    pack_metrics(20, 21, false);
+    struct status_metrics m = decoded();
+    assert_true(m.have);
+    assert_int_equal(m.m.nmethods, 1);
+    assert_string_equal(m.m.jobs[0].method, "attention");
+    assert_int_equal(m.m.jobs[0].ok, 7);
+    assert_int_equal(m.m.jobs[0].failed, 2);
+    const gllm_histogram *h = &m.m.queue_seconds;
+    assert_int_equal(h->nbounds, GLLM_HISTOGRAM_BOUNDS);
+    assert_int_equal(h->counts[GLLM_HISTOGRAM_BOUNDS], 21 - GLLM_HISTOGRAM_BOUNDS);
+    assert_int_equal(h->count, 21);
+    assert_true(h->le[GLLM_HISTOGRAM_BOUNDS - 1] > h->le[0]);
+    /* The histograms it did not send are empty, not garbage. */
+    assert_int_equal(m.m.kernel_seconds.count, 0);
+    assert_int_equal(m.m.kernel_seconds.nbounds, 0);
+    assert_true(m.have_devices);
+    assert_int_equal(m.ndevices, 1);
+    assert_int_equal(m.used[0], 3);
+    assert_int_equal(m.total[0], 8);
+}
+
+static void test_decode_refuses_bad_histograms(void **state)
+{
+    (void)state;
+    pack_metrics(4, 4, false);               /* counts not one longer than le */
+    struct status_metrics m = decoded();
+    assert_int_equal(m.m.queue_seconds.nbounds, 0);
+    assert_int_equal(m.m.queue_seconds.counts[0], 4);
+    pack_metrics(4, 5, true);                /* bounds going down */
+    m = decoded();
+    assert_int_equal(m.m.queue_seconds.nbounds, 0);
+    assert_int_equal(m.m.queue_seconds.counts[0], 5);
+    assert_int_equal(m.m.queue_seconds.count, 5);
+}
 
 static const gllm_method_jobs *method(const gllm_metrics *m, const char *name)
 {
@@ -122,6 +213,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jobs_counted),
         cmocka_unit_test(test_older_struct),
+        cmocka_unit_test(test_decode_folds_extra_bounds),
+        cmocka_unit_test(test_decode_refuses_bad_histograms),
     };
     return cmocka_run_group_tests(tests, group_daemon_start, group_daemon_stop);
 }
