@@ -77,6 +77,13 @@ static void explain_permission(const char *path)
                         "as the user gllmd runs as\n", path);
         return;
     }
+    /* Joining root's group would be bad advice: a gllmd started by hand as root. */
+    if (st.st_gid == 0) {
+        fprintf(stderr, "gllmctl: %s belongs to root (mode %04o): run gllmctl with sudo, or "
+                        "run gllmd as a service\n  (systemctl start gllmd.socket: its socket "
+                        "admits the group gllm)\n", where, (unsigned)(st.st_mode & 07777));
+        return;
+    }
     fprintf(stderr,
             "gllmctl: %s belongs to group '%s' (mode %04o), which you are not in: join it with\n"
             "  sudo usermod -aG %s $USER\n"
