@@ -1,5 +1,6 @@
 /* gllmctl: the operator's tool, built only on libgllm-client: global options, one table of
  * commands with their help, and the dispatch to each. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,51 +26,56 @@ static const struct command {
     int (*run)(const struct ctl_globals *g, int argc, char **argv);
 } commands[] = {
     {"status", "[--wide]", "the daemon, its devices, clients and job counts",
-     "  --wide             every column and line, past 80 columns: kernel images, jobs by\n"
-     "                     method, mean latencies\n"
-     "  --json             one JSON object (\"schema_version\": 1)\n"
-     "Exit status: 0 running, 3 not running, 4 no permission or unknown (as systemctl).\n",
+     "  --wide           past 80 columns: kernel images, jobs by method, mean\n"
+     "                   latencies\n"
+     "  --json           one JSON object (\"schema_version\": 1)\n"
+     "Exit status: 0 running, 3 not running, 4 no permission or unknown, as\n"
+     "systemctl's.\n",
      ctl_cmd_status},
     {"metrics", "[--textfile PATH]", "the daemon's metrics in the Prometheus text format",
-     "  --textfile PATH    write them to PATH atomically (a temporary file in the same\n"
-     "                     directory, then a rename), for node_exporter's textfile collector\n"
-     "  --json             the same metrics as one JSON object\n"
+     "  --textfile PATH  write them to PATH atomically (a temporary file in the\n"
+     "                   same directory, renamed), for node_exporter's textfile\n"
+     "                   collector\n"
+     "  --json           the same metrics as one JSON object\n"
      "When gllmd is not running, gllm_up 0 is still written (exit status 3).\n",
      ctl_cmd_metrics},
-    {"attn", "Q.npy K.npy V.npy -o OUT.npy [--causal] [--scale X] [--dtype f32|f16|bf16]"
-             " [--lse LSE.npy]",
+    {"attn", "Q.npy K.npy V.npy -o OUT.npy [OPTIONS]",
      "one attention job on tensors from NumPy .npy files",
-     "  Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D], in one dtype: float32 ('<f4') or\n"
-     "  float16 ('<f2') .npy files (numpy: x.astype(numpy.float32)).\n"
-     "  -o, --output OUT   where to write the output, [B, Hq, Sq, D], in the inputs' dtype\n"
-     "  --causal           mask aligned bottom-right: query i sees keys j <= i + Skv - Sq\n"
-     "  --scale X          instead of 1/sqrt(D)\n"
-     "  --dtype T          run the job in f32, f16 or bf16 (default: the files' dtype); the\n"
-     "                     files are converted to it and the output back (.npy has no bf16)\n"
-     "  --lse PATH         also write the log-sum-exp of each row, float32 [B, Hq, Sq]\n"
-     "  --json             print the job's times as JSON\n",
+     "Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D], in one dtype: float32 ('<f4') or\n"
+     "float16 ('<f2') files (numpy: x.astype(numpy.float32)).\n"
+     "  -o, --output OUT the output, [B, Hq, Sq, D], in the inputs' dtype\n"
+     "  --causal         mask aligned bottom-right: query i sees keys\n"
+     "                   j <= i + Skv - Sq\n"
+     "  --scale X        instead of 1/sqrt(D)\n"
+     "  --dtype T        run the job in f32, f16 or bf16 (default: the files'\n"
+     "                   dtype); the files are converted to it and the output\n"
+     "                   back (.npy has no bf16)\n"
+     "  --lse PATH       also write the log-sum-exp of each row, float32\n"
+     "                   [B, Hq, Sq]\n"
+     "  --json           print the job's times as JSON\n",
      ctl_cmd_attn},
     {"bench", "[--decode] [--iters N]", "time standard shapes through the daemon",
-     "  --decode           paged decode with device-resident data: the latency gllmd adds\n"
-     "                     (default: prefill shapes, median time and FLOP/s)\n"
-     "  --iters N          repetitions per shape (1 to 100000, default 5)\n"
-     "  --json             the results as JSON\n",
+     "  --decode         paged decode with device-resident data: the latency\n"
+     "                   gllmd adds (default: prefill shapes, median time and\n"
+     "                   FLOP/s)\n"
+     "  --iters N        repetitions per shape (1 to 100000, default 5)\n"
+     "  --json           the results as JSON\n",
      run_bench},
     {"version", "", "gllmctl's, libgllm-client's and (when reachable) gllmd's versions",
-     "  --json             as one JSON object\n", ctl_cmd_version},
+     "  --json           as one JSON object\n", ctl_cmd_version},
     {"help", "[COMMAND]", "this help, or a command's", "", run_help},
 };
 #define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
 
 static const char global_help[] =
     "Global options (before or after the command):\n"
-    "  --socket PATH      gllmd's socket (default: $GLLM_SOCKET; else /run/gllm/gllmd.sock\n"
-    "                     for root; else $XDG_RUNTIME_DIR/gllm/gllmd.sock, then\n"
-    "                     /run/gllm/gllmd.sock)\n"
-    "  --json             machine-readable output, with \"schema_version\"\n"
-    "  --no-color         no colour (also: NO_COLOR set, or not a terminal)\n"
-    "  -h, --help         help: gllmctl help COMMAND for one command's\n"
-    "  --version          same as gllmctl version\n\n"
+    "  --socket PATH    gllmd's socket (default: $GLLM_SOCKET; else, for root,\n"
+    "                   /run/gllm/gllmd.sock; else $XDG_RUNTIME_DIR/gllm/gllmd.sock,\n"
+    "                   then /run/gllm/gllmd.sock)\n"
+    "  --json           machine-readable output, with \"schema_version\"\n"
+    "  --no-color       no colour (also: NO_COLOR set, or not a terminal)\n"
+    "  -h, --help       help: gllmctl help COMMAND for one command's\n"
+    "  --version        same as gllmctl version\n\n"
     "Exit status: 0 success; 1 failure; 2 usage error; 3 gllmd not running;\n"
     "4 permission denied (status: or unknown).\n";
 
@@ -92,8 +98,8 @@ void ctl_usage(FILE *f)
 
 static void command_usage(FILE *f, const struct command *cmd)
 {
-    fprintf(f, "Usage: gllmctl %s%s%s\n\n%s.\n", cmd->name, cmd->args[0] ? " " : "", cmd->args,
-            cmd->summary);
+    fprintf(f, "Usage: gllmctl %s%s%s\n\n%c%s.\n", cmd->name, cmd->args[0] ? " " : "",
+            cmd->args, toupper((unsigned char)cmd->summary[0]), cmd->summary + 1);
     if (cmd->details[0])
         fprintf(f, "\n%s", cmd->details);
     fprintf(f, "\nGlobal options: --socket PATH, --json, --no-color (gllmctl help).\n");

@@ -28,6 +28,7 @@ commands=$(awk '/^Commands:/ { on = 1; next } on && /^$/ { exit } on { print $1 
 check [ "$(wc -w <<< "$commands")" -ge 6 ]
 for c in $commands; do
   expect 0 help "$c"; check grep -q "^Usage: gllmctl $c" <<< "$out"
+  check awk '{ if (length($0) > 80) { print "too wide: " $0; exit 1 } }' <<< "$out"
   expect 0 "$c" --help; check grep -q "^Usage: gllmctl $c" <<< "$out"
   expect 0 "$c" -h; check grep -q "^Usage: gllmctl $c" <<< "$out"
 done
