@@ -159,7 +159,15 @@ static void test_jobs_counted(void **state)
     assert_true(gllm_attention(c, &bad, NULL) < 0);
     gllm_memory_release(j.arena);
 
-    const gllm_metrics after = metrics_now(c);
+    /* A reply can come through the shared-memory ring before the loop thread settles the
+     * job and counts it: poll for the count, for at most 10 s. */
+    gllm_metrics after = metrics_now(c);
+    for (int tries = 0; tries < 1000 &&
+                        method(&after, "attention")->ok - method(&before, "attention")->ok < 4;
+         tries++) {
+        sleep_ms(10);
+        after = metrics_now(c);
+    }
     assert_int_equal(method(&after, "attention")->ok - method(&before, "attention")->ok, 4);
     assert_int_equal(method(&after, "kv_append")->ok, method(&before, "kv_append")->ok);
     check_histogram(&after.queue_seconds);
