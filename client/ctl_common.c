@@ -65,7 +65,7 @@ static void explain_permission(const char *path)
         r = stat(where, &st);
     }
     const struct group *gr = r == 0 ? getgrgid(st.st_gid) : NULL;
-    const mode_t group_needs = S_ISDIR(st.st_mode) ? 0050 : 0060;
+    const mode_t group_needs = r == 0 && S_ISDIR(st.st_mode) ? 0050 : 0060;
     if (gr && (st.st_mode & group_needs) != group_needs) {
         fprintf(stderr, "gllmctl: %s (mode %04o) admits no group, only its owner: ask the "
                         "administrator, or run gllmctl as that user\n",
