@@ -49,6 +49,18 @@ struct status_list {
     gllm_client_info entries[GLLM_MAX_LISTED_CLIENTS];
 };
 
+/* metrics.c: status's job metrics and device memory, from the last status reply. */
+struct status_metrics {
+    bool have;                   /* a status reply carried metrics */
+    bool have_devices;           /* ... and device_memory */
+    gllm_metrics m;
+    int ndevices;
+    uint64_t used[GLLM_MAX_DEVICES], total[GLLM_MAX_DEVICES];
+};
+/* Reads "metrics" and "device_memory" of a status result into *out (never fails: what is
+ * missing or malformed reads as absent). */
+void metrics_decode(const msgpack_object *res, struct status_metrics *out);
+
 /* How shared memory reaches this process: hello's share kind. */
 enum share_kind {
     SHARE_NONE = 0,
@@ -69,6 +81,7 @@ struct gllm_client {
     uint64_t next_id;
     struct hello_info hello;
     struct status_list listed;
+    struct status_metrics metrics;
     struct call_table calls;
     struct gllm_memory *memory;  /* live memory handles, detached on disconnect */
     char last_error[PROTO_MAX_ERRMSG + 1];

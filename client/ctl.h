@@ -8,13 +8,33 @@
 
 #include "gllm/gllm.h"
 
-/* systemctl's convention for "the service is not running". */
+/* Exit statuses, after LSB's init-script actions and systemctl: usage errors 2, "not
+ * running" 3, no permission (or, for status, unknown) 4. */
+#define CTL_EXIT_FAILURE 1
+#define CTL_EXIT_USAGE 2
 #define CTL_EXIT_NOT_RUNNING 3
+#define CTL_EXIT_NO_PERMISSION 4
 
-/* gllmctl's usage text. */
+/* Options every command takes, before or after its name. */
+struct ctl_globals {
+    const char *socket;          /* --socket; NULL: the default paths */
+    bool json;                   /* --json */
+};
+
+/* gllmctl's usage text: the commands and what they do. */
 void ctl_usage(FILE *f);
-/* Connects, printing why not; returns 0, 1 (error) or 3 (daemon not running). */
+/* Connects, printing why not and what to do about it; returns 0, 1 (error), 3 (daemon not
+ * running) or 4 (no permission). Without socket_path it tries the default path, then the
+ * system socket /run/gllm/gllmd.sock. */
 int ctl_connect(const char *socket_path, gllm_client **c);
+/* Whether to colour stream: a terminal, NO_COLOR unset or empty, TERM not "dumb", and no
+ * --no-color (ctl_color_disable). */
+bool ctl_color(FILE *stream);
+void ctl_color_disable(void);
+/* Prints "gllmctl: " (red "error: " on a colour terminal) and the message on stderr. */
+void ctl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Parses a whole decimal number in [min, max]: 0, or -1 when s is not one. */
+int ctl_parse_int(const char *s, long min, long max, long *out);
 /* CLOCK_MONOTONIC in ns, and an ascending sort, for the benchmarks. */
 uint64_t ctl_mono_ns(void);
 void ctl_sort_u64(uint64_t *v, int n);
@@ -33,9 +53,12 @@ struct ctl_bench_opts {
 /* Parses bench's arguments (argv[0] is "bench"): 0, or 2 for a usage error. */
 int ctl_bench_parse(int argc, char **argv, struct ctl_bench_opts *o);
 
-/* The commands: each returns gllmctl's exit status. */
-int ctl_cmd_status(const char *socket_path, int argc, char **argv);
-int ctl_cmd_attn(const char *socket_path, int argc, char **argv);
+/* The commands: each returns gllmctl's exit status. argv[0] is the command's name; the
+ * global options are already taken out. */
+int ctl_cmd_status(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_metrics(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_version(const struct ctl_globals *g, int argc, char **argv);
 /* bench: standard prefill shapes; bench --decode: paged decode, device-resident. */
 int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o);
 int ctl_cmd_bench_decode(const char *socket_path, const struct ctl_bench_opts *o);

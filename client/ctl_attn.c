@@ -32,7 +32,7 @@ static size_t align64(size_t x)
     return (x + 63) & ~(size_t)63;
 }
 
-int ctl_cmd_attn(const char *sock, int argc, char **argv)
+int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"output", required_argument, NULL, 'o'}, {"causal", no_argument, NULL, 'c'},
@@ -43,7 +43,8 @@ int ctl_cmd_attn(const char *sock, int argc, char **argv)
     gllm_attention_params p = {.size = sizeof p};
     int ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "o:", opts, NULL)) != -1) {
+    opterr = 0;   /* our own messages, which say what to do */
+    while ((ch = getopt_long(argc, argv, ":o:", opts, NULL)) != -1) {
         switch (ch) {
         case 'o': out_path = optarg; break;
         case 'c': p.flags |= GLLM_ATTN_CAUSAL; break;
@@ -51,22 +52,31 @@ int ctl_cmd_attn(const char *sock, int argc, char **argv)
             char *end;
             p.scale = strtof(optarg, &end);
             if (*end || end == optarg || !isfinite(p.scale)) {
-                fprintf(stderr, "gllmctl attn: --scale wants a finite number\n");
-                return 2;
+                ctl_error("attn: --scale wants a finite number, not '%s'", optarg);
+                return CTL_EXIT_USAGE;
             }
             p.flags |= GLLM_ATTN_SCALE;
             break;
         }
-        case 'd': dtype_name = optarg; break;
+        case 'd':
+            dtype_name = optarg;
+            if (strcmp(optarg, "f32") && strcmp(optarg, "f16") && strcmp(optarg, "bf16")) {
+                ctl_error("attn: --dtype wants f32, f16 or bf16, not '%s'", optarg);
+                return CTL_EXIT_USAGE;
+            }
+            break;
         case 'l': lse_path = optarg; p.flags |= GLLM_ATTN_LSE; break;
+        case ':':
+            ctl_error("attn: %s needs a value", argv[optind - 1]);
+            return CTL_EXIT_USAGE;
         default:
-            ctl_usage(stderr);
-            return 2;
+            ctl_error("attn: unknown option '%s'", argv[optind - 1]);
+            return CTL_EXIT_USAGE;
         }
     }
     if (argc - optind != 3 || !out_path) {
-        fprintf(stderr, "gllmctl attn: need Q.npy K.npy V.npy and -o OUT.npy\n");
-        return 2;
+        ctl_error("attn: needs Q.npy K.npy V.npy and -o OUT.npy");
+        return CTL_EXIT_USAGE;
     }
     struct npy in[3] = {0};
     const char *names[3] = {"Q", "K", "V"};
@@ -93,12 +103,8 @@ int ctl_cmd_attn(const char *sock, int argc, char **argv)
             job_dt = GLLM_DTYPE_F32;
         else if (strcmp(dtype_name, "f16") == 0)
             job_dt = GLLM_DTYPE_F16;
-        else if (strcmp(dtype_name, "bf16") == 0)
+        else
             job_dt = GLLM_DTYPE_BF16;
-        else {
-            fprintf(stderr, "gllmctl attn: --dtype must be f32, f16 or bf16\n");
-            goto out_free;
-        }
     }
     size_t es = gllm_dtype_size(job_dt);
     size_t lse_count = (size_t)(in[0].shape[0] * in[0].shape[1] * in[0].shape[2]);
@@ -111,7 +117,7 @@ int ctl_cmd_attn(const char *sock, int argc, char **argv)
     total += align64(lse_count * sizeof(float));
 
     gllm_client *c;
-    rc = ctl_connect(sock, &c);
+    rc = ctl_connect(g->socket, &c);
     if (rc)
         goto out_free;
     rc = 1;
@@ -164,8 +170,16 @@ int ctl_cmd_attn(const char *sock, int argc, char **argv)
             goto out_release;
         }
     }
-    fprintf(stderr, "gllmctl attn: %s in %.3f ms (queued %.3f ms)\n", out_path,
-            (double)res.kernel_ns / 1e6, (double)res.queue_ns / 1e6);
+    if (g->json) {
+        printf("{\"schema_version\": 1, \"output\": ");
+        ctl_json_str(out_path);
+        printf(", \"dtype\": \"%s\", \"kernel_ms\": %.6f, \"queue_ms\": %.6f, "
+               "\"job_ms\": %.6f}\n", gllm_dtype_name(job_dt), (double)res.kernel_ns / 1e6,
+               (double)res.queue_ns / 1e6, (double)res.job_ns / 1e6);
+    } else {
+        fprintf(stderr, "gllmctl attn: %s in %.3f ms (queued %.3f ms)\n", out_path,
+                (double)res.kernel_ns / 1e6, (double)res.queue_ns / 1e6);
+    }
     rc = 0;
 out_release:
     gllm_memory_release(a);

@@ -1,40 +1,155 @@
-/* gllmctl's shared helpers: connecting, JSON output, timing and sorting for the benchmarks. */
+/* gllmctl's shared helpers: connecting (and saying why not), colour, errors, JSON output,
+ * timing and sorting for the benchmarks. */
 #include <errno.h>
+#include <grp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ctl.h"
 
-void ctl_usage(FILE *f)
+#define SYSTEM_SOCKET "/run/gllm/gllmd.sock"
+
+static bool no_color;
+
+void ctl_color_disable(void)
 {
-    fprintf(f,
-            "Usage: gllmctl [--socket PATH] COMMAND [ARGS]\n\n"
-            "Commands:\n"
-            "  status [--json]                    daemon, devices, clients and job counts\n"
-            "  attn Q.npy K.npy V.npy -o OUT.npy  run one attention job on .npy files\n"
-            "       [--causal] [--scale X] [--dtype f32|f16|bf16] [--lse LSE.npy]\n"
-            "  bench [--json] [--iters N]         standard prefill shapes through the daemon\n"
-            "  bench --decode [--json] [--iters N] paged decode, device-resident: added latency\n\n"
-            "Exit status: 0 ok, 1 failure, 2 usage error, 3 daemon not running.\n");
+    no_color = true;
+}
+
+bool ctl_color(FILE *stream)
+{
+    const char *nc = getenv("NO_COLOR"), *term = getenv("TERM");
+    return !no_color && !(nc && nc[0]) && !(term && strcmp(term, "dumb") == 0) &&
+           isatty(fileno(stream));
+}
+
+void ctl_error(const char *fmt, ...)
+{
+    const bool color = ctl_color(stderr);
+    fprintf(stderr, "gllmctl: %serror:%s ", color ? "\033[1;31m" : "", color ? "\033[0m" : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int ctl_parse_int(const char *s, long min, long max, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end || errno || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+/* The group that keeps us out of path: the socket's, or its directory's when we cannot
+ * even look at the socket (gllm's /run/gllm is mode 0750). */
+static void explain_permission(const char *path)
+{
+    struct stat st;
+    char where[128];
+    snprintf(where, sizeof where, "%s", path);
+    int r = stat(where, &st);
+    if (r < 0 && errno == EACCES) {
+        char *slash = strrchr(where, '/');
+        if (slash && slash != where)
+            *slash = '\0';
+        r = stat(where, &st);
+    }
+    const struct group *gr = r == 0 ? getgrgid(st.st_gid) : NULL;
+    const mode_t group_needs = r == 0 && S_ISDIR(st.st_mode) ? 0050 : 0060;
+    if (gr && (st.st_mode & group_needs) != group_needs) {
+        fprintf(stderr, "gllmctl: %s (mode %04o) admits no group, only its owner: ask the "
+                        "administrator, or run gllmctl as that user\n",
+                where, (unsigned)(st.st_mode & 07777));
+        return;
+    }
+    if (!gr) {
+        fprintf(stderr, "gllmctl: ask the administrator for access to %s, or run gllmctl "
+                        "as the user gllmd runs as\n", path);
+        return;
+    }
+    /* Joining root's group would be bad advice: a gllmd started by hand as root. */
+    if (st.st_gid == 0) {
+        fprintf(stderr, "gllmctl: %s belongs to root (mode %04o): run gllmctl with sudo, or "
+                        "run gllmd as a service\n  (systemctl start gllmd.socket: its socket "
+                        "admits the group gllm)\n", where, (unsigned)(st.st_mode & 07777));
+        return;
+    }
+    fprintf(stderr,
+            "gllmctl: %s belongs to group '%s' (mode %04o), which you are not in: join it with\n"
+            "  sudo usermod -aG %s $USER\n"
+            "then log in again (or run 'newgrp %s' in this shell)\n",
+            where, gr->gr_name, (unsigned)(st.st_mode & 07777), gr->gr_name, gr->gr_name);
 }
 
 int ctl_connect(const char *socket_path, gllm_client **c)
 {
-    int r = gllm_connect(socket_path, c);
-    if (r == 0)
-        return 0;
-    char path[108] = "";
-    if (socket_path)
-        snprintf(path, sizeof path, "%s", socket_path);
-    else
-        gllm_default_socket_path(path, sizeof path);
-    fprintf(stderr, "gllmctl: cannot reach gllmd at %s: %s\n", path[0] ? path : "(no default)",
-            gllm_strerror(r));
-    if (r == -ENOENT || r == -ECONNREFUSED)
+    /* Where to look: --socket or $GLLM_SOCKET alone; else the library's default and then the
+     * system socket, which a user whose default is under XDG_RUNTIME_DIR would otherwise
+     * never find when gllmd runs as a system service. */
+    char paths[2][108] = {"", ""};
+    int n = 0;
+    const char *env = getenv("GLLM_SOCKET");
+    if (socket_path) {
+        snprintf(paths[n++], sizeof paths[0], "%s", socket_path);
+    } else {
+        if (gllm_default_socket_path(paths[0], sizeof paths[0]) > 0)
+            n++;
+        if (!(env && env[0]) && (n == 0 || strcmp(paths[0], SYSTEM_SOCKET) != 0))
+            snprintf(paths[n++], sizeof paths[0], "%s", SYSTEM_SOCKET);
+    }
+    /* Permission matters more than absence: name it when any path refused us. */
+    int denied = -1, other = -1, res[2] = {-ENOENT, -ENOENT};
+    for (int i = 0; i < n; i++) {
+        res[i] = gllm_connect(paths[i], c);
+        if (res[i] == 0)
+            return 0;
+        if (res[i] == -EACCES || res[i] == -EPERM || res[i] == GLLM_EDENIED) {
+            if (denied < 0)
+                denied = i;
+        } else if (res[i] != -ENOENT && res[i] != -ECONNREFUSED && res[i] != -ENOTDIR) {
+            if (other < 0)
+                other = i;
+        }
+    }
+    if (denied >= 0) {
+        if (res[denied] == GLLM_EDENIED) {
+            ctl_error("gllmd at %s refuses this user: its access policy (allow_users, "
+                      "allow_groups in gllmd.conf) does not admit you", paths[denied]);
+        } else {
+            ctl_error("permission denied connecting to gllmd at %s", paths[denied]);
+            explain_permission(paths[denied]);
+        }
+        return CTL_EXIT_NO_PERMISSION;
+    }
+    if (other < 0) {
+        if (n == 0) {
+            ctl_error("gllmd is not running: no socket path applies (not root, and neither "
+                      "GLLM_SOCKET nor XDG_RUNTIME_DIR is set)");
+        } else {
+            fprintf(stderr, "gllmctl: %serror:%s gllmd is not running: tried ",
+                    ctl_color(stderr) ? "\033[1;31m" : "", ctl_color(stderr) ? "\033[0m" : "");
+            for (int i = 0; i < n; i++)
+                fprintf(stderr, "%s%s", i ? " and " : "", paths[i]);
+            fprintf(stderr, "%s\n", socket_path ? " (--socket)"
+                                    : env && env[0] ? " (GLLM_SOCKET)" : "");
+        }
+        fprintf(stderr, "gllmctl: start it (systemctl start gllmd.socket, or gllmd), or name "
+                        "another socket:\n  gllmctl --socket PATH ...   or   "
+                        "GLLM_SOCKET=PATH gllmctl ...\n");
         return CTL_EXIT_NOT_RUNNING;
-    return 1;
+    }
+    ctl_error("cannot talk to gllmd at %s: %s", paths[other], gllm_strerror(res[other]));
+    return CTL_EXIT_FAILURE;
 }
 
 uint64_t ctl_mono_ns(void)

@@ -1,4 +1,5 @@
 /* gllmctl status: the daemon's counters, devices and clients, as text or JSON. */
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -24,7 +25,7 @@ static void print_json(gllm_client *c, const gllm_status *st)
 {
     gllm_caps caps = GLLM_CAPS_INIT;
     gllm_client_caps(c, &caps);
-    printf("{\"daemon\": ");
+    printf("{\"schema_version\": 1, \"running\": true, \"daemon\": ");
     ctl_json_str(st->daemon_version);
     printf(", \"backend\": ");
     ctl_json_str(st->backend);
@@ -50,8 +51,21 @@ static void print_json(gllm_client *c, const gllm_status *st)
         printf(", \"memory_bytes\": %llu, \"threads\": %d, \"compute_capability\": \"%s\", "
                "\"image\": ", (unsigned long long)d.memory_bytes, d.threads, cc);
         ctl_json_str(d.image);
+        uint64_t used = 0, total = 0;
+        if (gllm_status_device_memory(c, i, &used, &total) == 0)
+            printf(", \"memory_used\": %llu, \"memory_total\": %llu",
+                   (unsigned long long)used, (unsigned long long)total);
         printf("}");
     }
+    gllm_metrics m = GLLM_METRICS_INIT;
+    printf("], \"jobs_by_method\": [");
+    if (gllm_status_metrics(c, &m) == 0)
+        for (int i = 0; i < m.nmethods; i++) {
+            printf("%s{\"method\": ", i ? ", " : "");
+            ctl_json_str(m.jobs[i].method);
+            printf(", \"ok\": %llu, \"failed\": %llu}", (unsigned long long)m.jobs[i].ok,
+                   (unsigned long long)m.jobs[i].failed);
+        }
     printf("], \"client_list\": [");
     for (int i = 0; i < st->nlisted; i++) {
         const gllm_client_info ci = listed(c, i);
@@ -65,66 +79,117 @@ static void print_json(gllm_client *c, const gllm_status *st)
     printf("]}\n");
 }
 
-static void print_text(gllm_client *c, const gllm_status *st)
+/* Prints one line, cut to 80 columns unless wide: the default output fits a terminal. */
+static void line(bool wide, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void line(bool wide, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (!wide && strlen(buf) > 80)
+        memcpy(buf + 77, "...", 4);
+    puts(buf);
+}
+
+/* A histogram's mean in microseconds, "-" when it holds nothing (the CPU backend times no
+ * kernel apart from its job). */
+static const char *mean_us(const gllm_histogram *h, char *buf, size_t len)
+{
+    if (!h->count)
+        return "-";
+    snprintf(buf, len, "%.1f us", h->sum / (double)h->count * 1e6);
+    return buf;
+}
+
+static void print_text(gllm_client *c, const gllm_status *st, bool wide)
 {
     gllm_caps caps = GLLM_CAPS_INIT;
     gllm_client_caps(c, &caps);
-    printf("gllmd %s, up %.0f s, backend %s\n", st->daemon_version, st->uptime_s, st->backend);
+    const bool color = ctl_color(stdout);
+    line(wide, "gllmd %s: %srunning%s, up %.0f s, backend %s", st->daemon_version,
+         color ? "\033[1;32m" : "", color ? "\033[0m" : "", st->uptime_s, st->backend);
     for (int i = 0; i < caps.ndevices; i++) {
         const gllm_device_info d = device(c, i);
-        if (d.cc_major)
-            printf("  device %d: %s (%s), compute capability %d.%d, %.1f GiB, kernels: %s\n",
-                   d.index, d.name, d.kind, d.cc_major, d.cc_minor,
-                   (double)d.memory_bytes / (1ull << 30), d.image);
+        uint64_t used = 0, total = 0;
+        char mem[64];
+        if (gllm_status_device_memory(c, i, &used, &total) == 0 && total)
+            snprintf(mem, sizeof mem, "%.1f of %.1f GiB used", (double)used / (1ull << 30),
+                     (double)total / (1ull << 30));
         else
-            printf("  device %d: %s (%s), %.1f GiB, %d threads\n", d.index, d.name, d.kind,
-                   (double)d.memory_bytes / (1ull << 30), d.threads);
+            snprintf(mem, sizeof mem, "%.1f GiB", (double)d.memory_bytes / (1ull << 30));
+        if (d.cc_major && wide)
+            line(wide, "  device %d: %s (%s %d.%d), %s, kernels: %s", d.index, d.name, d.kind,
+                 d.cc_major, d.cc_minor, mem, d.image);
+        else if (d.cc_major)
+            line(wide, "  device %d: %s (%s %d.%d), %s", d.index, d.name, d.kind, d.cc_major,
+                 d.cc_minor, mem);
+        else
+            line(wide, "  device %d: %s (%s), %s, %d threads", d.index, d.name, d.kind, mem,
+                 d.threads);
     }
-    printf("clients: %u   arenas: %u (%.1f MiB mapped)   device tensors: %u (%.1f MiB)\n",
-           st->clients, st->arenas, (double)st->bytes_mapped / (1 << 20), st->dtensors,
-           (double)st->device_bytes / (1 << 20));
-    printf("jobs: %llu done, %llu failed, %llu in flight\n", (unsigned long long)st->jobs_done,
-           (unsigned long long)st->jobs_failed, (unsigned long long)st->jobs_inflight);
-    printf("requests: %llu (%llu by shared-memory ring), error replies: %llu (limits hit: %llu)\n",
-           (unsigned long long)st->requests, (unsigned long long)st->ring_requests,
-           (unsigned long long)st->errors, (unsigned long long)st->limit_violations);
+    line(wide, "clients: %u   arenas: %u (%.1f MiB)   device tensors: %u (%.1f MiB)",
+         st->clients, st->arenas, (double)st->bytes_mapped / (1 << 20), st->dtensors,
+         (double)st->device_bytes / (1 << 20));
+    line(wide, "jobs: %llu done, %llu failed, %llu in flight", (unsigned long long)st->jobs_done,
+         (unsigned long long)st->jobs_failed, (unsigned long long)st->jobs_inflight);
+    line(wide, "requests: %llu (%llu by ring)   errors: %llu (%llu limits hit)",
+         (unsigned long long)st->requests, (unsigned long long)st->ring_requests,
+         (unsigned long long)st->errors, (unsigned long long)st->limit_violations);
+    gllm_metrics m = GLLM_METRICS_INIT;
+    if (wide && gllm_status_metrics(c, &m) == 0) {
+        for (int i = 0; i < m.nmethods; i++)
+            if (m.jobs[i].ok || m.jobs[i].failed)
+                line(wide, "  %-18s %10llu ok %10llu failed", m.jobs[i].method,
+                     (unsigned long long)m.jobs[i].ok, (unsigned long long)m.jobs[i].failed);
+        char q[32], k[32], a[32];
+        line(wide, "mean per job: queued %s, kernel %s, added by gllmd %s",
+             mean_us(&m.queue_seconds, q, sizeof q), mean_us(&m.kernel_seconds, k, sizeof k),
+             mean_us(&m.added_seconds, a, sizeof a));
+    }
     if (st->nlisted)
-        printf("\n  %8s %6s %-16s %7s %12s %12s %8s\n", "PID", "UID", "COMMAND", "ARENAS",
-               "MAPPED", "DEVICE", "IN FLIGHT");
+        line(wide, "\n  %8s %6s %-16s %7s %12s %12s %8s", "PID", "UID", "COMMAND", "ARENAS",
+             "MAPPED", "DEVICE", "INFLIGHT");
     for (int i = 0; i < st->nlisted; i++) {
         const gllm_client_info ci = listed(c, i);
-        printf("  %8d %6u %-16s %7u %10.1f M %10.1f M %8u\n", ci.pid, ci.uid, ci.comm,
-               ci.arenas, (double)ci.arena_bytes / (1 << 20),
-               (double)ci.device_bytes / (1 << 20), ci.inflight);
+        line(wide, "  %8d %6u %-16s %7u %10.1f M %10.1f M %8u", ci.pid, ci.uid, ci.comm,
+             ci.arenas, (double)ci.arena_bytes / (1 << 20), (double)ci.device_bytes / (1 << 20),
+             ci.inflight);
     }
 }
 
-int ctl_cmd_status(const char *sock, int argc, char **argv)
+int ctl_cmd_status(const struct ctl_globals *g, int argc, char **argv)
 {
-    bool json = false;
+    bool wide = false;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            json = true;
-        else {
-            fprintf(stderr, "gllmctl status: unknown argument '%s'\n", argv[i]);
-            return 2;
+        if (strcmp(argv[i], "--wide") == 0 || strcmp(argv[i], "-l") == 0) {
+            wide = true;
+        } else {
+            ctl_error("status: unknown argument '%s'", argv[i]);
+            return CTL_EXIT_USAGE;
         }
     }
     gllm_client *c;
-    int r = ctl_connect(sock, &c);
-    if (r)
-        return r;
+    int r = ctl_connect(g->socket, &c);
+    /* systemctl status: 3 not running, 4 for anything else it could not find out. */
+    if (r) {
+        if (g->json)
+            printf("{\"schema_version\": 1, \"running\": %s}\n",
+                   r == CTL_EXIT_NOT_RUNNING ? "false" : "null");
+        return r == CTL_EXIT_NOT_RUNNING ? r : CTL_EXIT_NO_PERMISSION;
+    }
     gllm_status st = GLLM_STATUS_INIT;
     r = gllm_status_get(c, &st);
     if (r < 0) {
-        fprintf(stderr, "gllmctl: status: %s\n", gllm_strerror(r));
+        ctl_error("status: %s", gllm_strerror(r));
         gllm_disconnect(c);
-        return 1;
+        return CTL_EXIT_NO_PERMISSION;
     }
-    if (json)
+    if (g->json)
         print_json(c, &st);
     else
-        print_text(c, &st);
+        print_text(c, &st, wide);
     gllm_disconnect(c);
     return 0;
 }

@@ -1,47 +1,200 @@
-/* gllmctl: the operator's tool, built only on libgllm-client: options, then one command. */
+/* gllmctl: the operator's tool, built only on libgllm-client: global options, one table of
+ * commands with their help, and the dispatch to each. */
+#include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ctl.h"
 
-int main(int argc, char **argv)
+static int run_bench(const struct ctl_globals *g, int argc, char **argv)
 {
-    const char *sock = NULL;
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
-        if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
-            sock = argv[++i];
-        } else if (strncmp(argv[i], "--socket=", 9) == 0) {
-            sock = argv[i] + 9;
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            ctl_usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--version") == 0) {
-            printf("gllmctl %s\n", gllm_version());
-            return 0;
+    struct ctl_bench_opts o;
+    int r = ctl_bench_parse(argc, argv, &o);
+    if (r)
+        return r;
+    o.json = o.json || g->json;
+    return o.decode ? ctl_cmd_bench_decode(g->socket, &o) : ctl_cmd_bench(g->socket, &o);
+}
+
+static int run_help(const struct ctl_globals *g, int argc, char **argv);
+
+/* Every command: its name, its arguments, one line on what it does, and the rest of its
+ * help (options, one per line). `help`, `--help` and the completion script read this. */
+static const struct command {
+    const char *name, *args, *summary, *details;
+    int (*run)(const struct ctl_globals *g, int argc, char **argv);
+} commands[] = {
+    {"status", "[--wide]", "the daemon, its devices, clients and job counts",
+     "  --wide           past 80 columns: kernel images, jobs by method, mean\n"
+     "                   latencies\n"
+     "  --json           one JSON object (\"schema_version\": 1)\n"
+     "Exit status: 0 running, 3 not running, 4 no permission or unknown, as\n"
+     "systemctl's.\n",
+     ctl_cmd_status},
+    {"metrics", "[--textfile PATH]", "the daemon's metrics in the Prometheus text format",
+     "  --textfile PATH  write them to PATH atomically (a temporary file in the\n"
+     "                   same directory, renamed), for node_exporter's textfile\n"
+     "                   collector\n"
+     "  --json           the same metrics as one JSON object\n"
+     "When gllmd is not running, gllm_up 0 is still written (exit status 3).\n",
+     ctl_cmd_metrics},
+    {"attn", "Q.npy K.npy V.npy -o OUT.npy [OPTIONS]",
+     "one attention job on tensors from NumPy .npy files",
+     "Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D], in one dtype: float32 ('<f4') or\n"
+     "float16 ('<f2') files (numpy: x.astype(numpy.float32)).\n"
+     "  -o, --output OUT the output, [B, Hq, Sq, D], in the inputs' dtype\n"
+     "  --causal         mask aligned bottom-right: query i sees keys\n"
+     "                   j <= i + Skv - Sq\n"
+     "  --scale X        instead of 1/sqrt(D)\n"
+     "  --dtype T        run the job in f32, f16 or bf16 (default: the files'\n"
+     "                   dtype); the files are converted to it and the output\n"
+     "                   back (.npy has no bf16)\n"
+     "  --lse PATH       also write the log-sum-exp of each row, float32\n"
+     "                   [B, Hq, Sq]\n"
+     "  --json           print the job's times as JSON\n",
+     ctl_cmd_attn},
+    {"bench", "[--decode] [--iters N]", "time standard shapes through the daemon",
+     "  --decode         paged decode with device-resident data: the latency\n"
+     "                   gllmd adds (default: prefill shapes, median time and\n"
+     "                   FLOP/s)\n"
+     "  --iters N        repetitions per shape (1 to 100000, default 5)\n"
+     "  --json           the results as JSON\n",
+     run_bench},
+    {"version", "", "gllmctl's, libgllm-client's and (when reachable) gllmd's versions",
+     "  --json           as one JSON object\n", ctl_cmd_version},
+    {"help", "[COMMAND]", "this help, or a command's", "", run_help},
+};
+#define NCOMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static const char global_help[] =
+    "Global options (before or after the command):\n"
+    "  --socket PATH    gllmd's socket (default: $GLLM_SOCKET; else, for root,\n"
+    "                   /run/gllm/gllmd.sock; else $XDG_RUNTIME_DIR/gllm/gllmd.sock,\n"
+    "                   then /run/gllm/gllmd.sock)\n"
+    "  --json           machine-readable output, with \"schema_version\"\n"
+    "  --no-color       no colour (also: NO_COLOR set, or not a terminal)\n"
+    "  -h, --help       help: gllmctl help COMMAND for one command's\n"
+    "  --version        same as gllmctl version\n\n"
+    "Exit status: 0 success; 1 failure; 2 usage error; 3 gllmd not running;\n"
+    "4 permission denied (status: or unknown).\n";
+
+static const struct command *find_command(const char *name)
+{
+    for (int i = 0; i < NCOMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0)
+            return &commands[i];
+    return NULL;
+}
+
+void ctl_usage(FILE *f)
+{
+    fprintf(f, "Usage: gllmctl [OPTIONS] COMMAND [ARGS]\n\nCommands:\n");
+    for (int i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\n%s\nSee gllmctl(1), and 'gllmctl help COMMAND' for a command's options.\n",
+            global_help);
+}
+
+static void command_usage(FILE *f, const struct command *cmd)
+{
+    fprintf(f, "Usage: gllmctl %s%s%s\n\n%c%s.\n", cmd->name, cmd->args[0] ? " " : "",
+            cmd->args, toupper((unsigned char)cmd->summary[0]), cmd->summary + 1);
+    if (cmd->details[0])
+        fprintf(f, "\n%s", cmd->details);
+    fprintf(f, "\nGlobal options: --socket PATH, --json, --no-color (gllmctl help).\n");
+}
+
+static int run_help(const struct ctl_globals *g, int argc, char **argv)
+{
+    (void)g;
+    if (argc > 2) {
+        ctl_error("help takes at most one command");
+        return CTL_EXIT_USAGE;
+    }
+    if (argc == 1) {
+        ctl_usage(stdout);
+        return 0;
+    }
+    const struct command *cmd = find_command(argv[1]);
+    if (!cmd) {
+        ctl_error("no command '%s'; the commands are listed by 'gllmctl help'", argv[1]);
+        return CTL_EXIT_USAGE;
+    }
+    command_usage(stdout, cmd);
+    return 0;
+}
+
+/* Takes the global options out of argv wherever they are (up to "--", which goes too),
+ * leaving the command and its own arguments in order in argv[0 .. *argc). 0, or an exit
+ * status. */
+static int take_globals(int *argc, char **argv, struct ctl_globals *g, bool *help,
+                        bool *version)
+{
+    int out = 0;
+    bool rest = false;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        if (rest) {
+            argv[out++] = argv[i];
+        } else if (strcmp(a, "--") == 0) {
+            rest = true;
+        } else if (strcmp(a, "--socket") == 0 || strncmp(a, "--socket=", 9) == 0) {
+            const char *v = a[8] == '=' ? a + 9 : i + 1 < *argc ? argv[++i] : NULL;
+            if (!v || !v[0]) {
+                ctl_error("--socket needs a path, as in --socket /run/gllm/gllmd.sock");
+                return CTL_EXIT_USAGE;
+            }
+            g->socket = v;
+        } else if (strcmp(a, "--json") == 0) {
+            g->json = true;
+        } else if (strcmp(a, "--no-color") == 0 || strcmp(a, "--no-colour") == 0) {
+            ctl_color_disable();
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            *help = true;
+        } else if (strcmp(a, "--version") == 0 && out == 0) {
+            *version = true;
         } else {
-            fprintf(stderr, "gllmctl: unknown option '%s'\n", argv[i]);
-            ctl_usage(stderr);
-            return 2;
+            argv[out++] = argv[i];
         }
     }
-    if (i >= argc) {
-        ctl_usage(stderr);
-        return 2;
+    *argc = out;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct ctl_globals g = {0};
+    bool help = false, version = false;
+    int r = take_globals(&argc, argv, &g, &help, &version);
+    if (r)
+        return r;
+    /* What is left: the command, then its arguments. */
+    if (version && argc == 0) {
+        char *v[] = {"version", NULL};
+        return ctl_cmd_version(&g, 1, v);
     }
-    const char *cmd = argv[i];
-    if (strcmp(cmd, "status") == 0)
-        return ctl_cmd_status(sock, argc - i, argv + i);
-    if (strcmp(cmd, "attn") == 0)
-        return ctl_cmd_attn(sock, argc - i, argv + i);
-    if (strcmp(cmd, "bench") == 0) {
-        struct ctl_bench_opts o;
-        int r = ctl_bench_parse(argc - i, argv + i, &o);
-        if (r)
-            return r;
-        return o.decode ? ctl_cmd_bench_decode(sock, &o) : ctl_cmd_bench(sock, &o);
+    if (argc == 0) {
+        ctl_usage(help ? stdout : stderr);
+        return help ? 0 : CTL_EXIT_USAGE;
     }
-    fprintf(stderr, "gllmctl: unknown command '%s'\n", cmd);
-    ctl_usage(stderr);
-    return 2;
+    if (argv[0][0] == '-') {
+        ctl_error("unknown option '%s'; a command's own options go after it (gllmctl help)",
+                  argv[0]);
+        return CTL_EXIT_USAGE;
+    }
+    const struct command *cmd = find_command(argv[0]);
+    if (!cmd) {
+        ctl_error("unknown command '%s'; the commands are listed by 'gllmctl help'", argv[0]);
+        return CTL_EXIT_USAGE;
+    }
+    if (help) {
+        command_usage(stdout, cmd);
+        return 0;
+    }
+    argv[argc] = NULL;
+    r = cmd->run(&g, argc, argv);
+    if (r == CTL_EXIT_USAGE)
+        fprintf(stderr, "Try 'gllmctl help %s'.\n", cmd->name);
+    return r;
 }

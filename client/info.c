@@ -214,9 +214,12 @@ int gllm_status_get(gllm_client *c, gllm_status *out)
     r = decode_devices(res, devices, &ndevices);
     struct status_list listed;
     decode_client_list(res, &listed);
+    struct status_metrics metrics;
+    metrics_decode(res, &metrics);
     rpc_end(c);
     if (r == 0) {
         c->listed = listed;
+        c->metrics = metrics;
         st.nlisted = listed.n;
         out_fill(out, &st, sizeof st);
     }

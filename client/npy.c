@@ -36,7 +36,14 @@ static int parse_header(const char *hdr, struct npy *a, char *err, size_t errlen
     else if (strncmp(d, "'<f2'", 5) == 0)
         a->dtype = GLLM_DTYPE_F16;
     else {
-        snprintf(err, errlen, "dtype %.8s not supported (float32 or float16 only)", d);
+        /* The whole descr, as numpy wrote it: '<f8', '|u1', '<V2', ... */
+        size_t n = 0;
+        if (*d == '\'')
+            while (d[1 + n] && d[1 + n] != '\'' && n < 32)
+                n++;
+        snprintf(err, errlen, "dtype '%.*s' is not supported: .npy files must be float32 ('<f4') "
+                 "or float16 ('<f2'); convert with numpy's x.astype(numpy.float32)",
+                 (int)n, d + 1);
         return GLLM_EDTYPE;
     }
     if (strncmp(f, "False", 5) != 0) {

@@ -101,6 +101,20 @@ install(CODE "
 " COMPONENT daemon)
 install(FILES ${_gllm_unit_out} ${PROJECT_SOURCE_DIR}/systemd/gllmd.socket
         DESTINATION ${GLLM_SYSTEMD_UNITDIR} COMPONENT daemon)
+# The metrics timer's service runs the installed gllmctl, written at install time likewise.
+set(_gllm_metrics_unit_out ${PROJECT_BINARY_DIR}/systemd/install/gllmd-metrics.service)
+install(CODE "
+  if(IS_ABSOLUTE \"${CMAKE_INSTALL_BINDIR}\")
+    set(GLLMCTL_PATH \"${CMAKE_INSTALL_BINDIR}/gllmctl\")
+  else()
+    set(GLLMCTL_PATH \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/gllmctl\")
+  endif()
+  configure_file(\"${PROJECT_SOURCE_DIR}/systemd/gllmd-metrics.service.in\" \"${_gllm_metrics_unit_out}\" @ONLY)
+" COMPONENT daemon)
+install(FILES ${_gllm_metrics_unit_out} ${PROJECT_SOURCE_DIR}/systemd/gllmd-metrics.timer
+        DESTINATION ${GLLM_SYSTEMD_UNITDIR} COMPONENT daemon)
+install(FILES completion/gllmctl.bash DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/bash-completion/completions
+        RENAME gllmctl COMPONENT daemon)
 install(FILES systemd/gllm.sysusers.conf DESTINATION ${GLLM_SYSUSERSDIR}
         RENAME gllm.conf COMPONENT daemon)
 install(FILES systemd/gllm.tmpfiles.conf DESTINATION ${GLLM_TMPFILESDIR}
@@ -163,6 +177,10 @@ file(READ ${PROJECT_SOURCE_DIR}/systemd/gllmd.service.in _gllm_service_template)
 string(REPLACE "@GLLMD_PATH@" "$<TARGET_FILE:gllmd>" _gllm_service_build "${_gllm_service_template}")
 file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/systemd/gllmd.service CONTENT "${_gllm_service_build}")
 configure_file(${PROJECT_SOURCE_DIR}/systemd/gllmd.socket ${PROJECT_BINARY_DIR}/systemd/gllmd.socket COPYONLY)
+file(READ ${PROJECT_SOURCE_DIR}/systemd/gllmd-metrics.service.in _gllm_metrics_template)
+string(REPLACE "@GLLMCTL_PATH@" "$<TARGET_FILE:gllmctl>" _gllm_metrics_build "${_gllm_metrics_template}")
+file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/systemd/gllmd-metrics.service CONTENT "${_gllm_metrics_build}")
+configure_file(${PROJECT_SOURCE_DIR}/systemd/gllmd-metrics.timer ${PROJECT_BINARY_DIR}/systemd/gllmd-metrics.timer COPYONLY)
 
 # Paperwork, in the form Debian asks of every package (so the packages and the tarball
 # hold the same tree): man pages gzipped, the upstream changelog as changelog.gz, the

@@ -12,6 +12,16 @@ fi
 out=$(systemd-analyze verify "$units/gllmd.service" "$units/gllmd.socket" 2>&1)
 check [ -z "$out" ]
 [ -n "$out" ] && echo "$out"
+# The metrics timer and its service: every 15 s, into node_exporter's textfile directory.
+out=$(systemd-analyze verify "$units/gllmd-metrics.service" "$units/gllmd-metrics.timer" 2>&1)
+check [ -z "$out" ]
+[ -n "$out" ] && echo "$out"
+check grep -q '^OnUnitActiveSec=15s$' "$units/gllmd-metrics.timer"
+check grep -q ' metrics --textfile /var/lib/prometheus/node-exporter/gllm.prom$' "$units/gllmd-metrics.service"
+metrics_exposure=$(systemd-analyze security --offline=yes --no-pager "$units/gllmd-metrics.service" 2>/dev/null |
+                   sed -n 's/.*Overall exposure level for gllmd-metrics.service: \([0-9.]*\).*/\1/p')
+echo "metrics exposure: ${metrics_exposure:-?}"
+check awk -v e="${metrics_exposure:-99}" 'BEGIN { exit !(e + 0 <= 2.5) }'
 exposure=$(systemd-analyze security --offline=yes --no-pager "$units/gllmd.service" 2>/dev/null |
            sed -n 's/.*Overall exposure level for gllmd.service: \([0-9.]*\).*/\1/p')
 echo "exposure: ${exposure:-?} (docs/operations.md records it)"

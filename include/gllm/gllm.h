@@ -38,7 +38,7 @@ extern "C" {
  * the client itself with gllm_disconnect.
  *
  * Structs that grow: every struct the library fills in (gllm_caps, gllm_limits,
- * gllm_device_info, gllm_status, gllm_client_info, gllm_job_result) and every
+ * gllm_device_info, gllm_status, gllm_client_info, gllm_metrics, gllm_job_result) and every
  * params struct it reads starts with `size_t size`, which the caller sets to
  * sizeof the struct it was compiled with; the GLLM_*_INIT macros do that and zero
  * the rest. New fields are only ever appended. The library fills only the first
@@ -274,6 +274,43 @@ GLLM_EXPORT int gllm_client_fd(const gllm_client *c);
  * entry index (0 <= index < out->nlisted) of the last status c received. */
 GLLM_EXPORT int gllm_status_get(gllm_client *c, gllm_status *out);
 GLLM_EXPORT int gllm_status_client(const gllm_client *c, int index, gllm_client_info *out);
+
+/* Job metrics since the daemon started, for monitoring (gllmctl metrics). A histogram's
+ * buckets are per bucket, not cumulative: counts[i] jobs took at most le[i] seconds and more
+ * than le[i - 1]; counts[nbounds] took longer than every bound. */
+#define GLLM_HISTOGRAM_BOUNDS 16
+typedef struct gllm_histogram {
+    int nbounds;                                /* bounds used, <= GLLM_HISTOGRAM_BOUNDS */
+    double le[GLLM_HISTOGRAM_BOUNDS];           /* upper bounds in seconds, ascending */
+    uint64_t counts[GLLM_HISTOGRAM_BOUNDS + 1];
+    double sum;                                 /* seconds, all jobs together */
+    uint64_t count;                             /* jobs observed: the counts added up */
+} gllm_histogram;
+
+#define GLLM_METRICS_MAX_METHODS 16
+typedef struct gllm_method_jobs {
+    char method[32];                            /* the wire method: "attention", ... */
+    uint64_t ok, failed;
+} gllm_method_jobs;
+
+typedef struct gllm_metrics {
+    size_t size;                                /* sizeof(gllm_metrics): GLLM_METRICS_INIT */
+    int nmethods;                               /* jobs[0 .. nmethods - 1] */
+    gllm_method_jobs jobs[GLLM_METRICS_MAX_METHODS];
+    /* Of successful jobs: time waiting for the device, the kernel's time (as kernel_ns), and
+     * the latency gllmd adds (from reading the request to the job's end, minus the kernel). */
+    gllm_histogram queue_seconds, kernel_seconds, added_seconds;
+} gllm_metrics;
+#define GLLM_METRICS_INIT {.size = sizeof(gllm_metrics)}
+
+/* The metrics of the last status c received (gllm_status_get first): -ENODATA when c has
+ * received none, or the daemon sent no metrics. */
+GLLM_EXPORT int gllm_status_metrics(const gllm_client *c, gllm_metrics *out);
+/* Device dev's memory in bytes, in use and in all, as the last status c received reported it
+ * (0 and 0 on the CPU backend): -EINVAL when dev is not a device it reported, -ENODATA when
+ * c has received no status. */
+GLLM_EXPORT int gllm_status_device_memory(const gllm_client *c, int dev, uint64_t *used,
+                                          uint64_t *total);
 
 /* Memory. An arena is shared memory the daemon maps; its bytes are at gllm_memory_data.
  * Device memory is daemon-owned memory on a device (GPU memory; host memory on the CPU

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# gllmctl's conventions: help on every command, global options before or after the command,
+# usage errors exit 2, "not running" 3 and "permission denied" 4 with advice, status fits 80
+# columns, colour only on a terminal without NO_COLOR, and a completion that knows every
+# command. Usage: test_gllmctl_cli.sh GLLMD GLLMCTL SOURCE_DIR
+set -u
+gllmd=$1 ctl=$2 src=$3
+fail=0 passed=0
+check() { if "$@"; then passed=$((passed + 1)); else echo "FAIL: $*"; fail=$((fail + 1)); fi; }
+# Runs gllmctl; wants exit status $1; keeps stdout in $out and stderr in $err.
+expect() {
+  local want=$1; shift
+  out=$("$ctl" "$@" 2>"$tmp/err"); local rc=$?
+  err=$(cat "$tmp/err")
+  if [ "$rc" = "$want" ]; then passed=$((passed + 1)); else
+    echo "FAIL: gllmctl $* exited $rc, want $want"; echo "$err"; fail=$((fail + 1)); fi
+}
+
+tmp=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$tmp"; }
+trap cleanup EXIT
+sock=$tmp/gllmd.sock
+
+# Help: the list, then each command's, by `help CMD`, `CMD --help` and `CMD -h`.
+expect 0 help
+commands=$(awk '/^Commands:/ { on = 1; next } on && /^$/ { exit } on { print $1 }' <<< "$out")
+check [ "$(wc -w <<< "$commands")" -ge 6 ]
+for c in $commands; do
+  expect 0 help "$c"; check grep -q "^Usage: gllmctl $c" <<< "$out"
+  check awk '{ if (length($0) > 80) { print "too wide: " $0; exit 1 } }' <<< "$out"
+  expect 0 "$c" --help; check grep -q "^Usage: gllmctl $c" <<< "$out"
+  expect 0 "$c" -h; check grep -q "^Usage: gllmctl $c" <<< "$out"
+done
+expect 0 bench --decode --help
+expect 0 --help
+check grep -q '^Exit status: ' <<< "$out"
+expect 2
+expect 2 help no-such-command
+expect 2 no-such-command
+check grep -q "gllmctl help" <<< "$err"
+expect 2 --socket
+check grep -q -- '--socket needs a path' <<< "$err"
+expect 2 status --socket
+expect 2 status --frobnicate
+expect 2 --frobnicate status
+expect 2 bench --iters abc
+expect 2 metrics --textfile
+expect 2 version extra
+
+# Not running: exit 3, the paths tried, and how to pick another.
+expect 3 --socket "$tmp/none.sock" status
+check grep -q "$tmp/none.sock" <<< "$err"
+check grep -q -- '--socket PATH' <<< "$err"
+check grep -q 'GLLM_SOCKET' <<< "$err"
+out=$(GLLM_SOCKET=$tmp/env.sock "$ctl" status 2>&1)
+check grep -q "$tmp/env.sock (GLLM_SOCKET)" <<< "$out"
+expect 3 status --json --socket "$tmp/none.sock"
+check grep -q '"schema_version": 1, "running": false' <<< "$out"
+expect 0 version --socket "$tmp/none.sock"
+check grep -q '^gllmctl [0-9]' <<< "$out"
+check grep -q '^libgllm-client [0-9]' <<< "$out"
+check grep -q '^gllmd: not reachable' <<< "$out"
+
+"$gllmd" --socket "$sock" --backend cpu --threads 2 > "$tmp/gllmd.log" 2>&1 &
+pid=$!
+for _ in $(seq 100); do "$ctl" --socket "$sock" status >/dev/null 2>&1 && break; sleep 0.1; done
+
+# Global options before or after the command.
+expect 0 --socket "$sock" status
+expect 0 status --socket "$sock"
+expect 0 status --socket="$sock" --wide
+expect 0 status --json --socket "$sock"
+check grep -q '^{"schema_version": 1, "running": true' <<< "$out"
+expect 0 --json --socket "$sock" version
+check grep -q '"gllmd": "[0-9]' <<< "$out"
+expect 0 version --socket "$sock"
+check grep -q "^gllmd [0-9.]* (protocol [0-9]*, backend cpu)" <<< "$out"
+
+# Status fits 80 columns, however long a device's name; --wide may take more.
+expect 0 status --socket "$sock"
+check awk '{ if (length($0) > 80) { print "too wide: " $0; exit 1 } }' <<< "$out"
+check [ "$(wc -l <<< "$out")" -ge 5 ]
+
+# attn: usage errors are 2; a float64 file names its dtype whole and what is accepted.
+npy() {   # PATH DESCR ELEMENT_BYTES: a [1, 2, 16, 64] array of zeros
+  local hdr="{'descr': '$2', 'fortran_order': False, 'shape': (1, 2, 16, 64), }"
+  while [ $(( (10 + ${#hdr} + 1) % 64 )) != 0 ]; do hdr+=" "; done
+  { printf '\x93NUMPY\x01\x00'; printf "\\x$(printf %02x $(( (${#hdr} + 1) % 256 )))\\x00";
+    printf '%s\n' "$hdr"; head -c $((2 * 16 * 64 * $3)) /dev/zero; } > "$1"
+}
+npy "$tmp/q.npy" '<f4' 4
+npy "$tmp/d.npy" '<f8' 8
+expect 0 attn "$tmp/q.npy" "$tmp/q.npy" "$tmp/q.npy" -o "$tmp/o.npy" --socket "$sock"
+expect 0 --json attn "$tmp/q.npy" "$tmp/q.npy" "$tmp/q.npy" -o "$tmp/o.npy" --socket "$sock"
+check grep -q '^{"schema_version": 1, "output": ' <<< "$out"
+expect 2 attn "$tmp/q.npy" "$tmp/q.npy" "$tmp/q.npy" -o "$tmp/o.npy" --scale abc --socket "$sock"
+expect 2 attn "$tmp/q.npy" "$tmp/q.npy" "$tmp/q.npy" -o "$tmp/o.npy" --dtype f64 --socket "$sock"
+expect 2 attn "$tmp/q.npy" "$tmp/q.npy" -o "$tmp/o.npy" --socket "$sock"
+expect 2 attn "$tmp/q.npy" "$tmp/q.npy" "$tmp/q.npy" -o
+expect 1 attn "$tmp/d.npy" "$tmp/q.npy" "$tmp/q.npy" -o "$tmp/o.npy" --socket "$sock"
+check grep -q "dtype '<f8' is not supported" <<< "$err"
+check grep -q "float32 ('<f4')" <<< "$err"
+
+# Colour: only on a terminal, never with NO_COLOR or --no-color (script(1) gives a terminal).
+if command -v script >/dev/null; then
+  esc=$'\033['
+  tty_out=$(TERM=xterm script -qec "'$ctl' --socket '$sock' status" /dev/null)
+  check grep -qF "$esc" <<< "$tty_out"
+  tty_out=$(TERM=xterm NO_COLOR=1 script -qec "'$ctl' --socket '$sock' status" /dev/null)
+  check bash -c "! grep -qF \$'\\033[' <<< \"\$1\"" _ "$tty_out"
+  tty_out=$(TERM=xterm script -qec "'$ctl' --socket '$sock' status --no-color" /dev/null)
+  check bash -c "! grep -qF \$'\\033[' <<< \"\$1\"" _ "$tty_out"
+fi
+expect 0 status --socket "$sock"
+check bash -c "! grep -qF \$'\\033[' <<< \"\$1\"" _ "$out"
+
+# Permission denied: exit 4, the socket's (here its directory's) group and how to join it.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  # Group root may enter, others may not: root's group is no group to join.
+  chmod 0750 "$tmp"
+  out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$ctl" --socket "$sock" status 2>&1)
+  rc=$?
+  check [ "$rc" = 4 ]
+  check grep -q 'permission denied' <<< "$out"
+  check grep -q 'run gllmctl with sudo' <<< "$out"
+  # Another group (as gllmd.socket's gllm): the advice names it and how to join.
+  group=$(getent group users daemon | head -1 | cut -d: -f1)
+  if [ -n "$group" ]; then
+    chgrp "$group" "$tmp"
+    out=$(setpriv --reuid=65534 --regid=65534 --clear-groups "$ctl" --socket "$sock" status 2>&1)
+    rc=$?
+    check [ "$rc" = 4 ]
+    check grep -q "group '$group'" <<< "$out"
+    check grep -q "usermod -aG $group \$USER" <<< "$out"
+    check grep -q 'log in again' <<< "$out"
+  fi
+fi
+
+# The completion offers every command of `gllmctl help`, and their options.
+if command -v bash >/dev/null; then
+  got=$(bash -c "source '$src/completion/gllmctl.bash'; COMP_WORDS=(gllmctl ''); COMP_CWORD=1;
+                 _gllmctl; printf '%s\n' \"\${COMPREPLY[@]}\"")
+  for c in $commands; do check grep -qx "$c" <<< "$got"; done
+  got=$(bash -c "source '$src/completion/gllmctl.bash'; COMP_WORDS=(gllmctl status --w);
+                 COMP_CWORD=2; _gllmctl; printf '%s\n' \"\${COMPREPLY[@]}\"")
+  check grep -qx -- '--wide' <<< "$got"
+fi
+
+# The man page documents every command and exit status 4.
+for c in $commands; do check grep -q "^\\.B $c\$" "$src/man/gllmctl.1"; done
+check grep -q '^\.B 4$' "$src/man/gllmctl.1"
+
+echo "$passed passed, $fail failed"
+[ "$fail" = 0 ]
