@@ -151,8 +151,8 @@ def check(doc, where="run"):
         if not isinstance(m.get(k), str) or not m[k]:
             raise BadRun(f"{where}: meta.{k} missing or not a string")
     cases = doc.get("cases")
-    if not isinstance(cases, list) or not cases:
-        raise BadRun(f"{where}: cases missing or empty")
+    if not isinstance(cases, list):
+        raise BadRun(f"{where}: cases missing or not a list")
     seen = set()
     for i, c in enumerate(cases):
         at = f"{where}: cases[{i}]"
