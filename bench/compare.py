@@ -132,13 +132,6 @@ def print_table(rows, missing, new, base, cur, threshold):
         print(f"REGRESSION {r['case']} {r['figure']}: {r['change']:+.1%}")
 
 
-def split_sides(paths):
-    if "--" in paths:
-        i = paths.index("--")
-        return paths[:i], paths[i + 1:]
-    return paths[:1], paths[1:]
-
-
 def main(argv):
     ap = argparse.ArgumentParser(description="benchmark regression gate (see the module docstring)")
     ap.add_argument("--threshold", type=float, default=0.03,
@@ -150,6 +143,12 @@ def main(argv):
                     help="gate every gllm figure with a unit, not only each case's gate list")
     ap.add_argument("--out", help="also write the JSON comparison to this file")
     ap.add_argument("files", nargs="+", metavar="FILE")
+    # argparse drops a "--" it sees, so the sides are split here: before it the options and
+    # the baseline's files, after it the current run's.
+    current = None
+    if "--" in argv:
+        i = argv.index("--")
+        argv, current = argv[:i], argv[i + 1:]
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:
@@ -157,7 +156,7 @@ def main(argv):
     if not 0 <= args.threshold < 1:
         print("compare: --threshold wants 0 to 1 (0.03 is 3%)", file=sys.stderr)
         return 2
-    bpaths, cpaths = split_sides(args.files)
+    bpaths, cpaths = (args.files, current) if current is not None else (args.files[:1], args.files[1:])
     if not bpaths or not cpaths:
         print("compare: want a baseline and a current run", file=sys.stderr)
         return 2
