@@ -158,8 +158,10 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
         ctl_bench_json_figure("worker_p50_us", w50 / 1e3);
         ctl_bench_json_figure("wire_p50_us", o50 / 1e3);
         ctl_bench_json_figure("kv_gbps", gbps);
-        static const char *const gate[] = {"kernel_us", "e2e_p50_us"};
-        ctl_bench_json_case_close(gate, 2);
+        /* Only the kernel is gated: host-side times differ by up to 25% between machines
+         * of one kind (docs/performance.md), more than a stored baseline can absorb. */
+        static const char *const gate[] = {"kernel_us"};
+        ctl_bench_json_case_close(gate, 1);
     } else {
         printf("decode %-49s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.0f\n", name,
                k50 / 1e3, e50 / 1e3, e99 / 1e3, a50 / 1e3, a99 / 1e3, x50 / 1e3, q50 / 1e3,
