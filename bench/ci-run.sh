@@ -9,6 +9,7 @@
 #
 # Usage: bench/ci-run.sh BUILD OUT    (BUILD from tests/gpu/build-gpu.sh; built there if absent)
 # Environment: ROUNDS (3), SLOW_ROUNDS (2; 0 skips the slowdown, as CI does), SLOWDOWN (0.1),
+# BUDGET_S (420: fewer rounds when the first shows they would not fit; at least 2 and 1),
 # BASELINE (a file; default from the GPU's name), THRESHOLD (0.03), GLLM_COMMIT; to rehearse
 # the script without a GPU: CI_BACKEND=cpu (gllmctl only: the PyTorch scripts need CUDA),
 # CTL_ITERS (20) and DECODE_ITERS (1000); PYTHON (python3) runs the Python parts.
@@ -91,7 +92,22 @@ merge() {
   $py bench/benchrun.py merge "$to" $(ls "$@" 2>/dev/null) || { note "FAIL merging into $to"; bench_failed=1; }
 }
 
-for r in $(seq "$rounds"); do round "$out/rounds/r$r"; done
+# Fits the rounds to BUDGET_S (default 420 s, for a device call of under 8 minutes): after
+# the first round, fewer rounds (never fewer than 2 unchanged and 1 slowed) when all of
+# them would not fit.
+t1=$(date +%s)
+round "$out/rounds/r1"
+per=$(( $(date +%s) - t1 + 1 ))
+budget=${BUDGET_S:-420}
+while [ $(( t1 - start + per * (rounds + slow_rounds) + 20 )) -gt "$budget" ]; do
+  if [ "$slow_rounds" -gt 1 ]; then slow_rounds=$((slow_rounds - 1))
+  elif [ "$rounds" -gt 2 ]; then rounds=$((rounds - 1))
+  else break; fi
+done
+if [ "$rounds" != "${ROUNDS:-3}" ] || [ "$slow_rounds" != "${SLOW_ROUNDS:-2}" ]; then
+  note "budget ${budget} s, ~${per} s a round: $rounds rounds, $slow_rounds slowed"
+fi
+for r in $(seq 2 "$rounds"); do round "$out/rounds/r$r"; done
 merge "$out/current.json" "$out"/rounds/r*/*.json
 slow_rc=
 if [ "$slow_rounds" -gt 0 ]; then
