@@ -76,11 +76,12 @@ def _run(cmd):
 
 
 def commit():
-    """GLLM_COMMIT, else the checkout's HEAD when run inside one, else "unknown"."""
+    """GLLM_COMMIT, else HEAD of the checkout these scripts are in, else "unknown"."""
     env = os.environ.get("GLLM_COMMIT", "").strip()
     if env:
         return env
-    return _run(["git", "rev-parse", "--short=12", "HEAD"]) or "unknown"
+    here = os.path.dirname(os.path.abspath(__file__))
+    return _run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"]) or "unknown"
 
 
 def nvidia_smi():

@@ -53,7 +53,8 @@ static void first_line(const char *cmd, char *buf, size_t size)
         buf[0] = 0;
 }
 
-/* GLLM_COMMIT, else the checkout's HEAD when run inside one, else "unknown". */
+/* GLLM_COMMIT, else HEAD of the gllm checkout gllmctl runs in (one with include/gllm/gllm.h
+ * at its top: another project's commit would mislabel the run), else "unknown". */
 static void bench_commit(char *buf, size_t size)
 {
     const char *env = getenv("GLLM_COMMIT");
@@ -61,7 +62,12 @@ static void bench_commit(char *buf, size_t size)
         snprintf(buf, size, "%s", env);
         return;
     }
-    first_line("git rev-parse --short=12 HEAD 2>/dev/null", buf, size);
+    char top[512], header[600];
+    first_line("git rev-parse --show-toplevel 2>/dev/null", top, sizeof top);
+    snprintf(header, sizeof header, "%s/include/gllm/gllm.h", top);
+    buf[0] = 0;
+    if (top[0] && access(header, R_OK) == 0)
+        first_line("git rev-parse --short=12 HEAD 2>/dev/null", buf, size);
     if (!buf[0])
         snprintf(buf, size, "unknown");
 }
