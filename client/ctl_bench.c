@@ -109,7 +109,8 @@ void ctl_bench_json_open(gllm_client *c, const char *tool, int iters, double fac
     if (strcmp(caps.backend, "cuda") == 0)
         first_line("nvidia-smi --query-gpu=driver_version,clocks.sm --format=csv,noheader "
                    "2>/dev/null", smi, sizeof smi);
-    printf("{\"schema\": \"gllm-bench-run/1\",\n \"meta\": {\"date\": ");
+    /* schema_version: the number every gllmctl --json document carries; schema names it. */
+    printf("{\"schema\": \"gllm-bench-run/1\", \"schema_version\": 1,\n \"meta\": {\"date\": ");
     ctl_json_str(date);
     printf(", \"commit\": ");
     ctl_json_str(commit);
