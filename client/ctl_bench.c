@@ -1,11 +1,176 @@
-/* gllmctl bench: standard prefill shapes through the daemon; kernel and end-to-end times. */
+/* gllmctl bench: standard prefill shapes through the daemon; kernel and end-to-end times; the benchmarks' JSON document. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ctl.h"
+#include "ctl_bench.h"
 #include "gllm/elem.h"
+
+int ctl_bench_slowdown(double *factor)
+{
+    *factor = 1;
+    const char *raw = getenv("GLLM_BENCH_SLOWDOWN");
+    if (!raw || !*raw)
+        return 0;
+    char *end;
+    errno = 0;
+    double f = strtod(raw, &end);
+    if (errno || end == raw || *end || !(f >= 0 && f <= 10)) {
+        fprintf(stderr, "gllmctl bench: GLLM_BENCH_SLOWDOWN='%s': want a number from 0 to 10 "
+                "(0.1 reports times 10%% longer than measured)\n", raw);
+        return 2;
+    }
+    *factor = 1 + f;
+    if (f > 0)
+        fprintf(stderr, "gllmctl bench: GLLM_BENCH_SLOWDOWN=%s: a test hook; every time is "
+                "reported as %.3gx what was measured\n", raw, *factor);
+    return 0;
+}
+
+uint64_t ctl_bench_scaled(uint64_t ns, double factor)
+{
+    return factor == 1 ? ns : (uint64_t)llround((double)ns * factor);
+}
+
+/* The first line a command prints, without its newline; "" when it cannot run. */
+static void first_line(const char *cmd, char *buf, size_t size)
+{
+    buf[0] = 0;
+    FILE *f = popen(cmd, "re");
+    if (!f)
+        return;
+    if (fgets(buf, (int)size, f))
+        buf[strcspn(buf, "\r\n")] = 0;
+    while (fgetc(f) != EOF) { }
+    if (pclose(f) != 0)
+        buf[0] = 0;
+}
+
+/* GLLM_COMMIT, else HEAD of the gllm checkout gllmctl runs in (one with include/gllm/gllm.h
+ * at its top: another project's commit would mislabel the run), else "unknown". */
+static void bench_commit(char *buf, size_t size)
+{
+    const char *env = getenv("GLLM_COMMIT");
+    if (env && *env) {
+        snprintf(buf, size, "%s", env);
+        return;
+    }
+    char top[512], header[600];
+    first_line("git rev-parse --show-toplevel 2>/dev/null", top, sizeof top);
+    snprintf(header, sizeof header, "%s/include/gllm/gllm.h", top);
+    buf[0] = 0;
+    if (top[0] && access(header, R_OK) == 0)
+        first_line("git rev-parse --short=12 HEAD 2>/dev/null", buf, size);
+    if (!buf[0])
+        snprintf(buf, size, "unknown");
+}
+
+/* The command line from /proc/self/cmdline, its arguments separated by spaces. */
+static void bench_command(char *buf, size_t size)
+{
+    snprintf(buf, size, "gllmctl bench");
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, size - 1);
+    close(fd);
+    if (n <= 0) {
+        snprintf(buf, size, "gllmctl bench");
+        return;
+    }
+    buf[n] = 0;
+    while (n > 0 && buf[n - 1] == 0)
+        n--;
+    for (ssize_t i = 0; i < n; i++)
+        if (buf[i] == 0)
+            buf[i] = ' ';
+}
+
+void ctl_bench_json_open(gllm_client *c, const char *tool, int iters, double factor)
+{
+    gllm_caps caps = GLLM_CAPS_INIT;
+    gllm_device_info dev;
+    gllm_client_caps(c, &caps);
+    char date[32] = "", commit[64], command[1024], smi[128] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    bench_commit(commit, sizeof commit);
+    bench_command(command, sizeof command);
+    /* Driver and SM clock describe a GPU: asked of nvidia-smi only when gllmd runs on CUDA. */
+    if (strcmp(caps.backend, "cuda") == 0)
+        first_line("nvidia-smi --query-gpu=driver_version,clocks.sm --format=csv,noheader "
+                   "2>/dev/null", smi, sizeof smi);
+    /* schema_version: the number every gllmctl --json document carries; schema names it. */
+    printf("{\"schema\": \"gllm-bench-run/1\", \"schema_version\": 1,\n \"meta\": {\"date\": ");
+    ctl_json_str(date);
+    printf(", \"commit\": ");
+    ctl_json_str(commit);
+    printf(", \"gllmd_version\": ");
+    ctl_json_str(caps.daemon_version);
+    printf(", \"backend\": ");
+    ctl_json_str(caps.backend);
+    printf(", \"device\": ");
+    ctl_json_str(caps.ndevices ? ctl_first_device_name(c, &dev) : "");
+    char *comma = strchr(smi, ',');
+    if (smi[0] && comma) {   /* "580.159.04, 1980 MHz" */
+        *comma = 0;
+        printf(", \"driver\": ");
+        ctl_json_str(smi);
+        char *end;
+        long mhz = strtol(comma + 1, &end, 10);
+        if (end != comma + 1 && mhz > 0)
+            printf(", \"sm_clock_mhz\": %ld", mhz);
+    }
+    printf(",\n  \"command\": ");
+    ctl_json_str(command);
+    printf(", \"tool\": ");
+    ctl_json_str(tool);
+    printf(", \"iters\": %d", iters);
+    if (factor != 1)
+        printf(", \"test_slowdown\": %.6g", factor - 1);
+    printf("},\n \"cases\": [");
+}
+
+/* How many figures the open case has printed: the first goes without a comma. */
+static int case_figures;
+
+void ctl_bench_json_case_open(bool first, const char *suite, const char *name, const char *params)
+{
+    case_figures = 0;
+    printf("%s\n  {\"suite\": ", first ? "" : ",");
+    ctl_json_str(suite);
+    printf(", \"name\": ");
+    ctl_json_str(name);
+    printf(", \"params\": {%s},\n   \"figures\": {", params);
+}
+
+void ctl_bench_json_figure(const char *key, double value)
+{
+    if (isfinite(value))
+        printf("%s\"%s\": [%.6g]", case_figures++ ? ", " : "", key, value);
+}
+
+void ctl_bench_json_case_close(const char *const *gate, int ngate)
+{
+    printf("},\n   \"gate\": [");
+    for (int i = 0; i < ngate; i++)
+        printf("%s\"%s\"", i ? ", " : "", gate[i]);
+    printf("]}");
+}
+
+void ctl_bench_json_close(void)
+{
+    printf("\n ]}\n");
+}
 
 struct shape {
     int64_t B, Hq, Hkv, S, D;
@@ -49,7 +214,7 @@ static void fill_random(void *p, gllm_dtype dt, size_t n, uint64_t *state)
 
 /* unit: 1 prints GFLOP/s, 1000 TFLOP/s (the header says which). */
 static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json, bool first,
-                     double unit)
+                     double unit, double slow)
 {
     size_t es = gllm_dtype_size(s->dtype);
     size_t nq = (size_t)(s->B * s->Hq * s->S * s->D), nk = (size_t)(s->B * s->Hkv * s->S * s->D);
@@ -83,12 +248,12 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
         uint64_t t0 = ctl_mono_ns();
         if ((r = gllm_attention(c, &p, &res)) < 0)
             goto fail;
-        e2e[i] = ctl_mono_ns() - t0;
-        kern[i] = res.kernel_ns;
+        e2e[i] = ctl_bench_scaled(ctl_mono_ns() - t0, slow);
+        kern[i] = ctl_bench_scaled(res.kernel_ns, slow);
         /* What the daemon and the copies add to the kernel, as the client sees it. */
-        added[i] = e2e[i] > res.kernel_ns ? e2e[i] - res.kernel_ns : 0;
+        added[i] = e2e[i] > kern[i] ? e2e[i] - kern[i] : 0;
         if (res.copy_ns)
-            copy_gbps += (double)res.copy_bytes / (double)res.copy_ns / iters;
+            copy_gbps += (double)res.copy_bytes / (double)ctl_bench_scaled(res.copy_ns, slow) / iters;
     }
     double flops = 4.0 * (double)(s->B * s->Hq) * (double)s->S * (double)s->S * (double)s->D;
     if (s->causal)
@@ -99,11 +264,23 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
     snprintf(name, sizeof name, "B%lld Hq%lld Hkv%lld S%lld D%lld %s%s", (long long)s->B,
              (long long)s->Hq, (long long)s->Hkv, (long long)s->S, (long long)s->D,
              gllm_dtype_name(s->dtype), s->causal ? " causal" : "");
-    if (json)
-        printf("%s{\"shape\": \"%s\", \"iters\": %d, \"kernel_ms\": %.4f, \"e2e_ms\": %.4f, "
-               "\"added_ms\": %.4f, \"kernel_gflops\": %.2f, \"e2e_gflops\": %.2f, "
-               "\"copy_gbps\": %.2f}",
-               first ? "" : ",\n ", name, iters, mk / 1e6, me / 1e6, ma / 1e6, gk, ge, copy_gbps);
+    if (json) {
+        char params[192];
+        snprintf(params, sizeof params, "\"batch\": %lld, \"q_heads\": %lld, \"kv_heads\": %lld, "
+                 "\"seq_len\": %lld, \"head_dim\": %lld, \"dtype\": \"%s\", \"causal\": %s",
+                 (long long)s->B, (long long)s->Hq, (long long)s->Hkv, (long long)s->S,
+                 (long long)s->D, gllm_dtype_name(s->dtype), s->causal ? "true" : "false");
+        ctl_bench_json_case_open(first, "ctl-prefill", name, params);
+        ctl_bench_json_figure("kernel_tflops", gk / 1000);
+        ctl_bench_json_figure("e2e_tflops", ge / 1000);
+        ctl_bench_json_figure("kernel_ms", mk / 1e6);
+        ctl_bench_json_figure("e2e_ms", me / 1e6);
+        ctl_bench_json_figure("added_ms", ma / 1e6);
+        if (copy_gbps > 0)   /* the CPU backend works in the arenas: nothing is copied */
+            ctl_bench_json_figure("copy_gbps", copy_gbps);
+        static const char *const gate[] = {"kernel_tflops"};
+        ctl_bench_json_case_close(gate, 1);
+    }
     else if (copy_gbps > 0)
         printf("%-38s %10.3f %10.3f %12.1f %12.1f %9.1f\n", name, mk / 1e6, me / 1e6, gk / unit,
                ge / unit, copy_gbps);
@@ -125,9 +302,12 @@ out:
 
 int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o)
 {
-    gllm_client *c;
-    int r = ctl_connect(socket_path, &c);
+    double slow;
+    int r = ctl_bench_slowdown(&slow);
     if (r)
+        return r;
+    gllm_client *c;
+    if ((r = ctl_connect(socket_path, &c)) != 0)
         return r;
     gllm_caps caps = GLLM_CAPS_INIT;
     gllm_device_info dev;
@@ -136,7 +316,7 @@ int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o)
     const struct shape *shapes = cpu ? cpu_shapes : gpu_shapes;
     int n = (int)(cpu ? sizeof cpu_shapes / sizeof *cpu_shapes : sizeof gpu_shapes / sizeof *gpu_shapes);
     if (o->json)
-        ctl_json_open(c, "results");
+        ctl_bench_json_open(c, "gllmctl bench", o->iters, slow);
     else
         printf("backend %s, device %s, median of %d runs (e2e: client submit to reply, "
                "tensors in arenas)\n%-38s %10s %10s %12s %12s %9s\n",
@@ -145,9 +325,9 @@ int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o)
                cpu ? "e2e GFLOP/s" : "e2e TFLOP/s", "copy GB/s");
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        rc = run_shape(c, &shapes[i], o->iters, o->json, i == 0, cpu ? 1 : 1000);
+        rc = run_shape(c, &shapes[i], o->iters, o->json, i == 0, cpu ? 1 : 1000, slow);
     if (o->json)
-        printf("]}\n");
+        ctl_bench_json_close();
     gllm_disconnect(c);
     return rc;
 }

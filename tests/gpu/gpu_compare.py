@@ -3,7 +3,10 @@
 FLASH_ATTENTION (FA2) and CUDNN_ATTENTION backends in the same run.
 
 Usage: gpu_compare.py --socket PATH [--out DIR] [--iters N]
-Prints one line per case and a summary table last; writes JSON next to it.
+Prints one line per case and a summary table last; writes DIR/gpu_compare.json, a
+gllm-bench-run/1 document (bench/SCHEMA.md) with the correctness cases beside it.
+GLLM_BENCH_SLOWDOWN=F (a test hook of the regression gate) reports gllm's times as (1 + F)
+times what was measured; the peers' are left alone.
 """
 import argparse
 import json
@@ -18,6 +21,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import benchrun  # noqa: E402
 from gllm_raw import Arena, Client  # noqa: E402
 
 TOL = {"f16": 3e-3, "bf16": 2e-2, "f32": 1e-5}
@@ -165,14 +170,15 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows):
     params = dict(job.params, causal=causal)
     del params["lse"]
     kern, e2e, copy_bw = [], [], []
+    slow = 1 + benchrun.slowdown()     # the test hook: 1 unless GLLM_BENCH_SLOWDOWN is set
     client.call("attention", params)   # warm-up
     for _ in range(iters):
         t0 = time.perf_counter()
         r = client.call("attention", params)
-        e2e.append((time.perf_counter() - t0) * 1e3)
-        kern.append(r["kernel_ns"] / 1e6)
+        e2e.append((time.perf_counter() - t0) * 1e3 * slow)
+        kern.append(r["kernel_ns"] / 1e6 * slow)
         if r.get("copy_ns"):
-            copy_bw.append(r["copy_bytes"] / r["copy_ns"])
+            copy_bw.append(r["copy_bytes"] / (r["copy_ns"] * slow))
     flops = 4 * B * H * S * S * D / (2 if causal else 1)
     qd, kd, vd = q.cuda(), k.cuda(), v.cuda()
     peers, graphed = {}, {}
@@ -198,6 +204,14 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows):
     row["fa2_graph_tflops"] = flops / graphed["fa2"] / 1e9
     row["cudnn_graph_tflops"] = flops / graphed["cudnn"] / 1e9
     row["vs_fa2_graph"] = row["gllm_tflops"] / row["fa2_graph_tflops"]
+    row["case"] = benchrun.case(
+        "prefill", row["shape"],
+        {"batch": B, "heads": H, "seq_len": S, "head_dim": D, "dtype": dtype, "causal": causal},
+        {"gllm_tflops": row["gllm_tflops"], "gllm_kernel_ms": ours, "gllm_e2e_ms": row["e2e_ms"],
+         "gllm_arena_copy_gbps": row["copy_gbps"],
+         "fa2_per_call_tflops": row["fa2_tflops"], "cudnn_per_call_tflops": row["cudnn_tflops"],
+         "fa2_graph_tflops": row["fa2_graph_tflops"], "cudnn_graph_tflops": row["cudnn_graph_tflops"]},
+        ["gllm_tflops"])
     rows.append(row)
     print(f"  {row['shape']}: gllm {row['gllm_tflops']:.0f} TFLOP/s ({ours:.3f} ms), "
           f"FA2 {row['fa2_tflops']:.0f}, cuDNN {row['cudnn_tflops']:.0f} (from a CUDA graph: "
@@ -263,9 +277,16 @@ def main():
         for shape in ((4, 32, 2048, 128, "f16", False), (4, 32, 2048, 128, "f16", True),
                       (2, 32, 4096, 128, "bf16", True), (8, 16, 1024, 64, "f16", False)):
             bench(client, *shape, args.iters, rows)
+    cases = [r["case"] for r in rows]
+    for c in cases:
+        if math.isfinite(h2d):
+            c["figures"]["torch_pinned_h2d_gbps"] = [round(h2d, 2)]
+    meta = benchrun.meta("gpu_compare.py", client.caps, [os.path.basename(sys.argv[0])] + sys.argv[1:],
+                         args.iters, benchrun.torch_peers(torch))
     with open(os.path.join(args.out, "gpu_compare.json"), "w") as f:
-        json.dump({"device": dev, "correctness": results, "bench": rows, "pinned_h2d_gbps": h2d}, f,
-                  indent=1)
+        json.dump({"schema": benchrun.SCHEMA, "meta": meta, "cases": cases, "device_info": dev,
+                   "correctness": results}, f, indent=1)
+        f.write("\n")
     if rows:
         print(f"\n{'shape':30} {'gllm':>7} {'FA2':>7} {'cuDNN':>7} {'xFA2':>6} {'xcuDNN':>7} "
               f"{'copy/pinned':>11} {'FA2g':>6} {'xFA2g':>6}  (g: peer replayed from a CUDA graph)")

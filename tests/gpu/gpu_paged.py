@@ -3,6 +3,9 @@
 tables, then decode bandwidth against PyTorch SDPA (cuDNN, FA2) and a device-to-device copy, in one run.
 
 Usage: gpu_paged.py --socket PATH [--out DIR] [--iters N] [--shapes B:L,B:L...]
+Writes DIR/gpu_paged.json, a gllm-bench-run/1 document (bench/SCHEMA.md) with the
+correctness cases beside it. GLLM_BENCH_SLOWDOWN=F (a test hook of the regression gate)
+reports gllm's kernel times as (1 + F) times what was measured; the peers' are left alone.
 """
 import argparse
 import json
@@ -16,6 +19,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import benchrun  # noqa: E402
 from gllm_raw import Arena, Client, GllmError  # noqa: E402
 from gpu_compare import time_torch, time_torch_graph  # noqa: E402
 
@@ -224,7 +229,8 @@ def bench(client, g, B, Hq, Hkv, L, D, ps, iters, rows, d2d):
               "out": {"dtensor": pg.qo, "offset": qbytes, "dtype": dtype, "shape": [B, Hq, D]}}
     for _ in range(3):
         client.call("attention_decode", params)
-    kern = [client.call("attention_decode", params)["kernel_ns"] / 1e6 for _ in range(iters)]
+    slow = 1 + benchrun.slowdown()     # the test hook: 1 unless GLLM_BENCH_SLOWDOWN is set
+    kern = [client.call("attention_decode", params)["kernel_ns"] / 1e6 * slow for _ in range(iters)]
     ours = float(np.median(kern))
     # The output of the timed shape against float32 torch on the same data.
     client.call("dtensor_copy", {"dtensor": pg.qo, "offset": qbytes, "arena": pg.arena.id,
@@ -270,6 +276,16 @@ def bench(client, g, B, Hq, Hkv, L, D, ps, iters, rows, d2d):
     row["vs_cudnn"] = row["gllm_gbps"] / row["cudnn_gbps"]
     row["vs_cudnn_graph"] = row["gllm_gbps"] / row["cudnn_graph_gbps"]
     row["vs_d2d"] = row["gllm_gbps"] / d2d
+    row["case"] = benchrun.case(
+        "paged-decode", row["shape"][len("decode "):],
+        {"batch": B, "q_heads": Hq, "kv_heads": Hkv, "kv_len": L, "head_dim": D, "dtype": dtype,
+         "page_size": ps},
+        {"gllm_gbps": row["gllm_gbps"], "gllm_kernel_us": ours * 1e3,
+         "cudnn_per_call_gbps": row["cudnn_gbps"], "fa2_per_call_gbps": row["fa2_gbps"],
+         "cudnn_graph_gbps": row["cudnn_graph_gbps"], "fa2_graph_gbps": row["fa2_graph_gbps"],
+         "torch_d2d_gbps": d2d},
+        ["gllm_gbps"])
+    row["case"]["params"].update(cudnn_mode=modes["cudnn"], fa2_mode=modes["fa2"])
     rows.append(row)
     print(f"  {row['shape']}: gllm {row['gllm_gbps']:.0f} GB/s ({ours * 1e3:.1f} us, err {err:.1e}), "
           f"cuDNN {row['cudnn_gbps']:.0f} ({modes['cudnn']}), FA2 {row['fa2_gbps']:.0f} ({modes['fa2']}), "
@@ -366,8 +382,12 @@ def main():
     for shape in args.shapes.split(","):
         B, L = (int(v) for v in shape.split(":"))
         bench(client, g, B, 32, 8, L, 128, 16, args.iters, rows, d2d)
+    meta = benchrun.meta("gpu_paged.py", client.caps, [os.path.basename(sys.argv[0])] + sys.argv[1:],
+                         args.iters, benchrun.torch_peers(torch))
     with open(os.path.join(args.out, "gpu_paged.json"), "w") as f:
-        json.dump({"correctness": results, "decode": rows, "d2d_gbps": d2d}, f, indent=1)
+        json.dump({"schema": benchrun.SCHEMA, "meta": meta, "cases": [r["case"] for r in rows],
+                   "correctness": results}, f, indent=1)
+        f.write("\n")
     print(f"\n{'decode shape':42} {'gllm':>6} {'cuDNN':>6} {'FA2':>6} {'xcuDNN':>7} {'ofD2D':>6} "
           f"{'cuDNNg':>7} {'xcuDNNg':>8}  (GB/s of K+V; g: peer replayed from a CUDA graph)")
     for r in rows:
