@@ -47,7 +47,8 @@ def shared_tensor(client: "Client", shape: Sequence[int], dtype: Any, device: An
     if share == "memfd":
         mem = client.device_memory(nbytes, shared=True)
         arr = mem.numpy(dt, shape)                 # keeps mem alive through its base
-        t = torch.from_numpy(arr)
+        # bf16 bits go through int16, which torch supports fully (not so uint16)
+        t = torch.from_numpy(arr.view("int16") if dt == BF16 else arr)
         return t.view(torch.bfloat16) if dt == BF16 else t
     if share != "cuda_vmm_fd":
         raise RuntimeError(f"gllmd shares no device memory (share {share!r})")
