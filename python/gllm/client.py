@@ -5,7 +5,7 @@ import ctypes
 import dataclasses
 import threading
 import weakref
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _lib, errors
 from .dtypes import DType, as_dtype
@@ -141,6 +141,8 @@ class Client:
     def __init__(self, socket: Optional[str] = None):
         self._lock = threading.RLock()
         self._memories: "weakref.WeakSet[Memory]" = weakref.WeakSet()
+        # weak: a cached struct must not keep its memory (and a torch tensor's) alive
+        self._structs: Dict[Any, Tuple[_lib.GllmTensor, "weakref.ref[Memory]"]] = {}
         self._handle: Optional[int] = None
         lib = _lib.lib()
         h = ctypes.c_void_p()
@@ -261,6 +263,8 @@ class Client:
 
     def _unregister(self, m: Memory) -> None:
         self._memories.discard(m)
+        for key in [k for k, (_, ref) in self._structs.items() if ref() in (m, None)]:
+            del self._structs[key]
 
     def _new_memory(self, name: str, *args: Any, imported: bool = False) -> Memory:
         h = ctypes.c_void_p()
@@ -316,24 +320,50 @@ class Client:
             if x.memory.client is not self:
                 raise ValueError("tensor belongs to another client")
             return x, False
+        address, nbytes, shape, dtype, cuda = self._describe(x)
+        for m in list(self._memories):
+            if m._handle is not None and m.contains(address, max(nbytes, 1)):
+                return Tensor(m, as_dtype(dtype), shape, m.offset_of(address)), cuda
+        raise ValueError(f"tensor of shape {list(shape)} is not in gllm memory of this client "
+                         "(allocate it with Client.arena().numpy() or Client.torch_tensor())")
+
+    @staticmethod
+    def _describe(x: Any) -> Tuple[int, int, Tuple[int, ...], Any, bool]:
+        """Address, bytes, shape, dtype and CUDA-ness of a numpy array or torch tensor."""
         if _is_torch(x):
             if not x.is_contiguous():
                 raise ValueError("gllm needs contiguous torch tensors")
-            address, nbytes = x.data_ptr(), x.numel() * x.element_size()
-            shape, dtype, cuda = tuple(x.shape), as_dtype(x.dtype), bool(x.is_cuda)
-        elif hasattr(x, "__array_interface__"):
-            ai = x.__array_interface__
+            return (x.data_ptr(), x.numel() * x.element_size(), tuple(x.shape), x.dtype,
+                    bool(x.is_cuda))
+        if hasattr(x, "__array_interface__"):
             if not x.flags["C_CONTIGUOUS"]:
                 raise ValueError("gllm needs C-contiguous numpy arrays")
-            address, nbytes = ai["data"][0], x.nbytes
-            shape, dtype, cuda = tuple(x.shape), as_dtype(x.dtype), False
-        else:
-            raise TypeError(f"not a tensor gllm can name: {type(x).__name__}")
-        for m in list(self._memories):
-            if m._handle is not None and m.contains(address, max(nbytes, 1)):
-                return Tensor(m, dtype, shape, m.offset_of(address)), cuda
-        raise ValueError(f"tensor of shape {list(shape)} is not in gllm memory of this client "
-                         "(allocate it with Client.arena().numpy() or Client.torch_tensor())")
+            return x.__array_interface__["data"][0], x.nbytes, tuple(x.shape), x.dtype, False
+        raise TypeError(f"not a tensor gllm can name: {type(x).__name__}")
+
+    def _struct(self, x: Any) -> Tuple[_lib.GllmTensor, bool]:
+        """The gllm_tensor naming x, and whether x is a torch CUDA tensor. Serving loops pass
+        the same buffers step after step: their structs are kept, per memory, until the
+        memory is released."""
+        if isinstance(x, Tensor):
+            st = x.__dict__.get("_c_struct")
+            if st is None or x.memory._handle is None:
+                t, _ = self._find(x)
+                st = x._c_struct = t.c_struct()
+            return st, False
+        address, nbytes, shape, dtype, cuda = self._describe(x)
+        key = (address, shape, dtype, cuda)
+        hit = self._structs.get(key)
+        if hit is not None:
+            mem = hit[1]()
+            if mem is not None and mem._handle is not None:
+                return hit[0], cuda
+        t, cuda = self._find(x)
+        st = t.c_struct()
+        if len(self._structs) >= 4096:
+            self._structs.clear()
+        self._structs[key] = (st, weakref.ref(t.memory))
+        return st, cuda
 
     # --- jobs -----------------------------------------------------------------------
     @staticmethod
@@ -365,9 +395,9 @@ class Client:
         for name, x in (("q", q), ("k", k), ("v", v), ("out", out), ("lse", lse)):
             if x is None:
                 continue
-            t, cuda = self._find(x)
+            st, cuda = self._struct(x)
             any_cuda |= cuda
-            setattr(p, name, t.c_struct())
+            setattr(p, name, st)
         if causal:
             p.flags |= _lib.ATTN_CAUSAL
         if scale is not None:
@@ -381,9 +411,9 @@ class Client:
         s = _lib.GllmPagedKV()
         any_cuda = False
         for f in ("k_cache", "v_cache", "indptr", "indices", "last_page_len"):
-            t, cuda = self._find(getattr(kv, f))
+            st, cuda = self._struct(getattr(kv, f))
             any_cuda |= cuda
-            setattr(s, f, t.c_struct())
+            setattr(s, f, st)
         return s, any_cuda
 
     def kv_append(self, kv: PagedKV, k: Any, v: Any, append_indptr: Any,
@@ -394,9 +424,9 @@ class Client:
         p = _lib.sized(_lib.GllmKVAppendParams)
         p.kv, any_cuda = self._paged_kv(kv)
         for name, x in (("k", k), ("v", v), ("append_indptr", append_indptr)):
-            t, cuda = self._find(x)
+            st, cuda = self._struct(x)
             any_cuda |= cuda
-            setattr(p, name, t.c_struct())
+            setattr(p, name, st)
         return self._job("gllm_kv_append", p, any_cuda, stream)
 
     def _paged_params(self, kv: PagedKV, q: Any, out: Any, qo_indptr: Any,
@@ -406,9 +436,9 @@ class Client:
         for name, x in (("q", q), ("out", out), ("qo_indptr", qo_indptr)):
             if x is None:
                 continue
-            t, cuda = self._find(x)
+            st, cuda = self._struct(x)
             any_cuda |= cuda
-            setattr(p, name, t.c_struct())
+            setattr(p, name, st)
         if scale is not None:
             p.flags |= _lib.ATTN_SCALE
             p.scale = float(scale)
@@ -431,11 +461,12 @@ class Client:
 
     def paged_kv_cache(self, num_pages: int, page_size: int, num_kv_heads: int,
                        head_dim: int, dtype: Any, max_batch: int = 64,
-                       memory: str = "device") -> "PagedKVCache":
-        """A PagedKVCache whose pools live in memory "device", "shared" or "arena"."""
+                       memory: str = "device", num_layers: int = 1) -> "PagedKVCache":
+        """A PagedKVCache whose pools (one K and one V per layer) live in memory "device",
+        "shared" or "arena"."""
         from .paged import PagedKVCache
         return PagedKVCache(self, num_pages, page_size, num_kv_heads, head_dim, dtype,
-                            max_batch=max_batch, memory=memory)
+                            max_batch=max_batch, memory=memory, num_layers=num_layers)
 
     # --- torch ----------------------------------------------------------------------
     def torch_tensor(self, shape: Sequence[int], dtype: Any, device: Any = None) -> Any:

@@ -157,3 +157,58 @@ def test_pages_are_reused_and_errors_roll_back(client):
         assert r.cache.free_pages == before
     finally:
         r.close()
+
+
+def test_layers_share_one_table_per_step(client):
+    """Two layers, one step() each: per-layer pools hold different K/V, one page table."""
+    Hq, Hkv, D, ps, L = 4, 2, 64, 8, 2
+    rng = np.random.default_rng(5)
+    with client.paged_kv_cache(num_pages=32, page_size=ps, num_kv_heads=Hkv, head_dim=D,
+                               dtype="f32", max_batch=4, memory="shared",
+                               num_layers=L) as cache, client.arena(1 << 20) as a:
+        seqs = [cache.add_sequence() for _ in range(2)]
+        k64 = [[np.zeros((0, Hkv, D))] * 2 for _ in range(L)]
+        v64 = [[np.zeros((0, Hkv, D))] * 2 for _ in range(L)]
+        off = 0
+
+        def view(shape):
+            nonlocal off
+            x = a.numpy("f32", shape, off)
+            off = (off + x.nbytes + 63) // 64 * 64
+            return x
+        for counts in ([5, 11], [1, 1], [1, 1]):
+            cache.step(seqs, counts)
+            N = sum(counts)
+            off = 0
+            for layer in range(L):
+                k, v = view((N, Hkv, D)), view((N, Hkv, D))
+                k[:] = rng.uniform(-1, 1, k.shape)
+                v[:] = rng.uniform(-1, 1, v.shape)
+                cache.append_step(layer, k, v)
+                at = 0
+                for b, n in enumerate(counts):
+                    k64[layer][b] = np.concatenate([k64[layer][b], k[at:at + n]])
+                    v64[layer][b] = np.concatenate([v64[layer][b], v[at:at + n]])
+                    at += n
+                if counts[0] > 1:          # the prompts: chunked prefill
+                    q, out = view((N, Hq, D)), view((N, Hq, D))
+                    q[:] = rng.uniform(-1, 1, q.shape)
+                    cache.prefill_step(layer, q, out)
+                    at = 0
+                    for b, n in enumerate(counts):
+                        want, _ = attention64(q[at:at + n].transpose(1, 0, 2)[None],
+                                              k64[layer][b].transpose(1, 0, 2)[None],
+                                              v64[layer][b].transpose(1, 0, 2)[None], causal=True)
+                        np.testing.assert_allclose(out[at:at + n].transpose(1, 0, 2)[None], want,
+                                                   atol=2e-5)
+                        at += n
+                    continue
+                q, out = view((2, Hq, D)), view((2, Hq, D))
+                q[:] = rng.uniform(-1, 1, q.shape)
+                cache.decode_step(layer, q, out)
+                for b in range(2):
+                    want, _ = attention64(q[b][None, :, None],
+                                          k64[layer][b].transpose(1, 0, 2)[None],
+                                          v64[layer][b].transpose(1, 0, 2)[None])
+                    np.testing.assert_allclose(out[b][None, :, None], want, atol=2e-5)
+        assert [cache.length(s) for s in seqs] == [7, 13]
