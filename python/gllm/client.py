@@ -110,13 +110,19 @@ class PagedKV:
     last_page_len: Any
 
 
+_FIELD_NAMES: Dict[type, Tuple[str, ...]] = {}
+
+
 def _fields(struct: ctypes.Structure, cls: type, **extra: Any) -> Any:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
     vals = {}
-    for f in dataclasses.fields(cls):
-        if f.name in extra:
+    for name in names:
+        if name in extra:
             continue
-        v = getattr(struct, f.name)
-        vals[f.name] = _lib.text(v) if isinstance(v, bytes) else v
+        v = getattr(struct, name)
+        vals[name] = _lib.text(v) if isinstance(v, bytes) else v
     vals.update(extra)
     return cls(**vals)
 
@@ -342,6 +348,10 @@ class Client:
         raise TypeError(f"not a tensor gllm can name: {type(x).__name__}")
 
     def _struct(self, x: Any) -> Tuple[_lib.GllmTensor, bool]:
+        st, cuda, _ = self._struct_mem(x)
+        return st, cuda
+
+    def _struct_mem(self, x: Any) -> Tuple[_lib.GllmTensor, bool, Memory]:
         """The gllm_tensor naming x, and whether x is a torch CUDA tensor. Serving loops pass
         the same buffers step after step: their structs are kept, per memory, until the
         memory is released."""
@@ -350,20 +360,20 @@ class Client:
             if st is None or x.memory._handle is None:
                 t, _ = self._find(x)
                 st = x._c_struct = t.c_struct()
-            return st, False
+            return st, False, x.memory
         address, nbytes, shape, dtype, cuda = self._describe(x)
         key = (address, shape, dtype, cuda)
         hit = self._structs.get(key)
         if hit is not None:
             mem = hit[1]()
             if mem is not None and mem._handle is not None:
-                return hit[0], cuda
+                return hit[0], cuda, mem
         t, cuda = self._find(x)
         st = t.c_struct()
         if len(self._structs) >= 4096:
             self._structs.clear()
         self._structs[key] = (st, weakref.ref(t.memory))
-        return st, cuda
+        return st, cuda, t.memory
 
     # --- jobs -----------------------------------------------------------------------
     @staticmethod
@@ -408,12 +418,21 @@ class Client:
         return self._job("gllm_attention", p, any_cuda, stream)
 
     def _paged_kv(self, kv: PagedKV) -> Tuple[_lib.GllmPagedKV, bool]:
+        # A PagedKV names the same buffers every time (PagedKVCache makes a new one when its
+        # table moves): its struct is kept on it while its memories live.
+        cached = kv.__dict__.get("_gllm_struct")
+        if cached is not None and cached[0] is self and \
+                all(m._handle is not None for m in cached[3]):
+            return cached[1], cached[2]
         s = _lib.GllmPagedKV()
         any_cuda = False
+        mems = []
         for f in ("k_cache", "v_cache", "indptr", "indices", "last_page_len"):
-            st, cuda = self._struct(getattr(kv, f))
+            st, cuda, mem = self._struct_mem(getattr(kv, f))
             any_cuda |= cuda
+            mems.append(mem)
             setattr(s, f, st)
+        kv._gllm_struct = (self, s, any_cuda, mems)
         return s, any_cuda
 
     def kv_append(self, kv: PagedKV, k: Any, v: Any, append_indptr: Any,
