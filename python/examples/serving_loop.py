@@ -46,6 +46,9 @@ class Config:
 
 
 SMALL = Config(layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, ffn=2816, vocab=8192)
+# Largest |logits_gllm - logits_torch| / max |logits_torch| accepted as bf16 agreement.
+LOGITS_RTOL = 0.05
+
 ISSUE = Config(layers=8, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336,
                vocab=32000)
 
@@ -375,6 +378,7 @@ def main() -> int:
                "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "runs": []}
     g = torch.Generator(device="cuda").manual_seed(1)
+    failed = False
     for B in batches:
         tokens = torch.randint(0, cfg.vocab, (B, total), generator=g, device="cuda")
         row = {"batch": B}
@@ -408,10 +412,15 @@ def main() -> int:
             diff = (a - b).abs().max().item()
             scale = b.abs().max().item()
             agree = (a.argmax(-1) == b.argmax(-1)).float().mean().item()
-            row["logits"] = {"max_abs_diff": diff, "max_abs_ref": scale,
-                             "rel": diff / scale, "argmax_agreement": agree}
+            # bf16 tolerance: both modes round Q/K/V/out to bf16 at the same places; what
+            # differs is accumulation order inside attention, a few bf16 ulps per layer
+            ok = diff / scale <= LOGITS_RTOL
+            row["logits"] = {"max_abs_diff": diff, "max_abs_ref": scale, "rel": diff / scale,
+                             "argmax_agreement": agree, "rtol": LOGITS_RTOL, "agree": ok}
             print(f"B{B:<3} logits: max |gllm - torch| {diff:.4f} of max |torch| {scale:.3f} "
-                  f"(rel {diff / scale:.2e}); argmax agrees on {agree * 100:.1f}% of rows")
+                  f"(rel {diff / scale:.2e}, {'within' if ok else 'OUTSIDE'} {LOGITS_RTOL}); "
+                  f"argmax agrees on {agree * 100:.1f}% of rows")
+            failed |= not ok
         if "torch" in row and "gllm" in row:
             row["gllm_over_torch_tokens_per_s"] = row["gllm"]["decode_tokens_per_s"] / \
                 row["torch"]["decode_tokens_per_s"]
@@ -422,7 +431,7 @@ def main() -> int:
             json.dump(results, f, indent=1)
     if client is not None:
         client.close()
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
