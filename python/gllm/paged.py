@@ -1,0 +1,274 @@
+"""PagedKVCache: K/V page pools in gllm memory (one pair per layer), a page allocator, and
+the FlashInfer page table of a batch of sequences, written once per step for all layers."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+
+from .client import JobResult, PagedKV
+from .dtypes import as_dtype
+from .memory import Tensor
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+class PagedKVCache:
+    """K and V pools [num_pages, page_size, Hkv, D] per layer (FlashInfer's NHD layout) and
+    the page tables of sequences that grow token by token; all layers share the pages.
+
+    Sequences are integers from add_sequence(). One layer: append() writes new tokens' K and
+    V and grows their sequences (taking pages as needed); decode() and prefill() run
+    attention over the sequences named, in the order named.
+
+    Several layers (a model's step): step(seqs, counts) grows the sequences and writes the
+    page table once; then, for each layer, append_step(layer, k, v) and decode_step(layer,
+    q, out) or prefill_step(layer, q, out) use it.
+
+    The page table lives in an arena of the cache; the pools in memory "device" (gllmd's),
+    "shared" (gllmd-shared: addressable by the caller's kernels on CUDA, numpy views on the
+    CPU backend) or "arena"."""
+
+    def __init__(self, client: "Client", num_pages: int, page_size: int, num_kv_heads: int,
+                 head_dim: int, dtype: Any, max_batch: int = 64, memory: str = "device",
+                 num_layers: int = 1):
+        self.client = client
+        self.num_pages, self.page_size = int(num_pages), int(page_size)
+        self.num_kv_heads, self.head_dim = int(num_kv_heads), int(head_dim)
+        self.dtype = as_dtype(dtype)
+        self.max_batch = int(max_batch)
+        self.num_layers = int(num_layers)
+        pool_shape = (self.num_pages, self.page_size, self.num_kv_heads, self.head_dim)
+        pool_bytes = self.num_pages * self.page_size * self.num_kv_heads * self.head_dim * \
+            self.dtype.itemsize
+        if memory == "device":
+            alloc = client.device_memory
+        elif memory == "shared":
+            def alloc(n: int) -> Any:
+                return client.device_memory(n, shared=True)
+        elif memory == "arena":
+            alloc = client.arena
+        else:
+            raise ValueError(f"memory must be 'device', 'shared' or 'arena', not {memory!r}")
+        self._pool_mem = []
+        self.k_caches: List[Tensor] = []
+        self.v_caches: List[Tensor] = []
+        try:
+            for _ in range(self.num_layers):
+                for pools in (self.k_caches, self.v_caches):
+                    self._pool_mem.append(alloc(pool_bytes))
+                    pools.append(Tensor(self._pool_mem[-1], self.dtype, pool_shape))
+            # indptr [B + 1], indices [num_pages], last_page_len [B], and the step's
+            # indptrs of new tokens and of queries [B + 1] each
+            b1 = self.max_batch + 1
+            self._table = client.arena(4 * (b1 + self.num_pages + self.max_batch + 2 * b1))
+        except BaseException:
+            for m in self._pool_mem:
+                m.release()
+            raise
+        off = 0
+
+        def take(n: int) -> Any:
+            nonlocal off
+            view = self._table.numpy("int32", (n,), off)
+            off += 4 * n
+            return view
+        self._indptr = take(b1)
+        self._indices = take(self.num_pages)
+        self._last = take(self.max_batch)
+        self._append_indptr = take(b1)
+        self._qo_indptr = take(b1)
+        self._free: List[int] = list(range(self.num_pages - 1, -1, -1))
+        self._pages: Dict[int, List[int]] = {}
+        self._len: Dict[int, int] = {}
+        self._next_id = 0
+        self._version = 0                 # bumped whenever a sequence's pages or length change
+        self._table_key: Optional[Tuple[Any, int]] = None
+        self._kv: List[PagedKV] = []
+        self._step_seqs: Tuple[int, ...] = ()
+        self._step_counts: Optional[Tuple[int, ...]] = None
+        self._step_indptr: Any = None
+
+    @property
+    def k_cache(self) -> Tensor:
+        """Layer 0's K pool."""
+        return self.k_caches[0]
+
+    @property
+    def v_cache(self) -> Tensor:
+        """Layer 0's V pool."""
+        return self.v_caches[0]
+
+    # --- sequences -------------------------------------------------------------------
+    def add_sequence(self) -> int:
+        """A new, empty sequence's id."""
+        sid = self._next_id
+        self._next_id += 1
+        self._pages[sid], self._len[sid] = [], 0
+        return sid
+
+    def free_sequence(self, sid: int) -> None:
+        """Gives a sequence's pages back to the pool."""
+        self._free.extend(reversed(self._pages.pop(sid)))
+        del self._len[sid]
+        self._version += 1
+
+    def length(self, sid: int) -> int:
+        return self._len[sid]
+
+    def pages(self, sid: int) -> List[int]:
+        """The pool pages of sequence sid, in order."""
+        return list(self._pages[sid])
+
+    @property
+    def free_pages(self) -> int:
+        return len(self._free)
+
+    def _grow(self, sid: int, n: int) -> None:
+        need = -(-(self._len[sid] + n) // self.page_size) - len(self._pages[sid])
+        if need > len(self._free):
+            raise MemoryError(f"paged cache full: sequence {sid} needs {need} more pages, "
+                              f"{len(self._free)} free")
+        for _ in range(need):
+            self._pages[sid].append(self._free.pop())
+        self._len[sid] += n
+        self._version += 1
+
+    def _shrink(self, sid: int, n: int) -> None:
+        self._len[sid] -= n
+        keep = -(-self._len[sid] // self.page_size)
+        while len(self._pages[sid]) > keep:
+            self._free.append(self._pages[sid].pop())
+        self._version += 1
+
+    def _table_for(self, seqs: Sequence[int]) -> List[PagedKV]:
+        """The page table of seqs, per layer; rewritten only when something changed."""
+        key = (tuple(seqs), self._version)
+        if key == self._table_key:
+            return self._kv
+        B = len(seqs)
+        if not 1 <= B <= self.max_batch:
+            raise ValueError(f"batch of {B} outside 1..{self.max_batch}")
+        self._indptr[0] = 0
+        n = 0
+        for b, sid in enumerate(seqs):
+            pages = self._pages[sid]
+            self._indices[n:n + len(pages)] = pages
+            n += len(pages)
+            self._indptr[b + 1] = n
+            # an empty sequence has no last page: gllmd refuses it by name
+            self._last[b] = (self._len[sid] - 1) % self.page_size + 1 if pages else 0
+        indptr, indices, last = self._indptr[:B + 1], self._indices[:max(n, 1)], self._last[:B]
+        self._kv = [PagedKV(k, v, indptr, indices, last)
+                    for k, v in zip(self.k_caches, self.v_caches)]
+        self._table_key = key
+        return self._kv
+
+    @staticmethod
+    def _indptr_of(dst: Any, counts: Sequence[int]) -> Any:
+        dst[0] = 0
+        total = 0
+        for b, c in enumerate(counts):
+            if c < 0:
+                raise ValueError("negative token count")
+            total += int(c)
+            dst[b + 1] = total
+        return dst[:len(counts) + 1]
+
+    # --- a step of all layers ----------------------------------------------------------
+    def step(self, seqs: Sequence[int], counts: Sequence[int]) -> None:
+        """Grows sequence seqs[b] by counts[b] new tokens (0 for none) and writes the page
+        table that this step's append_step, prefill_step and decode_step calls use. A cache
+        too small raises MemoryError and changes nothing."""
+        if len(counts) != len(seqs):
+            raise ValueError("one count per sequence")
+        counts = tuple(int(c) for c in counts)
+        grown: List[Tuple[int, int]] = []
+        try:
+            for sid, c in zip(seqs, counts):
+                if c < 0:
+                    raise ValueError("negative token count")
+                self._grow(sid, c)
+                grown.append((sid, c))
+            self._table_for(seqs)
+        except BaseException:
+            self.undo_step(grown)
+            raise
+        self._step_seqs = tuple(seqs)
+        self._step_counts = counts
+        self._step_indptr = self._indptr_of(self._append_indptr, counts)
+        self._indptr_of(self._qo_indptr, counts)
+
+    def undo_step(self, grown: Optional[Sequence[Tuple[int, int]]] = None) -> None:
+        """Takes back the tokens the last step() added (after a failed append)."""
+        if grown is None:
+            grown = list(zip(self._step_seqs, self._step_counts or ()))
+            self._step_counts = None
+        for sid, c in reversed(list(grown)):
+            self._shrink(sid, c)
+
+    def _step_kv(self, layer: int) -> PagedKV:
+        if self._step_counts is None:
+            raise RuntimeError("no step: call step(seqs, counts) first")
+        return self._table_for(self._step_seqs)[layer]
+
+    def append_step(self, layer: int, k: Any, v: Any, stream: Any = None) -> JobResult:
+        """Writes this step's new tokens' K and V ([N, Hkv, D], sequences one after the
+        other) into layer's pools."""
+        kv = self._step_kv(layer)
+        return self.client.kv_append(kv, k, v, self._step_indptr, stream=stream)
+
+    def prefill_step(self, layer: int, q: Any, out: Any, scale: Optional[float] = None,
+                     stream: Any = None) -> JobResult:
+        """Chunked prefill of layer for this step's new tokens (q, out [N, Hq, D]): each
+        attends causally to its sequence's prefix and to the new tokens before it."""
+        kv = self._step_kv(layer)
+        return self.client.attention_prefill(kv, q, out, self._qo_indptr[:len(self._step_seqs) + 1],
+                                             scale=scale, stream=stream)
+
+    def decode_step(self, layer: int, q: Any, out: Any, scale: Optional[float] = None,
+                    stream: Any = None) -> JobResult:
+        """Decode of layer: one query per sequence of the step (q, out [B, Hq, D])."""
+        kv = self._step_kv(layer)
+        return self.client.attention_decode(kv, q, out, scale=scale, stream=stream)
+
+    # --- one layer ---------------------------------------------------------------------
+    def append(self, seqs: Sequence[int], k: Any, v: Any, counts: Sequence[int],
+               layer: int = 0, stream: Any = None) -> JobResult:
+        """Appends counts[b] new tokens to sequence seqs[b]: rows of k and v ([N, Hkv, D],
+        N = sum(counts), sequences' tokens one after the other) in gllm memory. With
+        several layers use step() and append_step(): this grows the sequences itself. If
+        gllmd refuses the append, the sequences are left as they were."""
+        self.step(seqs, counts)
+        try:
+            return self.append_step(layer, k, v, stream=stream)
+        except BaseException:
+            self.undo_step()
+            raise
+
+    def decode(self, seqs: Sequence[int], q: Any, out: Any, scale: Optional[float] = None,
+               layer: int = 0, stream: Any = None) -> JobResult:
+        """One query per sequence (q and out [B, Hq, D]) attending to all its tokens."""
+        return self.client.attention_decode(self._table_for(seqs)[layer], q, out, scale=scale,
+                                            stream=stream)
+
+    def prefill(self, seqs: Sequence[int], q: Any, out: Any, counts: Sequence[int],
+                scale: Optional[float] = None, layer: int = 0,
+                stream: Any = None) -> JobResult:
+        """Chunked prefill: the counts[b] queries of sequence seqs[b] (q and out [N, Hq, D])
+        are its last counts[b] tokens, already appended; they attend causally."""
+        if len(counts) != len(seqs):
+            raise ValueError("one count per sequence")
+        kv = self._table_for(seqs)[layer]
+        qo = self._indptr_of(self._qo_indptr, counts)
+        return self.client.attention_prefill(kv, q, out, qo, scale=scale, stream=stream)
+
+    def release(self) -> None:
+        """Gives the pools and the table back."""
+        for m in self._pool_mem + [self._table]:
+            m.release()
+
+    def __enter__(self) -> "PagedKVCache":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()

@@ -1,0 +1,95 @@
+"""The torch path: tensors in gllmd-shared memory handed to attention as they are. Skipped
+without torch. Against the CPU backend (memfd) the tensors are CPU tensors; against a CUDA
+gllmd (GLLM_TEST_SOCKET=... on the GPU machine) they are CUDA tensors made through
+__cuda_array_interface__, and the test needs torch with CUDA."""
+import gc
+
+import pytest
+
+import gllm
+
+torch = pytest.importorskip("torch")
+
+TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@pytest.fixture
+def tclient(client):
+    share = client.caps.share
+    if share == "cuda_vmm_fd" and not torch.cuda.is_available():
+        pytest.skip("gllmd shares CUDA memory but this torch has no CUDA")
+    if share not in ("memfd", "cuda_vmm_fd"):
+        pytest.skip(f"gllmd shares no memory (share {share!r})")
+    return client
+
+
+def _expected_device(client):
+    return "cuda" if client.caps.share == "cuda_vmm_fd" else "cpu"
+
+
+def ref(q, k, v, causal):
+    q, k, v = (x.detach().to("cpu", torch.float64) for x in (q, k, v))
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        Sq, Skv = q.shape[2], k.shape[2]
+        mask = torch.arange(Skv)[None, :] <= torch.arange(Sq)[:, None] + Skv - Sq
+        s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_torch_attention(tclient, dtype):
+    B, Hq, Hkv, S, D = 2, 8, 2, 33, 128
+    torch.manual_seed(0)
+    q, k, v = (tclient.torch_tensor(shape, dtype) for shape in
+               ((B, Hq, S, D), (B, Hkv, S, D), (B, Hkv, S, D)))
+    out = tclient.torch_tensor((B, Hq, S, D), dtype)
+    assert q.device.type == _expected_device(tclient) and q.dtype == dtype
+    for t in (q, k, v):
+        t.copy_(torch.rand(t.shape, dtype=torch.float32, device=t.device) * 2 - 1)
+    gllm.attention(q, k, v, out, causal=True)   # the module-level call finds the client
+    want = ref(q, k, v, True)
+    got = out.to("cpu", torch.float64)
+    assert torch.allclose(got, want, atol=TOL[dtype], rtol=TOL[dtype]), \
+        (got - want).abs().max().item()
+
+
+def test_torch_tensor_keeps_its_memory(tclient):
+    base = tclient.status()
+    t = tclient.torch_tensor((1024,), torch.float32)
+    view = t[10:20]
+    del t
+    gc.collect()
+    view.fill_(3.0)                              # still mapped: the view holds the memory
+    assert tclient.status().device_bytes > base.device_bytes
+    del view
+    gc.collect()
+    assert tclient.status().device_bytes == base.device_bytes
+
+
+def test_torch_paged_decode(tclient):
+    dtype, Hq, Hkv, D, ps = torch.bfloat16, 8, 2, 128, 16
+    cache = tclient.paged_kv_cache(num_pages=32, page_size=ps, num_kv_heads=Hkv, head_dim=D,
+                                   dtype=dtype, max_batch=4, memory="shared")
+    seqs = [cache.add_sequence() for _ in range(2)]
+    lens = [19, 40]
+    k = tclient.torch_tensor((sum(lens), Hkv, D), dtype)
+    v = tclient.torch_tensor((sum(lens), Hkv, D), dtype)
+    k.copy_(torch.randn(k.shape, device=k.device))
+    v.copy_(torch.randn(v.shape, device=v.device))
+    cache.append(seqs, k, v, lens)
+    q = tclient.torch_tensor((2, Hq, D), dtype)
+    q.copy_(torch.randn(q.shape, device=q.device))
+    out = tclient.torch_tensor((2, Hq, D), dtype)
+    cache.decode(seqs, q, out, stream=torch.cuda.current_stream() if q.is_cuda else None)
+    at = 0
+    for b, n in enumerate(lens):
+        ks = k[at:at + n].transpose(0, 1)[None]
+        vs = v[at:at + n].transpose(0, 1)[None]
+        want = ref(q[b][None, :, None], ks, vs, False)[0, :, 0]
+        got = out[b].to("cpu", torch.float64)
+        assert torch.allclose(got, want, atol=1.6e-2, rtol=1.6e-2)
+        at += n
+    cache.release()
