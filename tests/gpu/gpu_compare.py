@@ -277,14 +277,14 @@ def main():
         for shape in ((4, 32, 2048, 128, "f16", False), (4, 32, 2048, 128, "f16", True),
                       (2, 32, 4096, 128, "bf16", True), (8, 16, 1024, 64, "f16", False)):
             bench(client, *shape, args.iters, rows)
-    cases = [r["case"] for r in rows]
-    for c in cases:
+    bench_cases = [r["case"] for r in rows]
+    for c in bench_cases:
         if math.isfinite(h2d):
             c["figures"]["torch_pinned_h2d_gbps"] = [round(h2d, 2)]
     meta = benchrun.meta("gpu_compare.py", client.caps, [os.path.basename(sys.argv[0])] + sys.argv[1:],
                          args.iters, benchrun.torch_peers(torch))
     with open(os.path.join(args.out, "gpu_compare.json"), "w") as f:
-        json.dump({"schema": benchrun.SCHEMA, "meta": meta, "cases": cases, "device_info": dev,
+        json.dump({"schema": benchrun.SCHEMA, "meta": meta, "cases": bench_cases, "device_info": dev,
                    "correctness": results}, f, indent=1)
         f.write("\n")
     if rows:
