@@ -452,7 +452,7 @@ static void ordered_latency(gllm_client *c, int64_t B, int64_t L)
     check_cu(cu.cuStreamCreate(&stream, 1), "cuStreamCreate");
     check_cu(cu.cuEventCreate(&ev_a, 0), "cuEventCreate");
     check_cu(cu.cuEventCreate(&ev_b, 0), "cuEventCreate");
-    double ordered[STEPS], sync[STEPS], span[2][STEPS], kern[2][STEPS];
+    double ordered[STEPS], sync[STEPS], span[2][STEPS], kern[2][STEPS], host_us[STEPS];
     for (int mode = 0; mode < 2; mode++) {
         for (int i = 0; i < WARMUP + STEPS; i++) {
             check_cu(cu.cuMemsetD32Async(scratch, (unsigned)i, 256, stream), "producer");
@@ -466,7 +466,10 @@ static void ordered_latency(gllm_client *c, int64_t B, int64_t L)
                 check_gllm(c, gllm_job_wait(c, job, &res), "the enqueued job's reply");
             } else {
                 check_cu(cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
+                const double t0 = now_s();
                 check_gllm(c, gllm_attention(c, &p, &res), "attention");
+                if (i >= WARMUP)   /* the host's view: the reply, not the GPU's next op */
+                    host_us[i - WARMUP] = (now_s() - t0) * 1e6 - (double)res.kernel_ns / 1e3;
                 check_cu(cu.cuEventRecord(ev_b, stream), "cuEventRecord");
                 check_cu(cu.cuMemsetD32Async(scratch + 1024, (unsigned)i, 256, stream), "consumer");
             }
@@ -488,6 +491,8 @@ static void ordered_latency(gllm_client *c, int64_t B, int64_t L)
     printf("           producer end to consumer start p50 %.1f / %.1f us, gllmd kernel p50 %.1f / %.1f us "
            "(ordered / synchronised)\n", pct(span[0], STEPS, 0.5), pct(span[1], STEPS, 0.5),
            pct(kern[0], STEPS, 0.5), pct(kern[1], STEPS, 0.5));
+    printf("           host-synchronised, as the host sees it (call to reply, minus the kernel): "
+           "p50 %.1f us\n", pct(host_us, STEPS, 0.5));
     check_cu(cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
     check_gllm(c, gllm_memory_release(mem), "gllm_memory_release");
     own_free(&own);
