@@ -2,7 +2,7 @@
 """The benchmark regression gate: a baseline run against a current one (gllm-bench-run/1,
 bench/SCHEMA.md), several rounds per side.
 
-Usage: compare.py [--threshold 0.03] [--json] [--require-all] [--gate-all]
+Usage: compare.py [--threshold 0.03] [--min-us 1] [--json] [--require-all] [--gate-all]
                   BASELINE.json [...] -- CURRENT.json [...]
        compare.py BASELINE.json CURRENT.json [CURRENT.json ...]
 Several files on one side are merged (rounds appended). Exit status: 0 no regression,
@@ -14,7 +14,12 @@ maximum. A gated figure is a regression only when both hold:
   1. the intervals separate: for a figure where higher is better (TFLOP/s, GB/s), the
      current maximum is below the baseline minimum; where lower is better (us, ms), the
      current minimum is above the baseline maximum; and
-  2. the medians differ by more than the threshold (3% by default) of the baseline median.
+  2. the medians differ by more than the threshold (3% by default) of the baseline median;
+  3. and the change is more than --min-us (1 microsecond by default) of the case's time: for
+     a time figure its own change; for a throughput figure the change it makes to the
+     case's kernel time when the case records one (gllm_kernel_us, kernel_us). Kernels of
+     10-15 us differ by 0.7-0.9 us (5-7%) between H100s of one pool with the same binary
+     (docs/performance.md, "Benchmark CI"): a percentage alone fails unchanged builds there.
 Why the range and not a bootstrap or a t-interval: a GPU benchmark here has 1 to 5 rounds a
 side, each round already a median over many timed calls. A bootstrap over three values
 only resamples those three, and its percentile interval is narrower than the range it
@@ -46,7 +51,22 @@ def summary(vals):
             "max": float(a.max())}
 
 
-def judge(figure, base, cur, threshold, gated):
+# The figures that hold a case's kernel time, in the order they are looked for.
+KERNEL_TIME_FIGURES = ("gllm_kernel_us", "kernel_us")
+
+
+def time_change_us(figure, b, c, kernel_us):
+    """How much the case's time moved, in microseconds, as far as this figure says: None
+    when it cannot say (a throughput figure of a case without a kernel time)."""
+    unit = benchrun.unit(figure)
+    if unit in ("us", "ms"):
+        return abs(c["median"] - b["median"]) * (1000.0 if unit == "ms" else 1.0)
+    if benchrun.direction(figure) > 0 and kernel_us and c["median"] > 0:
+        return kernel_us * abs(b["median"] / c["median"] - 1.0)
+    return None
+
+
+def judge(figure, base, cur, threshold, gated, min_us=0.0, kernel_us=None):
     """One figure of one case: the row of the table."""
     b, c = summary(base), summary(cur)
     d = benchrun.direction(figure)
@@ -58,7 +78,8 @@ def judge(figure, base, cur, threshold, gated):
     else:
         worse_sep = better_sep = False
     worse = change * d < 0      # the median moved the wrong way
-    past = abs(change) > threshold
+    moved_us = time_change_us(figure, b, c, kernel_us)
+    past = abs(change) > threshold and (moved_us is None or moved_us > min_us)
     if d == 0:
         verdict = "info"
     elif worse and worse_sep and past:
@@ -72,10 +93,11 @@ def judge(figure, base, cur, threshold, gated):
     return {"figure": figure, "unit": benchrun.unit(figure),
             "better": {1: "higher", -1: "lower", 0: None}[d], "gated": gated,
             "baseline": b, "current": c, "change": change,
-            "separated": bool(worse_sep or better_sep), "verdict": verdict}
+            "separated": bool(worse_sep or better_sep), "moved_us": moved_us,
+            "verdict": verdict}
 
 
-def compare(base, cur, threshold, gate_all):
+def compare(base, cur, threshold, gate_all, min_us=1.0):
     bcases = {benchrun.case_key(c): c for c in base["cases"]}
     ccases = {benchrun.case_key(c): c for c in cur["cases"]}
     rows, missing = [], []
@@ -85,6 +107,8 @@ def compare(base, cur, threshold, gate_all):
             missing.append({"case": key, "gated": bool(bc.get("gate"))})
             continue
         gate = set(bc.get("gate", [])) | set(cc.get("gate", []))
+        kernel_us = next((float(np.median(bc["figures"][f])) for f in KERNEL_TIME_FIGURES
+                          if bc["figures"].get(f)), None)
         for fig, bvals in bc["figures"].items():
             if fig not in cc["figures"]:
                 if fig in gate:
@@ -92,7 +116,7 @@ def compare(base, cur, threshold, gate_all):
                 continue
             gated = fig in gate or (gate_all and benchrun.direction(fig) != 0
                                     and not benchrun.is_peer(fig))
-            row = judge(fig, bvals, cc["figures"][fig], threshold, gated)
+            row = judge(fig, bvals, cc["figures"][fig], threshold, gated, min_us, kernel_us)
             row["case"] = key
             rows.append(row)
     new = [k for k in ccases if k not in bcases]
@@ -136,6 +160,8 @@ def main(argv):
     ap = argparse.ArgumentParser(description="benchmark regression gate (see the module docstring)")
     ap.add_argument("--threshold", type=float, default=0.03,
                     help="relative change of the median that counts (default 0.03 = 3%%)")
+    ap.add_argument("--min-us", type=float, default=1.0,
+                    help="smallest change of a case's time, in microseconds, that counts (default 1)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of the table")
     ap.add_argument("--require-all", action="store_true",
                     help="a gated case or figure of the baseline missing from the current run fails")
@@ -166,14 +192,17 @@ def main(argv):
     except benchrun.BadRun as e:
         print(f"compare: {e}", file=sys.stderr)
         return 2
-    rows, missing, new = compare(base, cur, args.threshold, args.gate_all)
+    if args.min_us < 0:
+        print("compare: --min-us wants a time of 0 or more", file=sys.stderr)
+        return 2
+    rows, missing, new = compare(base, cur, args.threshold, args.gate_all, args.min_us)
     if not rows:
         print("compare: the baseline and the current run have no case in common", file=sys.stderr)
         return 2
     regressions = sum(r["verdict"] == "REGRESSION" for r in rows)
     missing_gated = [m for m in missing if m["gated"]]
     failed = regressions > 0 or (args.require_all and bool(missing_gated))
-    result = {"schema": "gllm-bench-compare/1", "threshold": args.threshold,
+    result = {"schema": "gllm-bench-compare/1", "threshold": args.threshold, "min_us": args.min_us,
               "interval": "min..max of the rounds", "baseline": base["meta"],
               "current": cur["meta"], "regressions": regressions, "missing": missing,
               "not_in_baseline": new, "failed": failed, "rows": rows}

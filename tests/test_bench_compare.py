@@ -103,6 +103,20 @@ def main():
         rc, out, _ = gate(path, lat)
         ok(rc == 1 and out and out["regressions"] == 2,
            f"{gpu}: the B64 L4096 decode kernel 10% longer is a regression, arena-pages too ({rc})")
+        # A short kernel 9% longer in every round (B1 L512: about 0.9 us) is within what
+        # machines of one kind differ by: the 1 us floor keeps it from failing the build; the
+        # same on B64 L4096's 360 us kernel fails (6% is enough there), and --min-us 0 fails
+        # the short one too.
+        short = write(f"{gpu}-short.json", scaled(base, "ctl-decode", "B1 Hq32 Hkv8 L512 D128 f16 page 16",
+                                                  "kernel_us", 1.09))
+        rc, out, _ = gate(path, short)
+        ok(rc == 0, f"{gpu}: a 9% longer 10 us decode kernel is under the 1 us floor ({rc})")
+        rc, out, _ = gate(path, short, extra=("--min-us", "0"))
+        ok(rc == 1, f"{gpu}: ... and a regression with --min-us 0 ({rc})")
+        long_ = write(f"{gpu}-long.json", scaled(base, "ctl-decode", "B64 Hq32 Hkv8 L4096 D128 f16 page 16",
+                                                 "kernel_us", 1.06))
+        rc, out, _ = gate(path, long_)
+        ok(rc == 1, f"{gpu}: a 6% longer 360 us decode kernel is a regression ({rc})")
         # An ungated figure is shown as slower, never fails.
         e2e = write(f"{gpu}-e2e.json", scaled(base, "ctl-decode", "B1", "e2e_p50_us", 1.5))
         rc, out, _ = gate(path, e2e)
