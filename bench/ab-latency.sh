@@ -5,7 +5,7 @@
 set -uo pipefail
 . "$(dirname "$0")/ab-rounds.sh"
 step() {
-  "$1/gllmctl" --socket "$2" bench --decode --iters 2000 | grep "^decode"
+  "$1/gllmctl" --socket "$2" bench --decode --wide --iters 2000 | grep "^decode"
   "$1/gllmctl" --socket "$2" status | grep -i "requests"
 }
 ab_rounds step "$@"

@@ -47,9 +47,14 @@ const char *ctl_first_device_name(gllm_client *c, gllm_device_info *buf);
 
 /* What `bench` was asked for. */
 struct ctl_bench_opts {
-    bool json, decode;
+    bool json, decode, wide;
     int iters;
 };
+/* One line of progress on stderr, rewritten in place, when stderr is a terminal: done of
+ * total steps, the one under way, and an estimate of what is left from the pace so far
+ * (started: ctl_now_s() when the first began). done == total clears the line. */
+void ctl_progress(int done, int total, const char *what, double started);
+double ctl_now_s(void);
 /* Parses bench's arguments (argv[0] is "bench"): 0, or 2 for a usage error. */
 int ctl_bench_parse(int argc, char **argv, struct ctl_bench_opts *o);
 

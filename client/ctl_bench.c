@@ -213,7 +213,7 @@ static void fill_random(void *p, gllm_dtype dt, size_t n, uint64_t *state)
 }
 
 /* unit: 1 prints GFLOP/s, 1000 TFLOP/s (the header says which). */
-static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json, bool first,
+static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json, bool wide, bool first,
                      double unit, double slow)
 {
     size_t es = gllm_dtype_size(s->dtype);
@@ -281,12 +281,16 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
         static const char *const gate[] = {"kernel_tflops"};
         ctl_bench_json_case_close(gate, 1);
     }
-    else if (copy_gbps > 0)
-        printf("%-38s %10.3f %10.3f %12.1f %12.1f %9.1f\n", name, mk / 1e6, me / 1e6, gk / unit,
-               ge / unit, copy_gbps);
-    else   /* the CPU backend works in the arenas: nothing is copied */
-        printf("%-38s %10.3f %10.3f %12.1f %12.1f %9s\n", name, mk / 1e6, me / 1e6, gk / unit,
-               ge / unit, "-");
+    else {
+        char copy[16] = "-";   /* the CPU backend works in the arenas: nothing is copied */
+        if (copy_gbps > 0)
+            snprintf(copy, sizeof copy, "%.1f", copy_gbps);
+        if (wide)
+            printf("%-38s %10.3f %10.3f %12.1f %12.1f %9s\n", name, mk / 1e6, me / 1e6,
+                   gk / unit, ge / unit, copy);
+        else   /* 80 columns */
+            printf("%-36.36s %9.3f %9.3f %11.1f %9s\n", name, mk / 1e6, me / 1e6, gk / unit, copy);
+    }
     rc = 0;
     goto out;
 fail:
@@ -317,15 +321,27 @@ int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o)
     int n = (int)(cpu ? sizeof cpu_shapes / sizeof *cpu_shapes : sizeof gpu_shapes / sizeof *gpu_shapes);
     if (o->json)
         ctl_bench_json_open(c, "gllmctl bench", o->iters, slow);
-    else
+    else if (o->wide)
         printf("backend %s, device %s, median of %d runs (e2e: client submit to reply, "
                "tensors in arenas)\n%-38s %10s %10s %12s %12s %9s\n",
                caps.backend, caps.ndevices ? ctl_first_device_name(c, &dev) : "?", o->iters,
                "shape", "kernel ms", "e2e ms", cpu ? "kern GFLOP/s" : "kern TFLOP/s",
                cpu ? "e2e GFLOP/s" : "e2e TFLOP/s", "copy GB/s");
+    else
+        printf("backend %s, device %s, median of %d runs\n(e2e: submit to reply, tensors in "
+               "arenas; --wide adds e2e throughput)\n%-36s %9s %9s %11s %9s\n",
+               caps.backend, caps.ndevices ? ctl_first_device_name(c, &dev) : "?", o->iters,
+               "shape", "kernel ms", "e2e ms", cpu ? "GFLOP/s" : "TFLOP/s", "copy GB/s");
     int rc = 0;
-    for (int i = 0; i < n && rc == 0; i++)
-        rc = run_shape(c, &shapes[i], o->iters, o->json, i == 0, cpu ? 1 : 1000, slow);
+    const double started = ctl_now_s();
+    for (int i = 0; i < n && rc == 0; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "B%lld H%lld S%lld D%lld", (long long)shapes[i].B,
+                 (long long)shapes[i].Hq, (long long)shapes[i].S, (long long)shapes[i].D);
+        ctl_progress(i, n, what, started);
+        rc = run_shape(c, &shapes[i], o->iters, o->json, o->wide, i == 0, cpu ? 1 : 1000, slow);
+    }
+    ctl_progress(n, n, "", started);
     if (o->json)
         ctl_bench_json_close();
     gllm_disconnect(c);

@@ -50,7 +50,7 @@ static int fill_device(gllm_client *c, gllm_memory *t, gllm_memory *rnd)
 }
 
 static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spin_us, int iters,
-                      gllm_memory *rnd, bool json, bool first, double slow)
+                      gllm_memory *rnd, bool json, bool wide, bool cpu, bool first, double slow)
 {
     const gllm_dtype dt = GLLM_DTYPE_F16;
     const int64_t pages_per_seq = (s->L + s->page_size - 1) / s->page_size, P = s->B * pages_per_seq;
@@ -162,10 +162,21 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
          * of one kind (docs/performance.md), more than a stored baseline can absorb. */
         static const char *const gate[] = {"kernel_us"};
         ctl_bench_json_case_close(gate, 1);
-    } else {
-        printf("decode %-49s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.0f\n", name,
+    } else if (wide) {
+        /* On the CPU the job is the kernel: no worker time beside it to show. */
+        char worker_s[16] = "-";
+        if (!cpu)
+            snprintf(worker_s, sizeof worker_s, "%.1f", w50 / 1e3);
+        printf("decode %-49s %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f %7s %7.1f %8.1f\n", name,
                k50 / 1e3, e50 / 1e3, e99 / 1e3, a50 / 1e3, a99 / 1e3, x50 / 1e3, q50 / 1e3,
-               w50 / 1e3, o50 / 1e3, gbps);
+               worker_s, o50 / 1e3, gbps);
+    } else {   /* 80 columns: the shape in short, the kernel, end to end, what gllmd adds */
+        char brief[40];
+        snprintf(brief, sizeof brief, "B%lld L%lld Hq%lld/%lld D%lld%s", (long long)s->B,
+                 (long long)s->L, (long long)s->Hq, (long long)s->Hkv, (long long)s->D,
+                 s->sleep ? " sleep" : s->pages_in_arena ? " arena" : "");
+        printf("decode %-28s %7.1f %7.1f %7.1f %7.1f %8.1f\n", brief, k50 / 1e3, e50 / 1e3,
+               a50 / 1e3, a99 / 1e3, gbps);
     }
     goto out;
 fail:
@@ -191,7 +202,7 @@ out:
     return r < 0 ? 1 : 0;
 }
 
-static int bench_decode(gllm_client *c, int iters, bool json, double slow)
+static int bench_decode(gllm_client *c, int iters, bool json, bool wide, double slow)
 {
     gllm_caps caps = GLLM_CAPS_INIT;
     gllm_device_info dev;
@@ -215,6 +226,12 @@ static int bench_decode(gllm_client *c, int iters, bool json, double slow)
     }
     if (json) {
         ctl_bench_json_open(c, "gllmctl bench --decode", iters, slow);
+    } else if (!wide) {
+        printf("backend %s, device %s, %d runs, times in us\n"
+               "(tensors device-resident; add = e2e - kernel; --wide for the breakdown)\n"
+               "%-35s %7s %7s %7s %7s %8s\n", caps.backend,
+               caps.ndevices ? ctl_first_device_name(c, &dev) : "?", iters, "decode shape (page 16)",
+               "kern", "e2e50", "add50", "add99", "KV GB/s");
     } else {
         printf("backend %s, device %s, %d runs; tensors and kv_indices device-resident "
                "(arena-pages: kv_indices in the arena), kv_indptr and last_page_len in an arena; "
@@ -226,8 +243,15 @@ static int bench_decode(gllm_client *c, int iters, bool json, double slow)
                "e2e50", "e2e99", "add50", "add99", "accept", "queue", "worker", "wire", "KV GB/s");
     }
     int rc = 0;
-    for (int i = 0; i < n && rc == 0; i++)
-        rc = run_decode(c, &shapes[i], spin_us, iters, rnd, json, i == 0, slow);
+    const double started = ctl_now_s();
+    for (int i = 0; i < n && rc == 0; i++) {
+        char what[64];
+        snprintf(what, sizeof what, "decode B%lld L%lld", (long long)shapes[i].B,
+                 (long long)shapes[i].L);
+        ctl_progress(i, n, what, started);
+        rc = run_decode(c, &shapes[i], spin_us, iters, rnd, json, wide, cpu, i == 0, slow);
+    }
+    ctl_progress(n, n, "", started);
     gllm_client_set_wait_spin(c, spin_us);
     if (json)
         ctl_bench_json_close();
@@ -244,7 +268,7 @@ int ctl_cmd_bench_decode(const char *socket_path, const struct ctl_bench_opts *o
     gllm_client *c;
     if ((r = ctl_connect(socket_path, &c)) != 0)
         return r;
-    r = bench_decode(c, o->iters, o->json, slow);
+    r = bench_decode(c, o->iters, o->json, o->wide, slow);
     gllm_disconnect(c);
     return r;
 }

@@ -203,6 +203,30 @@ void ctl_json_open(gllm_client *c, const char *list)
     printf(", \"%s\": [", list);
 }
 
+double ctl_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void ctl_progress(int done, int total, const char *what, double started)
+{
+    if (!isatty(STDERR_FILENO))
+        return;
+    if (done >= total) {
+        fputs("\r\033[K", stderr);
+        return;
+    }
+    double elapsed = ctl_now_s() - started;
+    if (done == 0)
+        fprintf(stderr, "\r\033[K[%d/%d] %.50s", done + 1, total, what);
+    else
+        fprintf(stderr, "\r\033[K[%d/%d] %.40s  %.0f s, about %.0f s left", done + 1, total, what,
+                elapsed, elapsed / done * (total - done));
+    fflush(stderr);
+}
+
 int ctl_bench_parse(int argc, char **argv, struct ctl_bench_opts *o)
 {
     *o = (struct ctl_bench_opts){.iters = 5};
@@ -211,6 +235,8 @@ int ctl_bench_parse(int argc, char **argv, struct ctl_bench_opts *o)
             o->json = true;
         } else if (strcmp(argv[i], "--decode") == 0) {
             o->decode = true;
+        } else if (strcmp(argv[i], "--wide") == 0) {
+            o->wide = true;
         } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
             o->iters = atoi(argv[++i]);
             if (o->iters < 1 || o->iters > 100000) {

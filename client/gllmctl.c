@@ -54,12 +54,14 @@ static const struct command {
      "                   [B, Hq, Sq]\n"
      "  --json           print the job's times as JSON\n",
      ctl_cmd_attn},
-    {"bench", "[--decode] [--iters N]", "time standard shapes through the daemon",
+    {"bench", "[--decode] [--iters N] [--wide]", "time standard shapes through the daemon",
      "  --decode         paged decode with device-resident data: the latency\n"
      "                   gllmd adds (default: prefill shapes, median time and\n"
      "                   FLOP/s)\n"
      "  --iters N        repetitions per shape (1 to 100000, default 5)\n"
-     "  --json           the results as JSON\n",
+     "  --wide           every column (default: a table in 80 columns)\n"
+     "  --json           the results as JSON\n"
+     "  Progress, with an estimate of the time left, goes to stderr on a terminal.\n",
      run_bench},
     {"version", "", "gllmctl's, libgllm-client's and (when reachable) gllmd's versions",
      "  --json           as one JSON object\n", ctl_cmd_version},

@@ -82,6 +82,13 @@ expect 0 status --socket "$sock"
 check awk '{ if (length($0) > 80) { print "too wide: " $0; exit 1 } }' <<< "$out"
 check [ "$(wc -l <<< "$out")" -ge 5 ]
 
+# The bench tables fit 80 columns too, decode's included; --wide prints every column.
+expect 0 bench --decode --iters 3 --socket "$sock"
+check awk '{ if (length($0) > 80) { print "too wide: " $0; exit 1 } }' <<< "$out"
+check grep -q "^decode B1 L256" <<< "$out"
+expect 0 bench --decode --wide --iters 3 --socket "$sock"
+check grep -q "^decode B1 Hq8 Hkv2 L256 D128 f16 page 16 " <<< "$out"
+
 # attn: usage errors are 2; a float64 file names its dtype whole and what is accepted.
 npy() {   # PATH DESCR ELEMENT_BYTES: a [1, 2, 16, 64] array of zeros
   local hdr="{'descr': '$2', 'fortran_order': False, 'shape': (1, 2, 16, 64), }"

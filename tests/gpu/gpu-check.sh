@@ -37,8 +37,8 @@ fi
 python3 "$here/gpu_paged.py" --socket "$sock" --out "$out" ${GPU_PAGED_ARGS:-} 2>&1 | tee "$out/gpu_paged.log"
 [ "${PIPESTATUS[0]}" = 0 ] || { note "FAIL gpu_paged (see gpu_paged.log)"; fails=$((fails + 1)); }
 "$build/gllmctl" --socket "$sock" status > "$out/status.txt" 2>&1
-"$build/gllmctl" --socket "$sock" bench --iters 20 > "$out/gllmctl_bench.txt" 2>&1
-"$build/gllmctl" --socket "$sock" bench --decode --iters 200 > "$out/gllmctl_bench_decode.txt" 2>&1
+"$build/gllmctl" --socket "$sock" bench --wide --iters 20 > "$out/gllmctl_bench.txt" 2>&1
+"$build/gllmctl" --socket "$sock" bench --decode --wide --iters 200 > "$out/gllmctl_bench_decode.txt" 2>&1
 if [ -n "${GPU_CHECK_PAGED_ONLY:-}" ]; then :
 elif "$build/gllm_loadtest" --socket "$sock" --clients 64 --jobs 2000 --depth 8 > "$out/loadtest.txt" 2>&1
 then note "ok   load test: $(cat "$out/loadtest.txt")"
