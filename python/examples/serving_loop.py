@@ -151,7 +151,11 @@ class TorchAttention:
     def _sdpa(self, phase: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               causal: bool) -> torch.Tensor:
         from torch.nn.attention import sdpa_kernel
-        every = [f"{b}{g}" for b in ("cudnn", "flash", "efficient") for g in ("+gqa", "")]
+        # cuDNN builds an execution plan per shape: fine for prefill, but a decode step's key
+        # length grows by one every step, so there it would plan anew each time (tens of ms);
+        # FlashAttention takes any length without planning and goes first for decode.
+        order = ("flash", "cudnn", "efficient") if phase == "decode" else ("cudnn", "flash", "efficient")
+        every = [f"{b}{g}" for b in order for g in ("+gqa", "")]
         first = self.chosen.get(phase)
         tries = ([first] if first else []) + [n for n in every if n != first]
         err = None
