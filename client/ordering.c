@@ -19,24 +19,26 @@ static int registered(gllm_memory *m, uint64_t offset)
     return r;
 }
 
-int gllm_stream_write_counter(gllm_memory *m, uint64_t offset, uint32_t value, void *stream)
+/* Enqueues op (cuda_stream_write or cuda_stream_wait) for the counter at offset of m on
+ * stream; the driver's words go to the client's last error. */
+static int on_stream(gllm_memory *m, uint64_t offset, uint32_t value, void *stream,
+                     int (*op)(struct cuda_stream_reg *, size_t, uint32_t, void *, char *, size_t))
 {
     int r = registered(m, offset);
     char why[160] = "";
-    if (r == 0 && (r = cuda_stream_write(m->stream_reg, offset, value, stream, why, sizeof why)) < 0 &&
-        m->c)
+    if (r == 0 && (r = op(m->stream_reg, offset, value, stream, why, sizeof why)) < 0 && m->c)
         snprintf(m->c->last_error, sizeof m->c->last_error, "%s", why);
     return r;
 }
 
+int gllm_stream_write_counter(gllm_memory *m, uint64_t offset, uint32_t value, void *stream)
+{
+    return on_stream(m, offset, value, stream, cuda_stream_write);
+}
+
 int gllm_stream_wait_counter(gllm_memory *m, uint64_t offset, uint32_t value, void *stream)
 {
-    int r = registered(m, offset);
-    char why[160] = "";
-    if (r == 0 && (r = cuda_stream_wait(m->stream_reg, offset, value, stream, why, sizeof why)) < 0 &&
-        m->c)
-        snprintf(m->c->last_error, sizeof m->c->last_error, "%s", why);
-    return r;
+    return on_stream(m, offset, value, stream, cuda_stream_wait);
 }
 
 /* The two counters of gllm_attention_enqueue, a cache line apart in an arena of their own. */

@@ -44,6 +44,20 @@ static int decode_reply(gllm_client *c, size_t asked, uint64_t *dtensor, size_t 
     return r;
 }
 
+/* A shared-memory handle the daemon answered for, filled in and put on the client's list. */
+static void attach_shared(gllm_client *c, gllm_memory *m, uint64_t dtensor, size_t size,
+                          int device, enum share_kind kind, bool imported, int fd)
+{
+    m->kind = GLLM_MEMORY_SHARED;
+    m->id = (uint32_t)dtensor;
+    m->size = size;
+    m->device = device;
+    m->share = kind;
+    m->imported = imported;
+    m->fd = fd;
+    memory_attach(c, m);
+}
+
 int gllm_memory_create_shared(gllm_client *c, size_t bytes, int device, gllm_memory **out)
 {
     if (bytes == 0 || device < 0)
@@ -89,13 +103,8 @@ int gllm_memory_create_shared(gllm_client *c, size_t bytes, int device, gllm_mem
         free(m);
         return r;
     }
-    m->kind = GLLM_MEMORY_SHARED;
-    m->id = (uint32_t)dtensor;
-    m->size = size;
-    m->device = device;
-    m->share = kind;
-    m->fd = fd;   /* CUDA: imported on the first gllm_memory_map */
-    memory_attach(c, m);
+    attach_shared(c, m, dtensor, size, device, kind, false, fd);   /* CUDA: its fd is
+                                                 * imported on the first gllm_memory_map */
     *out = m;
     return 0;
 }
@@ -123,14 +132,7 @@ int gllm_memory_import(gllm_client *c, int fd, size_t bytes, int device, gllm_me
         free(m);
         return r;
     }
-    m->kind = GLLM_MEMORY_SHARED;
-    m->id = (uint32_t)dtensor;
-    m->size = size;
-    m->device = device;
-    m->share = c->hello.share;
-    m->imported = true;
-    m->fd = -1;
-    memory_attach(c, m);
+    attach_shared(c, m, dtensor, size, device, c->hello.share, true, -1);
     *out = m;
     return 0;
 }
