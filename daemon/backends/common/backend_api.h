@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "gllm/errors.h"
 #include "gllm/gllm.h"
@@ -35,6 +36,14 @@ struct backend_log {
 /* Formats and hands one line to log's hook (backend_log.c). */
 void backend_logf(const struct backend_log *log, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* CLOCK_MONOTONIC in ns: deadlines of GPU-side waits (backends cannot see the daemon's). */
+static inline uint64_t backend_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- Jobs: validated by the daemon, in elements and raw pointers ---- */
 

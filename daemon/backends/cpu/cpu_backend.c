@@ -113,13 +113,6 @@ static int cpu_device_info(struct backend *be, int dev, gllm_device_info *out)
     return 0;
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The CPU's side of backend_sync: the counters live in memfds shared with the client, so a
  * wait is a poll of that memory (a few microseconds of spinning, then short sleeps) and a
  * signal a release store. Past the deadline the wait is released as on a GPU: the counter
@@ -129,11 +122,11 @@ static int sync_wait(const struct backend_sync *s)
     if (!s || !s->wait)
         return 0;
     _Atomic uint32_t *w = (_Atomic uint32_t *)(uintptr_t)s->wait;
-    const uint64_t start = now_ns();
+    const uint64_t start = backend_now_ns();
     for (unsigned spins = 0;; spins++) {
         if ((int32_t)(atomic_load_explicit(w, memory_order_acquire) - s->wait_value) >= 0)
             return 0;
-        uint64_t t = now_ns();
+        uint64_t t = backend_now_ns();
         if (t - start >= s->wait_timeout_ns) {
             atomic_store_explicit(w, s->wait_value, memory_order_release);
             return GLLM_EWAITTIMEOUT;

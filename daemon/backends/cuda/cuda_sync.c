@@ -4,16 +4,8 @@
  * satisfies would hold the stream for ever, so a job with a wait is finished by polling the
  * stream against its deadline, and released from a second stream when it passes. */
 #include <errno.h>
-#include <time.h>
 
 #include "cuda_sync.h"
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 bool cuda_sync_supported(const struct cuda_driver *d)
 {
@@ -83,9 +75,9 @@ int cuda_sync_finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct 
     /* The worker's thread spins here as it does in a spin-scheduled synchronize. Past the
      * deadline only a wait still blocking is released: a job whose wait was met and whose
      * kernel is merely long is left to finish. */
-    const uint64_t deadline = now_ns() + s->wait_timeout_ns;
+    const uint64_t deadline = backend_now_ns() + s->wait_timeout_ns;
     while ((r = d->cuStreamQuery(x->stream)) == CUDA_ERROR_NOT_READY) {
-        if (now_ns() < deadline || d->cuEventQuery(x->waited) != CUDA_ERROR_NOT_READY)
+        if (backend_now_ns() < deadline || d->cuEventQuery(x->waited) != CUDA_ERROR_NOT_READY)
             continue;
         /* Write the awaited value from the release stream: the job's stream goes on, its
          * work runs on whatever the inputs hold, and the job is failed. */
