@@ -304,14 +304,18 @@ out:
     return rc;
 }
 
+int ctl_bench_connect(const char *socket_path, double *slow, gllm_client **c)
+{
+    int r = ctl_bench_slowdown(slow);
+    return r ? r : ctl_connect(socket_path, c);
+}
+
 int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o)
 {
     double slow;
-    int r = ctl_bench_slowdown(&slow);
-    if (r)
-        return r;
     gllm_client *c;
-    if ((r = ctl_connect(socket_path, &c)) != 0)
+    int r = ctl_bench_connect(socket_path, &slow, &c);
+    if (r)
         return r;
     gllm_caps caps = GLLM_CAPS_INIT;
     gllm_device_info dev;

@@ -11,6 +11,8 @@
  * benchmarks report every time as (1 + F) times what they measured. Sets *factor to 1 + F
  * (1 when unset) and returns 0, or prints why and returns 2 (a usage error). */
 int ctl_bench_slowdown(double *factor);
+/* The slowdown hook read, then connected: 0, or the exit status either step gave. */
+int ctl_bench_connect(const char *socket_path, double *slow, gllm_client **c);
 /* A measured time scaled by the hook's factor. */
 uint64_t ctl_bench_scaled(uint64_t ns, double factor);
 /* Prints the document's opening: schema, meta (date, commit, gllmd version, backend,

@@ -262,11 +262,9 @@ static int bench_decode(gllm_client *c, int iters, bool json, bool wide, double 
 int ctl_cmd_bench_decode(const char *socket_path, const struct ctl_bench_opts *o)
 {
     double slow;
-    int r = ctl_bench_slowdown(&slow);
-    if (r)
-        return r;
     gllm_client *c;
-    if ((r = ctl_connect(socket_path, &c)) != 0)
+    int r = ctl_bench_connect(socket_path, &slow, &c);
+    if (r)
         return r;
     r = bench_decode(c, o->iters, o->json, o->wide, slow);
     gllm_disconnect(c);
