@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "fdpass.h"
 #include "client_internal.h"
 
 int conn_open(const char *path, int *fd)
@@ -106,22 +107,10 @@ void conn_ring_set_polling(gllm_client *c, bool on)
  * never deadlock with us. */
 int conn_send(gllm_client *c, const void *data, size_t len, int fd)
 {
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(&ctrl, 0, sizeof ctrl);
-        mh.msg_control = ctrl.buf;
-        mh.msg_controllen = sizeof ctrl.buf;
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    }
+    union proto_fd_control ctrl;
+    struct iovec iov;
+    struct msghdr mh;
+    proto_fd_message(&mh, &iov, data, len, fd, &ctrl);
     for (;;) {
         if (sendmsg(c->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0) {
             c->packets_sent++;

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "fdpass.h"
 #include "clock.h"
 #include "conn.h"
 #include "log.h"
@@ -170,22 +171,10 @@ void conn_free(struct conn *c)
  * SCM_RIGHTS (the peer gets its own descriptor; ours stays open). */
 static int send_packet(int fd, const void *data, size_t len, int pass_fd)
 {
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    struct iovec iov = {.iov_base = (void *)data, .iov_len = len};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (pass_fd >= 0) {
-        memset(&ctrl, 0, sizeof ctrl);
-        mh.msg_control = ctrl.buf;
-        mh.msg_controllen = sizeof ctrl.buf;
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
-    }
+    union proto_fd_control ctrl;
+    struct iovec iov;
+    struct msghdr mh;
+    proto_fd_message(&mh, &iov, data, len, pass_fd, &ctrl);
     for (;;) {
         ssize_t n = sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n >= 0)

@@ -6,26 +6,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fdpass.h"
 #include "testutil.h"
 
 ssize_t send_packet_fd(int sock, const void *p, size_t n, int fd, int flags)
 {
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctrl;
-    struct iovec iov = {.iov_base = (void *)p, .iov_len = n};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(&ctrl, 0, sizeof ctrl);
-        mh.msg_control = ctrl.buf;
-        mh.msg_controllen = sizeof ctrl.buf;
-        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-        cm->cmsg_level = SOL_SOCKET;
-        cm->cmsg_type = SCM_RIGHTS;
-        cm->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-    }
+    union proto_fd_control ctrl;
+    struct iovec iov;
+    struct msghdr mh;
+    proto_fd_message(&mh, &iov, p, n, fd, &ctrl);
     return sendmsg(sock, &mh, flags | MSG_NOSIGNAL);
 }
 
