@@ -31,12 +31,14 @@ static void print_json(gllm_client *c, const gllm_status *st)
     ctl_json_str(st->backend);
     printf(", \"uptime_s\": %.3f, \"clients\": %u, \"jobs_done\": %llu, \"jobs_failed\": %llu, "
            "\"jobs_inflight\": %llu, \"arenas\": %u, \"bytes_mapped\": %llu, \"dtensors\": %u, "
-           "\"device_bytes\": %llu, \"requests\": %llu, \"ring_requests\": %llu, "
+           "\"device_bytes\": %llu, \"exported_bytes\": %llu, \"imported_bytes\": %llu, "
+           "\"requests\": %llu, \"ring_requests\": %llu, "
            "\"errors\": %llu, \"limit_violations\": %llu, \"devices\": [",
            st->uptime_s, st->clients, (unsigned long long)st->jobs_done,
            (unsigned long long)st->jobs_failed, (unsigned long long)st->jobs_inflight, st->arenas,
            (unsigned long long)st->bytes_mapped, st->dtensors,
-           (unsigned long long)st->device_bytes, (unsigned long long)st->requests,
+           (unsigned long long)st->device_bytes, (unsigned long long)st->exported_bytes,
+           (unsigned long long)st->imported_bytes, (unsigned long long)st->requests,
            (unsigned long long)st->ring_requests, (unsigned long long)st->errors,
            (unsigned long long)st->limit_violations);
     for (int i = 0; i < caps.ndevices; i++) {
@@ -73,8 +75,10 @@ static void print_json(gllm_client *c, const gllm_status *st)
                ci.pid, ci.uid, ci.gid);
         ctl_json_str(ci.comm);
         printf(", \"arenas\": %u, \"arena_bytes\": %llu, \"device_bytes\": %llu, "
-               "\"inflight\": %u}", ci.arenas, (unsigned long long)ci.arena_bytes,
-               (unsigned long long)ci.device_bytes, ci.inflight);
+               "\"exported_bytes\": %llu, \"imported_bytes\": %llu, \"inflight\": %u}",
+               ci.arenas, (unsigned long long)ci.arena_bytes,
+               (unsigned long long)ci.device_bytes, (unsigned long long)ci.exported_bytes,
+               (unsigned long long)ci.imported_bytes, ci.inflight);
     }
     printf("]}\n");
 }
@@ -132,6 +136,9 @@ static void print_text(gllm_client *c, const gllm_status *st, bool wide)
     line(wide, "clients: %u   arenas: %u (%.1f MiB)   device tensors: %u (%.1f MiB)",
          st->clients, st->arenas, (double)st->bytes_mapped / (1 << 20), st->dtensors,
          (double)st->device_bytes / (1 << 20));
+    if (st->exported_bytes || st->imported_bytes)
+        line(wide, "shared with clients: %.1f MiB exported, %.1f MiB imported",
+             (double)st->exported_bytes / (1 << 20), (double)st->imported_bytes / (1 << 20));
     line(wide, "jobs: %llu done, %llu failed, %llu in flight", (unsigned long long)st->jobs_done,
          (unsigned long long)st->jobs_failed, (unsigned long long)st->jobs_inflight);
     line(wide, "requests: %llu (%llu by ring)   errors: %llu (%llu limits hit)",
@@ -149,13 +156,14 @@ static void print_text(gllm_client *c, const gllm_status *st, bool wide)
              mean_us(&m.added_seconds, a, sizeof a));
     }
     if (st->nlisted)
-        line(wide, "\n  %8s %6s %-16s %7s %12s %12s %8s", "PID", "UID", "COMMAND", "ARENAS",
-             "MAPPED", "DEVICE", "INFLIGHT");
+        line(wide, "\n  %7s %6s %-15s %6s %10s %10s %10s %5s", "PID", "UID", "COMMAND", "ARENAS",
+             "MAPPED", "DEVICE", "SHARED", "JOBS");
     for (int i = 0; i < st->nlisted; i++) {
         const gllm_client_info ci = listed(c, i);
-        line(wide, "  %8d %6u %-16s %7u %10.1f M %10.1f M %8u", ci.pid, ci.uid, ci.comm,
+        /* SHARED: of DEVICE, the memory this client and gllmd both map (either's). */
+        line(wide, "  %7d %6u %-15s %6u %8.1f M %8.1f M %8.1f M %5u", ci.pid, ci.uid, ci.comm,
              ci.arenas, (double)ci.arena_bytes / (1 << 20), (double)ci.device_bytes / (1 << 20),
-             ci.inflight);
+             (double)(ci.exported_bytes + ci.imported_bytes) / (1 << 20), ci.inflight);
     }
 }
 

@@ -170,6 +170,8 @@ static void decode_client_list(const msgpack_object *res, struct status_list *l)
         proto_get_u64(e, "inflight", false, &v), ci->inflight = (uint32_t)v;
         proto_get_u64(e, "arena_bytes", false, &ci->arena_bytes);
         proto_get_u64(e, "device_bytes", false, &ci->device_bytes);
+        proto_get_u64(e, "exported_bytes", false, &ci->exported_bytes);
+        proto_get_u64(e, "imported_bytes", false, &ci->imported_bytes);
         copy_field(e, "comm", ci->comm, sizeof ci->comm);
     }
 }
@@ -197,6 +199,8 @@ int gllm_status_get(gllm_client *c, gllm_status *out)
     proto_get_u64(res, "jobs_inflight", false, &st.jobs_inflight);
     proto_get_u64(res, "bytes_mapped", false, &st.bytes_mapped);
     proto_get_u64(res, "device_bytes", false, &st.device_bytes);
+    proto_get_u64(res, "exported_bytes", false, &st.exported_bytes);
+    proto_get_u64(res, "imported_bytes", false, &st.imported_bytes);
     x = 0;
     proto_get_u64(res, "dtensors", false, &x);
     st.dtensors = (uint32_t)x;

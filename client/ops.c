@@ -80,10 +80,13 @@ static int paged_submit(gllm_client *c, const char *method, const struct proto_p
 
 int gllm_kv_append_submit(gllm_client *c, const gllm_kv_append_params *p, uint64_t *job)
 {
-    if (!p || p->size < sizeof *p)
+    if (!p || p->size < offsetof(gllm_kv_append_params, wait))
         return -EINVAL;
     struct proto_paged w = {.op = PROTO_KV_APPEND};
     int r;
+    if (HAS_COUNTERS(p) && ((r = counter_to_wire(c, &p->wait, &w.wait)) < 0 ||
+                            (r = counter_to_wire(c, &p->signal, &w.signal)) < 0))
+        return r;
     if ((r = paged_kv_to_wire(c, &p->kv, &w)) < 0 ||
         (r = memory_tensor_to_wire(c, &p->k, &w.k)) < 0 ||
         (r = memory_tensor_to_wire(c, &p->v, &w.v)) < 0 ||

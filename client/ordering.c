@@ -1,5 +1,6 @@
 /* libgllm-client: jobs ordered on the caller's CUDA stream through counters in an arena
- * (gllm_stream_write_counter, gllm_stream_wait_counter, gllm_attention_enqueue). */
+ * (gllm_stream_write_counter, gllm_stream_wait_counter, gllm_stream_order, gllm_counter_write,
+ * gllm_attention_enqueue). */
 #include <stdio.h>
 
 #include "client_internal.h"
@@ -41,29 +42,53 @@ int gllm_stream_wait_counter(gllm_memory *m, uint64_t offset, uint32_t value, vo
     return on_stream(m, offset, value, stream, cuda_stream_wait);
 }
 
-/* The two counters of gllm_attention_enqueue, a cache line apart in an arena of their own. */
+/* The two counters of gllm_stream_order, a cache line apart in an arena of their own. */
 #define READY_AT 0
 #define DONE_AT 64
+
+int gllm_stream_order(gllm_client *c, void *stream, gllm_counter *wait, gllm_counter *signal)
+{
+    if (!c || !wait || !signal)
+        return -EINVAL;
+    int r;
+    if (!c->sync && (r = gllm_arena_create(c, 4096, &c->sync)) < 0)
+        return r;
+    /* The stream raises "ready" once what it queued before is done; the run waits for it
+     * and raises "done"; the stream waits for "done" before what is queued after. The
+     * stream's wait goes in before the run is submitted: it is on the GPU, so the order of
+     * these host calls does not matter, and the run's submission costs no extra step. */
+    const uint32_t ready = c->sync_ready + 1, done = c->sync_done + 1;
+    if ((r = gllm_stream_write_counter(c->sync, READY_AT, ready, stream)) < 0)
+        return r;
+    c->sync_ready = ready;   /* written or not, nothing waits for it yet */
+    if ((r = gllm_stream_wait_counter(c->sync, DONE_AT, done, stream)) < 0)
+        return r;
+    c->sync_done = done;
+    *wait = (gllm_counter){.memory = c->sync, .offset = READY_AT, .value = ready};
+    *signal = (gllm_counter){.memory = c->sync, .offset = DONE_AT, .value = done};
+    return 0;
+}
+
+int gllm_counter_write(const gllm_counter *g)
+{
+    if (!g || !g->memory || g->memory->kind != GLLM_MEMORY_ARENA || !g->memory->data ||
+        g->offset % 4 != 0 || g->offset + 4 > g->memory->size)
+        return -EINVAL;
+    __atomic_store_n((uint32_t *)((char *)g->memory->data + g->offset), g->value,
+                     __ATOMIC_RELEASE);
+    return 0;
+}
 
 int gllm_attention_enqueue(gllm_client *c, const gllm_attention_params *p, void *stream,
                            uint64_t *job)
 {
     if (!c || !p || p->size < sizeof *p || p->wait.memory || p->signal.memory)
         return -EINVAL;
-    int r;
-    if (!c->sync && (r = gllm_arena_create(c, 4096, &c->sync)) < 0)
-        return r;
-    /* The stream raises "ready" once what it queued before is done; the job waits for it
-     * and raises "done"; the stream waits for "done" before what is queued after. */
-    const uint32_t ready = c->sync_ready + 1, done = c->sync_done + 1;
-    if ((r = gllm_stream_write_counter(c->sync, READY_AT, ready, stream)) < 0)
-        return r;
-    c->sync_ready = ready;
     gllm_attention_params q = *p;
-    q.wait = (gllm_counter){.memory = c->sync, .offset = READY_AT, .value = ready};
-    q.signal = (gllm_counter){.memory = c->sync, .offset = DONE_AT, .value = done};
+    int r = gllm_stream_order(c, stream, &q.wait, &q.signal);
+    if (r < 0)
+        return r;
     if ((r = gllm_attention_submit(c, &q, job)) < 0)
-        return r;   /* the stream's write of "ready" is harmless: nothing waits for it */
-    c->sync_done = done;
-    return gllm_stream_wait_counter(c->sync, DONE_AT, done, stream);
+        gllm_counter_write(&q.signal);   /* never submitted: the stream must not wait for it */
+    return r;
 }

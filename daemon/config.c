@@ -136,6 +136,7 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
     UINT_KEY("max_elements", c->limits.max_elements, 1, 1ull << 50)
     UINT_KEY("max_outq_bytes", c->limits.max_outq_bytes, 65536, 1u << 30)
     UINT_KEY("max_page_entries", c->limits.max_page_entries, 1, 1u << 28)
+    UINT_KEY("wait_timeout_ms", c->limits.wait_timeout_ms, 1, GLLM_WAIT_TIMEOUT_MS_MAX)
     UINT_KEY("drain_timeout_s", c->drain_timeout_s, 0, 3600)
     UINT_KEY("status_interval_s", c->status_interval_s, 1, 3600)
 #undef UINT_KEY

@@ -92,12 +92,13 @@ static void print_config(const struct config *c, const char *socket_path)
     printf("max_connections = %u\nmax_prehello_bytes = %u\nmax_arenas = %u\n"
            "max_arena_bytes = %llu\nmax_inflight = %u\nmax_inflight_total = %u\n"
            "max_elements = %llu\nmax_outq_bytes = %u\nmax_page_entries = %u\n"
-           "drain_timeout_s = %u\n"
+           "wait_timeout_ms = %u\ndrain_timeout_s = %u\n"
            "status_interval_s = %u\n",
            c->limits.max_connections, c->limits.max_prehello_bytes, c->limits.max_arenas,
            (unsigned long long)c->limits.max_arena_bytes, c->limits.max_inflight,
            c->limits.max_inflight_total, (unsigned long long)c->limits.max_elements,
-           c->limits.max_outq_bytes, c->limits.max_page_entries, c->drain_timeout_s,
+           c->limits.max_outq_bytes, c->limits.max_page_entries, c->limits.wait_timeout_ms,
+           c->drain_timeout_s,
            c->status_interval_s);
     printf("busy_poll = %s\n", c->busy_poll < 0 ? "auto" : c->busy_poll ? "on" : "off");
     printf("deterministic = %s\n", c->deterministic ? "on" : "off");

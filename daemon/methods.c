@@ -32,8 +32,6 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
 }
 
 /* How long a job's "wait" may hold it by default, and at most (a request's timeout_ms). */
-#define GLLM_WAIT_TIMEOUT_MS 2000
-#define GLLM_WAIT_TIMEOUT_MS_MAX 600000
 
 /* The wire name of the kind of memory the backend shares, or NULL when it shares none. */
 static const char *share_kind_name(const struct backend *be)
@@ -69,7 +67,7 @@ void method_hello(struct rpc_call *c, const struct proto_msg *m)
     if (sync) {    /* jobs take "wait" and "signal" counters in arenas */
         proto_pack_str(pk, "sync");
         msgpack_pack_map(pk, 2);
-        proto_pack_kv_u64(pk, "timeout_ms", GLLM_WAIT_TIMEOUT_MS);
+        proto_pack_kv_u64(pk, "timeout_ms", srv->limits.wait_timeout_ms);
         proto_pack_kv_u64(pk, "timeout_ms_max", GLLM_WAIT_TIMEOUT_MS_MAX);
     }
     if (share) {   /* memory this daemon can share with clients: dtensor_create export, import */
@@ -112,7 +110,7 @@ void method_status(struct rpc_call *c, const struct proto_msg *m)
     struct server *srv = c->ch->srv;
     const struct server_stats *st = &srv->stats;
     msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 20);
+    msgpack_pack_map(pk, 22);
     proto_pack_kv_str(pk, "daemon", GLLM_VERSION);
     proto_pack_kv_f64(pk, "uptime_s", (double)(now_ns() - srv->start_ns) / 1e9);
     proto_pack_kv_str(pk, "backend", backend_name(srv->be));
@@ -125,6 +123,8 @@ void method_status(struct rpc_call *c, const struct proto_msg *m)
     proto_pack_kv_u64(pk, "arenas", st->regions.arenas);
     proto_pack_kv_u64(pk, "device_bytes", st->regions.device_bytes);
     proto_pack_kv_u64(pk, "dtensors", st->regions.dtensors);
+    proto_pack_kv_u64(pk, "exported_bytes", st->regions.exported_bytes);
+    proto_pack_kv_u64(pk, "imported_bytes", st->regions.imported_bytes);
     proto_pack_kv_bool(pk, "draining", srv->draining);
     proto_pack_kv_u64(pk, "requests", st->requests);
     proto_pack_kv_u64(pk, "errors", st->errors);
@@ -150,7 +150,7 @@ void method_status(struct rpc_call *c, const struct proto_msg *m)
     const struct channel *ch = srv->channels;
     for (uint32_t i = 0; i < n; i++, ch = ch->next) {
         const struct session *s = &ch->session;
-        msgpack_pack_map(pk, 8);
+        msgpack_pack_map(pk, 10);
         proto_pack_kv_u64(pk, "pid", (uint64_t)ch->pid);
         proto_pack_kv_u64(pk, "uid", (uint64_t)ch->uid);
         proto_pack_kv_u64(pk, "gid", (uint64_t)ch->gid);
@@ -158,6 +158,8 @@ void method_status(struct rpc_call *c, const struct proto_msg *m)
         proto_pack_kv_u64(pk, "arenas", s->narenas);
         proto_pack_kv_u64(pk, "arena_bytes", s->arena_bytes);
         proto_pack_kv_u64(pk, "device_bytes", s->device_bytes);
+        proto_pack_kv_u64(pk, "exported_bytes", s->exported_bytes);
+        proto_pack_kv_u64(pk, "imported_bytes", s->imported_bytes);
         proto_pack_kv_u64(pk, "inflight", atomic_load(&s->inflight));
     }
     rpc_reply_end(c);
@@ -369,7 +371,7 @@ static int sync_counter(struct rpc_call *c, struct job *job, const msgpack_objec
     return 0;
 }
 
-/* A job's optional "wait" (with "timeout_ms", default GLLM_WAIT_TIMEOUT_MS) and "signal". */
+/* A job's optional "wait" (with "timeout_ms", default the limit wait_timeout_ms) and "signal". */
 static int take_sync(struct rpc_call *c, const struct proto_msg *m, struct job *job, char *err,
                      size_t errlen)
 {
@@ -389,7 +391,7 @@ static int take_sync(struct rpc_call *c, const struct proto_msg *m, struct job *
     int r;
     if (wait) {
         _Atomic uint32_t *slot;
-        uint64_t ms = GLLM_WAIT_TIMEOUT_MS;
+        uint64_t ms = c->ch->srv->limits.wait_timeout_ms;
         if ((r = sync_counter(c, job, wait, "wait", &slot, &job->wait_value, err, errlen)) < 0)
             return r;
         if (proto_get_u64(wait, "timeout_ms", false, &ms) < 0 || ms == 0 ||

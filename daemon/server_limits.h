@@ -18,7 +18,12 @@ struct limits {
     uint64_t max_elements;        /* elements of one tensor */
     uint32_t max_outq_bytes;      /* unsent replies before we stop reading a client */
     uint32_t max_page_entries;    /* page-table entries, queries or new tokens of a paged job */
+    uint32_t wait_timeout_ms;     /* a job's counter wait when it names no timeout_ms */
 };
+
+/* The longest wait a job may ask for: a counter held longer than this is a client gone
+ * wrong, and its connection's later jobs wait behind it. */
+#define GLLM_WAIT_TIMEOUT_MS_MAX 600000
 
 #define LIMITS_DEFAULT                                                                   \
     {                                                                                    \
@@ -27,7 +32,7 @@ struct limits {
         .max_device_bytes_total = 64ull << 30, .max_inflight = 256,                     \
         .max_inflight_total = 4096,                                                      \
         .max_elements = 1ull << 36, .max_outq_bytes = 1u << 20,                          \
-        .max_page_entries = 1u << 22,                                                    \
+        .max_page_entries = 1u << 22, .wait_timeout_ms = 2000,                           \
     }
 
 #endif

@@ -16,6 +16,13 @@ static void account(struct session *s, const struct arena *a, int sign)
         s->device_bytes = sign > 0 ? s->device_bytes + n : s->device_bytes - n;
         t->device_bytes = sign > 0 ? t->device_bytes + n : t->device_bytes - n;
         t->dtensors += (uint32_t)sign;
+        if (a->share == ARENA_EXPORTED) {
+            s->exported_bytes = sign > 0 ? s->exported_bytes + n : s->exported_bytes - n;
+            t->exported_bytes = sign > 0 ? t->exported_bytes + n : t->exported_bytes - n;
+        } else if (a->share == ARENA_IMPORTED) {
+            s->imported_bytes = sign > 0 ? s->imported_bytes + n : s->imported_bytes - n;
+            t->imported_bytes = sign > 0 ? t->imported_bytes + n : t->imported_bytes - n;
+        }
     } else {
         s->narenas += (uint32_t)sign;
         s->arena_bytes = sign > 0 ? s->arena_bytes + n : s->arena_bytes - n;

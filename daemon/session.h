@@ -16,6 +16,8 @@ struct region_totals {
     uint32_t arenas;
     uint64_t device_bytes;        /* in device tensors */
     uint32_t dtensors;
+    uint64_t exported_bytes;      /* of device_bytes: gllmd's memory mapped by clients too */
+    uint64_t imported_bytes;      /* of device_bytes: clients' own memory mapped by gllmd */
 };
 
 struct session {
@@ -24,6 +26,8 @@ struct session {
     uint32_t narenas;             /* shared-memory arenas (the table also holds device tensors) */
     uint64_t arena_bytes;
     uint64_t device_bytes;
+    uint64_t exported_bytes;      /* of device_bytes, as in region_totals */
+    uint64_t imported_bytes;
     _Atomic uint32_t inflight;    /* jobs queued or running: down as a worker finishes one */
     struct lane lanes[GLLM_MAX_DEVICES];
 };

@@ -176,7 +176,10 @@ static void test_job_ordered_by_counters(void **state)
     gllm_job_result res = GLLM_JOB_RESULT_INIT;
     assert_int_equal(gllm_job_poll(c, j.id, &res), -EAGAIN);   /* held by its wait */
     assert_int_equal(atomic_load(done), 0);
-    atomic_store(ready, 1);                                     /* inputs ready */
+    const gllm_counter bad = {.memory = counters, .offset = 4094, .value = 1};
+    assert_int_equal(gllm_counter_write(&bad), -EINVAL);        /* not a 4-byte slot inside */
+    assert_int_equal(gllm_counter_write(&j.p.wait), 0);         /* inputs ready */
+    assert_int_equal(atomic_load(ready), 1);
     assert_int_equal(gllm_job_wait(c, j.id, &res), 0);
     assert_int_equal(atomic_load(done), 9);
     assert_true(job_output_ok(&j));

@@ -1,4 +1,5 @@
 /* Paged KV cache against a real gllmd: kv_append, decode and prefill vs float64, and every bad table refused. */
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -193,11 +194,25 @@ static void append(struct cache *k, const int *from, const int *to, bool trimmed
     p.k = tensor(k, ok, c->device, c->dtype, 3, shape);
     p.v = tensor(k, ov, c->device, c->dtype, 3, shape);
     p.append_indptr = i32_tensor(k, oa, c->B + 1);
+    /* Ordered by counters, as a client's stream would: held until the wait is raised (from
+     * the host here), then it signals. */
+    gllm_memory *ctr;
+    assert_int_equal(gllm_arena_create(k->cl, 4096, &ctr), 0);
+    const uint32_t *signal = (const uint32_t *)gllm_memory_data(ctr) + 1;
+    p.wait = (gllm_counter){.memory = ctr, .offset = 0, .value = 1};
+    p.signal = (gllm_counter){.memory = ctr, .offset = 4, .value = 7};
+    uint64_t job;
     gllm_job_result res = GLLM_JOB_RESULT_INIT;
-    int r = gllm_kv_append(k->cl, &p, &res);
+    assert_int_equal(gllm_kv_append_submit(k->cl, &p, &job), 0);
+    assert_int_equal(gllm_job_poll(k->cl, job, &res), -EAGAIN);
+    assert_int_equal(__atomic_load_n(signal, __ATOMIC_ACQUIRE), 0);
+    assert_int_equal(gllm_counter_write(&p.wait), 0);
+    int r = gllm_job_wait(k->cl, job, &res);
     if (r != 0)
         fprintf(stderr, "kv_append: %s\n", gllm_client_last_error(k->cl));
     assert_int_equal(r, 0);
+    assert_int_equal(__atomic_load_n(signal, __ATOMIC_ACQUIRE), 7);
+    assert_int_equal(gllm_memory_release(ctr), 0);
 }
 
 /* Every slot a sequence owns holds exactly its token; read back from the pool itself. */

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -54,6 +55,21 @@ static void wait_device_usage(const char *sock, const gllm_status *want)
         fail_msg("gllmd holds %llu device bytes in %u tensors, want %llu in %u after 10 s",
                  (unsigned long long)st.device_bytes, st.dtensors,
                  (unsigned long long)want->device_bytes, want->dtensors);
+}
+
+/* This process's entry in status' client list, through connection c. */
+static gllm_client_info own_entry(gllm_client *c)
+{
+    gllm_status st = GLLM_STATUS_INIT;
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    for (int i = 0; i < st.nlisted; i++) {
+        gllm_client_info ci = GLLM_CLIENT_INFO_INIT;
+        assert_int_equal(gllm_status_client(c, i, &ci), 0);
+        if (ci.pid == getpid() && ci.device_bytes)
+            return ci;
+    }
+    fail_msg("status lists no connection of pid %d holding device memory", (int)getpid());
+    return (gllm_client_info){0};
 }
 
 /* ---- attention with every tensor in shared memory ---- */
@@ -332,6 +348,12 @@ static void test_release_and_reconnect(void **state)
         gllm_status st = status_of(group_daemon.socket);
         assert_int_equal(st.device_bytes, before.device_bytes + 5 * g);
         assert_int_equal(st.dtensors, before.dtensors + 2);
+        assert_int_equal(st.exported_bytes, before.exported_bytes + 3 * g);
+        assert_int_equal(st.imported_bytes, before.imported_bytes + 2 * g);
+        const gllm_client_info me = own_entry(c);
+        assert_int_equal(me.device_bytes, 5 * g);
+        assert_int_equal(me.exported_bytes, 3 * g);
+        assert_int_equal(me.imported_bytes, 2 * g);
         if (round == 0) {
             /* Released, then the connection closed. */
             assert_int_equal(gllm_memory_release(e), 0);
@@ -380,6 +402,88 @@ static void test_exit_without_release(void **state)
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
     wait_device_usage(group_daemon.socket, &before);
+}
+
+/* A client SIGKILLed while its jobs over shared memory wait for a counter it never raises:
+ * another client's jobs run meanwhile (the waiting ones are still counted in flight when
+ * they finish), and once the client is gone gllmd holds nothing of it. */
+static void test_killed_while_waiting(void **state)
+{
+    (void)state;
+    const gllm_status before = wait_quiet(group_daemon.socket, 0);
+    enum { WAITING = 3 };
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        close(ready[0]);
+        gllm_client *c;
+        gllm_memory *mem[4], *counters;
+        void *ptr[4];
+        if (gllm_connect(group_daemon.socket, &c) != 0 ||
+            gllm_arena_create(c, 4096, &counters) != 0)
+            _exit(2);
+        memset(gllm_memory_data(counters), 0, 4096);
+        const int64_t shape[4] = {B, H, S, D};
+        gllm_attention_params p = {.size = sizeof p};
+        gllm_tensor *t[4] = {&p.q, &p.k, &p.v, &p.out};
+        for (int i = 0; i < 4; i++)
+            if (gllm_memory_create_shared(c, NELEM * gllm_dtype_size(DT), 0, &mem[i]) != 0 ||
+                gllm_memory_map(mem[i], &ptr[i]) != 0 ||
+                gllm_tensor_init(mem[i], 0, DT, 4, shape, t[i]) != 0)
+                _exit(3);
+        /* The longest wait there is: only the kill ends these jobs. */
+        p.wait = (gllm_counter){.memory = counters, .offset = 0, .value = 1,
+                                .timeout_ms = 600000};
+        p.signal = (gllm_counter){.memory = counters, .offset = 64, .value = 1};
+        uint64_t job;
+        for (int i = 0; i < WAITING; i++)
+            if (gllm_attention_submit(c, &p, &job) != 0)
+                _exit(4);
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
+        if (gllm_job_poll(c, job, &res) != -EAGAIN)   /* held by its wait */
+            _exit(5);
+        if (write(ready[1], "x", 1) != 1)
+            _exit(6);
+        pause();
+        _exit(7);
+    }
+    close(ready[1]);
+    char x;
+    assert_int_equal(read(ready[0], &x, 1), 1);
+    close(ready[0]);
+
+    gllm_client *c;
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
+    gllm_memory *mem[4];
+    void *ptr[4];
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(gllm_memory_create_shared(c, NELEM * gllm_dtype_size(DT), 0, &mem[i]), 0);
+        assert_int_equal(gllm_memory_map(mem[i], &ptr[i]), 0);
+    }
+    for (int round = 0; round < 3; round++)
+        attention_in_shared(c, mem, ptr, 40 + (uint64_t)round);
+    /* Ours ran while all of the other client's still waited. */
+    assert_true(status_of(group_daemon.socket).jobs_inflight >= WAITING);
+
+    assert_int_equal(kill(kid, SIGKILL), 0);
+    int st;
+    assert_int_equal(waitpid(kid, &st, 0), kid);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    gllm_status want = before;
+    want.device_bytes += 4 * NELEM * gllm_dtype_size(DT);
+    want.dtensors += 4;
+    wait_device_usage(group_daemon.socket, &want);   /* the child's memory is gone, ours not */
+    attention_in_shared(c, mem, ptr, 50);            /* and we are still served */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(gllm_memory_release(mem[i]), 0);
+    gllm_disconnect(c);
+    const gllm_status after = wait_quiet(group_daemon.socket, 0);
+    assert_int_equal(after.device_bytes, before.device_bytes);
+    assert_int_equal(after.exported_bytes, before.exported_bytes);
+    assert_int_equal(after.jobs_inflight, 0);
+    assert_int_equal(after.arenas, before.arenas);
 }
 
 /* ---- fds on replies, against a scripted fake daemon ---- */
@@ -555,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_import_refusals),
         cmocka_unit_test(test_release_and_reconnect),
         cmocka_unit_test(test_exit_without_release),
+        cmocka_unit_test(test_killed_while_waiting),
     };
     const struct CMUnitTest alone[] = {
         cmocka_unit_test(test_quota),

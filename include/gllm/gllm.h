@@ -137,6 +137,8 @@ typedef struct gllm_client_info {
     uint64_t arena_bytes;
     uint64_t device_bytes;  /* in device tensors */
     uint32_t inflight;      /* jobs queued or running */
+    uint64_t exported_bytes; /* of device_bytes: gllmd's memory this client maps too */
+    uint64_t imported_bytes; /* of device_bytes: this client's own memory gllmd maps */
 } gllm_client_info;
 #define GLLM_CLIENT_INFO_INIT {.size = sizeof(gllm_client_info)}
 
@@ -158,6 +160,8 @@ typedef struct gllm_status {
     uint64_t errors;            /* error replies sent */
     uint64_t limit_violations;  /* of which TOOBIG, LIMIT, QUOTA or BUSY */
     int nlisted;                /* gllm_status_client(c, 0 .. nlisted - 1): the first 64 clients */
+    uint64_t exported_bytes;    /* of device_bytes: shared with clients, gllmd's memory */
+    uint64_t imported_bytes;    /* of device_bytes: shared with clients, theirs */
 } gllm_status;
 #define GLLM_STATUS_INIT {.size = sizeof(gllm_status)}
 
@@ -233,6 +237,7 @@ typedef struct gllm_kv_append_params {
     size_t size;                  /* sizeof(gllm_kv_append_params) */
     gllm_paged_kv kv;
     gllm_tensor k, v, append_indptr;
+    gllm_counter wait, signal;    /* optional, as for gllm_attention_params */
 } gllm_kv_append_params;
 
 /*
@@ -401,6 +406,20 @@ GLLM_EXPORT int gllm_stream_wait_counter(gllm_memory *arena, uint64_t offset, ui
                                          void *stream);
 GLLM_EXPORT int gllm_attention_enqueue(gllm_client *c, const gllm_attention_params *p,
                                        void *stream, uint64_t *job);
+/*
+ * A run of jobs ordered on the caller's stream, any methods: gllm_stream_order enqueues on
+ * stream a write of a fresh "ready" value (once the work queued before it is done) and a
+ * wait for a fresh "done" value (holding the work queued after it), and fills *wait and
+ * *signal with the two counters, in an arena of the library's. Put wait on the run's first
+ * job and signal on its last (one job may carry both): a connection's jobs on a device run
+ * in the order they were submitted. The stream waits until gllmd writes done, also when the
+ * job fails; if the run is never submitted, gllm_counter_write(signal) releases it.
+ */
+GLLM_EXPORT int gllm_stream_order(gllm_client *c, void *stream, gllm_counter *wait,
+                                  gllm_counter *signal);
+/* Writes counter->value into its arena from the CPU (a store that releases what this
+ * thread wrote before it): raises a wait from the host. */
+GLLM_EXPORT int gllm_counter_write(const gllm_counter *counter);
 GLLM_EXPORT int gllm_job_poll(gllm_client *c, uint64_t job, gllm_job_result *res);
 /* How long gllm_job_wait (and the synchronous job calls) poll for the reply before they
  * sleep on the socket: a sleeping thread takes microseconds to wake when the reply lands,

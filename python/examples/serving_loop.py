@@ -12,8 +12,11 @@ as JSON with --json).
     GLLM_LIBRARY=build/libgllm-client.so python3 python/examples/serving_loop.py --socket S
     ... --issue            # the issue's model: 8 layers, hidden 4096, 32/8 heads, D 128
 
-Needs a CUDA gllmd (share "cuda_vmm_fd") and torch with CUDA. gllm calls order with the
-current stream on the host for now (docs/python.md): each call synchronises the stream.
+Needs a CUDA gllmd (share "cuda_vmm_fd") and torch with CUDA. Each layer's append and
+attention go to gllmd as one run ordered on the current stream (GPU-side wait and signal,
+no host synchronisation); --host-sync synchronises the stream before each call instead, as
+before. Without MPS every hand-over between the two processes' contexts costs the GPU a
+context switch (docs/operations.md).
 """
 from __future__ import annotations
 
@@ -230,7 +233,8 @@ class GllmAttention:
     """Attention through gllmd: one PagedKVCache (pools in gllmd-shared memory, one pair per
     layer, one page table per step) and Q/K/V/out staging tensors in shared memory."""
 
-    def __init__(self, client: gllm.Client, cfg: Config, B: int, max_len: int, max_tokens: int):
+    def __init__(self, client: gllm.Client, cfg: Config, B: int, max_len: int, max_tokens: int,
+                 host_sync: bool = False):
         self.c, self.cfg, self.B = client, cfg, B
         pages = B * -(-max_len // cfg.page_size) + 8
         self.cache = client.paged_kv_cache(num_pages=pages, page_size=cfg.page_size,
@@ -243,7 +247,11 @@ class GllmAttention:
         self.v = client.torch_tensor((max_tokens, cfg.kv_heads, cfg.head_dim), bf)
         self.out = client.torch_tensor((max_tokens, cfg.heads, cfg.head_dim), bf)
         self.seqs: List[int] = []
-        self.profile: Optional[List[float]] = None    # [gllm call wall s, kernel s] per call
+        # per layer while profiling: (gllm call's stream span in s, its jobs' kernel s), or
+        # with ordering (start event, end event, the run's Job) until profile_parts reads them
+        self.profile: Optional[list] = None
+        self.host_sync = host_sync
+        client.ordered = not host_sync   # host_sync: each call synchronises the stream first
 
     def reset(self) -> None:
         for s in self.seqs:
@@ -262,6 +270,17 @@ class GllmAttention:
         return qs, ks, vs, os_
 
     def _jobs(self, layer: int, qs, ks, vs, os_, decode: bool) -> None:
+        if not self.host_sync:
+            # One run on the current stream: gllmd's append waits for the stream, its
+            # attention signals it; nothing here waits for the GPU.
+            if self.profile is not None:
+                ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                ev[0].record()
+            job = self.cache.append_attention_step(layer, ks, vs, qs, os_, decode)
+            if self.profile is not None:
+                ev[1].record()
+                self.profile.append((ev[0], ev[1], job))
+            return
         if self.profile is not None:
             torch.cuda.current_stream().synchronize()    # the producers' time is not gllmd's
             t0 = time.perf_counter()
@@ -272,6 +291,20 @@ class GllmAttention:
             r2 = self.cache.prefill_step(layer, qs, os_)
         if self.profile is not None:
             self.profile.append((time.perf_counter() - t0, (r1.kernel_ns + r2.kernel_ns) * 1e-9))
+
+    def profile_parts(self) -> tuple:
+        """(gllm calls' span as the stream or host sees it, their jobs' kernel time), in s,
+        summed over the profiled layers."""
+        span = kern = 0.0
+        for p in self.profile or []:
+            if len(p) == 3:
+                p[1].synchronize()
+                span += p[0].elapsed_time(p[1]) * 1e-3
+                kern += sum(j.result().kernel_ns for j in p[2].run) * 1e-9
+            else:
+                span += p[0]
+                kern += p[1]
+        return span, kern
 
     def prefill(self, layer: int, q, k, v) -> torch.Tensor:
         qs, ks, vs, os_ = self._stage(q, k, v)
@@ -285,6 +318,7 @@ class GllmAttention:
         return os_
 
     def release(self) -> None:
+        self.c.synchronize()     # every ordered job's reply claimed (and its errors raised)
         self.cache.release()
         del self.q, self.k, self.v, self.out
 
@@ -325,8 +359,7 @@ def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: in
         with Timer() as t_step:
             step(s)
         if is_gllm:
-            wall = sum(p[0] for p in backend.profile)
-            kern = sum(p[1] for p in backend.profile)
+            wall, kern = backend.profile_parts()
         else:
             kern = backend.profile_ms() * 1e-3
             wall = kern
@@ -343,8 +376,12 @@ def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: in
             "gllmd_added": sum(p[1] for p in parts) / n * 1e3,
             "rest": sum(p[2] for p in parts) / n * 1e3,
             "steps": n,
-            "how": ("gllm: kernel_ns of the append and decode jobs; added: their calls' wall "
-                    "time minus that; rest: the step's wall time minus the calls"
+            "how": (("gllm, ordered on the stream: kernel_ns of the append and decode jobs; "
+                     "added: CUDA events around each layer's call on the stream minus that; "
+                     "rest: the step's wall time minus those spans")
+                    if is_gllm and not backend.host_sync else
+                    "gllm, host-synchronised: kernel_ns of the append and decode jobs; added: "
+                    "their calls' wall time minus that; rest: the step's wall time minus the calls"
                     if is_gllm else
                     "torch: CUDA events around the cache write and SDPA; rest: the remainder")}
     if keep_logits:
@@ -362,6 +399,8 @@ def main() -> int:
     ap.add_argument("--profile-steps", type=int, default=4,
                     help="extra decode steps timed part by part (not in tokens/s)")
     ap.add_argument("--mode", choices=("both", "torch", "gllm"), default="both")
+    ap.add_argument("--host-sync", action="store_true",
+                    help="gllm calls synchronise the stream on the host instead of ordering on it")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -380,6 +419,7 @@ def main() -> int:
         return 77
     results = {"config": dataclasses.asdict(cfg), "prompt": prompt, "steps": steps,
                "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "gllm_ordering": "host-synchronised" if args.host_sync else "stream-ordered",
                "runs": []}
     g = torch.Generator(device="cuda").manual_seed(1)
     failed = False
@@ -392,7 +432,8 @@ def main() -> int:
             if mode == "torch":
                 backend = TorchAttention(cfg, B, total)
             else:
-                backend = GllmAttention(client, cfg, B, total, B * prompt)
+                backend = GllmAttention(client, cfg, B, total, B * prompt,
+                                        host_sync=args.host_sync)
             # warm-up: kernels chosen, libraries loaded, pages touched
             run_mode(model, backend, tokens, min(prompt, 64), 2, 0, False)
             r = run_mode(model, backend, tokens, prompt, steps, pst, B == batches[0])

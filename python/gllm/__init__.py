@@ -10,8 +10,8 @@
 Importing gllm needs neither numpy nor torch nor the library: each is loaded on first use.
 """
 from ._lib import LibraryNotFound, library_path
-from .client import (Caps, Client, ClientInfo, DeviceInfo, JobResult, Limits, PagedKV, Status,
-                     attention, connect, find_client)
+from .client import (Caps, Client, ClientInfo, DeviceInfo, Job, JobResult, Limits, PagedKV,
+                     Status, attention, connect, find_client)
 from .dtypes import BF16, F16, F32, I32, DType, as_dtype, bf16_to_f32, f32_to_bf16
 from .errors import (AliasError, BackendError, BoundsError, BusyError, DeniedError,
                      DeviceMemoryError, DisconnectedError, DTypeError, Error, HeadDimError,
@@ -32,7 +32,7 @@ def version() -> str:
 __all__ = [
     "AliasError", "BF16", "BackendError", "BoundsError", "BusyError", "Caps", "Client",
     "ClientInfo", "DType", "DTypeError", "DeniedError", "DeviceInfo", "DeviceMemoryError",
-    "DisconnectedError", "Error", "F16", "F32", "HeadDimError", "I32", "JobResult",
+    "DisconnectedError", "Error", "F16", "F32", "HeadDimError", "I32", "Job", "JobResult",
     "LibraryNotFound", "LimitError", "Limits", "Memory", "MemoryKind", "NotExportError",
     "NotSupportedError", "PagedKV", "PagedKVCache", "ParamError", "QuotaError", "ShapeError",
     "Status", "Tensor", "as_dtype", "attention", "bf16_to_f32", "connect", "f32_to_bf16",

@@ -54,7 +54,8 @@ class GllmCaps(ctypes.Structure):
 class GllmClientInfo(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("pid", c_int), ("uid", c_uint32), ("gid", c_uint32),
                 ("comm", c_char * 16), ("arenas", c_uint32), ("arena_bytes", c_uint64),
-                ("device_bytes", c_uint64), ("inflight", c_uint32)]
+                ("device_bytes", c_uint64), ("inflight", c_uint32),
+                ("exported_bytes", c_uint64), ("imported_bytes", c_uint64)]
 
 
 class GllmStatus(ctypes.Structure):
@@ -63,7 +64,8 @@ class GllmStatus(ctypes.Structure):
                 ("jobs_failed", c_uint64), ("jobs_inflight", c_uint64),
                 ("bytes_mapped", c_uint64), ("arenas", c_uint32), ("device_bytes", c_uint64),
                 ("dtensors", c_uint32), ("requests", c_uint64), ("ring_requests", c_uint64),
-                ("errors", c_uint64), ("limit_violations", c_uint64), ("nlisted", c_int)]
+                ("errors", c_uint64), ("limit_violations", c_uint64), ("nlisted", c_int),
+                ("exported_bytes", c_uint64), ("imported_bytes", c_uint64)]
 
 
 class GllmCounter(ctypes.Structure):
@@ -90,7 +92,7 @@ class GllmPagedKV(ctypes.Structure):
 
 class GllmKVAppendParams(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("kv", GllmPagedKV), ("k", GllmTensor), ("v", GllmTensor),
-                ("append_indptr", GllmTensor)]
+                ("append_indptr", GllmTensor), ("wait", GllmCounter), ("signal", GllmCounter)]
 
 
 class GllmPagedAttentionParams(ctypes.Structure):
@@ -153,6 +155,16 @@ _PROTOTYPES = {
                                       POINTER(GllmJobResult)]),
     "gllm_attention_prefill": (c_int, [_P, POINTER(GllmPagedAttentionParams),
                                        POINTER(GllmJobResult)]),
+    "gllm_attention_submit": (c_int, [_P, POINTER(GllmAttentionParams), POINTER(c_uint64)]),
+    "gllm_kv_append_submit": (c_int, [_P, POINTER(GllmKVAppendParams), POINTER(c_uint64)]),
+    "gllm_attention_decode_submit": (c_int, [_P, POINTER(GllmPagedAttentionParams),
+                                             POINTER(c_uint64)]),
+    "gllm_attention_prefill_submit": (c_int, [_P, POINTER(GllmPagedAttentionParams),
+                                              POINTER(c_uint64)]),
+    "gllm_job_wait": (c_int, [_P, c_uint64, POINTER(GllmJobResult)]),
+    "gllm_job_poll": (c_int, [_P, c_uint64, POINTER(GllmJobResult)]),
+    "gllm_stream_order": (c_int, [_P, c_void_p, POINTER(GllmCounter), POINTER(GllmCounter)]),
+    "gllm_counter_write": (c_int, [POINTER(GllmCounter)]),
     "gllm_client_set_wait_spin": (None, [_P, c_uint32]),
     "gllm_client_last_error": (c_char_p, [_P]),
     "gllm_strerror": (c_char_p, [c_int]),

@@ -65,6 +65,8 @@ class ClientInfo:
     arena_bytes: int
     device_bytes: int
     inflight: int
+    exported_bytes: int     # of device_bytes: gllmd's memory this client maps too
+    imported_bytes: int     # of device_bytes: this client's own memory gllmd maps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +88,8 @@ class Status:
     errors: int
     limit_violations: int
     listed: Tuple[ClientInfo, ...]
+    exported_bytes: int     # of device_bytes, shared with clients: gllmd's memory
+    imported_bytes: int     # of device_bytes, shared with clients: theirs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +101,33 @@ class JobResult:
     copy_ns: int
     copy_bytes: int
     accept_ns: int
+
+
+class Job:
+    """A job ordered on a CUDA stream (see Client): its reply, claimed on demand."""
+
+    def __init__(self, client: "Client", job_id: int):
+        self.client, self.id = client, job_id
+        self._result: Optional[JobResult] = None
+        self._error: Optional[BaseException] = None
+        self.run: List["Job"] = [self]   # the last job of a run: every job of it, in order
+
+    def result(self) -> JobResult:
+        """Waits for gllmd's reply (not for the stream) and returns the job's timings;
+        raises its error, or that of an earlier ordered job of the client claimed on the
+        way (replies are claimed oldest first)."""
+        c = self.client
+        with c._lock:
+            while not self.done() and self.id in c._pending:
+                c._claim(c._pending[0], True)
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def done(self) -> bool:
+        """Whether the reply has been claimed."""
+        return self._result is not None or self._error is not None
 
 
 @dataclasses.dataclass
@@ -137,12 +168,17 @@ class Client:
     Like the C library, a Client belongs to one thread at a time; this class adds a lock so
     that concurrent calls from several threads are serialised rather than unsafe.
 
-    Every job call here is synchronous: it returns when gllmd has replied. Calls take a
-    `stream=` argument: GPU-side ordering on the caller's CUDA stream is not available yet,
-    so for now the call synchronises that stream (torch.cuda.current_stream() by default
-    when any tensor is a torch CUDA tensor) on the host before submitting; when the reply
-    comes the output is complete. Code written with stream= keeps working unchanged when
-    the ordering moves onto the GPU."""
+    Job calls on host memory (arenas, numpy) are synchronous: they return the job's
+    JobResult once gllmd has replied. A job on torch CUDA tensors is ordered on the
+    caller's CUDA stream instead (`stream=`, torch.cuda.current_stream() by default): the
+    stream raises a counter once the work queued on it so far is done, gllmd's job waits
+    for that counter on its side and raises another when its kernel is done, and the
+    stream waits for that one before the work queued after the call. The host waits for
+    nothing; the call returns a Job at once. Its reply is claimed later (Job.result(),
+    Client.synchronize(), or the next job call, which raises the error of a failed one).
+    Where gllmd cannot order jobs this way (`ordered` is False: a CPU backend, or no
+    CUDA stream support), the call synchronises the stream on the host and runs the job
+    synchronously."""
 
     def __init__(self, socket: Optional[str] = None):
         self._lock = threading.RLock()
@@ -150,6 +186,9 @@ class Client:
         # weak: a cached struct must not keep its memory (and a torch tensor's) alive
         self._structs: Dict[Any, Tuple[_lib.GllmTensor, "weakref.ref[Memory]"]] = {}
         self._handle: Optional[int] = None
+        self._pending: List[int] = []          # ordered jobs whose replies are unclaimed
+        self._jobs: Dict[int, "Job"] = {}      # their Jobs, until claimed
+        self._ordered = True
         lib = _lib.lib()
         h = ctypes.c_void_p()
         path = socket.encode() if isinstance(socket, str) else socket
@@ -172,6 +211,14 @@ class Client:
         """Disconnects. gllmd gives back this connection's memory; Memory objects still
         alive only free their handles when released."""
         with self._lock:
+            if self._handle is not None:
+                # Ordered jobs first: a stream may still wait on the library's counters,
+                # which disconnecting frees. Their errors were the caller's to claim.
+                while self._pending:
+                    try:
+                        self._claim(self._pending[0], True)
+                    except errors.Error:
+                        pass
             h, self._handle = self._handle, None
             if h is not None:
                 _lib.lib().gllm_disconnect(h)
@@ -376,25 +423,112 @@ class Client:
         return st, cuda, t.memory
 
     # --- jobs -----------------------------------------------------------------------
+    @property
+    def ordered(self) -> bool:
+        """Whether jobs on CUDA tensors are ordered on the caller's stream (GPU-side waits
+        and signals), rather than by synchronising the stream on the host."""
+        return self._caps.share == "cuda_vmm_fd" and self._ordered
+
+    @ordered.setter
+    def ordered(self, on: bool) -> None:
+        """False: synchronise the stream on the host before each job on CUDA tensors."""
+        self._ordered = bool(on)
+
     @staticmethod
-    def _order(stream: Any, any_cuda: bool) -> None:
-        # GPU-side ordering (issue 18 part 3) is not there yet: the host waits for the
-        # caller's stream, so the inputs its kernels write are complete before gllmd reads.
+    def _stream_handle(stream: Any) -> Any:
+        import torch
+        s = stream if stream is not None else torch.cuda.current_stream()
+        return s, s.cuda_stream
+
+    def _job(self, name: str, params: Any, any_cuda: bool, stream: Any) -> Any:
+        return self._run_jobs([(name, params)], any_cuda, stream)
+
+    def _run_jobs(self, jobs: Sequence[Tuple[str, Any]], any_cuda: bool, stream: Any) -> Any:
+        """Runs jobs in order: ordered on the stream as one run (the first waits for the
+        stream, the last signals it) when they touch CUDA tensors and gllmd can order them;
+        else synchronously, after synchronising the stream. Returns the last job's Job or
+        JobResult."""
+        if any_cuda and self.ordered:
+            return self._ordered_run(jobs, stream)
         if stream is not None and hasattr(stream, "synchronize"):
             stream.synchronize()
         elif any_cuda:
             import torch
             torch.cuda.current_stream().synchronize()
-
-    def _job(self, name: str, params: Any, any_cuda: bool, stream: Any) -> JobResult:
-        self._order(stream, any_cuda)
-        res = _lib.sized(_lib.GllmJobResult)
-        self._run(name, ctypes.byref(params), ctypes.byref(res))
+        res = None
+        for name, params in jobs:
+            res = _lib.sized(_lib.GllmJobResult)
+            self._run(name, ctypes.byref(params), ctypes.byref(res))
         return _fields(res, JobResult)
+
+    def _ordered_run(self, jobs: Sequence[Tuple[str, Any]], stream: Any) -> "Job":
+        lib = _lib.lib()
+        s, handle = self._stream_handle(stream)
+        with self._lock:
+            self._reap(block=False)
+            wait, signal = _lib.GllmCounter(), _lib.GllmCounter()
+            self._clear_message()
+            self._call("gllm_stream_order", lib.gllm_stream_order(
+                self.handle, handle, ctypes.byref(wait), ctypes.byref(signal)))
+            jobs[0][1].wait = wait
+            jobs[-1][1].signal = signal
+            job = ctypes.c_uint64()
+            run: List[Job] = []
+            for name, params in jobs:
+                r = getattr(lib, name + "_submit")(self.handle, ctypes.byref(params),
+                                                   ctypes.byref(job))
+                if r == errors.CODES["BUSY"] and self._pending:
+                    self._reap(block=True)     # too many in flight: let the oldest finish
+                    r = getattr(lib, name + "_submit")(self.handle, ctypes.byref(params),
+                                                       ctypes.byref(job))
+                if r < 0:
+                    # the stream waits for the run's signal: nothing will write it now
+                    lib.gllm_counter_write(ctypes.byref(signal))
+                    self._call(name, r)
+                j = Job(self, job.value)
+                run.append(j)
+                self._pending.append(j.id)
+                self._jobs[j.id] = j
+            run[-1].run = run
+            return run[-1]
+
+    def _claim(self, job_id: int, block: bool) -> bool:
+        """Claims one job's reply into its Job; False while it runs (block=False)."""
+        lib = _lib.lib()
+        res = _lib.sized(_lib.GllmJobResult)
+        fn = lib.gllm_job_wait if block else lib.gllm_job_poll
+        r = fn(self.handle, job_id, ctypes.byref(res))
+        if r == -11 and not block:   # -EAGAIN: still running
+            return False
+        self._pending.remove(job_id)
+        j = self._jobs.pop(job_id, None)
+        if r < 0:
+            err = errors.from_code(r, "job", _lib.text(lib.gllm_client_last_error(self.handle)))
+            if j is not None:
+                j._error = err
+            raise err
+        if j is not None:
+            j._result = _fields(res, JobResult)
+        return True
+
+    def _reap(self, block: bool) -> None:
+        """Claims finished ordered jobs, oldest first (a connection's jobs on a device finish
+        in order); block: at least the oldest. Raises the first failure found."""
+        first = True
+        while self._pending:
+            if not self._claim(self._pending[0], block and first):
+                return
+            first = False
+
+    def synchronize(self) -> None:
+        """Waits for every ordered job's reply (not for the stream); raises the first error."""
+        with self._lock:
+            while self._pending:
+                self._claim(self._pending[0], True)
 
     def attention(self, q: Any, k: Any, v: Any, out: Any, causal: bool = False,
                   scale: Optional[float] = None, lse: Any = None,
-                  stream: Any = None) -> JobResult:
+                  stream: Any = None) -> "JobResult | Job":
         """out = softmax(scale * Q K^T + mask) V, with Q and out [B, Hq, Sq, D], K and V
         [B, Hkv, Skv, D] (Hq a multiple of Hkv), one dtype; lse (optional) f32 [B, Hq, Sq].
         causal: query i sees keys j <= i + Skv - Sq. scale: default 1/sqrt(D).
@@ -436,17 +570,33 @@ class Client:
         return s, any_cuda
 
     def kv_append(self, kv: PagedKV, k: Any, v: Any, append_indptr: Any,
-                  stream: Any = None) -> JobResult:
+                  stream: Any = None) -> "JobResult | Job":
         """Writes new tokens' K and V ([N, Hkv, D]) into the cache: tokens append_indptr[b] ..
         append_indptr[b + 1] become the last tokens of sequence b, whose page table (kv)
         already counts them."""
+        p, any_cuda = self._append_params(kv, k, v, append_indptr)
+        return self._job("gllm_kv_append", p, any_cuda, stream)
+
+    def _append_params(self, kv: PagedKV, k: Any, v: Any, append_indptr: Any) -> Tuple[Any, bool]:
         p = _lib.sized(_lib.GllmKVAppendParams)
         p.kv, any_cuda = self._paged_kv(kv)
         for name, x in (("k", k), ("v", v), ("append_indptr", append_indptr)):
             st, cuda = self._struct(x)
             any_cuda |= cuda
             setattr(p, name, st)
-        return self._job("gllm_kv_append", p, any_cuda, stream)
+        return p, any_cuda
+
+    def append_attention(self, kv: PagedKV, k: Any, v: Any, append_indptr: Any, q: Any,
+                         out: Any, qo_indptr: Any = None, scale: Optional[float] = None,
+                         stream: Any = None) -> "JobResult | Job":
+        """kv_append, then attention_decode (qo_indptr None) or attention_prefill over the
+        same cache, as one run: on CUDA tensors one wait on the stream before the append and
+        one signal after the attention, so a layer costs the stream a single round trip
+        through gllmd. Returns the attention's result (or Job)."""
+        a, cuda_a = self._append_params(kv, k, v, append_indptr)
+        p, cuda_p = self._paged_params(kv, q, out, qo_indptr, scale)
+        name = "gllm_attention_decode" if qo_indptr is None else "gllm_attention_prefill"
+        return self._run_jobs([("gllm_kv_append", a), (name, p)], cuda_a or cuda_p, stream)
 
     def _paged_params(self, kv: PagedKV, q: Any, out: Any, qo_indptr: Any,
                       scale: Optional[float]) -> Tuple[Any, bool]:
@@ -464,14 +614,14 @@ class Client:
         return p, any_cuda
 
     def attention_decode(self, kv: PagedKV, q: Any, out: Any, scale: Optional[float] = None,
-                         stream: Any = None) -> JobResult:
+                         stream: Any = None) -> "JobResult | Job":
         """Decode over a paged cache: q and out [B, Hq, D], one query per sequence, seeing
         all of it."""
         p, any_cuda = self._paged_params(kv, q, out, None, scale)
         return self._job("gllm_attention_decode", p, any_cuda, stream)
 
     def attention_prefill(self, kv: PagedKV, q: Any, out: Any, qo_indptr: Any,
-                          scale: Optional[float] = None, stream: Any = None) -> JobResult:
+                          scale: Optional[float] = None, stream: Any = None) -> "JobResult | Job":
         """Chunked prefill over a paged cache: q and out [N, Hq, D]; queries qo_indptr[b] ..
         qo_indptr[b + 1] are the last tokens of sequence b (already appended) and attend
         causally to its cached prefix and to each other."""
@@ -511,8 +661,8 @@ def find_client(*tensors: Any) -> Client:
     raise ValueError("none of these tensors lies in memory of an open gllm client")
 
 
-def attention(q: Any, k: Any, v: Any, out: Any, causal: bool = False,
-              scale: Optional[float] = None, lse: Any = None, stream: Any = None) -> JobResult:
+def attention(q: Any, k: Any, v: Any, out: Any, causal: bool = False, scale: Optional[float] = None,
+              lse: Any = None, stream: Any = None) -> "JobResult | Job":
     """Client.attention on the client whose memory holds q."""
     return find_client(q, k, v, out).attention(q, k, v, out, causal=causal, scale=scale,
                                                lse=lse, stream=stream)

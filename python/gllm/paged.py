@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from .client import JobResult, PagedKV
+from .client import Job, JobResult, PagedKV
 from .dtypes import as_dtype
 from .memory import Tensor
 
@@ -58,9 +58,9 @@ class PagedKVCache:
                     self._pool_mem.append(alloc(pool_bytes))
                     pools.append(Tensor(self._pool_mem[-1], self.dtype, pool_shape))
             # indptr [B + 1], indices [num_pages], last_page_len [B], and the step's
-            # indptrs of new tokens and of queries [B + 1] each
+            # indptrs of new tokens and of queries [B + 1] each; twice (see _writable)
             b1 = self.max_batch + 1
-            self._table = client.arena(4 * (b1 + self.num_pages + self.max_batch + 2 * b1))
+            self._table = client.arena(8 * (b1 + self.num_pages + self.max_batch + 2 * b1))
         except BaseException:
             for m in self._pool_mem:
                 m.release()
@@ -72,11 +72,12 @@ class PagedKVCache:
             view = self._table.numpy("int32", (n,), off)
             off += 4 * n
             return view
-        self._indptr = take(b1)
-        self._indices = take(self.num_pages)
-        self._last = take(self.max_batch)
-        self._append_indptr = take(b1)
-        self._qo_indptr = take(b1)
+        self._views = [tuple(take(n) for n in (b1, self.num_pages, self.max_batch, b1, b1))
+                       for _ in range(2)]
+        self._buf = 0                     # the copy of the table written now
+        self._buf_jobs: List[Any] = [None, None]   # the last ordered Job reading each copy
+        (self._indptr, self._indices, self._last, self._append_indptr,
+         self._qo_indptr) = self._views[0]
         self._free: List[int] = list(range(self.num_pages - 1, -1, -1))
         self._pages: Dict[int, List[int]] = {}
         self._len: Dict[int, int] = {}
@@ -140,11 +141,35 @@ class PagedKVCache:
             self._free.append(self._pages[sid].pop())
         self._version += 1
 
+    def _writable(self) -> None:
+        """Called before the table is written. gllmd reads the table when a job runs, and a
+        job ordered on a CUDA stream runs when the stream gets there, after this call
+        returns: so while jobs may still read this copy, writes go to the other copy, once
+        the jobs reading that one are done (a step ago, usually: no wait)."""
+        j = self._buf_jobs[self._buf]
+        if j is None or j.done():
+            return
+        self._buf ^= 1
+        other = self._buf_jobs[self._buf]
+        if other is not None and not other.done():
+            other.result()
+        self._buf_jobs[self._buf] = None
+        (self._indptr, self._indices, self._last, self._append_indptr,
+         self._qo_indptr) = self._views[self._buf]
+        self._table_key = None            # this copy holds an older table: write all of it
+
+    def _track(self, result: Any) -> Any:
+        """Notes a job ordered on a stream as the latest reader of the current copy."""
+        if isinstance(result, Job):
+            self._buf_jobs[self._buf] = result
+        return result
+
     def _table_for(self, seqs: Sequence[int]) -> List[PagedKV]:
         """The page table of seqs, per layer; rewritten only when something changed."""
         key = (tuple(seqs), self._version)
         if key == self._table_key:
             return self._kv
+        self._writable()
         B = len(seqs)
         if not 1 <= B <= self.max_batch:
             raise ValueError(f"batch of {B} outside 1..{self.max_batch}")
@@ -183,6 +208,7 @@ class PagedKVCache:
             raise ValueError("one count per sequence")
         counts = tuple(int(c) for c in counts)
         grown: List[Tuple[int, int]] = []
+        self._writable()
         try:
             for sid, c in zip(seqs, counts):
                 if c < 0:
@@ -215,21 +241,31 @@ class PagedKVCache:
         """Writes this step's new tokens' K and V ([N, Hkv, D], sequences one after the
         other) into layer's pools."""
         kv = self._step_kv(layer)
-        return self.client.kv_append(kv, k, v, self._step_indptr, stream=stream)
+        return self._track(self.client.kv_append(kv, k, v, self._step_indptr, stream=stream))
 
     def prefill_step(self, layer: int, q: Any, out: Any, scale: Optional[float] = None,
                      stream: Any = None) -> JobResult:
         """Chunked prefill of layer for this step's new tokens (q, out [N, Hq, D]): each
         attends causally to its sequence's prefix and to the new tokens before it."""
         kv = self._step_kv(layer)
-        return self.client.attention_prefill(kv, q, out, self._qo_indptr[:len(self._step_seqs) + 1],
-                                             scale=scale, stream=stream)
+        return self._track(self.client.attention_prefill(
+            kv, q, out, self._qo_indptr[:len(self._step_seqs) + 1], scale=scale, stream=stream))
 
     def decode_step(self, layer: int, q: Any, out: Any, scale: Optional[float] = None,
                     stream: Any = None) -> JobResult:
         """Decode of layer: one query per sequence of the step (q, out [B, Hq, D])."""
         kv = self._step_kv(layer)
-        return self.client.attention_decode(kv, q, out, scale=scale, stream=stream)
+        return self._track(self.client.attention_decode(kv, q, out, scale=scale, stream=stream))
+
+    def append_attention_step(self, layer: int, k: Any, v: Any, q: Any, out: Any,
+                              decode: bool, scale: Optional[float] = None,
+                              stream: Any = None) -> Any:
+        """append_step then decode_step (decode) or prefill_step, as one run ordered on the
+        stream: see Client.append_attention."""
+        kv = self._step_kv(layer)
+        qo = None if decode else self._qo_indptr[:len(self._step_seqs) + 1]
+        return self._track(self.client.append_attention(kv, k, v, self._step_indptr, q, out,
+                                                        qo_indptr=qo, scale=scale, stream=stream))
 
     # --- one layer ---------------------------------------------------------------------
     def append(self, seqs: Sequence[int], k: Any, v: Any, counts: Sequence[int],
@@ -248,8 +284,8 @@ class PagedKVCache:
     def decode(self, seqs: Sequence[int], q: Any, out: Any, scale: Optional[float] = None,
                layer: int = 0, stream: Any = None) -> JobResult:
         """One query per sequence (q and out [B, Hq, D]) attending to all its tokens."""
-        return self.client.attention_decode(self._table_for(seqs)[layer], q, out, scale=scale,
-                                            stream=stream)
+        return self._track(self.client.attention_decode(self._table_for(seqs)[layer], q, out,
+                                                        scale=scale, stream=stream))
 
     def prefill(self, seqs: Sequence[int], q: Any, out: Any, counts: Sequence[int],
                 scale: Optional[float] = None, layer: int = 0,
@@ -258,9 +294,11 @@ class PagedKVCache:
         are its last counts[b] tokens, already appended; they attend causally."""
         if len(counts) != len(seqs):
             raise ValueError("one count per sequence")
+        self._writable()
         kv = self._table_for(seqs)[layer]
         qo = self._indptr_of(self._qo_indptr, counts)
-        return self.client.attention_prefill(kv, q, out, qo, scale=scale, stream=stream)
+        return self._track(self.client.attention_prefill(kv, q, out, qo, scale=scale,
+                                                         stream=stream))
 
     def release(self) -> None:
         """Gives the pools and the table back."""

@@ -170,7 +170,8 @@ def test_pages_are_reused_and_errors_roll_back(client):
 
 def test_layers_share_one_table_per_step(client):
     _f32_pools_supported(client)
-    """Two layers, one step() each: per-layer pools hold different K/V, one page table."""
+    """Two layers, one step() each: per-layer pools hold different K/V, one page table; the
+    second layer appends and attends in one run (append_attention_step)."""
     Hq, Hkv, D, ps, L = 4, 2, 64, 8, 2
     rng = np.random.default_rng(5)
     with client.paged_kv_cache(num_pages=32, page_size=ps, num_kv_heads=Hkv, head_dim=D,
@@ -194,16 +195,21 @@ def test_layers_share_one_table_per_step(client):
                 k, v = view((N, Hkv, D)), view((N, Hkv, D))
                 k[:] = rng.uniform(-1, 1, k.shape)
                 v[:] = rng.uniform(-1, 1, v.shape)
-                cache.append_step(layer, k, v)
+                prompts = counts[0] > 1            # the prompts: chunked prefill
+                rows = N if prompts else 2
+                q, out = view((rows, Hq, D)), view((rows, Hq, D))
+                q[:] = rng.uniform(-1, 1, q.shape)
+                if layer == 1:                     # the append and the attention as one run
+                    cache.append_attention_step(layer, k, v, q, out, decode=not prompts)
+                else:
+                    cache.append_step(layer, k, v)
+                    (cache.prefill_step if prompts else cache.decode_step)(layer, q, out)
                 at = 0
                 for b, n in enumerate(counts):
                     k64[layer][b] = np.concatenate([k64[layer][b], k[at:at + n]])
                     v64[layer][b] = np.concatenate([v64[layer][b], v[at:at + n]])
                     at += n
-                if counts[0] > 1:          # the prompts: chunked prefill
-                    q, out = view((N, Hq, D)), view((N, Hq, D))
-                    q[:] = rng.uniform(-1, 1, q.shape)
-                    cache.prefill_step(layer, q, out)
+                if prompts:
                     at = 0
                     for b, n in enumerate(counts):
                         want, _ = attention64(q[at:at + n].transpose(1, 0, 2)[None],
@@ -213,9 +219,6 @@ def test_layers_share_one_table_per_step(client):
                                                    atol=2e-5)
                         at += n
                     continue
-                q, out = view((2, Hq, D)), view((2, Hq, D))
-                q[:] = rng.uniform(-1, 1, q.shape)
-                cache.decode_step(layer, q, out)
                 for b in range(2):
                     want, _ = attention64(q[b][None, :, None],
                                           k64[layer][b].transpose(1, 0, 2)[None],

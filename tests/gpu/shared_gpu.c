@@ -3,185 +3,14 @@
  * against float64, and prefill end-to-end time against kernel time with imported tensors.
  * Runs against $GLLM_SOCKET, or a gllmd it starts on the CUDA backend; exit 77 (skipped)
  * where libcuda.so.1 cannot be opened or has no device. */
-#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "cuda_vmm.h"
-#include "testutil.h"
-
-/* The driver calls this program makes itself, by their exported (versioned) names. */
-#define DRIVER_FUNCS(X)                                                                       \
-    X(cuInit, "cuInit", (unsigned flags))                                                    \
-    X(cuDeviceGetCount, "cuDeviceGetCount", (int *n))                                        \
-    X(cuDeviceGet, "cuDeviceGet", (CUdevice * d, int ordinal))                               \
-    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext * ctx, CUdevice d))   \
-    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice d))               \
-    X(cuDevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags_v2", (CUdevice d, unsigned f)) \
-    X(cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext ctx))                                   \
-    X(cuCtxSynchronize, "cuCtxSynchronize", (void))                                          \
-    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (CUdeviceptr dst, const void *src, size_t n))         \
-    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *dst, CUdeviceptr src, size_t n))               \
-    X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity",                        \
-      (size_t * g, const CUmemAllocationProp *prop, int option))                             \
-    X(cuMemCreate, "cuMemCreate",                                                            \
-      (CUmemGenericAllocationHandle * h, size_t n, const CUmemAllocationProp *prop,          \
-       unsigned long long flags))                                                            \
-    X(cuMemExportToShareableHandle, "cuMemExportToShareableHandle",                          \
-      (void *out, CUmemGenericAllocationHandle h, int type, unsigned long long flags))       \
-    X(cuMemAddressReserve, "cuMemAddressReserve",                                            \
-      (CUdeviceptr * p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags)) \
-    X(cuMemAddressFree, "cuMemAddressFree", (CUdeviceptr p, size_t n))                       \
-    X(cuMemMap, "cuMemMap",                                                                  \
-      (CUdeviceptr p, size_t n, size_t off, CUmemGenericAllocationHandle h,                  \
-       unsigned long long flags))                                                            \
-    X(cuMemUnmap, "cuMemUnmap", (CUdeviceptr p, size_t n))                                   \
-    X(cuMemSetAccess, "cuMemSetAccess",                                                      \
-      (CUdeviceptr p, size_t n, const CUmemAccessDesc *desc, size_t count))                  \
-    X(cuMemRelease, "cuMemRelease", (CUmemGenericAllocationHandle h))                        \
-    X(cuGetErrorName, "cuGetErrorName", (CUresult r, const char **name))                    \
-    X(cuStreamCreate, "cuStreamCreate", (void **s, unsigned flags))                          \
-    X(cuStreamSynchronize, "cuStreamSynchronize", (void *s))                                 \
-    X(cuEventCreate, "cuEventCreate", (void **e, unsigned flags))                            \
-    X(cuEventRecord, "cuEventRecord", (void *e, void *s))                                    \
-    X(cuEventSynchronize, "cuEventSynchronize", (void *e))                                   \
-    X(cuEventElapsedTime, "cuEventElapsedTime", (float *ms, void *a, void *b))               \
-    X(cuMemsetD32Async, "cuMemsetD32Async", (CUdeviceptr p, unsigned v, size_t n, void *s))
-
-static struct {
-#define DRIVER_PTR_(name, sym, args) CUresult (*name) args;
-    DRIVER_FUNCS(DRIVER_PTR_)
-#undef DRIVER_PTR_
-} cu;
-
-static CUdevice device;
-static int failures;
-
-/* 0, or 77 with the reason printed: no driver, a driver without these calls, no device. */
-static int load_driver(void)
-{
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) {
-        printf("SKIPPED: libcuda.so.1 cannot be opened (%s)\n", dlerror());
-        return 77;
-    }
-#define DRIVER_SYM_(name, sym, args)                                                          \
-    {                                                                                         \
-        void *f = dlsym(lib, sym);                                                            \
-        if (!f) {                                                                             \
-            printf("SKIPPED: libcuda.so.1 has no %s\n", sym);                                 \
-            return 77;                                                                        \
-        }                                                                                     \
-        memcpy(&cu.name, &f, sizeof f);                                                       \
-    }
-    DRIVER_FUNCS(DRIVER_SYM_)
-#undef DRIVER_SYM_
-    int n = 0;
-    if (cu.cuInit(0) != CUDA_SUCCESS || cu.cuDeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
-        printf("SKIPPED: the CUDA driver has no device\n");
-        return 77;
-    }
-    return 0;
-}
-
-/* A driver call that must succeed: the program stops with its name otherwise. */
-static void check_cu(CUresult r, const char *what)
-{
-    if (r == CUDA_SUCCESS)
-        return;
-    const char *name = "?";
-    cu.cuGetErrorName(r, &name);
-    fprintf(stderr, "FAIL: %s: %s (%d)\n", what, name, r);
-    exit(1);
-}
-
-static void check_gllm(gllm_client *c, int r, const char *what)
-{
-    if (r == 0)
-        return;
-    fprintf(stderr, "FAIL: %s: %s (%s)\n", what, gllm_error_name(r), gllm_client_last_error(c));
-    exit(1);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* ---- memory this process makes and exports (cuMemCreate, POSIX fd) ---- */
-
-struct own_alloc {
-    CUmemGenericAllocationHandle h;
-    CUdeviceptr ptr;
-    size_t bytes;
-    int fd;
-};
-
-static CUmemAllocationProp own_prop(void)
-{
-    return (CUmemAllocationProp){
-        .type = CU_MEM_ALLOCATION_TYPE_PINNED,
-        .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-        .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
-    };
-}
-
-static size_t own_granularity(void)
-{
-    CUmemAllocationProp prop = own_prop();
-    size_t g = 0;
-    check_cu(cu.cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
-             "cuMemGetAllocationGranularity");
-    return g;
-}
-
-static struct own_alloc own_create(size_t bytes)
-{
-    CUmemAllocationProp prop = own_prop();
-    struct own_alloc a = {.bytes = bytes, .fd = -1};
-    check_cu(cu.cuMemCreate(&a.h, bytes, &prop, 0), "cuMemCreate");
-    check_cu(cu.cuMemExportToShareableHandle(&a.fd, a.h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-             "cuMemExportToShareableHandle");
-    check_cu(cu.cuMemAddressReserve(&a.ptr, bytes, 0, 0, 0), "cuMemAddressReserve");
-    check_cu(cu.cuMemMap(a.ptr, bytes, 0, a.h, 0), "cuMemMap");
-    const CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = device},
-                                    .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    check_cu(cu.cuMemSetAccess(a.ptr, bytes, &access, 1), "cuMemSetAccess");
-    return a;
-}
-
-static void own_free(struct own_alloc *a)
-{
-    cu.cuMemUnmap(a->ptr, a->bytes);
-    cu.cuMemAddressFree(a->ptr, a->bytes);
-    cu.cuMemRelease(a->h);
-    if (a->fd >= 0)
-        close(a->fd);
-}
-
-static size_t round_up(size_t n, size_t g)
-{
-    return (n + g - 1) / g * g;
-}
+#include "gpu_client.h"
 
 /* ---- attention over four device tensors, checked against float64 ---- */
 
@@ -409,18 +238,6 @@ static void prefill_timing(gllm_client *c, bool causal)
     }
 }
 
-static int cmp_double_inplace(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double pct(double *v, int n, double q)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double_inplace);
-    return v[(int)(q * (n - 1) + 0.5)];
-}
-
 /* Latency as the client's stream sees it: from the end of its producer (a memset on its
  * stream) to the start of its consumer, minus gllmd's kernel, for one query row over a
  * long sequence (decode B1 L8192 and B64 L4096 as dense attention with Sq = 1, all tensors
@@ -500,58 +317,17 @@ static void ordered_latency(gllm_client *c, int64_t B, int64_t L)
 
 int main(void)
 {
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    /* Our own gllmd, unless one is named: started before this process makes a context (the
-     * child execs at once and never uses the driver state it inherits). */
-    struct daemon d = {0};
-    const char *sock = getenv("GLLM_SOCKET");
-    int skip = load_driver();
-    if (skip)
-        return skip;
-    if (!sock || !sock[0]) {
-        setenv("GLLM_TEST_BACKEND", "cuda", 0);
-        int r = daemon_start(&d, NULL);
-        if (r < 0) {
-            fprintf(stderr, "FAIL: starting gllmd: %s\n", gllm_strerror(r));
-            return 1;
-        }
-        sock = d.socket;
-    }
-    CUcontext ctx;
-    check_cu(cu.cuDeviceGet(&device, 0), "cuDeviceGet");
-    /* Spin scheduling, as gllmd's own context: a context that yields or blocks makes the
-     * GPU's switches between the two processes cost hundreds of microseconds
-     * (GLLM_CLIENT_SCHED=auto keeps the driver's default, to measure that). */
-    const char *sched = getenv("GLLM_CLIENT_SCHED");
-    if (!sched || strcmp(sched, "auto") != 0)
-        cu.cuDevicePrimaryCtxSetFlags(device, 0x01 /* CU_CTX_SCHED_SPIN */);
-    check_cu(cu.cuDevicePrimaryCtxRetain(&ctx, device), "cuDevicePrimaryCtxRetain");
-    check_cu(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-    gllm_client *c;
-    int r = gllm_connect(sock, &c);
-    if (r < 0) {
-        fprintf(stderr, "FAIL: connecting to %s: %s\n", sock, gllm_strerror(r));
-        return 1;
-    }
-    gllm_caps caps = GLLM_CAPS_INIT;
-    gllm_client_caps(c, &caps);
-    printf("gllmd %s, backend %s, share \"%s\" (granularity %llu)\n", caps.daemon_version,
-           caps.backend, caps.share, (unsigned long long)caps.share_granularity);
-    if (strcmp(caps.share, "cuda_vmm_fd") != 0) {
-        fprintf(stderr, "FAIL: gllmd does not share CUDA memory (backend %s)\n", caps.backend);
-        return 1;
-    }
-    exported_case(c, ctx);
+    struct gpu_test t;
+    const int r = gpu_test_start(&t);
+    if (r)
+        return r;
+    gllm_client *c = t.c;
+    exported_case(c, t.ctx);
     imported_case(c);
     prefill_timing(c, false);
     prefill_timing(c, true);
     ordered_latency(c, 1, 512);
     ordered_latency(c, 1, 8192);
     ordered_latency(c, 64, 4096);
-    gllm_disconnect(c);
-    cu.cuDevicePrimaryCtxRelease(device);
-    if (d.pid)
-        daemon_stop(&d);
-    printf("%s\n", failures ? "FAILED" : "PASSED");
-    return failures ? 1 : 0;
+    return gpu_test_finish(&t);
 }
