@@ -106,6 +106,7 @@ void channel_reply_error(struct channel *ch, int64_t id, int code, const char *f
 
 void rpc_reply_error(struct rpc_call *c, int code, const char *fmt, ...)
 {
+    c->refused = code;
     va_list ap;
     va_start(ap, fmt);
     send_error(c->ch, c->reply, (int64_t)c->id, code, fmt, ap);

@@ -37,6 +37,7 @@ struct rpc_call {
     int nfds;
     uint64_t t_read;              /* when its packet was read */
     struct proto_buf *reply;      /* this call's own */
+    int refused;                  /* the code of the error reply it got, or 0 */
 };
 
 /* A new channel on srv's list, with one reference (the connection's); no transport yet. */

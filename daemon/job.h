@@ -56,6 +56,7 @@ struct job {
     uint64_t wait_deadline;       /* CLOCK_MONOTONIC ns */
     struct backend_sync sync;     /* the signal the backend writes; its args point here */
     int status;
+    int refused;                  /* a refused request's code: the job only writes its signal */
     bool replied;                 /* answered from the worker thread: settle sends nothing */
     struct attn_timing timing;    /* what the backend measured */
     uint64_t t_read, t_submit, t_start, t_end;  /* CLOCK_MONOTONIC ns; read: its packet */

@@ -301,13 +301,16 @@ static void job_settle(struct job *job)
 {
     struct channel *ch = job->cookie;
     struct server *srv = ch->srv;
-    if (job->status == 0)
+    if (job->refused)
+        ;                        /* counted as the error reply it got */
+    else if (job->status == 0)
         srv->stats.jobs_done++;
     else
         srv->stats.jobs_failed++;
     uint64_t kernel = job->timing.kernel_ns, total = job->t_end - job->t_read;
-    metrics_job(&srv->stats.jobs, (enum metrics_method)job->method, job->status == 0,
-                job->t_start - job->t_submit, kernel, total > kernel ? total - kernel : 0);
+    if (!job->refused)
+        metrics_job(&srv->stats.jobs, (enum metrics_method)job->method, job->status == 0,
+                    job->t_start - job->t_submit, kernel, total > kernel ? total - kernel : 0);
     if (!ch->closed && !job->replied) {
         if (job->status < 0 && job->why[0]) {
             channel_reply_error(ch, (int64_t)job->req_id, job->status, "%s", job->why);
@@ -418,11 +421,53 @@ static int take_sync(struct rpc_call *c, const struct proto_msg *m, struct job *
     return 0;
 }
 
+/* Queues job on dev's lane of the connection: it counts as in flight from now. */
+static void enqueue(struct rpc_call *c, struct job *job, int dev)
+{
+    struct channel *ch = c->ch;
+    job->req_id = c->id;
+    job->dev = dev;
+    job->t_read = c->t_read;
+    job->ops = &channel_job_ops;
+    job->cookie = channel_ref(ch);
+    session_job_started(&ch->session);
+    ch->srv->stats.jobs_inflight++;
+    sched_submit(ch->srv->sched, &ch->session.lanes[dev], job);
+}
+
+void method_job_refused(struct rpc_call *c, const struct proto_msg *m)
+{
+    struct server *srv = c->ch->srv;
+    const msgpack_object *signal = m->params ? proto_map_get(m->params, "signal") : NULL;
+    /* BUSY and SHUTDOWN refuse for want of room: queueing anything would defeat them, so
+     * those leave the signal to the client (docs/PROTOCOL.md). */
+    if (!signal || signal->type == MSGPACK_OBJECT_NIL || c->refused == GLLM_EBUSY ||
+        c->refused == GLLM_ESHUTDOWN || !backend_has(srv->be, BACKEND_FEAT_SYNC))
+        return;
+    uint64_t dev = 0;
+    if (proto_get_u64(m->params, "device", false, &dev) < 0 || dev >= (uint64_t)srv->ndevices)
+        dev = 0;
+    struct job *job = calloc(1, sizeof *job);
+    if (!job)
+        return;
+    char err[PROTO_MAX_ERRMSG];
+    _Atomic uint32_t *slot;
+    if (sync_counter(c, job, signal, "signal", &slot, &job->sync.signal_value, err,
+                     sizeof err) < 0) {
+        job_release_arenas(job);   /* the signal itself was bad: nothing to write */
+        free(job);
+        return;
+    }
+    job->sync.signal = (void *)slot;
+    job->refused = c->refused;
+    job->replied = true;           /* the refusal was the reply */
+    job->method = (uint8_t)metrics_method_of(m->method);
+    enqueue(c, job, (int)dev);
+}
+
 static void submit(struct rpc_call *c, const struct proto_msg *m, struct job *job, int dev,
                    const char *method)
 {
-    struct channel *ch = c->ch;
-    struct server *srv = ch->srv;
     char err[PROTO_MAX_ERRMSG];
     int r = take_sync(c, m, job, err, sizeof err);
     if (r == 0)
@@ -433,15 +478,8 @@ static void submit(struct rpc_call *c, const struct proto_msg *m, struct job *jo
         rpc_reply_error(c, r, "%s: %s", method, err);
         return;
     }
-    job->req_id = c->id;
     job->method = (uint8_t)metrics_method_of(method);
-    job->dev = dev;
-    job->t_read = c->t_read;
-    job->ops = &channel_job_ops;
-    job->cookie = channel_ref(ch);
-    session_job_started(&ch->session);
-    srv->stats.jobs_inflight++;
-    sched_submit(srv->sched, &ch->session.lanes[dev], job);
+    enqueue(c, job, dev);
 }
 
 /* Room for one more job, or an error reply and false. Finished jobs stopped counting on

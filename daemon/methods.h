@@ -20,5 +20,8 @@ void method_dtensor_copy(struct rpc_call *c, const struct proto_msg *m);
 void method_kv_append(struct rpc_call *c, const struct proto_msg *m);
 void method_attention_decode(struct rpc_call *c, const struct proto_msg *m);
 void method_attention_prefill(struct rpc_call *c, const struct proto_msg *m);
+/* After a job request was refused (answered with c->refused): a valid signal it named is
+ * still written, after the connection's earlier jobs on that device. */
+void method_job_refused(struct rpc_call *c, const struct proto_msg *m);
 
 #endif

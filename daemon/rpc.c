@@ -15,22 +15,23 @@ struct method {
     void (*handle)(struct rpc_call *c, const struct proto_msg *m);
     bool takes_fd;
     bool before_hello;           /* may come before the connection's hello */
+    bool job;                    /* queues a job (which may carry a signal) */
 };
 
 static const struct method methods[] = {
-    {"hello", method_hello, false, true},
-    {"status", method_status, false, false},
-    {"arena_register", method_arena_register, true, false},
-    {"arena_release", method_arena_release, false, false},
-    {"ring", method_ring, true, false},
-    {"attention", method_attention, false, false},
-    {"dtensor_create", method_dtensor_create, false, false},
-    {"dtensor_import", method_dtensor_import, true, false},
-    {"dtensor_free", method_dtensor_free, false, false},
-    {"dtensor_copy", method_dtensor_copy, false, false},
-    {"kv_append", method_kv_append, false, false},
-    {"attention_decode", method_attention_decode, false, false},
-    {"attention_prefill", method_attention_prefill, false, false},
+    {"hello", method_hello, false, true, false},
+    {"status", method_status, false, false, false},
+    {"arena_register", method_arena_register, true, false, false},
+    {"arena_release", method_arena_release, false, false, false},
+    {"ring", method_ring, true, false, false},
+    {"attention", method_attention, false, false, true},
+    {"dtensor_create", method_dtensor_create, false, false, false},
+    {"dtensor_import", method_dtensor_import, true, false, false},
+    {"dtensor_free", method_dtensor_free, false, false, false},
+    {"dtensor_copy", method_dtensor_copy, false, false, true},
+    {"kv_append", method_kv_append, false, false, true},
+    {"attention_decode", method_attention_decode, false, false, true},
+    {"attention_prefill", method_attention_prefill, false, false, true},
 };
 
 static const struct method *find_method(const char *name)
@@ -79,6 +80,8 @@ static void dispatch(struct channel *ch, const struct conn_packet *p)
         rpc_reply_error(&call, GLLM_ENOFD, "%s: takes no file descriptor", m.method);
     else
         h->handle(&call, &m);
+    if (h && h->job && call.refused)
+        method_job_refused(&call, &m);   /* its signal still goes out, in order */
     proto_msg_free(&m);
 }
 

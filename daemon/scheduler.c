@@ -110,6 +110,8 @@ static void run_job(struct worker *w, struct job *j)
 {
     j->t_start = now_ns();
     j->status = j->ops->skip(j);
+    if (j->status == 0 && j->refused)
+        j->status = j->refused;            /* runs nothing: writes its signal, below */
     if (j->status == 0 && j->wait &&
         (int32_t)(atomic_load_explicit(j->wait, memory_order_acquire) - j->wait_value) < 0)
         j->status = GLLM_EWAITTIMEOUT;     /* taken at its deadline, not its counter */

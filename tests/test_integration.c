@@ -190,6 +190,26 @@ static void test_job_ordered_by_counters(void **state)
     assert_int_equal(atomic_load(done), 10);
     j.p.wait.offset = 2;                                        /* not a 4-byte slot */
     assert_int_equal(gllm_attention(c, &j.p, &res), -EINVAL);
+
+    /* A request refused at once still writes its signal, but only after the connection's
+     * earlier jobs: here behind one that waits. */
+    _Atomic uint32_t *refused_done = ready + 32;
+    atomic_store(refused_done, 0);
+    j.p.wait = (gllm_counter){.memory = counters, .offset = 0, .value = 3};
+    j.p.signal = (gllm_counter){.memory = counters, .offset = 64, .value = 11};
+    assert_int_equal(gllm_attention_submit(c, &j.p, &j.id), 0);
+    gllm_attention_params mismatched = j.p;
+    mismatched.wait = (gllm_counter){0};
+    mismatched.signal = (gllm_counter){.memory = counters, .offset = 128, .value = 5};
+    mismatched.out.dtype = GLLM_DTYPE_F16;                      /* not the inputs' dtype */
+    assert_int_equal(gllm_attention(c, &mismatched, &res), GLLM_EDTYPE);
+    assert_int_equal(atomic_load(refused_done), 0);             /* still behind the waiting job */
+    atomic_store(ready, 3);
+    assert_int_equal(gllm_job_wait(c, j.id, &res), 0);
+    for (int i = 0; i < 1000 && atomic_load(refused_done) != 5; i++)
+        sleep_ms(1);
+    assert_int_equal(atomic_load(refused_done), 5);
+    assert_int_equal(atomic_load(done), 11);
     gllm_memory_release(j.arena);
     gllm_memory_release(counters);
     gllm_disconnect(c);

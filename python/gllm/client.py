@@ -189,6 +189,7 @@ class Client:
         self._pending: List[int] = []          # ordered jobs whose replies are unclaimed
         self._jobs: Dict[int, "Job"] = {}      # their Jobs, until claimed
         self._ordered = True
+        self._max_inflight: Optional[int] = None
         lib = _lib.lib()
         h = ctypes.c_void_p()
         path = socket.encode() if isinstance(socket, str) else socket
@@ -466,6 +467,13 @@ class Client:
         s, handle = self._stream_handle(stream)
         with self._lock:
             self._reap(block=False)
+            # gllmd refuses a job past max_inflight (BUSY) without writing its signal: the
+            # stream would wait for ever. Stay within it.
+            if self._max_inflight is None:
+                self._max_inflight = self.limits.max_inflight   # hello's: fixed per connection
+            room = self._max_inflight - len(jobs)
+            while self._pending and len(self._pending) > room:
+                self._claim(self._pending[0], True)
             wait, signal = _lib.GllmCounter(), _lib.GllmCounter()
             self._clear_message()
             self._call("gllm_stream_order", lib.gllm_stream_order(
@@ -477,10 +485,6 @@ class Client:
             for name, params in jobs:
                 r = getattr(lib, name + "_submit")(self.handle, ctypes.byref(params),
                                                    ctypes.byref(job))
-                if r == errors.CODES["BUSY"] and self._pending:
-                    self._reap(block=True)     # too many in flight: let the oldest finish
-                    r = getattr(lib, name + "_submit")(self.handle, ctypes.byref(params),
-                                                       ctypes.byref(job))
                 if r < 0:
                     # the stream waits for the run's signal: nothing will write it now
                     lib.gllm_counter_write(ctypes.byref(signal))

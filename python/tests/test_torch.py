@@ -49,6 +49,14 @@ def test_torch_attention(tclient, dtype):
     assert q.device.type == _expected_device(tclient) and q.dtype == dtype
     for t in (q, k, v):
         t.copy_(torch.rand(t.shape, dtype=torch.float32, device=t.device) * 2 - 1)
+    if dtype == torch.float32 and q.is_cuda:
+        # gllmd's CUDA kernels take f16 and bf16: refused, and the stream, which waits for
+        # the refused job's signal, still goes on (gllmd writes it all the same)
+        with pytest.raises(gllm.DTypeError):
+            job = gllm.attention(q, k, v, out, causal=True)
+            job.result() if isinstance(job, gllm.Job) else None
+        torch.cuda.current_stream().synchronize()
+        return
     gllm.attention(q, k, v, out, causal=True)   # the module-level call finds the client
     want = ref(q, k, v, True)
     got = out.to("cpu", torch.float64)
@@ -93,3 +101,28 @@ def test_torch_paged_decode(tclient):
         assert torch.allclose(got, want, atol=1.6e-2, rtol=1.6e-2)
         at += n
     cache.release()
+
+
+def test_torch_ordered_on_the_stream(tclient):
+    """On CUDA the job waits on the GPU for the stream's producers, however late they run,
+    and the stream's consumers wait for the job: nothing synchronises on the host."""
+    if not (tclient.caps.share == "cuda_vmm_fd" and tclient.ordered):
+        pytest.skip("gllmd does not order jobs on CUDA streams")
+    B, Hq, Hkv, S, D, dtype = 1, 8, 2, 64, 128, torch.float16
+    q, k, v = (tclient.torch_tensor(shape, dtype) for shape in
+               ((B, Hq, S, D), (B, Hkv, S, D), (B, Hkv, S, D)))
+    out = tclient.torch_tensor((B, Hq, S, D), dtype)
+    for t in (q, k, v, out):
+        t.fill_(float("nan"))                    # what gllmd would read if it ran early
+    torch.cuda.synchronize()
+    torch.cuda._sleep(100_000_000)               # the producers start tens of ms from now
+    g = torch.Generator(device="cuda").manual_seed(3)
+    for t in (q, k, v):
+        t.copy_(torch.rand(t.shape, generator=g, device="cuda", dtype=torch.float32) * 2 - 1)
+    job = gllm.attention(q, k, v, out)
+    assert isinstance(job, gllm.Job) and not job.done()
+    got = (out.float() * 1.0).to("cpu", torch.float64)   # a consumer on the stream
+    want = ref(q, k, v, False)
+    assert torch.allclose(got, want, atol=TOL[dtype], rtol=TOL[dtype])
+    assert job.result().kernel_ns > 0
+    tclient.synchronize()
