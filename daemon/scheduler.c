@@ -93,8 +93,11 @@ static struct job *take_job(struct worker *w)
  * client stepping a decode loop sends its next job within microseconds, and catching it
  * awake saves the futex wake-up (several microseconds of the daemon's added latency). */
 #define WORKER_SPIN_NS 50000
-/* Polling waiting jobs' counters: spinning this long, then sleeping this long between looks. */
-#define WAIT_POLL_SPIN_NS 200000
+/* Polling waiting jobs' counters: spinning this long, then sleeping this long between looks
+ * (a sleep costs 50-80 us with the kernel's timer slack). A serving loop's producers (a
+ * layer's projections) run hundreds of microseconds to milliseconds: spinning through them
+ * keeps the hand-over at the latency of a memory read. */
+#define WAIT_POLL_SPIN_NS 2000000
 #define WAIT_POLL_SLEEP_NS 20000
 
 static void spin_for_work(struct worker *w, unsigned seen)

@@ -251,6 +251,7 @@ class GllmAttention:
         # with ordering (start event, end event, the run's Job) until profile_parts reads them
         self.profile: Optional[list] = None
         self.host_sync = host_sync
+        self.host_s = 0.0                # host time in the ordered calls while profiling
         client.ordered = not host_sync   # host_sync: each call synchronises the stream first
 
     def reset(self) -> None:
@@ -276,8 +277,10 @@ class GllmAttention:
             if self.profile is not None:
                 ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 ev[0].record()
+                t0 = time.perf_counter()
             job = self.cache.append_attention_step(layer, ks, vs, qs, os_, decode)
             if self.profile is not None:
+                self.host_s += time.perf_counter() - t0
                 ev[1].record()
                 self.profile.append((ev[0], ev[1], job))
             return
@@ -354,12 +357,15 @@ def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: in
             if keep_logits:
                 logits.append(out)
     parts = []
+    host_calls: List[float] = []
     for s in range(steps, steps + profile_steps):
         backend.profile = []
         with Timer() as t_step:
             step(s)
         if is_gllm:
             wall, kern = backend.profile_parts()
+            host_calls.append(backend.host_s)
+            backend.host_s = 0.0
         else:
             kern = backend.profile_ms() * 1e-3
             wall = kern
@@ -376,6 +382,8 @@ def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: in
             "gllmd_added": sum(p[1] for p in parts) / n * 1e3,
             "rest": sum(p[2] for p in parts) / n * 1e3,
             "steps": n,
+            **({"gllm_calls_host": sum(host_calls) / n * 1e3}
+               if host_calls and not backend.host_sync else {}),
             "how": (("gllm, ordered on the stream: kernel_ns of the append and decode jobs; "
                      "added: CUDA events around each layer's call on the stream minus that; "
                      "rest: the step's wall time minus those spans")
@@ -420,6 +428,7 @@ def main() -> int:
     results = {"config": dataclasses.asdict(cfg), "prompt": prompt, "steps": steps,
                "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "gllm_ordering": "host-synchronised" if args.host_sync else "stream-ordered",
+               "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
                "runs": []}
     g = torch.Generator(device="cuda").manual_seed(1)
     failed = False
@@ -451,6 +460,8 @@ def main() -> int:
                   f"{r['decode_tokens_per_s']:10.1f} tok/s ({r['decode_step_ms']:.3f} ms/step); "
                   f"step: attention {prof.get('attention_kernel', 0):.3f} ms, gllmd added "
                   f"{prof.get('gllmd_added', 0):.3f} ms, rest {prof.get('rest', 0):.3f} ms"
+                  + (f", host in gllm calls {prof['gllm_calls_host']:.3f} ms"
+                     if "gllm_calls_host" in prof else "")
                   + (f"  sdpa {r['sdpa']}" if "sdpa" in r else ""), flush=True)
         if len(logits) == 2:
             a, b = logits["gllm"], logits["torch"]
