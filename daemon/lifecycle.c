@@ -243,6 +243,9 @@ void server_apply_config(struct server *srv, const struct config *cfg)
     srv->status_interval_s = cfg->status_interval_s;
     srv->conns.max_outq_bytes = cfg->limits.max_outq_bytes;
     server_set_busy_poll(srv, cfg->busy_poll);
+    if (srv->sched)
+        sched_set_faults(srv->sched, cfg->watchdog_ms, cfg->watchdog_gflops,
+                         cfg->exit_on_reset_failure);
     log_init(cfg->log_level);
 }
 
@@ -287,6 +290,8 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     if (r < 0)
         return r;
     server_busy_poll_init(srv, cfg->busy_poll);
+    sched_set_faults(srv->sched, cfg->watchdog_ms, cfg->watchdog_gflops,
+                         cfg->exit_on_reset_failure);
     uv_poll_init(loop, &srv->listen_poll, fd);
     srv->listen_poll.data = srv;
     uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);

@@ -14,6 +14,7 @@
 #include "config.h"
 #include "log.h"
 #include "lifecycle.h"
+#include "methods.h"
 
 static void usage(FILE *f)
 {
@@ -222,6 +223,10 @@ int main(int argc, char **argv)
         return 0;
     }
     log_init(cfg.log_level);
+#ifdef GLLM_FAULT_INJECTION
+    debug_fault_enabled = true;
+    log_warn("fault injection on (debug_fault): a test build, not for serving");
+#endif
     signal(SIGPIPE, SIG_IGN);
 
     int listen_fd = activated_socket();

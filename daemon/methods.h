@@ -20,5 +20,10 @@ void method_dtensor_copy(struct rpc_call *c, const struct proto_msg *m);
 void method_kv_append(struct rpc_call *c, const struct proto_msg *m);
 void method_attention_decode(struct rpc_call *c, const struct proto_msg *m);
 void method_attention_prefill(struct rpc_call *c, const struct proto_msg *m);
+/* Test-only (debug_fault.c): the caller's next job on a device meets a fault. Answered as
+ * an unknown method unless debug_fault_enabled, which only a gllmd built with
+ * GLLM_FAULT_INJECTION (never a release) sets. */
+extern bool debug_fault_enabled;
+void method_debug_fault(struct rpc_call *c, const struct proto_msg *m);
 
 #endif

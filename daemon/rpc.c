@@ -31,6 +31,7 @@ static const struct method methods[] = {
     {"kv_append", method_kv_append, false, false},
     {"attention_decode", method_attention_decode, false, false},
     {"attention_prefill", method_attention_prefill, false, false},
+    {"debug_fault", method_debug_fault, false, false},
 };
 
 static const struct method *find_method(const char *name)
