@@ -174,6 +174,40 @@ static int check_generation(const struct worker *w, struct job *j)
     return 0;
 }
 
+/* A reset that does not come back (a driver waiting on work that never ends) would hold its
+ * worker for ever: past RESET_GUARD_S a guard thread ends the process, as a failed reset
+ * does, when exit_on_reset_failure allows; else it only says so. */
+#define RESET_GUARD_S 10
+
+struct reset_guard {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;
+    bool done, may_exit;
+    int dev;
+};
+
+static void *reset_guard_main(void *arg)
+{
+    struct reset_guard *g = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += RESET_GUARD_S;
+    pthread_mutex_lock(&g->lock);
+    while (!g->done)
+        if (pthread_cond_timedwait(&g->done_cond, &g->lock, &until) != 0)
+            break;
+    bool stuck = !g->done;
+    pthread_mutex_unlock(&g->lock);
+    if (stuck && g->may_exit) {
+        log_err("device %d: reset still running after %d s; exiting so that a new gllmd starts "
+                "(exit_on_reset_failure)", g->dev, RESET_GUARD_S);
+        _exit(EXIT_FAILURE);
+    }
+    if (stuck)
+        log_err("device %d: reset still running after %d s", g->dev, RESET_GUARD_S);
+    return NULL;
+}
+
 /* Resets the worker's device after a context-fatal error or a hung job (reason: why), on the
  * worker's thread so nothing else runs on the device meanwhile. Jobs still queued stay
  * queued: those naming the device's old tensors fail when taken (check_generation), the
@@ -184,7 +218,19 @@ static void reset_device(struct worker *w, const char *reason)
     uint64_t t0 = now_ns();
     log_err("device %d: %s: resetting its context", w->dev, reason);
     health_reset_begin(w->dev, reason);
+    struct reset_guard guard = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                .done_cond = PTHREAD_COND_INITIALIZER, .dev = w->dev,
+                                .may_exit = atomic_load(&w->sched->exit_on_reset_failure)};
+    pthread_t guard_thread;
+    bool guarded = pthread_create(&guard_thread, NULL, reset_guard_main, &guard) == 0;
     int r = backend_reset(w->be, w->dev, why, sizeof why);
+    if (guarded) {
+        pthread_mutex_lock(&guard.lock);
+        guard.done = true;
+        pthread_cond_signal(&guard.done_cond);
+        pthread_mutex_unlock(&guard.lock);
+        pthread_join(guard_thread, NULL);
+    }
     health_reset_end(w->dev, r, why);
     double ms = (double)(now_ns() - t0) / 1e6;
     if (r == 0) {
