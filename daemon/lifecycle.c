@@ -15,6 +15,7 @@
 
 #include "channel.h"
 #include "clock.h"
+#include "device_health.h"
 #include "lifecycle.h"
 #include "log.h"
 #include "rpc.h"
@@ -194,7 +195,11 @@ static void notify_status(uv_timer_t *t)
     size_t used_len = 0;
     for (int i = 0; i < srv->ndevices && used_len < sizeof mem; i++) {
         uint64_t used, total;
-        if (backend_memory_info(srv->be, i, &used, &total) == 0)
+        if (!health_lock(i))      /* being reset: said nothing of until it is back */
+            continue;
+        int r = backend_memory_info(srv->be, i, &used, &total);
+        health_unlock(i);
+        if (r == 0)
             used_len += (size_t)snprintf(mem + used_len, sizeof mem - used_len,
                                          ", GPU%d %.1f/%.1f GiB", i, (double)used / (1ull << 30),
                                          (double)total / (1ull << 30));
