@@ -51,6 +51,20 @@ int daemon_fds(const struct daemon *d)
     return n;
 }
 
+long daemon_rss_kib(const struct daemon *d)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)d->pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
 /* The daemon's fds once the connections the helpers made have closed on its side: the same
  * count twice 100 ms apart, within 3 s. */
 int settled_fds(const struct daemon *d)

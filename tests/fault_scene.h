@@ -12,6 +12,8 @@ extern const struct job_spec SPEC;
 /* gllmd-fault ($GLLMD_FAULT_PATH, else the build's) with conf_lines as its gllmd.conf. */
 int start_fault_daemon(struct daemon *d, const char *conf_lines);
 int daemon_fds(const struct daemon *d);
+/* The daemon's resident memory in KiB. */
+long daemon_rss_kib(const struct daemon *d);
 /* The daemon's fds once connections the helpers made have closed on its side. */
 int settled_fds(const struct daemon *d);
 /* Device 0's bytes in use, as status reports them. */
