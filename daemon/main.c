@@ -102,6 +102,9 @@ static void print_config(const struct config *c, const char *socket_path)
            c->status_interval_s);
     printf("busy_poll = %s\n", c->busy_poll < 0 ? "auto" : c->busy_poll ? "on" : "off");
     printf("deterministic = %s\n", c->deterministic ? "on" : "off");
+    printf("watchdog_ms = %llu\nwatchdog_gflops = %llu\nexit_on_reset_failure = %s\n",
+           (unsigned long long)c->watchdog_ms, (unsigned long long)c->watchdog_gflops,
+           c->exit_on_reset_failure ? "on" : "off");
     printf("allow_users =");
     for (int i = 0; i < c->policy.nuids; i++)
         printf("%s%u", i ? ", " : " ", (unsigned)c->policy.uids[i]);

@@ -60,6 +60,9 @@ static void assert_config_equal(const struct config *a, const struct config *b)
     assert_int_equal(a->status_interval_s, b->status_interval_s);
     assert_int_equal(a->busy_poll, b->busy_poll);
     assert_int_equal(a->deterministic, b->deterministic);
+    assert_int_equal(a->watchdog_ms, b->watchdog_ms);
+    assert_int_equal(a->watchdog_gflops, b->watchdog_gflops);
+    assert_int_equal(a->exit_on_reset_failure, b->exit_on_reset_failure);
     const struct limits *x = &a->limits, *y = &b->limits;
     assert_int_equal(x->max_connections, y->max_connections);
     assert_int_equal(x->max_prehello_bytes, y->max_prehello_bytes);
