@@ -91,7 +91,8 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
             memset(x, 0, offsetof(struct cuda_dev, deadline_ns));   /* the lock stays */
             continue;
         }
-        x->info.index = c->ndev++;
+        x->info.index = c->ndev;
+        c->info[c->ndev++] = x->info;
     }
     if (c->ndev == 0) {
         be->ndevices = 0;
@@ -123,7 +124,7 @@ static int cuda_device_info(struct backend *be, int dev, gllm_device_info *out)
     struct cuda_ctx *c = be->ctx;
     if (dev < 0 || dev >= c->ndev)
         return -ENODEV;
-    *out = c->dev[dev].info;
+    *out = c->info[dev];
     return 0;
 }
 

@@ -82,6 +82,9 @@ struct cuda_ctx {
     bool deterministic;            /* gllmd.conf: no sums added in L2 (cuda_paged.c) */
     int ndev;
     struct cuda_dev dev[GLLM_MAX_DEVICES];
+    /* What info answers: copied at open and never touched by a reset (which rebuilds each
+     * dev's own copy while the loop may be reading this one for status). */
+    gllm_device_info info[GLLM_MAX_DEVICES];
     pthread_mutex_t host_lock;     /* host registrations, against a reset of device 0 */
     struct cuda_host_rec *hosts;
 };
