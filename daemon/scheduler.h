@@ -32,7 +32,9 @@ void sched_submit(struct sched *s, struct lane *lane, struct job *job);
 void sched_set_faults(struct sched *s, uint64_t floor_ms, uint64_t gflops,
                       bool exit_on_reset_failure);
 /* Fault injection: the next job owner (a job's cookie) runs on dev meets a fault of kind
- * in place of its work (backend_inject_fault). */
+ * in place of its work (backend_inject_fault). The owner is compared by address, so a
+ * fault armed by a connection that closes first may meet a later one's job: test builds
+ * only, where that is harmless. */
 int sched_arm_fault(struct sched *s, int dev, const void *owner, enum backend_fault kind);
 /* Jobs submitted and not yet settled (loop thread). */
 uint64_t sched_unsettled(const struct sched *s);
