@@ -1,6 +1,7 @@
 /* Arena checks and mapping: an unsealed or resized memfd could SIGBUS the daemon, so refuse it. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 
 #include "arena.h"
 #include "backend.h"
+#include "device_health.h"
 #include "gllm/errors.h"
 
 int arena_map(int fd, uint64_t size, struct arena **out)
@@ -48,7 +50,13 @@ int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **
     struct arena *a = calloc(1, sizeof *a);
     if (!a)
         return -ENOMEM;
+    if (!health_lock(dev)) {       /* the device is being reset: nothing is made on it */
+        free(a);
+        return GLLM_EDEVLOST;
+    }
+    a->gen = health_gen(dev);
     int r = backend_dev_alloc(be, dev, (size_t)size, &a->base);
+    health_unlock(dev);
     if (r < 0) {
         free(a);
         return r;
@@ -73,8 +81,15 @@ static int new_shared(struct backend *be, int dev, uint64_t size, int fd_in, int
     if (!a)
         return -ENOMEM;
     struct backend_shared sh;
+    if (!health_lock(dev)) {
+        free(a);
+        snprintf(why, len, "device %d is being reset after a fault; try again", dev);
+        return GLLM_EDEVLOST;
+    }
+    a->gen = health_gen(dev);
     int r = fd_in >= 0 ? backend_share_import(be, dev, fd_in, (size_t)size, &sh, why, len)
                        : backend_share_alloc(be, dev, (size_t)size, &sh, fd_out);
+    health_unlock(dev);
     if (r < 0) {
         free(a);
         return r;
@@ -93,7 +108,7 @@ static int new_shared(struct backend *be, int dev, uint64_t size, int fd_in, int
 
 int arena_new_exported(struct backend *be, int dev, uint64_t size, struct arena **out, int *fd)
 {
-    char why[8];
+    char why[160];
     return new_shared(be, dev, size, -1, fd, out, why, sizeof why);
 }
 
@@ -101,6 +116,29 @@ int arena_import(struct backend *be, int dev, int fd, uint64_t size, struct aren
                  char *why, size_t len)
 {
     return new_shared(be, dev, size, fd, NULL, out, why, len);
+}
+
+bool arena_lost(const struct arena *a)
+{
+    return a->device && a->gen != health_gen(a->dev);
+}
+
+/* Device memory back to its backend, unless a reset took it already (then the same address
+ * may belong to someone else now: it is not touched). */
+static void free_device(struct arena *a)
+{
+    if (!health_lock(a->dev))
+        return;            /* a reset is running: the memory is the reset's to release */
+    if (a->gen == health_gen(a->dev)) {
+        if (a->share != ARENA_OWN) {
+            struct backend_shared sh = {.ptr = a->base, .bytes = (size_t)a->size,
+                                        .handle = a->share_handle};
+            backend_share_free(a->owner, a->dev, &sh);
+        } else {
+            backend_dev_free(a->owner, a->dev, a->base);
+        }
+    }
+    health_unlock(a->dev);
 }
 
 struct arena *arena_ref(struct arena *a)
@@ -113,15 +151,8 @@ void arena_unref(struct arena *a)
 {
     if (!a || --a->refs > 0)
         return;
-    if (a->share != ARENA_OWN) {
-        struct backend_shared sh = {.ptr = a->base, .bytes = (size_t)a->size,
-                                    .handle = a->share_handle};
-        backend_share_free(a->owner, a->dev, &sh);
-        free(a);
-        return;
-    }
     if (a->device) {
-        backend_dev_free(a->owner, a->dev, a->base);
+        free_device(a);
         free(a);
         return;
     }

@@ -24,6 +24,7 @@ struct arena {
      * imported (the import holds the memory until it is unmapped, whatever the client does). */
     enum { ARENA_OWN, ARENA_EXPORTED, ARENA_IMPORTED } share;
     uint64_t share_handle;      /* the backend's, for share_free */
+    uint32_t gen;               /* device tensors: the device's generation when made */
 };
 
 /* Checks that fd is a memfd sealed against shrinking whose size is exactly
@@ -38,6 +39,9 @@ int arena_new_exported(struct backend *be, int dev, uint64_t size, struct arena 
  * on refusal a code and a one-line why (backend_share_import). */
 int arena_import(struct backend *be, int dev, int fd, uint64_t size, struct arena **out,
                  char *why, size_t len);
+/* A device tensor whose device has been reset since it was made: its memory went with the
+ * old context; using it answers GLLM_EDEVLOST, freeing it releases only the bookkeeping. */
+bool arena_lost(const struct arena *a);
 struct arena *arena_ref(struct arena *a);
 void arena_unref(struct arena *a);
 

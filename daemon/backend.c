@@ -226,3 +226,22 @@ int backend_paged_check(struct backend *be, const struct paged_args *p, char *wh
     }
     return be->device->paged_check ? be->device->paged_check(be, p, why, len) : 0;
 }
+
+int backend_reset(struct backend *be, int dev, char *why, size_t len)
+{
+    if (!be->device->reset) {
+        snprintf(why, len, "the %s backend cannot reset a device", be->iface->name);
+        return -ENOTSUP;
+    }
+    return be->device->reset(be, dev, why, len);
+}
+
+int backend_inject_fault(struct backend *be, int dev, enum backend_fault kind,
+                         uint64_t deadline_ns, char *why, size_t len)
+{
+    if (!be->device->inject_fault) {
+        snprintf(why, len, "the %s backend injects no faults in this build", be->iface->name);
+        return -EOPNOTSUPP;
+    }
+    return be->device->inject_fault(be, dev, kind, deadline_ns, why, len);
+}

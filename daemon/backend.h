@@ -52,6 +52,11 @@ void backend_share_free(struct backend *be, int dev, const struct backend_shared
 int backend_copy(struct backend *be, int dev, const struct copy_args *c);
 int backend_attention(struct backend *be, int dev, const struct attn_args *a);
 int backend_paged(struct backend *be, int dev, const struct paged_args *p);
+/* On the device's worker thread: the reset after a context-fatal error or a hung job, and
+ * the test-only fault (backend_api.h). -ENOTSUP when the backend has no such entry. */
+int backend_reset(struct backend *be, int dev, char *why, size_t len);
+int backend_inject_fault(struct backend *be, int dev, enum backend_fault kind,
+                         uint64_t deadline_ns, char *why, size_t len);
 /* On the loop, before a paged job is queued: 0 when the backend can run it, else a code and
  * a one-line reason (GLLM_EMETHOD when the backend has no paged operations). */
 int backend_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len);

@@ -20,6 +20,11 @@ void config_defaults(struct config *cfg)
     cfg->drain_timeout_s = 60;     /* below the unit's TimeoutStopSec=90 */
     cfg->status_interval_s = 5;
     cfg->busy_poll = -1;
+    /* Generous: the longest prefill measured takes well under a second; a kernel still
+     * running after this has hung, not slowed down. */
+    cfg->watchdog_ms = 20000;
+    cfg->watchdog_gflops = 10;
+    cfg->exit_on_reset_failure = true;
 }
 
 static char *trim(char *s)
@@ -139,6 +144,8 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
     UINT_KEY("wait_timeout_ms", c->limits.wait_timeout_ms, 1, GLLM_WAIT_TIMEOUT_MS_MAX)
     UINT_KEY("drain_timeout_s", c->drain_timeout_s, 0, 3600)
     UINT_KEY("status_interval_s", c->status_interval_s, 1, 3600)
+    UINT_KEY("watchdog_ms", c->watchdog_ms, 0, 86400000)
+    UINT_KEY("watchdog_gflops", c->watchdog_gflops, 1, 1000000000)
 #undef UINT_KEY
     if (strcmp(key, "busy_poll") == 0) {
         static const char *const names[3] = {"auto", "off", "on"};
@@ -149,6 +156,14 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
             }
         snprintf(why, whylen, "busy_poll wants auto, on or off");
         return -EINVAL;
+    }
+    if (strcmp(key, "exit_on_reset_failure") == 0) {
+        if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
+            snprintf(why, whylen, "exit_on_reset_failure wants on or off");
+            return -EINVAL;
+        }
+        c->exit_on_reset_failure = val[1] == 'n';
+        return 0;
     }
     if (strcmp(key, "deterministic") == 0) {
         if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {

@@ -33,6 +33,13 @@ struct config {
     unsigned status_interval_s;   /* sd_notify STATUS= refresh */
     int busy_poll;                /* 1 on, 0 off, -1 auto (on for GPU backends) */
     bool deterministic;           /* GPU kernels merge split parts in a fixed order */
+    /* The watchdog: a job still running watchdog_ms plus its work at watchdog_gflops after
+     * it started is failed (GLLM_EJOBTIMEOUT) and its device reset; watchdog_ms 0: off. */
+    uint64_t watchdog_ms;
+    uint64_t watchdog_gflops;
+    /* A device whose reset fails: exit (status 1, for Restart=on-failure) or keep serving
+     * the other devices while its jobs fail. */
+    bool exit_on_reset_failure;
 };
 
 /* Which fields the command line set, so a reload keeps them over the file's. */

@@ -15,6 +15,7 @@
 
 #include "channel.h"
 #include "clock.h"
+#include "device_health.h"
 #include "lifecycle.h"
 #include "log.h"
 #include "rpc.h"
@@ -194,7 +195,11 @@ static void notify_status(uv_timer_t *t)
     size_t used_len = 0;
     for (int i = 0; i < srv->ndevices && used_len < sizeof mem; i++) {
         uint64_t used, total;
-        if (backend_memory_info(srv->be, i, &used, &total) == 0)
+        if (!health_lock(i))      /* being reset: said nothing of until it is back */
+            continue;
+        int r = backend_memory_info(srv->be, i, &used, &total);
+        health_unlock(i);
+        if (r == 0)
             used_len += (size_t)snprintf(mem + used_len, sizeof mem - used_len,
                                          ", GPU%d %.1f/%.1f GiB", i, (double)used / (1ull << 30),
                                          (double)total / (1ull << 30));
@@ -243,6 +248,9 @@ void server_apply_config(struct server *srv, const struct config *cfg)
     srv->status_interval_s = cfg->status_interval_s;
     srv->conns.max_outq_bytes = cfg->limits.max_outq_bytes;
     server_set_busy_poll(srv, cfg->busy_poll);
+    if (srv->sched)
+        sched_set_faults(srv->sched, cfg->watchdog_ms, cfg->watchdog_gflops,
+                         cfg->exit_on_reset_failure);
     log_init(cfg->log_level);
 }
 
@@ -287,6 +295,8 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     if (r < 0)
         return r;
     server_busy_poll_init(srv, cfg->busy_poll);
+    sched_set_faults(srv->sched, cfg->watchdog_ms, cfg->watchdog_gflops,
+                         cfg->exit_on_reset_failure);
     uv_poll_init(loop, &srv->listen_poll, fd);
     srv->listen_poll.data = srv;
     uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);

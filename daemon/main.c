@@ -14,6 +14,7 @@
 #include "config.h"
 #include "log.h"
 #include "lifecycle.h"
+#include "methods.h"
 
 static void usage(FILE *f)
 {
@@ -102,6 +103,9 @@ static void print_config(const struct config *c, const char *socket_path)
            c->status_interval_s);
     printf("busy_poll = %s\n", c->busy_poll < 0 ? "auto" : c->busy_poll ? "on" : "off");
     printf("deterministic = %s\n", c->deterministic ? "on" : "off");
+    printf("watchdog_ms = %llu\nwatchdog_gflops = %llu\nexit_on_reset_failure = %s\n",
+           (unsigned long long)c->watchdog_ms, (unsigned long long)c->watchdog_gflops,
+           c->exit_on_reset_failure ? "on" : "off");
     printf("allow_users =");
     for (int i = 0; i < c->policy.nuids; i++)
         printf("%s%u", i ? ", " : " ", (unsigned)c->policy.uids[i]);
@@ -223,6 +227,10 @@ int main(int argc, char **argv)
         return 0;
     }
     log_init(cfg.log_level);
+#ifdef GLLM_FAULT_INJECTION
+    debug_fault_enabled = true;
+    log_warn("fault injection on (debug_fault): a test build, not for serving");
+#endif
     signal(SIGPIPE, SIG_IGN);
 
     int listen_fd = activated_socket();

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "channel.h"
+#include "device_health.h"
 #include "methods.h"
 #include "scheduler.h"
 
@@ -20,7 +21,9 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
             memset(&d, 0, sizeof d);
         char cc[16];
         snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
-        msgpack_pack_map(pk, 7);
+        struct health_info h;
+        health_get(i, &h);
+        msgpack_pack_map(pk, 11);
         proto_pack_kv_str(pk, "compute_capability", d.cc_major ? cc : "");
         proto_pack_kv_str(pk, "image", d.image);
         proto_pack_kv_u64(pk, "index", (uint64_t)i);
@@ -28,6 +31,11 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
         proto_pack_kv_str(pk, "kind", d.kind);
         proto_pack_kv_u64(pk, "memory_bytes", d.memory_bytes);
         proto_pack_kv_u64(pk, "threads", (uint64_t)d.threads);
+        /* Resets after faults (docs/hardening.md): how many, and the last one's why. */
+        proto_pack_kv_u64(pk, "resets", h.resets);
+        proto_pack_kv_bool(pk, "reset_failed", h.failed);
+        proto_pack_kv_str(pk, "last_reset_reason", h.last_reason);
+        proto_pack_kv_u64(pk, "last_reset_ns", h.last_ns);
     }
 }
 
@@ -136,7 +144,10 @@ void method_status(struct rpc_call *c, const struct proto_msg *m)
     msgpack_pack_array(pk, (size_t)srv->ndevices);
     for (int i = 0; i < srv->ndevices; i++) {
         uint64_t used = 0, total = 0;
-        backend_memory_info(srv->be, i, &used, &total);
+        if (health_lock(i)) {     /* zeros while the device is being reset */
+            backend_memory_info(srv->be, i, &used, &total);
+            health_unlock(i);
+        }
         msgpack_pack_map(pk, 2);
         proto_pack_kv_u64(pk, "used", used);
         proto_pack_kv_u64(pk, "total", total);

@@ -23,5 +23,10 @@ void method_attention_prefill(struct rpc_call *c, const struct proto_msg *m);
 /* After a job request was refused (answered with c->refused): a valid signal it named is
  * still written, after the connection's earlier jobs on that device. */
 void method_job_refused(struct rpc_call *c, const struct proto_msg *m);
+/* Test-only (debug_fault.c): the caller's next job on a device meets a fault. Answered as
+ * an unknown method unless debug_fault_enabled, which only a gllmd built with
+ * GLLM_FAULT_INJECTION (never a release) sets. */
+extern bool debug_fault_enabled;
+void method_debug_fault(struct rpc_call *c, const struct proto_msg *m);
 
 #endif

@@ -2,6 +2,7 @@
  * semantics: the client adds the counts up into cumulative buckets). */
 #include <string.h>
 
+#include "device_health.h"
 #include "metrics.h"
 #include "proto.h"
 
@@ -65,7 +66,9 @@ static void pack_histogram(msgpack_packer *pk, const char *name, const struct hi
 
 void metrics_pack(msgpack_packer *pk, const struct metrics *m)
 {
-    msgpack_pack_map(pk, 4);
+    msgpack_pack_map(pk, 5);
+    /* Device resets after faults, every device together (a counter). */
+    proto_pack_kv_u64(pk, "device_resets", health_total_resets());
     proto_pack_str(pk, "jobs");
     msgpack_pack_array(pk, METRICS_NMETHODS);
     for (int i = 0; i < METRICS_NMETHODS; i++) {

@@ -32,6 +32,7 @@ static const struct method methods[] = {
     {"kv_append", method_kv_append, false, false, true},
     {"attention_decode", method_attention_decode, false, false, true},
     {"attention_prefill", method_attention_prefill, false, false, true},
+    {"debug_fault", method_debug_fault, false, false, false},
 };
 
 static const struct method *find_method(const char *name)

@@ -3,9 +3,14 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "device_health.h"
+#include "log.h"
 #include "scheduler.h"
 
 struct worker {
@@ -21,6 +26,15 @@ struct worker {
     atomic_uint submitted;                /* bumped per job: what an idle worker spins on */
     struct job *done_head, *done_tail;    /* finished, not yet settled; under lock */
     uv_async_t async;
+    /* After a failed reset the device serves nothing until one succeeds: tried again before
+     * a job once the retry time has come (worker thread only). */
+    bool failed;
+    uint64_t retry_ns;
+    char failed_why[160];
+    /* Fault injection: the next job of this owner on this device meets the fault instead of
+     * running (under lock). */
+    enum backend_fault armed;
+    const void *armed_cookie;
 };
 
 struct sched {
@@ -29,6 +43,11 @@ struct sched {
     uint64_t unsettled;                   /* loop thread: submitted, not yet settled */
     unsigned open_handles;                /* worker asyncs libuv still holds */
     bool stopping;
+    /* The watchdog: a job's deadline is floor + its work at the slowest rate a device is
+     * expected to reach; floor 0 turns it off. Set by the loop, read by the workers. */
+    _Atomic uint64_t watchdog_floor_ns;
+    _Atomic uint64_t watchdog_gflops;
+    atomic_bool exit_on_reset_failure;
 };
 
 static void ring_push(struct worker *w, struct lane *l)
@@ -108,8 +127,144 @@ static void spin_for_work(struct worker *w, unsigned seen)
             __asm__ __volatile__("" ::: "memory");
 }
 
-/* The backend's, for the job's kind; the owner may say to skip it instead. */
-static void run_job(struct worker *w, struct job *j)
+/* Work of a job in floating-point operations, for its watchdog deadline; a copy counts four
+ * per byte (host memory may be pageable and slow). */
+static double job_work(const struct job *j)
+{
+    switch (j->kind) {
+    case JOB_ATTENTION: {
+        const struct attn_args *a = &j->args;
+        return 4.0 * (double)a->B * (double)a->Hq * (double)a->Sq * (double)a->Skv * (double)a->D;
+    }
+    case JOB_COPY:
+        return 4.0 * (double)j->copy.bytes;
+    case JOB_PAGED: {
+        const struct paged_args *p = &j->paged;
+        if (p->op == PAGED_APPEND)
+            return 4.0 * (double)p->nnew * (double)p->Hkv * (double)p->D;
+        return 4.0 * (double)p->nq * (double)p->Hq * (double)p->max_kv_len * (double)p->D;
+    }
+    }
+    return 0;
+}
+
+static uint64_t job_deadline(const struct sched *s, const struct job *j, uint64_t start)
+{
+    uint64_t floor_ns = atomic_load_explicit(&s->watchdog_floor_ns, memory_order_relaxed);
+    uint64_t gflops = atomic_load_explicit(&s->watchdog_gflops, memory_order_relaxed);
+    if (!floor_ns)
+        return 0;
+    double extra = gflops ? job_work(j) / (double)gflops : 0;   /* flops / (Gflop/s) = ns */
+    if (extra > 1e18)
+        extra = 1e18;
+    return start + floor_ns + (uint64_t)extra;
+}
+
+/* A job naming a device tensor made before its device's last reset fails without running:
+ * the memory went with the old context, and the address may be another tensor's now. */
+static int check_generation(const struct worker *w, struct job *j)
+{
+    for (int i = 0; i < j->narenas; i++) {
+        const struct arena *a = j->arenas[i];
+        if (!arena_lost(a))
+            continue;
+        struct health_info h;
+        health_get(a->dev, &h);
+        snprintf(j->why, sizeof j->why, "device %d was reset after a fault (%.60s): device "
+                 "tensor %u is lost; free it and create it again", w->dev, h.last_reason, a->id);
+        return GLLM_EDEVLOST;
+    }
+    return 0;
+}
+
+/* A reset that does not come back (a driver waiting on work that never ends) would hold its
+ * worker for ever: past RESET_GUARD_S a guard thread ends the process, as a failed reset
+ * does, when exit_on_reset_failure allows; else it only says so. */
+#define RESET_GUARD_S 10
+
+struct reset_guard {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;
+    bool done, may_exit;
+    int dev;
+};
+
+static void *reset_guard_main(void *arg)
+{
+    struct reset_guard *g = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += RESET_GUARD_S;
+    pthread_mutex_lock(&g->lock);
+    while (!g->done)
+        if (pthread_cond_timedwait(&g->done_cond, &g->lock, &until) != 0)
+            break;
+    bool stuck = !g->done;
+    pthread_mutex_unlock(&g->lock);
+    if (stuck && g->may_exit) {
+        log_err("device %d: reset still running after %d s; exiting so that a new gllmd starts "
+                "(exit_on_reset_failure)", g->dev, RESET_GUARD_S);
+        _exit(EXIT_FAILURE);
+    }
+    if (stuck)
+        log_err("device %d: reset still running after %d s", g->dev, RESET_GUARD_S);
+    return NULL;
+}
+
+/* Resets the worker's device after a context-fatal error or a hung job (reason: why), on the
+ * worker's thread so nothing else runs on the device meanwhile. Jobs still queued stay
+ * queued: those naming the device's old tensors fail when taken (check_generation), the
+ * others run on the new context. */
+static void reset_device(struct worker *w, const char *reason)
+{
+    char why[160] = "";
+    uint64_t t0 = now_ns();
+    log_err("device %d: %s: resetting its context", w->dev, reason);
+    health_reset_begin(w->dev, reason);
+    struct reset_guard guard = {.lock = PTHREAD_MUTEX_INITIALIZER,
+                                .done_cond = PTHREAD_COND_INITIALIZER, .dev = w->dev,
+                                .may_exit = atomic_load(&w->sched->exit_on_reset_failure)};
+    pthread_t guard_thread;
+    bool guarded = pthread_create(&guard_thread, NULL, reset_guard_main, &guard) == 0;
+    int r = backend_reset(w->be, w->dev, why, sizeof why);
+    if (guarded) {
+        pthread_mutex_lock(&guard.lock);
+        guard.done = true;
+        pthread_cond_signal(&guard.done_cond);
+        pthread_mutex_unlock(&guard.lock);
+        pthread_join(guard_thread, NULL);
+    }
+    health_reset_end(w->dev, r, why);
+    double ms = (double)(now_ns() - t0) / 1e6;
+    if (r == 0) {
+        w->failed = false;
+        log_warn("device %d: reset in %.1f ms; serving again (device tensors made before it are "
+                 "lost)", w->dev, ms);
+        return;
+    }
+    w->failed = true;
+    w->retry_ns = now_ns() + 1000000000ull;   /* again in a second, when a job comes */
+    snprintf(w->failed_why, sizeof w->failed_why, "%s", why[0] ? why : gllm_strerror(r));
+    if (atomic_load_explicit(&w->sched->exit_on_reset_failure, memory_order_relaxed)) {
+        /* What the driver's documentation prescribes for a context that cannot be made
+         * again: a new process. The service manager's Restart=on-failure starts it. */
+        log_err("device %d: reset failed after %.1f ms (%s); exiting so that a new gllmd "
+                "starts (exit_on_reset_failure)", w->dev, ms, w->failed_why);
+        _exit(EXIT_FAILURE);
+    }
+    log_err("device %d: reset failed after %.1f ms (%s); its jobs fail until one succeeds",
+            w->dev, ms, w->failed_why);
+}
+
+/* What a backend returned that leaves its device needing a reset. */
+static bool context_lost(int status)
+{
+    return status == GLLM_EDEVLOST || status == GLLM_EJOBTIMEOUT;
+}
+
+/* The backend's, for the job's kind; the owner may say to skip it instead. true: the job
+ * left the device needing a reset. */
+static bool run_job(struct worker *w, struct job *j)
 {
     j->t_start = now_ns();
     j->status = j->ops->skip(j);
@@ -118,30 +273,71 @@ static void run_job(struct worker *w, struct job *j)
     if (j->status == 0 && j->wait &&
         (int32_t)(atomic_load_explicit(j->wait, memory_order_acquire) - j->wait_value) < 0)
         j->status = GLLM_EWAITTIMEOUT;     /* taken at its deadline, not its counter */
+    if (j->status == 0 && w->failed && j->t_start >= w->retry_ns)
+        reset_device(w, w->failed_why);
+    if (j->status == 0 && w->failed) {
+        snprintf(j->why, sizeof j->why, "device %d could not be reset after a fault (%.100s)",
+                 w->dev, w->failed_why);
+        j->status = GLLM_EDEVLOST;
+    }
+    if (j->status == 0)
+        j->status = check_generation(w, j);
     if (j->status != 0 && j->sync.signal)
         /* Not run: the signal goes out all the same, from here, so the client's stream
          * does not wait for ever (the reply says the job failed). */
         atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
                               memory_order_release);
-    if (j->status == 0) {
-        struct backend *be = w->be;
+    if (j->status != 0) {
+        j->t_end = now_ns();
+        return false;
+    }
+    struct backend *be = w->be;
+    const uint64_t deadline = job_deadline(w->sched, j, j->t_start);
+    enum backend_fault fault = BACKEND_FAULT_NONE;
+    pthread_mutex_lock(&w->lock);
+    if (w->armed && w->armed_cookie == j->cookie) {
+        fault = w->armed;
+        w->armed = BACKEND_FAULT_NONE;
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (fault) {
+        j->status = backend_inject_fault(be, w->dev, fault, deadline, j->why, sizeof j->why);
+        if (j->status == 0)
+            j->status = GLLM_EBACKEND;     /* a fault that did not happen is still a failure */
+    } else {
         switch (j->kind) {
         case JOB_COPY:
             j->copy.timing = &j->timing;
+            j->copy.deadline_ns = deadline;
+            j->copy.why = j->why, j->copy.why_len = sizeof j->why;
             j->status = backend_copy(be, w->dev, &j->copy);
             break;
         case JOB_PAGED:
             j->paged.timing = &j->timing;
+            j->paged.deadline_ns = deadline;
             j->paged.why = j->why, j->paged.why_len = sizeof j->why;
             j->status = backend_paged(be, w->dev, &j->paged);
             break;
         case JOB_ATTENTION:
             j->args.timing = &j->timing;
+            j->args.deadline_ns = deadline;
+            j->args.why = j->why, j->args.why_len = sizeof j->why;
             j->status = backend_attention(be, w->dev, &j->args);
             break;
         }
     }
     j->t_end = now_ns();
+    if (!context_lost(j->status))
+        return false;
+    /* The reply says what happened to the device, in the client's terms. */
+    char cause[sizeof j->why];
+    if (j->status == GLLM_EJOBTIMEOUT)
+        snprintf(cause, sizeof cause, "job ran past its watchdog deadline of %.0f ms%s%.80s",
+                 (double)(deadline - j->t_start) / 1e6, j->why[0] ? ": " : "", j->why);
+    else
+        snprintf(cause, sizeof cause, "%s", j->why[0] ? j->why : "context-fatal device error");
+    snprintf(j->why, sizeof j->why, "device %d reset: %.130s", w->dev, cause);
+    return true;
 }
 
 static void *worker_main(void *arg)
@@ -181,8 +377,11 @@ static void *worker_main(void *arg)
         polling_since = 0;
         pthread_mutex_unlock(&w->lock);
 
-        run_job(w, j);
+        bool lost = run_job(w, j);
         j->ops->finished(j, w->scratch);
+        char reason[sizeof j->why];
+        if (lost)    /* the job may be settled and freed as soon as it is on the list */
+            memcpy(reason, j->why, sizeof reason);
 
         pthread_mutex_lock(&w->lock);
         if (w->done_tail)
@@ -191,6 +390,12 @@ static void *worker_main(void *arg)
             w->done_head = j;
         w->done_tail = j;
         uv_async_send(&w->async);
+        if (lost) {
+            /* The failed job's owner hears of it while the device resets. */
+            pthread_mutex_unlock(&w->lock);
+            reset_device(w, reason);
+            pthread_mutex_lock(&w->lock);
+        }
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -304,6 +509,27 @@ void sched_submit(struct sched *s, struct lane *lane, struct job *job)
     atomic_fetch_add_explicit(&w->submitted, 1, memory_order_release);
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
+}
+
+void sched_set_faults(struct sched *s, uint64_t floor_ms, uint64_t gflops,
+                      bool exit_on_reset_failure)
+{
+    atomic_store_explicit(&s->exit_on_reset_failure, exit_on_reset_failure,
+                          memory_order_relaxed);
+    atomic_store_explicit(&s->watchdog_floor_ns, floor_ms * 1000000ull, memory_order_relaxed);
+    atomic_store_explicit(&s->watchdog_gflops, gflops, memory_order_relaxed);
+}
+
+int sched_arm_fault(struct sched *s, int dev, const void *owner, enum backend_fault kind)
+{
+    if (dev < 0 || dev >= s->nworkers)
+        return -ENODEV;
+    struct worker *w = s->workers[dev];
+    pthread_mutex_lock(&w->lock);
+    w->armed = kind;
+    w->armed_cookie = owner;
+    pthread_mutex_unlock(&w->lock);
+    return 0;
 }
 
 uint64_t sched_unsettled(const struct sched *s)

@@ -25,6 +25,17 @@ int sched_start(uv_loop_t *loop, struct backend *be, int ndevices, struct sched 
 /* Queues job (job->dev set, job->ops and job->cookie filled) on lane. job->ops->settle
  * runs for it later, whatever happens, on the loop thread. */
 void sched_submit(struct sched *s, struct lane *lane, struct job *job);
+/* Faults (docs/hardening.md). The watchdog: a job still running floor_ms plus its work at
+ * gflops after it started fails with GLLM_EJOBTIMEOUT and its device is reset; floor_ms 0:
+ * off. exit_on_reset_failure: a device whose reset fails ends the process (status 1), so
+ * the service manager starts a fresh one; else that device's jobs fail until a reset works. */
+void sched_set_faults(struct sched *s, uint64_t floor_ms, uint64_t gflops,
+                      bool exit_on_reset_failure);
+/* Fault injection: the next job owner (a job's cookie) runs on dev meets a fault of kind
+ * in place of its work (backend_inject_fault). The owner is compared by address, so a
+ * fault armed by a connection that closes first may meet a later one's job: test builds
+ * only, where that is harmless. */
+int sched_arm_fault(struct sched *s, int dev, const void *owner, enum backend_fault kind);
 /* Jobs submitted and not yet settled (loop thread). */
 uint64_t sched_unsettled(const struct sched *s);
 /* Stops the workers after the jobs they hold have run, settles them, and frees the

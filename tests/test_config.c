@@ -60,6 +60,9 @@ static void assert_config_equal(const struct config *a, const struct config *b)
     assert_int_equal(a->status_interval_s, b->status_interval_s);
     assert_int_equal(a->busy_poll, b->busy_poll);
     assert_int_equal(a->deterministic, b->deterministic);
+    assert_int_equal(a->watchdog_ms, b->watchdog_ms);
+    assert_int_equal(a->watchdog_gflops, b->watchdog_gflops);
+    assert_int_equal(a->exit_on_reset_failure, b->exit_on_reset_failure);
     const struct limits *x = &a->limits, *y = &b->limits;
     assert_int_equal(x->max_connections, y->max_connections);
     assert_int_equal(x->max_prehello_bytes, y->max_prehello_bytes);
@@ -93,6 +96,8 @@ static void test_defaults(void **state)
     assert_int_equal(c.status_interval_s, 5);
     assert_int_equal(c.busy_poll, -1);
     assert_false(c.deterministic);
+    assert_int_equal(c.watchdog_ms, 20000);
+    assert_true(c.exit_on_reset_failure);
     assert_int_equal(c.limits.max_page_entries, 1u << 22);
     assert_int_equal(c.policy.nuids + c.policy.ngids, 0);
 }
@@ -120,6 +125,9 @@ static const char every_key[] =
     "status_interval_s = 3600\n"
     "busy_poll = on\n"
     "deterministic = on\n"
+    "watchdog_ms = 0\n"
+    "watchdog_gflops = 1000\n"
+    "exit_on_reset_failure = off\n"
     "allow_users = 0, 1234,root\n"
     "allow_groups = root 77\n";
 
@@ -148,6 +156,9 @@ static void test_every_key(void **state)
     assert_int_equal(c.status_interval_s, 3600);
     assert_int_equal(c.busy_poll, 1);
     assert_true(c.deterministic);
+    assert_int_equal(c.watchdog_ms, 0);
+    assert_int_equal(c.watchdog_gflops, 1000);
+    assert_false(c.exit_on_reset_failure);
     assert_int_equal(c.policy.nuids, 3);
     assert_int_equal(c.policy.uids[0], 0);
     assert_int_equal(c.policy.uids[1], 1234);

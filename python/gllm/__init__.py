@@ -14,9 +14,9 @@ from .client import (Caps, Client, ClientInfo, DeviceInfo, Job, JobResult, Limit
                      Status, attention, connect, find_client)
 from .dtypes import BF16, F16, F32, I32, DType, as_dtype, bf16_to_f32, f32_to_bf16
 from .errors import (AliasError, BackendError, BoundsError, BusyError, DeniedError,
-                     DeviceMemoryError, DisconnectedError, DTypeError, Error, HeadDimError,
-                     LimitError, NotExportError, NotSupportedError, ParamError, QuotaError,
-                     ShapeError, WaitTimeoutError)
+                     DeviceLostError, DeviceMemoryError, DisconnectedError, DTypeError, Error,
+                     HeadDimError, JobTimeoutError, LimitError, NotExportError,
+                     NotSupportedError, ParamError, QuotaError, ShapeError, WaitTimeoutError)
 from .memory import Memory, MemoryKind, Tensor
 from .paged import PagedKVCache
 
@@ -31,7 +31,8 @@ def version() -> str:
 
 __all__ = [
     "AliasError", "BF16", "BackendError", "BoundsError", "BusyError", "Caps", "Client",
-    "ClientInfo", "DType", "DTypeError", "DeniedError", "DeviceInfo", "DeviceMemoryError",
+    "ClientInfo", "DType", "DTypeError", "DeniedError", "DeviceInfo", "DeviceLostError",
+    "DeviceMemoryError", "JobTimeoutError",
     "DisconnectedError", "Error", "F16", "F32", "HeadDimError", "I32", "Job", "JobResult",
     "LibraryNotFound", "LimitError", "Limits", "Memory", "MemoryKind", "NotExportError",
     "NotSupportedError", "PagedKV", "PagedKVCache", "ParamError", "QuotaError", "ShapeError",

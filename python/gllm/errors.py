@@ -12,7 +12,7 @@ CODES: Dict[str, int] = {
     "SHAPE": -1013, "DTYPE": -1014, "HEADDIM": -1015, "BUSY": -1016, "SHUTDOWN": -1017,
     "BACKEND": -1018, "NOFD": -1019, "DISCONNECTED": -1020, "NOJOB": -1021, "QUOTA": -1022,
     "ALIAS": -1023, "DEVMEM": -1024, "DENIED": -1025, "NOTEXPORT": -1026,
-    "WAITTIMEOUT": -1027,
+    "WAITTIMEOUT": -1027, "DEVLOST": -1028, "JOBTIMEOUT": -1029,
 }
 
 
@@ -101,6 +101,15 @@ class WaitTimeoutError(Error, TimeoutError):
     """GLLM_EWAITTIMEOUT: a job's wait counter was not raised before its deadline."""
 
 
+class DeviceLostError(Error):
+    """GLLM_EDEVLOST: the device was reset after a fault; tensors made before it are gone and
+    must be made again."""
+
+
+class JobTimeoutError(Error, TimeoutError):
+    """GLLM_EJOBTIMEOUT: the job ran past gllmd's watchdog; its device was reset."""
+
+
 class NotSupportedError(Error):
     """-EOPNOTSUPP: the daemon's backend does not offer this (for example shared memory)."""
 
@@ -112,7 +121,8 @@ _BY_NAME: Dict[str, Type[Error]] = {
     "DEVMEM": DeviceMemoryError, "DISCONNECTED": DisconnectedError,
     "SHUTDOWN": DisconnectedError, "DENIED": DeniedError, "BACKEND": BackendError,
     "NOTEXPORT": NotExportError, "UNSEALED": NotExportError, "NOTMEMFD": NotExportError,
-    "ARENASIZE": NotExportError, "WAITTIMEOUT": WaitTimeoutError,
+    "ARENASIZE": NotExportError, "WAITTIMEOUT": WaitTimeoutError, "DEVLOST": DeviceLostError,
+    "JOBTIMEOUT": JobTimeoutError,
 }
 _BY_CODE: Dict[int, Type[Error]] = {CODES[n]: cls for n, cls in _BY_NAME.items()}
 _EOPNOTSUPP = -95

@@ -18,7 +18,7 @@ note() { summary+=("$*"); echo "== $*"; }
 if ldd "$build/gllmd" | grep -qiE 'cuda|cudart'; then note "FAIL gllmd links a CUDA library"; fi
 
 fails=0
-for t in test_proto test_arena test_job test_backend_share test_fatbin test_cpu_attention test_backend_ops test_integration test_paged test_lifecycle test_abuse shared_gpu ordering_gpu; do
+for t in test_proto test_arena test_job test_backend_share test_fatbin test_cpu_attention test_backend_ops test_integration test_paged test_lifecycle test_abuse shared_gpu ordering_gpu fault_gpu; do
   if "$build/tests/$t" > "$out/$t.log" 2>&1; then note "ok   $t (backend cuda)"
   else note "FAIL $t (see $t.log)"; tail -30 "$out/$t.log"; fails=$((fails + 1)); fi
 done

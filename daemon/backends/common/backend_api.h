@@ -13,7 +13,7 @@
 
 /* Bumped when a vtable or an argument struct changes; the registry passes over a backend
  * built against another version. */
-#define BACKEND_API_VERSION 2
+#define BACKEND_API_VERSION 3
 
 /* ---- Logging: the daemon's logger, handed in through backend_config ---- */
 
@@ -84,6 +84,9 @@ struct attn_args {
     struct attn_timing *timing; /* out, optional */
     uint32_t device_mask;       /* bit i: tensor i (q, k, v, out, lse) is in device memory */
     const struct backend_sync *sync;   /* optional */
+    uint64_t deadline_ns;       /* the watchdog's (see below); 0: none */
+    char *why;                  /* out, optional: a failed job's reason, one line */
+    size_t why_len;
 };
 
 /* A copy between host memory (an arena) and device memory (a device tensor). */
@@ -94,6 +97,9 @@ struct copy_args {
     bool to_device;             /* host -> device, else device -> host */
     struct attn_timing *timing; /* out, optional: copy_ns, copy_bytes */
     const struct backend_sync *sync;   /* optional */
+    uint64_t deadline_ns;       /* the watchdog's; 0: none */
+    char *why;                  /* out, optional: a failed job's reason, one line */
+    size_t why_len;
 };
 
 /* A validated paged-KV job. The page table arrays are the daemon's own checked copies in
@@ -134,6 +140,25 @@ struct paged_args {
     char *why;                  /* out, optional: a failed job's reason, one line */
     size_t why_len;
     const struct backend_sync *sync;   /* optional */
+    uint64_t deadline_ns;       /* the watchdog's; 0: none */
+};
+
+/* ---- Faults (docs/hardening.md, "Faults and resets") ----
+ *
+ * An operation ends in one of three ways besides success. A job-local error (arguments
+ * refused before launch, no device memory for this job's scratch: GLLM_EDEVMEM) fails that
+ * job alone. A context-fatal error (the device's context is poisoned: an illegal address,
+ * a trap, an uncorrectable ECC error) returns GLLM_EDEVLOST with the driver's words in why.
+ * A job still running at its deadline_ns (CLOCK_MONOTONIC, backend_now_ns) returns
+ * GLLM_EJOBTIMEOUT once the backend has stopped waiting for it. After either of the last
+ * two the daemon calls the device's reset entry before anything else runs on the device. */
+
+/* What inject_fault simulates (fault-injection builds only). */
+enum backend_fault {
+    BACKEND_FAULT_NONE = 0,
+    BACKEND_FAULT_TRAP,         /* a kernel that traps */
+    BACKEND_FAULT_OOB,          /* a kernel that reads an unmapped device address */
+    BACKEND_FAULT_SPIN,         /* work that never ends: only the watchdog stops it */
 };
 
 /* ---- Page numbers (paged_pages.c): shared by the daemon and the backends ---- */
@@ -225,6 +250,22 @@ struct backend_device_iface {
     int (*share_import)(struct backend *be, int dev, int fd, size_t bytes,
                         struct backend_shared *out, char *why, size_t len);
     void (*share_free)(struct backend *be, int dev, const struct backend_shared *s);
+    /* Optional, on dev's worker thread, after an operation returned GLLM_EDEVLOST or
+     * GLLM_EJOBTIMEOUT: discards dev's context with everything in it (work still running
+     * included) and makes the device serve again: a new context, the kernels loaded again,
+     * new streams, events, graphs and scratch. Every pointer alloc, share_alloc and
+     * share_import gave on dev before is released by the reset itself: the daemon passes
+     * none of them to free or share_free afterwards (the same address may be handed out
+     * again). The daemon calls no other entry for dev while reset runs. 0 when dev serves
+     * again, else a code and a one-line why; NULL: the device cannot be reset (it stays
+     * failed). */
+    int (*reset)(struct backend *be, int dev, char *why, size_t len);
+    /* Optional, fault-injection builds (GLLM_FAULT_INJECTION), on dev's worker thread: runs
+     * a fault of kind on dev in place of a job and returns what that job would: GLLM_EDEVLOST
+     * for a trap or an out-of-bounds read, GLLM_EJOBTIMEOUT once deadline_ns (non-zero) has
+     * passed for a spin; -EOPNOTSUPP with why for a kind this backend cannot make. */
+    int (*inject_fault)(struct backend *be, int dev, enum backend_fault kind,
+                        uint64_t deadline_ns, char *why, size_t len);
 };
 
 /* The backend as the registry sees it: found, scored, opened. */

@@ -9,6 +9,7 @@
 
 #include "backend_api.h"
 #include "cpu_attention.h"
+#include "cpu_fault.h"
 #include "cpu_paged.h"
 #include "cpu_pool.h"
 #include "cpu_share.h"
@@ -20,6 +21,7 @@ struct cpu_ctx {
     struct cpu_pool *pool;
     struct cpu_attention *attn;
     char model[96];
+    struct cpu_ledger ledger;   /* the device's memory, for resets and status */
 };
 
 static int cpu_probe(char *why, size_t len)
@@ -54,6 +56,7 @@ static void cpu_close(struct backend *be)
         return;
     struct cpu_ctx *c = be->ctx;
     if (c) {
+        cpu_ledger_release_all(&c->ledger);
         cpu_attention_destroy(c->attn);
         cpu_pool_destroy(c->pool);
         free(c);
@@ -79,6 +82,7 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
     be->device = &cpu_device_iface;
     be->ctx = c;
     be->ndevices = 1;
+    cpu_ledger_init(&c->ledger);
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = CPU_MAX_HEAD_DIM,
@@ -143,11 +147,24 @@ static int sync_signal(const struct backend_sync *s, int status)
     return status;
 }
 
+/* After a simulated context-fatal fault every operation fails until the reset, as on a GPU
+ * whose context is poisoned. */
+static int poisoned(struct cpu_ctx *c, char *why, size_t len)
+{
+    if (!atomic_load(&c->ledger.poisoned))
+        return 0;
+    if (why)
+        snprintf(why, len, "the device's context is poisoned by an earlier fault");
+    return GLLM_EDEVLOST;
+}
+
 static int cpu_attention(struct backend *be, int dev, const struct attn_args *a)
 {
     struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
+    if (poisoned(c, a->why, a->why_len))
+        return sync_signal(a->sync, GLLM_EDEVLOST);
     int r = sync_wait(a->sync);
     return r < 0 ? r : sync_signal(a->sync, cpu_attention_run(c->attn, a));
 }
@@ -163,37 +180,114 @@ static int cpu_paged(struct backend *be, int dev, const struct paged_args *p)
     struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
+    if (poisoned(c, p->why, p->why_len))
+        return sync_signal(p->sync, GLLM_EDEVLOST);
     int r = sync_wait(p->sync);
     return r < 0 ? r : sync_signal(p->sync, cpu_paged_run(c->attn, p));
 }
 
-/* On the CPU, "device" memory is host memory the daemon owns. */
+/* On the CPU, "device" memory is host memory the daemon owns; running out of it is DEVMEM
+ * as on a GPU. */
 static int cpu_dev_alloc(struct backend *be, int dev, size_t bytes, void **out)
 {
-    (void)be;
+    struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
     size_t rounded = (bytes + 63) & ~(size_t)63;
-    if (rounded < bytes)
-        return -ENOMEM;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    /* More than the machine has is refused before asking for it (an overcommitting
+     * allocator would say yes and fault later). */
+    if (rounded < bytes || (pages > 0 && page > 0 && rounded / (size_t)page > (size_t)pages))
+        return GLLM_EDEVMEM;
     void *p = aligned_alloc(64, rounded);
     if (!p)
-        return -ENOMEM;
+        return GLLM_EDEVMEM;
+    if (cpu_ledger_add(&c->ledger, p, rounded, NULL) < 0) {
+        free(p);
+        return GLLM_EDEVMEM;
+    }
     *out = p;
     return 0;
 }
 
 static void cpu_dev_free(struct backend *be, int dev, void *p)
 {
-    (void)be, (void)dev;
-    free(p);
+    struct cpu_ctx *c = be->ctx;
+    (void)dev;
+    if (cpu_ledger_remove(&c->ledger, p))   /* else a reset released it already */
+        free(p);
+}
+
+/* Shared memory goes through the ledger too, so a reset releases it like a GPU's. */
+static int cpu_share_alloc_dev(struct backend *be, int dev, size_t bytes,
+                               struct backend_shared *out, int *fd)
+{
+    struct cpu_ctx *c = be->ctx;
+    int r = cpu_share_alloc(be, dev, bytes, out, fd);
+    if (r == 0 && cpu_ledger_add(&c->ledger, out->ptr, out->bytes, out) < 0) {
+        cpu_share_free(be, dev, out);
+        close(*fd);
+        *fd = -1;
+        return GLLM_EDEVMEM;
+    }
+    return r;
+}
+
+static int cpu_share_import_dev(struct backend *be, int dev, int fd, size_t bytes,
+                                struct backend_shared *out, char *why, size_t len)
+{
+    struct cpu_ctx *c = be->ctx;
+    int r = cpu_share_import(be, dev, fd, bytes, out, why, len);
+    if (r == 0 && cpu_ledger_add(&c->ledger, out->ptr, out->bytes, out) < 0) {
+        cpu_share_free(be, dev, out);
+        snprintf(why, len, "out of memory");
+        return GLLM_EDEVMEM;
+    }
+    return r;
+}
+
+static void cpu_share_free_dev(struct backend *be, int dev, const struct backend_shared *s)
+{
+    struct cpu_ctx *c = be->ctx;
+    if (cpu_ledger_remove(&c->ledger, s->ptr))
+        cpu_share_free(be, dev, s);
+}
+
+/* Used: what device tensors and shared mappings hold now (the tests' leak check). */
+static int cpu_memory(struct backend *be, int dev, uint64_t *used, uint64_t *total)
+{
+    struct cpu_ctx *c = be->ctx;
+    if (dev != 0)
+        return -ENODEV;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    *used = cpu_ledger_bytes(&c->ledger);
+    *total = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    return 0;
+}
+
+static int cpu_reset(struct backend *be, int dev, char *why, size_t len)
+{
+    struct cpu_ctx *c = be->ctx;
+    if (dev != 0)
+        return -ENODEV;
+    return cpu_fault_reset(&c->ledger, why, len);
+}
+
+static int cpu_inject_fault(struct backend *be, int dev, enum backend_fault kind,
+                            uint64_t deadline_ns, char *why, size_t len)
+{
+    struct cpu_ctx *c = be->ctx;
+    if (dev != 0)
+        return -ENODEV;
+    return cpu_fault_inject(&c->ledger, kind, deadline_ns, why, len);
 }
 
 static int cpu_copy(struct backend *be, int dev, const struct copy_args *c)
 {
-    (void)be;
     if (dev != 0)
         return -ENODEV;
+    if (poisoned(be->ctx, c->why, c->why_len))
+        return sync_signal(c->sync, GLLM_EDEVLOST);
     int r = sync_wait(c->sync);
     if (r < 0)
         return r;
@@ -205,15 +299,18 @@ static int cpu_copy(struct backend *be, int dev, const struct copy_args *c)
 
 static const struct backend_device_iface cpu_device_iface = {
     .info = cpu_device_info,
+    .memory = cpu_memory,
     .alloc = cpu_dev_alloc,
     .free = cpu_dev_free,
     .copy = cpu_copy,
     .attention = cpu_attention,
     .paged_check = cpu_paged_check,
     .paged = cpu_paged,
-    .share_alloc = cpu_share_alloc,
-    .share_import = cpu_share_import,
-    .share_free = cpu_share_free,
+    .share_alloc = cpu_share_alloc_dev,
+    .share_import = cpu_share_import_dev,
+    .share_free = cpu_share_free_dev,
+    .reset = cpu_reset,
+    .inject_fault = cpu_inject_fault,
 };
 
 const struct backend_iface cpu_backend_iface = {

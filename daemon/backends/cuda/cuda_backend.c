@@ -1,6 +1,7 @@
 /* The CUDA backend's vtables: probe, open/close over its GPUs (cuda_device.c), device memory,
  * copies and dense attention; paged jobs are cuda_paged.c's. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +40,19 @@ static void cuda_close(struct backend *be)
         return;
     struct cuda_ctx *c = be->ctx;
     if (c) {
-        for (int i = 0; i < c->ndev; i++)
+        for (int i = 0; i < c->ndev; i++) {
             cuda_device_close(c->d, &c->dev[i]);
+            for (struct cuda_share_rec *r = c->dev[i].shares, *next; r; r = next) {
+                next = r->next;
+                free(r);
+            }
+            pthread_mutex_destroy(&c->dev[i].share_lock);
+        }
+        for (struct cuda_host_rec *h = c->hosts, *next; h; h = next) {
+            next = h->next;
+            free(h);
+        }
+        pthread_mutex_destroy(&c->host_lock);
         free(c);
     }
     free(be);
@@ -68,20 +80,31 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     c->d = d;
     c->deterministic = cfg->deterministic;
     c->log = cfg->log;
+    pthread_mutex_init(&c->host_lock, NULL);
+    for (int i = 0; i < GLLM_MAX_DEVICES; i++)
+        pthread_mutex_init(&c->dev[i].share_lock, NULL);
     for (int i = 0; i < n && c->ndev < GLLM_MAX_DEVICES; i++) {
         struct cuda_dev *x = &c->dev[c->ndev];
         if (cuda_device_open(d, i, x, why, sizeof why) < 0) {
             backend_logf(&cfg->log, BACKEND_LOG_WARNING, "cuda: passing over %s", why);
             cuda_device_close(d, x);
-            memset(x, 0, sizeof *x);
+            memset(x, 0, offsetof(struct cuda_dev, deadline_ns));   /* the lock stays */
             continue;
         }
-        x->info.index = c->ndev++;
+        x->info.index = c->ndev;
+        c->info[c->ndev++] = x->info;
     }
     if (c->ndev == 0) {
-        cuda_close(be);
+        be->ndevices = 0;
+        for (int i = 0; i < GLLM_MAX_DEVICES; i++)
+            pthread_mutex_destroy(&c->dev[i].share_lock);
+        pthread_mutex_destroy(&c->host_lock);
+        free(c);
+        free(be);
         return GLLM_EBACKEND;
     }
+    for (int i = c->ndev; i < GLLM_MAX_DEVICES; i++)
+        pthread_mutex_destroy(&c->dev[i].share_lock);
     be->ndevices = c->ndev;
     /* Dense attention takes every head dim up to the generic kernel's; paged attention's
      * narrower set is checked by cuda_paged_check. */
@@ -101,7 +124,7 @@ static int cuda_device_info(struct backend *be, int dev, gllm_device_info *out)
     struct cuda_ctx *c = be->ctx;
     if (dev < 0 || dev >= c->ndev)
         return -ENODEV;
-    *out = c->dev[dev].info;
+    *out = c->info[dev];
     return 0;
 }
 
@@ -120,13 +143,26 @@ static int cuda_memory_info(struct backend *be, int dev, uint64_t *used, uint64_
 }
 
 /* Pinned host memory lets the copy engines read arenas at full DMA speed. */
+#define HOST_REGISTER_FLAGS (CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP)
+
 static int cuda_host_register(struct backend *be, void *p, size_t len)
 {
     struct cuda_ctx *c = be->ctx;
+    struct cuda_host_rec *rec = malloc(sizeof *rec);
+    if (!rec)
+        return -ENOMEM;
+    /* Registrations belong to device 0's context: a reset of device 0 makes them again. */
+    pthread_mutex_lock(&c->host_lock);
     c->d->cuCtxSetCurrent(c->dev[0].ctx);
     /* Mapped too: a paged kernel reads an attention's page table in place (cuda_paged.c). */
-    CUresult r = c->d->cuMemHostRegister(p, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    CUresult r = c->d->cuMemHostRegister(p, len, HOST_REGISTER_FLAGS);
+    if (r == CUDA_SUCCESS) {
+        *rec = (struct cuda_host_rec){.next = c->hosts, .p = p, .len = len};
+        c->hosts = rec;
+    }
+    pthread_mutex_unlock(&c->host_lock);
     if (r != CUDA_SUCCESS) {
+        free(rec);
         char buf[160];
         backend_logf(&c->log, BACKEND_LOG_WARNING,
                      "cuda: pinning a %zu-byte arena failed (%s); copies will be slower", len,
@@ -139,8 +175,18 @@ static int cuda_host_register(struct backend *be, void *p, size_t len)
 static void cuda_host_unregister(struct backend *be, void *p)
 {
     struct cuda_ctx *c = be->ctx;
+    pthread_mutex_lock(&c->host_lock);
+    for (struct cuda_host_rec **h = &c->hosts; *h; h = &(*h)->next) {
+        if ((*h)->p != p)
+            continue;
+        struct cuda_host_rec *rec = *h;
+        *h = rec->next;
+        free(rec);
+        break;
+    }
     c->d->cuCtxSetCurrent(c->dev[0].ctx);
     c->d->cuMemHostUnregister(p);
+    pthread_mutex_unlock(&c->host_lock);
 }
 
 /* Bytes from a tensor's first element to one past its last (strides >= 0, validated). */
@@ -238,9 +284,31 @@ static int copy_job(struct backend *be, int dev, const void *args)
     return 0;
 }
 
+/* Around every operation: the job's watchdog deadline for cuda_sync_finish, and a
+ * context-fatal error's words into the job's why. */
+static void op_begin(struct backend *be, int dev, uint64_t deadline_ns)
+{
+    struct cuda_ctx *c = be->ctx;
+    cuda_fault_clear();
+    if (dev >= 0 && dev < c->ndev)
+        c->dev[dev].deadline_ns = deadline_ns;
+}
+
+static int op_end(struct backend *be, int dev, int r, char *why, size_t len)
+{
+    struct cuda_ctx *c = be->ctx;
+    if (dev >= 0 && dev < c->ndev)
+        c->dev[dev].deadline_ns = 0;
+    if (r == GLLM_EDEVLOST && why && len && !why[0])
+        snprintf(why, len, "%s", cuda_fault_why());
+    return r;
+}
+
 static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
 {
-    return cuda_sync_run(be, dev, cp->sync, copy_job, cp, "device tensor copy");
+    op_begin(be, dev, cp->deadline_ns);
+    int r = cuda_sync_run(be, dev, cp->sync, copy_job, cp, "device tensor copy");
+    return op_end(be, dev, r, cp->why, cp->why_len);
 }
 
 static int attention_job(struct backend *be, int dev, const void *args)
@@ -359,7 +427,112 @@ static int attention_job(struct backend *be, int dev, const void *args)
 
 static int cuda_attention(struct backend *be, int dev, const struct attn_args *a)
 {
-    return cuda_sync_run(be, dev, a->sync, attention_job, a, "attention kernel");
+    op_begin(be, dev, a->deadline_ns);
+    int r = cuda_sync_run(be, dev, a->sync, attention_job, a, "attention kernel");
+    return op_end(be, dev, r, a->why, a->why_len);
+}
+
+static int cuda_paged_op(struct backend *be, int dev, const struct paged_args *p)
+{
+    op_begin(be, dev, p->deadline_ns);
+    return op_end(be, dev, cuda_paged(be, dev, p), p->why, p->why_len);
+}
+
+/* After a context-fatal error or a hung job on dev: its shared mappings let go, the context
+ * reset and rebuilt, checked with a small operation, and (device 0's context holds them)
+ * host registrations made again. */
+static int cuda_reset(struct backend *be, int dev, char *why, size_t len)
+{
+    struct cuda_ctx *c = be->ctx;
+    const struct cuda_driver *d = c->d;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    struct cuda_dev *x = &c->dev[dev];
+    if (dev == 0)
+        pthread_mutex_lock(&c->host_lock);
+    cuda_share_drop_all(d, x);
+    int r = cuda_device_reset(d, x, why, len);
+    CUresult cr = CUDA_SUCCESS;
+    if (r == 0 && (r = cuda_ensure_scratch(c, x, 4096)) == 0 &&
+        ((cr = d->cuMemsetD32Async(x->scratch, 0, 1024, x->stream)) ||
+         (cr = d->cuStreamSynchronize(x->stream)))) {
+        char buf[160];
+        snprintf(why, len, "the new context fails too (%s): only a new process will do",
+                 cuda_error_text(d, cr, buf, sizeof buf));
+        r = GLLM_EBACKEND;
+    }
+    if (dev == 0 && r == 0) {
+        for (struct cuda_host_rec *h = c->hosts; h; h = h->next) {
+            CUresult hr = d->cuMemHostRegister(h->p, h->len, HOST_REGISTER_FLAGS);
+            if (hr != CUDA_SUCCESS) {
+                char buf[160];
+                backend_logf(&c->log, BACKEND_LOG_WARNING, "cuda: registering a %zu-byte arena "
+                             "again after the reset failed (%s)", h->len,
+                             cuda_error_text(d, hr, buf, sizeof buf));
+            }
+        }
+    }
+    if (dev == 0)
+        pthread_mutex_unlock(&c->host_lock);
+    return r;
+}
+
+/* Faults made with the embedded kernels, since no kernel of the image traps or spins: an
+ * out-of-bounds read is the generic kernel pointed at an unmapped address; a "trap" the same
+ * kernel reading floats from an odd address (CUDA_ERROR_MISALIGNED_ADDRESS, as fatal to the
+ * context as a trap); a spin a stream wait for a value nobody writes, which holds the stream
+ * as a kernel that never ends does. */
+static int cuda_inject_fault(struct backend *be, int dev, enum backend_fault kind,
+                             uint64_t deadline_ns, char *why, size_t len)
+{
+    struct cuda_ctx *c = be->ctx;
+    const struct cuda_driver *d = c->d;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    struct cuda_dev *x = &c->dev[dev];
+    d->cuCtxSetCurrent(x->ctx);
+    int r = cuda_ensure_scratch(c, x, 4096);
+    if (r < 0)
+        return r;
+    op_begin(be, dev, deadline_ns);
+    CUresult cr;
+    if (kind == BACKEND_FAULT_SPIN) {
+        if (!deadline_ns || !d->cuStreamWaitValue32) {
+            snprintf(why, len, "a spin needs the watchdog on and stream memory operations");
+            return op_end(be, dev, -EOPNOTSUPP, why, len);
+        }
+        if ((cr = d->cuMemsetD32Async(x->scratch, 0, 1, x->stream)) ||
+            (cr = d->cuStreamWaitValue32(x->stream, x->scratch, 1, CU_STREAM_WAIT_VALUE_GEQ)))
+            return op_end(be, dev, cuda_fail(c, cr, "injected spin"), why, len);
+        r = cuda_sync_finish(c, x, NULL, "injected spin");
+        if (r == GLLM_EJOBTIMEOUT)
+            snprintf(why, len, "a stream wait that nothing satisfies (injected) held the GPU");
+        return op_end(be, dev, r, why, len);
+    }
+    if (kind != BACKEND_FAULT_OOB && kind != BACKEND_FAULT_TRAP) {
+        snprintf(why, len, "no such fault");
+        return op_end(be, dev, -EINVAL, why, len);
+    }
+    /* Page 1 of the address space is never mapped on any GPU. */
+    const CUdeviceptr bad = kind == BACKEND_FAULT_OOB ? (CUdeviceptr)0x1000 : x->scratch + 1;
+    gllm_cuda_attn_params p = {
+        .q = (const void *)(uintptr_t)bad, .k = (const void *)(uintptr_t)bad,
+        .v = (const void *)(uintptr_t)bad, .out = (void *)(uintptr_t)(bad + 256),
+        .B = 1, .Hq = 1, .Hkv = 1, .Sq = 1, .Skv = 1, .D = 1, .scale = 1.0f,
+    };
+    for (int i = 0; i < 4; i++)
+        p.q_st[i] = p.k_st[i] = p.v_st[i] = p.o_st[i] = 1;
+    void *args[] = {&p};
+    if ((cr = d->cuLaunchKernel(x->generic[GLLM_DTYPE_F32], 1, 1, 1, GLLM_CUDA_GENERIC_ROWS * 32, 1,
+                                1, 0, x->stream, args, NULL)))
+        return op_end(be, dev, cuda_fail(c, cr, "injected fault launch"), why, len);
+    r = cuda_sync_finish(c, x, NULL, kind == BACKEND_FAULT_OOB ? "injected out-of-bounds read"
+                                                               : "injected misaligned read");
+    if (r == 0) {
+        snprintf(why, len, "the injected fault did not fault");
+        r = GLLM_EBACKEND;
+    }
+    return op_end(be, dev, r, why, len);
 }
 
 static const struct backend_device_iface cuda_device_iface = {
@@ -372,10 +545,12 @@ static const struct backend_device_iface cuda_device_iface = {
     .copy = cuda_copy,
     .attention = cuda_attention,
     .paged_check = cuda_paged_check,
-    .paged = cuda_paged,
+    .paged = cuda_paged_op,
     .share_alloc = cuda_share_alloc,
     .share_import = cuda_share_import,
     .share_free = cuda_share_free,
+    .reset = cuda_reset,
+    .inject_fault = cuda_inject_fault,
 };
 
 const struct backend_iface cuda_backend_iface = {

@@ -1,5 +1,6 @@
 /* The CUDA backend's per-device context: opening a GPU (context, module, kernels, stream,
  * events), closing it, its scratch buffers, its errors and timings. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -84,12 +85,54 @@ void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
     t->copy_bytes = moved;
 }
 
+/* Per worker thread: each device's operations run on its own worker. */
+static _Thread_local char fault_why[160];
+
+bool cuda_error_sticky(CUresult r)
+{
+    switch (r) {
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_UNKNOWN:       /* what the driver says after most Xids: assume the worst */
+        return true;
+    default:
+        return false;
+    }
+}
+
+const char *cuda_fault_why(void)
+{
+    return fault_why;
+}
+
+void cuda_fault_clear(void)
+{
+    fault_why[0] = '\0';
+}
+
 int cuda_fail(const struct cuda_ctx *c, CUresult r, const char *what)
 {
     char buf[160];
-    backend_logf(&c->log, BACKEND_LOG_ERR, "cuda: %s: %s", what,
-                 cuda_error_text(c->d, r, buf, sizeof buf));
-    return r == CUDA_ERROR_OUT_OF_MEMORY ? GLLM_EDEVMEM : GLLM_EBACKEND;
+    cuda_error_text(c->d, r, buf, sizeof buf);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        backend_logf(&c->log, BACKEND_LOG_WARNING, "cuda: %s: %s", what, buf);
+        return GLLM_EDEVMEM;
+    }
+    backend_logf(&c->log, BACKEND_LOG_ERR, "cuda: %s: %s", what, buf);
+    if (!cuda_error_sticky(r))
+        return GLLM_EBACKEND;
+    snprintf(fault_why, sizeof fault_why, "%.120s (%.30s)", buf, what);
+    return GLLM_EDEVLOST;
 }
 
 void cuda_device_close(const struct cuda_driver *d, struct cuda_dev *x)
@@ -123,9 +166,36 @@ void cuda_device_close(const struct cuda_driver *d, struct cuda_dev *x)
     x->ctx = NULL;
 }
 
+int cuda_device_reset(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len)
+{
+    const int index = x->info.index, ordinal = x->ordinal;
+    /* What lives in host memory (graph templates) is freed; what lives in the context goes
+     * with the reset, so its handles are only forgotten. */
+    d->cuCtxSetCurrent(x->ctx);
+    cuda_launch_free(d, x);
+    d->cuCtxSetCurrent(NULL);
+    /* Reset while retained (the driver's order), then let go: cuda_device_open retains the
+     * new one. */
+    CUresult rr = d->cuDevicePrimaryCtxReset(x->dev);
+    d->cuDevicePrimaryCtxRelease(x->dev);
+    if (rr != CUDA_SUCCESS) {
+        char buf[160];
+        snprintf(why, len, "cuDevicePrimaryCtxReset: %s", cuda_error_text(d, rr, buf, sizeof buf));
+        x->ctx = NULL;
+        return GLLM_EBACKEND;
+    }
+    /* Everything up to the deadline is the context's; the shares' list and lock stay. */
+    memset(x, 0, offsetof(struct cuda_dev, deadline_ns));
+    x->deadline_ns = 0;
+    int rc = cuda_device_open(d, ordinal, x, why, len);
+    x->info.index = index;
+    return rc;
+}
+
 int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *x, char *why,
                      size_t len)
 {
+    x->ordinal = ordinal;
     char buf[160];
     CUresult r;
     gllm_device_info *info = &x->info;

@@ -3,6 +3,8 @@
 #ifndef GLLM_CUDA_DEVICE_H
 #define GLLM_CUDA_DEVICE_H
 
+#include <pthread.h>
+
 #include "attention_params.h"
 #include "backend_api.h"
 #include "cuda_driver.h"
@@ -21,7 +23,16 @@ struct cuda_graph_slot {
     CUgraphExec exec;
 };
 
+/* A mapping shared with a client (cuda_share.c), remembered so a reset can let it go. */
+struct cuda_share_rec {
+    struct cuda_share_rec *next;
+    CUdeviceptr p;
+    size_t bytes;
+    CUmemGenericAllocationHandle h;
+};
+
 struct cuda_dev {
+    int ordinal;                   /* the driver's; info.index is gllmd's */
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
@@ -52,6 +63,17 @@ struct cuda_dev {
     int sm_count;
     bool host_pointers;            /* kernels may use a registered host pointer as it is */
     gllm_device_info info;
+    uint64_t deadline_ns;          /* the running job's watchdog deadline; 0: none */
+    pthread_mutex_t share_lock;    /* shares: the loop adds and drops, a reset takes all */
+    struct cuda_share_rec *shares;
+};
+
+/* Host memory registered (cuMemHostRegister) in device 0's context: a reset of device 0
+ * registers it again. */
+struct cuda_host_rec {
+    struct cuda_host_rec *next;
+    void *p;
+    size_t len;
 };
 
 struct cuda_ctx {
@@ -60,6 +82,11 @@ struct cuda_ctx {
     bool deterministic;            /* gllmd.conf: no sums added in L2 (cuda_paged.c) */
     int ndev;
     struct cuda_dev dev[GLLM_MAX_DEVICES];
+    /* What info answers: copied at open and never touched by a reset (which rebuilds each
+     * dev's own copy while the loop may be reading this one for status). */
+    gllm_device_info info[GLLM_MAX_DEVICES];
+    pthread_mutex_t host_lock;     /* host registrations, against a reset of device 0 */
+    struct cuda_host_rec *hosts;
 };
 
 /* Opens GPU ordinal into x (zeroed): its context, the embedded module and every kernel the
@@ -71,8 +98,20 @@ void cuda_device_close(const struct cuda_driver *d, struct cuda_dev *x);
 /* One line naming the embedded kernel images, for --version and errors. */
 const char *cuda_images_line(void);
 
-/* Maps a driver error to our codes, logging the driver's words once. */
+/* Maps a driver error to our codes, logging the driver's words once: out of memory is
+ * GLLM_EDEVMEM (the job's alone), an error that poisons the context (cuda_error_sticky) is
+ * GLLM_EDEVLOST and its words are kept for the job's why (cuda_fault_why), anything else
+ * GLLM_EBACKEND. */
 int cuda_fail(const struct cuda_ctx *c, CUresult r, const char *what);
+/* Whether r leaves the context unusable until it is reset. */
+bool cuda_error_sticky(CUresult r);
+/* The calling thread's last context-fatal error, in words ("" when none since cleared). */
+const char *cuda_fault_why(void);
+void cuda_fault_clear(void);
+/* Rebuilds x after a context-fatal error or a hung job: the primary context is reset
+ * (which ends work still running and releases every allocation in it) and everything
+ * cuda_device_open makes is made again. x->info.index is kept. */
+int cuda_device_reset(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len);
 /* Fills t (when non-NULL) from the job's events: the kernel's pair, and with copies those
  * around the copies in and out (a job with nothing to copy records only the kernel's). */
 void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,

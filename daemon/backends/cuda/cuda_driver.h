@@ -70,6 +70,20 @@ enum {
     CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
     CUDA_ERROR_INSUFFICIENT_DRIVER = 35,
     CUDA_ERROR_NOT_READY = 600,
+    /* Sticky errors: the context is unusable until it is reset (cuda_device.c). */
+    CUDA_ERROR_ECC_UNCORRECTABLE = 214,
+    CUDA_ERROR_NVLINK_UNCORRECTABLE = 220,
+    CUDA_ERROR_ILLEGAL_ADDRESS = 700,
+    CUDA_ERROR_LAUNCH_TIMEOUT = 702,
+    CUDA_ERROR_CONTEXT_IS_DESTROYED = 709,
+    CUDA_ERROR_ASSERT = 710,
+    CUDA_ERROR_HARDWARE_STACK_ERROR = 714,
+    CUDA_ERROR_ILLEGAL_INSTRUCTION = 715,
+    CUDA_ERROR_MISALIGNED_ADDRESS = 716,
+    CUDA_ERROR_INVALID_ADDRESS_SPACE = 717,
+    CUDA_ERROR_INVALID_PC = 718,
+    CUDA_ERROR_LAUNCH_FAILED = 719,
+    CUDA_ERROR_UNKNOWN = 999,
 };
 
 enum {
@@ -101,6 +115,7 @@ enum {
     X(CUresult, cuDeviceGetAttribute, "cuDeviceGetAttribute", (int *v, int attr, CUdevice dev)) \
     X(CUresult, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (CUcontext * c, CUdevice dev)) \
     X(CUresult, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", (CUdevice dev))  \
+    X(CUresult, cuDevicePrimaryCtxReset, "cuDevicePrimaryCtxReset_v2", (CUdevice dev))      \
     X(CUresult, cuDevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags_v2", (CUdevice dev, unsigned int flags)) \
     X(CUresult, cuCtxSetCurrent, "cuCtxSetCurrent", (CUcontext c))                          \
     X(CUresult, cuModuleLoadData, "cuModuleLoadData", (CUmodule * m, const void *image))    \

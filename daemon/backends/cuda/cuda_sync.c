@@ -53,6 +53,14 @@ void cuda_sync_release(const struct cuda_ctx *c, struct cuda_dev *x, const struc
     c->d->cuStreamSynchronize(x->stream);
 }
 
+/* The running job passed its watchdog deadline with its stream still busy. */
+static int watchdog_expired(const struct cuda_ctx *c, const struct cuda_dev *x, const char *what)
+{
+    backend_logf(&c->log, BACKEND_LOG_ERR, "cuda: GPU %d: %s still running at its watchdog "
+                 "deadline", x->info.index, what);
+    return GLLM_EJOBTIMEOUT;
+}
+
 int cuda_sync_finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s,
                      const char *what)
 {
@@ -69,7 +77,15 @@ int cuda_sync_finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct 
             return cuda_fail(c, r, "GPU-side signal");
     }
     if (!s || !s->wait) {
-        r = d->cuStreamSynchronize(x->stream);
+        if (!x->deadline_ns || !d->cuStreamQuery) {
+            r = d->cuStreamSynchronize(x->stream);
+            return r ? cuda_fail(c, r, what) : 0;
+        }
+        /* Under the watchdog: spin on the stream as a spin-scheduled synchronize does, and
+         * give up on it at the deadline (the daemon then resets the device, which ends it). */
+        while ((r = d->cuStreamQuery(x->stream)) == CUDA_ERROR_NOT_READY)
+            if (backend_now_ns() >= x->deadline_ns)
+                return watchdog_expired(c, x, what);
         return r ? cuda_fail(c, r, what) : 0;
     }
     /* The worker's thread spins here as it does in a spin-scheduled synchronize. Past the
@@ -77,6 +93,8 @@ int cuda_sync_finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct 
      * kernel is merely long is left to finish. */
     const uint64_t deadline = backend_now_ns() + s->wait_timeout_ns;
     while ((r = d->cuStreamQuery(x->stream)) == CUDA_ERROR_NOT_READY) {
+        if (x->deadline_ns && backend_now_ns() >= x->deadline_ns)
+            return watchdog_expired(c, x, what);
         if (backend_now_ns() < deadline || d->cuEventQuery(x->waited) != CUDA_ERROR_NOT_READY)
             continue;
         /* Write the awaited value from the release stream: the job's stream goes on, its

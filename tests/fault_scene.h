@@ -1,0 +1,53 @@
+/* Helpers of the fault tests (fault_scene.c): a daemon with debug_fault, client A (raw, so
+ * its connection can arm a fault) and client B (the library, with device tensors). Each
+ * fails the running CMocka test when it cannot do its part. */
+#ifndef GLLM_FAULT_SCENE_H
+#define GLLM_FAULT_SCENE_H
+
+#include "testutil.h"
+
+/* B's jobs: [1, 2, 64, 64] queries over 256 keys, f32, causal. */
+extern const struct job_spec SPEC;
+
+/* gllmd-fault ($GLLMD_FAULT_PATH, else the build's) with conf_lines as its gllmd.conf. */
+int start_fault_daemon(struct daemon *d, const char *conf_lines);
+int daemon_fds(const struct daemon *d);
+/* The daemon's resident memory in KiB. */
+long daemon_rss_kib(const struct daemon *d);
+/* The daemon's fds once connections the helpers made have closed on its side. */
+int settled_fds(const struct daemon *d);
+/* Device 0's bytes in use, as status reports them. */
+uint64_t device_used(const char *sock);
+/* Device 0's resets from status, its last reason into reason (NULL: not wanted) and, when
+ * reset_ns is not NULL, how long that reset took. */
+uint64_t device_resets(const char *sock, char *reason, size_t len, uint64_t *reset_ns);
+
+/* Client A: a raw connection (debug_fault arms the connection's next job) with one arena. */
+struct raw_client {
+    int fd, memfd;
+    uint32_t arena;
+    uint64_t next_id;
+};
+
+void raw_client_open(struct raw_client *a, const char *sock);
+void raw_client_close(struct raw_client *a);
+/* debug_fault {kind, device 0}: the reply's code. */
+int raw_debug_fault(struct raw_client *a, const char *kind);
+/* One attention job over A's arena: the reply's code, its message in msg (NULL: not wanted). */
+int raw_attention(struct raw_client *a, char *msg, size_t len);
+
+/* Client B's attention with K and V in device tensors made from its arena. */
+struct dev_job {
+    struct live_job j;
+    gllm_memory *kd, *vd;
+    uint64_t k_off, v_off;      /* K and V in the arena */
+};
+
+void dev_job_setup(gllm_client *c, struct dev_job *d, uint64_t seed);
+/* (Re)makes the device tensors and copies K and V in: 0 or the first error. */
+int dev_job_upload(gllm_client *c, struct dev_job *d);
+/* Runs it: 0 (output checked against the reference) or the error. */
+int dev_job_run(gllm_client *c, struct dev_job *d);
+void dev_job_free(struct dev_job *d);
+
+#endif

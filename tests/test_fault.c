@@ -1,0 +1,204 @@
+/* One client's fault is not every client's (docs/hardening.md, "Faults and resets"): against
+ * gllmd-fault (debug_fault on), client A's job faults or hangs; A gets the error, the device
+ * is reset, client B keeps being served, B's old device tensors answer DEVLOST and are made
+ * again, and nothing leaks. Also: out of device memory is a clean DEVMEM, and a release
+ * gllmd has no debug_fault. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "proto.h"
+#include "fault_scene.h"
+
+/* The whole scene for one kind of fault: A's armed job fails with want, B is served
+ * throughout and after, B's device tensors are lost and made again, nothing leaks. */
+static void scene(const char *kind, int want, const char *conf, const char *reason_has)
+{
+    struct daemon d;
+    assert_int_equal(start_fault_daemon(&d, conf), 0);
+    const uint64_t used0 = device_used(d.socket);
+    const int fds0 = settled_fds(&d);
+    const long rss0 = daemon_rss_kib(&d);
+    assert_int_equal(device_resets(d.socket, NULL, 0, NULL), 0);
+
+    gllm_client *b = NULL;
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    struct dev_job dj;
+    dev_job_setup(b, &dj, 7);
+    assert_int_equal(dev_job_run(b, &dj), 0);
+    assert_true(device_used(d.socket) > used0);
+
+    struct raw_client a;
+    raw_client_open(&a, d.socket);
+    assert_int_equal(raw_debug_fault(&a, kind), 0);
+
+    /* B's jobs in flight around A's fault: each completes correctly or fails cleanly. */
+    enum { N = 6 };
+    struct live_job inflight[N];
+    submit_jobs(b, inflight, N, &SPEC, 100);
+    char msg[256];
+    int r = raw_attention(&a, msg, sizeof msg);
+    assert_int_equal(r, want);
+    assert_non_null(strstr(msg, "device 0 reset"));
+    for (int i = 0; i < N; i++) {
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
+        int s = gllm_job_wait(b, inflight[i].id, &res);
+        assert_true(s == 0 || s == GLLM_EDEVLOST);
+        if (s == 0)
+            assert_true(job_output_ok(&inflight[i]));
+        assert_int_equal(gllm_memory_release(inflight[i].arena), 0);
+    }
+
+    /* The device serves again: A's next job and B's jobs from arenas run. */
+    assert_int_equal(raw_attention(&a, NULL, 0), 0);
+    struct live_job after;
+    submit_jobs(b, &after, 1, &SPEC, 200);
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    assert_int_equal(gllm_job_wait(b, after.id, &res), 0);
+    assert_true(job_output_ok(&after));
+    assert_int_equal(gllm_memory_release(after.arena), 0);
+
+    /* B's device tensors went with the old context: DEVLOST, saying what to do. */
+    assert_int_equal(dev_job_run(b, &dj), GLLM_EDEVLOST);
+    assert_non_null(strstr(gllm_client_last_error(b), "create it again"));
+    char reason[160];
+    assert_int_equal(device_resets(d.socket, reason, sizeof reason, NULL), 1);
+    assert_non_null(strstr(reason, reason_has));
+
+    /* Freed (which works and gives the quota back) and made again, they serve. */
+    assert_int_equal(gllm_memory_release(dj.kd), 0);
+    assert_int_equal(gllm_memory_release(dj.vd), 0);
+    assert_int_equal(dev_job_upload(b, &dj), 0);
+    assert_int_equal(dev_job_run(b, &dj), 0);
+
+    /* Nothing leaks: device memory and the daemon's fds back to where they started. */
+    dev_job_free(&dj);
+    raw_client_close(&a);
+    gllm_disconnect(b);
+    wait_quiet(d.socket, 0);
+    assert_int_equal(device_used(d.socket), used0);
+    assert_int_equal(settled_fds(&d), fds0);
+    /* Host memory: the allocator keeps some of what it was given; a leak of the tensors
+     * (several hundred KiB per scene) repeated would pass this quickly. */
+    assert_true(daemon_rss_kib(&d) - rss0 < 16 * 1024);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+static void test_trap_contained(void **state)
+{
+    (void)state;
+    scene("trap", GLLM_EDEVLOST, "", "trapped");
+}
+
+static void test_oob_contained(void **state)
+{
+    (void)state;
+    scene("oob", GLLM_EDEVLOST, "", "unmapped");
+}
+
+/* A job that never ends: the watchdog (300 ms here) fails it and resets the device. */
+static void test_hang_watchdog(void **state)
+{
+    (void)state;
+    scene("spin", GLLM_EJOBTIMEOUT, "watchdog_ms = 300\n", "watchdog");
+}
+
+/* Twenty faults in a row, each losing 2 MiB of B's device tensors: every reset releases
+ * them (device memory back to where it started), every free works, and gllmd's fds and
+ * resident memory come back (a leak of the tensors would be 40 MiB). */
+static void test_repeated_faults(void **state)
+{
+    (void)state;
+    enum { ROUNDS = 20 };
+    struct daemon d;
+    assert_int_equal(start_fault_daemon(&d, ""), 0);
+    const uint64_t used0 = device_used(d.socket);
+    const int fds0 = settled_fds(&d);
+    const long rss0 = daemon_rss_kib(&d);
+    gllm_client *b = NULL;
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    struct raw_client a;
+    raw_client_open(&a, d.socket);
+    for (int i = 0; i < ROUNDS; i++) {
+        gllm_memory *m[2];
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(gllm_dtensor_create(b, 1 << 20, 0, &m[k]), 0);
+        assert_true(device_used(d.socket) >= used0 + (2u << 20));
+        assert_int_equal(raw_debug_fault(&a, i % 2 ? "oob" : "trap"), 0);
+        assert_int_equal(raw_attention(&a, NULL, 0), GLLM_EDEVLOST);
+        assert_int_equal(raw_attention(&a, NULL, 0), 0);   /* behind the reset */
+        assert_int_equal(device_used(d.socket), used0);    /* the reset released them */
+        for (int k = 0; k < 2; k++)
+            assert_int_equal(gllm_memory_release(m[k]), 0);
+    }
+    assert_int_equal(device_resets(d.socket, NULL, 0, NULL), ROUNDS);
+    raw_client_close(&a);
+    gllm_disconnect(b);
+    wait_quiet(d.socket, 0);
+    assert_int_equal(device_used(d.socket), used0);
+    assert_int_equal(settled_fds(&d), fds0);
+    assert_true(daemon_rss_kib(&d) - rss0 < 8 * 1024);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* A device tensor larger than the device is DEVMEM with nothing half made: no tensor, no
+ * quota taken, no memory held; the next one of a sensible size is made. */
+static void test_devmem_clean(void **state)
+{
+    (void)state;
+    struct daemon d;
+    assert_int_equal(start_fault_daemon(&d, "max_device_bytes = 1024T\n"
+                                            "max_device_bytes_total = 1024T\n"), 0);
+    gllm_client *c = NULL;
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    const uint64_t used0 = device_used(d.socket);
+    gllm_memory *m = NULL;
+    assert_int_equal(gllm_dtensor_create(c, (size_t)1 << 48, 0, &m), GLLM_EDEVMEM);
+    assert_null(m);
+    gllm_status st = GLLM_STATUS_INIT;
+    assert_int_equal(gllm_status_get(c, &st), 0);
+    assert_int_equal(st.dtensors, 0);
+    assert_int_equal(st.device_bytes, 0);
+    assert_int_equal(device_used(d.socket), used0);
+    assert_int_equal(gllm_dtensor_create(c, 4096, 0, &m), 0);
+    assert_int_equal(gllm_memory_release(m), 0);
+    gllm_disconnect(c);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* A release gllmd answers debug_fault as an unknown method. */
+static void test_release_has_no_debug_fault(void **state)
+{
+    (void)state;
+    setenv("GLLMD_PATH", GLLMD_PATH, 1);
+    struct daemon d;
+    assert_int_equal(daemon_start(&d, NULL), 0);
+    struct raw_client a;
+    raw_client_open(&a, d.socket);
+    assert_int_equal(raw_debug_fault(&a, "trap"), GLLM_EMETHOD);
+    assert_int_equal(raw_attention(&a, NULL, 0), 0);
+    raw_client_close(&a);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+int main(void)
+{
+    /* The CPU backend's simulated faults; tests/gpu/fault_gpu.c is this on a GPU. */
+    if (strcmp(test_backend(), "cpu") != 0) {
+        printf("SKIPPED: test_fault runs on the CPU backend (see tests/gpu/fault_gpu.c)\n");
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_trap_contained),
+        cmocka_unit_test(test_oob_contained),
+        cmocka_unit_test(test_hang_watchdog),
+        cmocka_unit_test(test_repeated_faults),
+        cmocka_unit_test(test_devmem_clean),
+        cmocka_unit_test(test_release_has_no_debug_fault),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
