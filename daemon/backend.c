@@ -11,11 +11,17 @@ extern const struct backend_iface cpu_backend_iface;
 #ifdef GLLM_HAVE_CUDA
 extern const struct backend_iface cuda_backend_iface;
 #endif
+#ifdef GLLM_HAVE_HSA
+extern const struct backend_iface hsa_backend_iface;
+#endif
 
 /* In order of preference. */
 static const struct backend_iface *const registry[] = {
 #ifdef GLLM_HAVE_CUDA
     &cuda_backend_iface,
+#endif
+#ifdef GLLM_HAVE_HSA
+    &hsa_backend_iface,
 #endif
     &cpu_backend_iface,
 };
