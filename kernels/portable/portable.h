@@ -17,8 +17,10 @@
 #elif defined(__CUDACC__)
 #define PK_NV 1
 #include <cuda_fp16.h>
+#elif defined(PK_EMULATE)
+#define PK_EMU 1
 #else
-#error "kernels/portable builds with clang -x hip (AMDGPU) or nvcc"
+#error "kernels/portable builds with clang -x hip (AMDGPU), nvcc, or on the host with PK_EMULATE"
 #endif
 
 #if PK_AMD
@@ -78,6 +80,50 @@ PK_INLINE unsigned pk_f32_bits(float f) { return __float_as_uint(f); }
 PK_INLINE float pk_f16_load(const unsigned short *p) { return __half2float(*(const __half *)p); }
 PK_INLINE void pk_f16_store(unsigned short *p, float x) { *(__half *)p = __float2half_rn(x); }
 PK_INLINE void pk_flag(int *p) { atomicExch(p, 1); }
+#endif
+
+#if PK_EMU
+/* The host, for tests (tests/test_pk_emulated.cpp): a workgroup's threads are host threads
+ * (blocks run one after another, so function-scope statics serve as shared memory), its
+ * barrier a pthread barrier, a wave's shuffle an exchange through memory between two of
+ * the wave's own barriers. */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+#define __global__
+#define __device__
+#define __shared__ static
+#define PK_KERNEL(threads) extern "C" void
+#define PK_INLINE static inline
+struct pk_emu_block {
+    unsigned x, y;
+    pthread_barrier_t all;
+    pthread_barrier_t wave[PK_WAVES];
+    float xchg[PK_WAVES * PK_WAVE];
+};
+extern struct pk_emu_block *pk_emu;
+extern thread_local unsigned pk_emu_thread;
+
+PK_INLINE unsigned pk_thread(void) { return pk_emu_thread; }
+PK_INLINE unsigned pk_block_x(void) { return pk_emu->x; }
+PK_INLINE unsigned pk_block_y(void) { return pk_emu->y; }
+PK_INLINE void pk_barrier(void) { pthread_barrier_wait(&pk_emu->all); }
+PK_INLINE float pk_shfl_xor(float v, int mask)
+{
+    const unsigned t = pk_thread(), w = t / PK_WAVE;
+    pk_emu->xchg[t] = v;
+    pthread_barrier_wait(&pk_emu->wave[w]);
+    const float r = pk_emu->xchg[w * PK_WAVE + ((t % PK_WAVE) ^ (unsigned)mask)];
+    pthread_barrier_wait(&pk_emu->wave[w]);
+    return r;
+}
+PK_INLINE float pk_exp2(float x) { return exp2f(x); }
+PK_INLINE float pk_log2(float x) { return log2f(x); }
+PK_INLINE float pk_bits_f32(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+PK_INLINE unsigned pk_f32_bits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+PK_INLINE float pk_f16_load(const unsigned short *p) { _Float16 h; memcpy(&h, p, 2); return (float)h; }
+PK_INLINE void pk_f16_store(unsigned short *p, float x) { _Float16 h = (_Float16)x; memcpy(p, &h, 2); }
+PK_INLINE void pk_flag(int *p) { __atomic_store_n(p, 1, __ATOMIC_RELAXED); }
 #endif
 
 #define PK_BLOCK (PK_WAVES * PK_WAVE)
