@@ -121,8 +121,28 @@ PK_INLINE float pk_exp2(float x) { return exp2f(x); }
 PK_INLINE float pk_log2(float x) { return log2f(x); }
 PK_INLINE float pk_bits_f32(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 PK_INLINE unsigned pk_f32_bits(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
-PK_INLINE float pk_f16_load(const unsigned short *p) { _Float16 h; memcpy(&h, p, 2); return (float)h; }
-PK_INLINE void pk_f16_store(unsigned short *p, float x) { _Float16 h = (_Float16)x; memcpy(p, &h, 2); }
+/* IEEE half by hand: host compilers differ in _Float16 support. */
+PK_INLINE float pk_f16_load(const unsigned short *p)
+{
+    const unsigned h = *p, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const float mag = e == 0 ? ldexpf((float)m, -24)
+                    : e == 31 ? (m ? __builtin_nanf("") : __builtin_inff())
+                              : ldexpf((float)(m | 0x400), (int)e - 25);
+    return h & 0x8000 ? -mag : mag;
+}
+PK_INLINE void pk_f16_store(unsigned short *p, float x)
+{
+    unsigned a = pk_f32_bits(x) & 0x7fffffffu, h;
+    if (a > 0x7f800000u)
+        h = 0x7e00;                                  /* NaN */
+    else if (a >= 0x477ff000u)
+        h = 0x7c00;                                  /* rounds past 65504: infinity */
+    else if (a < 0x38800000u)
+        h = (unsigned)nearbyintf(fabsf(x) * 16777216.0f);   /* subnormal: units of 2^-24 */
+    else
+        h = (a + 0xfffu + ((a >> 13) & 1u) - 0x38000000u) >> 13;   /* nearest even */
+    *p = (unsigned short)(h | ((pk_f32_bits(x) >> 16) & 0x8000u));
+}
 PK_INLINE void pk_flag(int *p) { __atomic_store_n(p, 1, __ATOMIC_RELAXED); }
 #endif
 
