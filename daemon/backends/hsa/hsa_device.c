@@ -1,7 +1,6 @@
 /* One HSA GPU agent: pools, queue, signal, the code object for its ISA, kernel dispatch
  * through AQL packets and copies through hsa_amd_memory_async_copy, each waited for. */
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,7 +182,7 @@ int hsa_device_open(struct hsa_dev *x, hsa_agent_t a, char *why, size_t len)
         snprintf(why, len, "%s has no coarse-grained memory pool", x->processor);
         return GLLM_EBACKEND;
     }
-    x->pool_bytes = x->info.memory_bytes = pool_bytes;
+    x->info.memory_bytes = pool_bytes;
     if (!find_pool(rt, x->host, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT, &x->kernarg_pool, NULL)) {
         snprintf(why, len, "the host agent has no kernarg memory pool");
         return GLLM_EBACKEND;
@@ -281,7 +280,6 @@ int hsa_device_alloc(struct hsa_dev *x, size_t bytes, void **out)
     hsa_status_t s = x->rt->hsa_amd_memory_pool_allocate(x->device_pool, bytes ? bytes : 1, 0, out);
     if (s != HSA_STATUS_SUCCESS)
         return fail(x, s, "device memory allocation");
-    __atomic_add_fetch(&x->used_bytes, bytes, __ATOMIC_RELAXED);
     return 0;
 }
 

@@ -39,7 +39,6 @@ struct hsa_dev {
     void *bounce;                  /* host memory the GPU can reach, for copies */
     size_t bounce_bytes;
     uint64_t wait_ns;              /* HSA_WAIT_DEFAULT_NS; tests shorten it */
-    uint64_t pool_bytes, used_bytes;
     struct hsa_locked *locked;     /* the backend's table of locked host ranges */
     struct backend_log log;
     char processor[32];            /* "gfx90a" */
