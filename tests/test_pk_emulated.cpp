@@ -5,46 +5,14 @@
  * Sq != Skv; strided views; lse), paged attention (page sizes 1..16, decode and chunked
  * prefill, a page number out of range) and appends. No GPU needed: this checks the kernels'
  * indexing and arithmetic, not a compiler's code for a GPU. */
-#define PK_EMULATE 1
 #define PK_WAVE 4
-#include "pk_kernels.cpp"
+#include "pk_emu.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include <vector>
-
-extern "C" {
-#include "pk_host.h"
-}
-
-struct pk_emu_block *pk_emu;
-thread_local unsigned pk_emu_thread;
-
-typedef void (*attn_fn)(pk_attn_params);
-typedef void (*paged_fn)(pk_paged_params);
-
-struct launch {
-    enum pk_kernel k;
-    const void *params;
-    unsigned tid;
-};
-
-static void *run_thread(void *arg)
-{
-    struct launch *l = (struct launch *)arg;
-    pk_emu_thread = l->tid;
-    static const attn_fn attn[3] = {gllm_pk_attn_f32, gllm_pk_attn_f16, gllm_pk_attn_bf16};
-    static const paged_fn paged[3] = {gllm_pk_paged_f32, gllm_pk_paged_f16, gllm_pk_paged_bf16};
-    if (l->k <= PK_ATTN_BF16)
-        attn[l->k - PK_ATTN_F32](*(const pk_attn_params *)l->params);
-    else
-        paged[l->k - PK_PAGED_F32](*(const pk_paged_params *)l->params);
-    return NULL;
-}
 
 /* ---- an emulated device: host memory, kernels run as host threads ---- */
 
@@ -75,44 +43,7 @@ static int emu_launch(void *, enum pk_kernel k, unsigned gx, unsigned gy, unsign
                       const void *params, size_t size)
 {
     launches++;
-    if (k == PK_APPEND) {                       /* no barriers: threads one after another */
-        if (bx != PK_APPEND_THREADS || size != sizeof(pk_paged_params))
-            return -EINVAL;
-        struct pk_emu_block blk = {};
-        pk_emu = &blk;
-        for (blk.y = 0; blk.y < gy; blk.y++)
-            for (blk.x = 0; blk.x < gx; blk.x++)
-                for (unsigned t = 0; t < bx; t++) {
-                    pk_emu_thread = t;
-                    gllm_pk_append(*(const pk_paged_params *)params);
-                }
-        pk_emu = NULL;
-        return 0;
-    }
-    if (bx != PK_BLOCK)
-        return -EINVAL;
-    struct pk_emu_block blk = {};
-    pthread_barrier_init(&blk.all, NULL, PK_BLOCK);
-    for (int w = 0; w < PK_WAVES; w++)
-        pthread_barrier_init(&blk.wave[w], NULL, PK_WAVE);
-    pk_emu = &blk;
-    for (blk.y = 0; blk.y < gy; blk.y++)
-        for (blk.x = 0; blk.x < gx; blk.x++) {
-            pthread_t th[PK_BLOCK];
-            struct launch l[PK_BLOCK];
-            for (unsigned t = 0; t < PK_BLOCK; t++) {
-                l[t] = {k, params, t};
-                if (pthread_create(&th[t], NULL, run_thread, &l[t]) != 0)
-                    abort();                    /* the block's barrier would never open */
-            }
-            for (unsigned t = 0; t < PK_BLOCK; t++)
-                pthread_join(th[t], NULL);
-        }
-    pthread_barrier_destroy(&blk.all);
-    for (int w = 0; w < PK_WAVES; w++)
-        pthread_barrier_destroy(&blk.wave[w]);
-    pk_emu = NULL;
-    return 0;
+    return pk_emu_run(k, gx, gy, bx, params, size);
 }
 
 static int emu_finish(void *)

@@ -24,6 +24,18 @@ size_t cuda_portable_image_size(void)
     return (size_t)(gllm_cuda_portable_fatbin_end - gllm_cuda_portable_fatbin);
 }
 
+static const struct cuda_driver *test_driver;
+
+void cuda_portable_set_driver(const struct cuda_driver *d)
+{
+    test_driver = d;
+}
+
+static const struct cuda_driver *load_driver(char *why, size_t len)
+{
+    return test_driver ? test_driver : cuda_driver_load(why, len);
+}
+
 struct cp_dev {
     const struct cuda_driver *d;
     struct backend_log *log;
@@ -57,7 +69,7 @@ static int fail(struct cp_dev *x, CUresult r, const char *what)
 
 static int cp_probe(char *why, size_t len)
 {
-    const struct cuda_driver *d = cuda_driver_load(why, len);
+    const struct cuda_driver *d = load_driver(why, len);
     if (!d)
         return 0;
     int n = 0;
@@ -93,6 +105,10 @@ static int open_device(const struct cuda_driver *d, int ordinal, struct cp_dev *
         snprintf(why, len, "device %d (sm_%d%d): no portable image for it", ordinal, major, minor);
         return GLLM_EBACKEND;
     }
+    /* fatbin_choose calls sm_90 code sm_90a (the main image's); this image has plain sm_90. */
+    char *a = strstr(chosen, "sm_90a");
+    if (a)
+        memmove(a + 5, a + 6, strlen(a + 6) + 1);
     snprintf(x->info.image, sizeof x->info.image, "portable %s", chosen);
     if ((r = d->cuModuleLoadData(&x->mod, cuda_portable_image()))) {
         x->mod = NULL;
@@ -146,7 +162,7 @@ static void cp_close(struct backend *be)
 static int cp_open(const struct backend_config *cfg, struct backend **out)
 {
     char why[256];
-    const struct cuda_driver *d = cuda_driver_load(why, sizeof why);
+    const struct cuda_driver *d = load_driver(why, sizeof why);
     int n = 0;
     if (!d || d->cuInit(0) || d->cuDeviceGetCount(&n) || n == 0)
         return -ENODEV;

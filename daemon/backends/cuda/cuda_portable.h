@@ -11,6 +11,10 @@
  * asked for portable kernels. */
 extern const struct backend_iface cuda_portable_backend_iface;
 
+/* Tests: the driver table the backend uses from now on (a fake); NULL: libcuda.so.1 again. */
+struct cuda_driver;
+void cuda_portable_set_driver(const struct cuda_driver *d);
+
 /* The embedded portable NVIDIA fatbin (cuda_portable_embed.S). */
 const void *cuda_portable_image(void);
 size_t cuda_portable_image_size(void);
