@@ -183,11 +183,13 @@ static void dense(struct backend *gpu, struct backend *cpu, bool on_device)
         CHECK(gpu->device->attention(gpu, 0, &a) == 0);
     } else {
         /* Device tensors, filled and read through the backend's copies. */
-        void *dq, *dk, *dv, *dout, *dlse;
+        void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
         const size_t qb = q.size() * 2, kb = k.size() * 2;
         CHECK(gpu->device->alloc(gpu, 0, qb, &dq) == 0 && gpu->device->alloc(gpu, 0, kb, &dk) == 0 &&
               gpu->device->alloc(gpu, 0, kb, &dv) == 0 && gpu->device->alloc(gpu, 0, qb, &dout) == 0 &&
               gpu->device->alloc(gpu, 0, lse.size() * 4, &dlse) == 0);
+        if (!dq || !dk || !dv || !dout || !dlse)
+            return;
         struct copy_args cp = {};
         cp.to_device = true;
         cp.dst = dq, cp.src = q.data(), cp.bytes = qb;

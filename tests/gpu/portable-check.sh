@@ -35,7 +35,7 @@ check torch-paged-cuda-portable python3 "$here/gpu_paged.py" --socket "$sock" --
 kill -TERM "$pid"; wait "$pid"; note "gllmd (cuda-portable) exit status after SIGTERM: $?"
 
 # 2. The same source on the host, and the HSA backend against its fake runtime.
-for t in test_pk_emulated test_hsa_codeobj test_hsa_backend; do
+for t in test_pk_emulated test_cuda_portable test_hsa_codeobj test_hsa_backend; do
   [ -x "$build/tests/$t" ] && check "$t" "$build/tests/$t"
 done
 
