@@ -26,6 +26,7 @@ enum { CPU_AGENT = 1, GPU_AGENT = 10, DEVICE_POOL = 100, KERNARG_POOL = 200, KOB
 
 struct fsignal {
     int64_t value;
+    bool copy_in_flight;            /* the first wait sees it not done yet */
     struct fqueue *doorbell_of;     /* non-NULL: a queue's doorbell */
 };
 
@@ -33,6 +34,8 @@ struct fqueue {
     hsa_queue_t q;                  /* first: the runtime hands out &q */
     uint64_t write, read;
     struct fsignal doorbell;
+    hsa_queue_error_cb cb;
+    void *cb_data;
 };
 
 /* One dispatch as the packet processor saw it. */
@@ -55,6 +58,9 @@ static struct {
     const void *locked_host;
     /* What to break. */
     bool no_cpu, fail_queue, fail_load, fail_copy, fail_alloc_device, short_kernarg;
+    bool queue_fault;               /* the next dispatch faults: the runtime calls back, the
+                                     * signal never completes */
+    int queues_made;
     int64_t completion;             /* what a dispatch leaves in its signal: 0 done, 1 hang, -1 fault */
     void (*kernel)(const struct fdispatch *d);   /* runs "on the GPU" after a dispatch */
     void *last_scratch;
@@ -225,7 +231,7 @@ static hsa_status_t f_async_copy(void *dst, hsa_agent_t da, const void *src, hsa
     if (fk.locked_host && (src == fk.locked_host || dst == fk.locked_host))
         fk.copies_from_locked++;
     memcpy(dst, src, bytes);
-    ((struct fsignal *)(uintptr_t)done.handle)->value = 0;
+    ((struct fsignal *)(uintptr_t)done.handle)->copy_in_flight = true;
     return HSA_STATUS_SUCCESS;
 }
 
@@ -243,6 +249,11 @@ static void run_packets(struct fqueue *fq, uint64_t upto)
         d->object = p->kernel_object;
         d->kernel = (int)(p->kernel_object - KOBJ);
         memcpy(d->kernarg, p->kernarg_address, sizeof d->kernarg);
+        if (fk.queue_fault) {
+            fk.queue_fault = false;
+            fq->cb(0x1016 /* HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION */, &fq->q, fq->cb_data);
+            continue;                       /* the packet never completes */
+        }
         if (fk.kernel)
             fk.kernel(d);
         p->header = HSA_PACKET_TYPE_INVALID;
@@ -253,10 +264,12 @@ static void run_packets(struct fqueue *fq, uint64_t upto)
 static hsa_status_t f_queue_create(hsa_agent_t a, uint32_t size, uint32_t type, hsa_queue_error_cb cb,
                                    void *data, uint32_t ps, uint32_t gs, hsa_queue_t **queue)
 {
-    (void)type, (void)cb, (void)data, (void)ps, (void)gs;
+    (void)type, (void)ps, (void)gs;
     if (fk.fail_queue || !is_gpu(a) || size == 0 || (size & (size - 1)))
         return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
     struct fqueue *fq = calloc(1, sizeof *fq);
+    fq->cb = cb, fq->cb_data = data;
+    fk.queues_made++;
     fq->q.size = size;
     fq->q.base_address = calloc(size, 64);
     fq->doorbell.doorbell_of = fq;
@@ -321,6 +334,12 @@ static hsa_signal_value_t f_signal_wait(hsa_signal_t s, int cond, hsa_signal_val
     (void)hint, (void)state;
     assert_int_equal(cond, HSA_SIGNAL_CONDITION_LT);
     struct fsignal *fs = (struct fsignal *)(uintptr_t)s.handle;
+    if (fs->copy_in_flight) {               /* done by the next look */
+        fs->copy_in_flight = false;
+        hsa_signal_value_t v = fs->value;
+        fs->value = 0;
+        return v;
+    }
     if (fs->value >= cmp) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);                  /* a timed-out wait, as the hint allows */
@@ -646,6 +665,19 @@ static void test_attention_failures(void **state)
     assert_int_equal(be->device->attention(be, 0, &a), GLLM_EBACKEND);
     assert_non_null(strstr(logged, "gllm_pk_attn_f32 failed (signal -1)"));
     fk.completion = 0;
+    /* A fault on the queue: the job fails at once (not at the time limit), the next job
+     * runs on a new queue. */
+    fk.queue_fault = true;
+    t0 = backend_now_ns();
+    assert_int_equal(be->device->attention(be, 0, &a), GLLM_EBACKEND);
+    assert_true(backend_now_ns() - t0 < 150000000ull);
+    assert_non_null(strstr(logged, "queue error: HSA status 0x1016: fake failure"));
+    assert_non_null(strstr(logged, "gllm_pk_attn_f32 failed: the queue faulted"));
+    assert_int_equal(fk.queues_made, 1);
+    assert_int_equal(be->device->attention(be, 0, &a), 0);
+    assert_int_equal(fk.queues_made, 2);
+    assert_int_equal(fk.live_queues, 1);
+    assert_non_null(strstr(logged, "new queue after a fault"));
     /* A copy the runtime refuses. */
     fk.fail_copy = true;
     assert_int_equal(be->device->attention(be, 0, &a), GLLM_EBACKEND);

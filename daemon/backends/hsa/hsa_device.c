@@ -96,6 +96,9 @@ static hsa_status_t host_alloc(struct hsa_dev *x, size_t bytes, void **out)
     return s;
 }
 
+/* The runtime's report of a fault on the queue (a memory violation, an illegal instruction):
+ * the queue is dead from here; the job waiting on it fails at once and the next job gets a
+ * new queue (op_launch). Runs on a runtime thread. */
 static void queue_error(hsa_status_t status, hsa_queue_t *q, void *data)
 {
     (void)q;
@@ -103,6 +106,16 @@ static void queue_error(hsa_status_t status, hsa_queue_t *q, void *data)
     char buf[160];
     backend_logf(&x->log, BACKEND_LOG_ERR, "hsa: device %d (%s): queue error: %s", x->info.index,
                  x->processor, hsa_error_text(x->rt, status, buf, sizeof buf));
+    __atomic_store_n(&x->queue_fault, status ? (int)status : HSA_STATUS_ERROR, __ATOMIC_RELEASE);
+}
+
+static hsa_status_t make_queue(struct hsa_dev *x)
+{
+    hsa_status_t s = x->rt->hsa_queue_create(x->agent, x->queue_size, HSA_QUEUE_TYPE_SINGLE,
+                                             queue_error, x, UINT32_MAX, UINT32_MAX, &x->queue);
+    if (s != HSA_STATUS_SUCCESS)
+        x->queue = NULL;
+    return s;
 }
 
 /* The kernels by name from the frozen executable, checked against the descriptors read
@@ -208,11 +221,10 @@ int hsa_device_open(struct hsa_dev *x, hsa_agent_t a, char *why, size_t len)
     int rc = load_kernels(x, &info, why, len);
     if (rc < 0)
         return rc;
-    uint32_t qsize = qmax < 1024 ? qmax : 1024;
-    if ((s = rt->hsa_queue_create(a, qsize, HSA_QUEUE_TYPE_SINGLE, queue_error, x, UINT32_MAX,
-                                  UINT32_MAX, &x->queue))) {
-        x->queue = NULL;
-        snprintf(why, len, "creating a %u-packet queue: %s", qsize, hsa_error_text(rt, s, buf, sizeof buf));
+    x->queue_size = qmax < 1024 ? qmax : 1024;
+    if ((s = make_queue(x))) {
+        snprintf(why, len, "creating a %u-packet queue: %s", x->queue_size,
+                 hsa_error_text(rt, s, buf, sizeof buf));
         return GLLM_EBACKEND;
     }
     if ((s = rt->hsa_signal_create(0, 0, NULL, &x->signal))) {
@@ -252,8 +264,9 @@ void hsa_device_close(struct hsa_dev *x)
 }
 
 /* Waits until the signal drops below 1: 0 when it reached 0, an error when the runtime set
- * it negative (a failed copy or dispatch) or past x->wait_ns (a hung device). */
-static int wait_done(struct hsa_dev *x, const char *what)
+ * it negative (a failed copy or dispatch), when the queue faulted under a dispatch (on_queue)
+ * or past x->wait_ns (a hung device). */
+static int wait_done(struct hsa_dev *x, const char *what, bool on_queue)
 {
     const uint64_t start = backend_now_ns();
     for (;;) {
@@ -261,6 +274,11 @@ static int wait_done(struct hsa_dev *x, const char *what)
                                                                  1000000, HSA_WAIT_STATE_BLOCKED);
         if (v == 0)
             return 0;
+        if (on_queue && __atomic_load_n(&x->queue_fault, __ATOMIC_ACQUIRE)) {
+            backend_logf(&x->log, BACKEND_LOG_ERR, "hsa: device %d (%s): %s failed: the queue faulted",
+                         x->info.index, x->processor, what);
+            return GLLM_EBACKEND;
+        }
         if (v < 0) {
             backend_logf(&x->log, BACKEND_LOG_ERR, "hsa: device %d (%s): %s failed (signal %lld)",
                          x->info.index, x->processor, what, (long long)v);
@@ -313,7 +331,7 @@ static int async_copy(struct hsa_dev *x, void *dst, hsa_agent_t da, const void *
     hsa_status_t s = x->rt->hsa_amd_memory_async_copy(dst, da, src, sa, bytes, 0, NULL, x->signal);
     if (s != HSA_STATUS_SUCCESS)
         return fail(x, s, "hsa_amd_memory_async_copy");
-    return wait_done(x, "copy");
+    return wait_done(x, "copy", false);
 }
 
 /* Copies between device memory and any host memory: locked memory directly, other memory
@@ -405,6 +423,17 @@ static int op_launch(void *dev, enum pk_kernel k, unsigned gx, unsigned gy, unsi
     const struct hsa_kernel_sym *ks = &x->k[k];
     if (size > ks->kernarg_bytes || bx == 0 || bx > 1024 || (uint64_t)gx * bx > UINT32_MAX)
         return -EINVAL;
+    if (__atomic_load_n(&x->queue_fault, __ATOMIC_ACQUIRE) || !x->queue) {
+        /* A faulted queue is not reused: the device gets a new one, the job goes on. */
+        if (x->queue)
+            rt->hsa_queue_destroy(x->queue);
+        __atomic_store_n(&x->queue_fault, 0, __ATOMIC_RELEASE);
+        hsa_status_t s = make_queue(x);
+        if (s != HSA_STATUS_SUCCESS)
+            return fail(x, s, "replacing the faulted queue");
+        backend_logf(&x->log, BACKEND_LOG_WARNING, "hsa: device %d (%s): new queue after a fault",
+                     x->info.index, x->processor);
+    }
     memset(x->kernarg, 0, ks->kernarg_bytes);
     memcpy(x->kernarg, params, size);
     hsa_queue_t *q = x->queue;
@@ -431,7 +460,7 @@ static int op_launch(void *dev, enum pk_kernel k, unsigned gx, unsigned gy, unsi
     const uint32_t setup = 2u << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS;
     __atomic_store_n((uint32_t *)p, dispatch_header() | setup << 16, __ATOMIC_RELEASE);
     rt->hsa_signal_store_screlease(q->doorbell_signal, (hsa_signal_value_t)idx);
-    return wait_done(x, pk_kernel_names[k]);
+    return wait_done(x, pk_kernel_names[k], true);
 }
 
 static int op_finish(void *dev)

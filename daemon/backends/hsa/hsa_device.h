@@ -26,6 +26,8 @@ struct hsa_dev {
     hsa_amd_memory_pool_t device_pool;   /* coarse-grained, on the GPU */
     hsa_amd_memory_pool_t kernarg_pool;  /* the host's fine-grained kernarg pool */
     hsa_queue_t *queue;
+    uint32_t queue_size;
+    int queue_fault;               /* hsa_status_t the runtime reported on the queue; 0: none */
     hsa_signal_t signal;           /* completion of the dispatch or copy in flight */
     bool have_signal, have_exe, have_reader;
     hsa_executable_t exe;
