@@ -10,6 +10,10 @@
 extern const struct backend_iface cpu_backend_iface;
 #ifdef GLLM_HAVE_CUDA
 extern const struct backend_iface cuda_backend_iface;
+extern const struct backend_iface cuda_portable_backend_iface;
+#endif
+#ifdef GLLM_HAVE_HSA
+extern const struct backend_iface hsa_backend_iface;
 #endif
 
 /* In order of preference. */
@@ -17,8 +21,26 @@ static const struct backend_iface *const registry[] = {
 #ifdef GLLM_HAVE_CUDA
     &cuda_backend_iface,
 #endif
+#ifdef GLLM_HAVE_HSA
+    &hsa_backend_iface,
+#endif
     &cpu_backend_iface,
+#ifdef GLLM_HAVE_CUDA
+    &cuda_portable_backend_iface,
+#endif
 };
+
+/* Variants opened only when named (checks of one backend's kernels on another's hardware),
+ * never chosen by auto. */
+static bool by_name_only(const struct backend_iface *b)
+{
+#ifdef GLLM_HAVE_CUDA
+    if (b == &cuda_portable_backend_iface)
+        return true;
+#endif
+    (void)b;
+    return false;
+}
 
 #define NREGISTRY (sizeof registry / sizeof *registry)
 
@@ -74,7 +96,8 @@ int backend_select(const char *name, const struct backend_config *cfg, struct ba
     for (size_t i = 0; i < NREGISTRY; i++) {
         const struct backend_iface *b = registry[i];
         scores[i] = 0;
-        if (b->api_version != BACKEND_API_VERSION || (!any && strcmp(name, b->name) != 0))
+        if (b->api_version != BACKEND_API_VERSION || (!any && strcmp(name, b->name) != 0) ||
+            (any && by_name_only(b)))
             continue;
         known = true;
         char reason[200] = "";

@@ -28,7 +28,7 @@ static void usage(FILE *f)
             "                        /run/gllm/gllmd.sock for root, else\n"
             "                        $XDG_RUNTIME_DIR/gllm/gllmd.sock); ignored when systemd\n"
             "                        passes a listening socket\n"
-            "  -b, --backend NAME    auto (default: cuda if usable, else cpu), cuda or cpu\n"
+            "  -b, --backend NAME    auto (default: cuda if usable, else hsa, else cpu), cuda, hsa or cpu\n"
             "  -t, --threads N       CPU backend threads (default: one per online CPU)\n"
             "      --max-inflight N  jobs in flight per client (default 256)\n"
             "  -v, --verbose         log at debug level\n"

@@ -14,7 +14,7 @@ fail=0
 
 # Where a quoted include resolves, as C does it: beside the including file first, then the
 # build's include directories (the daemon's and every backend's).
-search='daemon/backends/common daemon include proto kernels/cuda'
+search="daemon/backends/common daemon include proto kernels/cuda kernels/portable"
 for d in daemon/backends/*/; do search="$search ${d%/}"; done
 
 resolve() {  # $1 including file, $2 included name -> path relative to root, or nothing
@@ -33,7 +33,7 @@ for f in $(find daemon/backends -name '*.[ch]' -o -name '*.S' | sort); do
     sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" |
     while read -r inc; do
         ok=
-        for dir in "$(dirname "$f")" daemon/backends/common "$own" include kernels/cuda; do
+        for dir in "$(dirname "$f")" daemon/backends/common "$own" include kernels/cuda kernels/portable; do
             [ -f "$dir/$inc" ] || continue
             p=$(realpath --relative-to="$root" "$dir/$inc")
             case "$p" in daemon/backends/common/* | "$own"/* | include/* | kernels/*) ok=1 ;; esac

@@ -221,7 +221,7 @@ static void test_bad_values(void **state)
         {"deterministic = true\n", -EINVAL, "deterministic wants on or off"},
         {"socket = relative/gllmd.sock\n", -EINVAL, "socket wants an absolute path"},
         {long_socket, -EINVAL, "socket wants an absolute path"},
-        {"backend = rocm\n", -EINVAL, "backend wants auto or one of cuda, cpu"},
+        {"backend = rocm\n", -EINVAL, "backend wants auto or one of cuda"},
         {"log_level = loud\n", -EINVAL, "log_level wants"},
         {"allow_users = no-such-user-gllm\n", -ENOENT, "allow_users: no user named 'no-such-user-gllm'"},
         {"allow_groups = no-such-group-gllm\n", -ENOENT, "allow_groups: no group named"},

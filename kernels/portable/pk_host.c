@@ -1,0 +1,266 @@
+/* The host half of the portable kernels: staging of host tensors through device scratch,
+ * kernel parameters and grids, the page-number flag; see pk_host.h. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pk_host.h"
+
+const char *const pk_kernel_names[PK_NKERNELS] = {
+    [PK_ATTN_F32] = "gllm_pk_attn_f32", [PK_ATTN_F16] = "gllm_pk_attn_f16",
+    [PK_ATTN_BF16] = "gllm_pk_attn_bf16", [PK_PAGED_F32] = "gllm_pk_paged_f32",
+    [PK_PAGED_F16] = "gllm_pk_paged_f16", [PK_PAGED_BF16] = "gllm_pk_paged_bf16",
+    [PK_APPEND] = "gllm_pk_append",
+};
+
+#define LOG2E 1.4426950408889634f
+/* Scratch starts with the page-number flag, then the staged tensors, each 256-aligned. */
+#define FLAG_BYTES 256
+
+static size_t align256(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+static size_t elem_bytes(gllm_dtype t)
+{
+    return t == GLLM_DTYPE_F32 ? 4 : 2;
+}
+
+/* enum pk_kernel of a dtype's attention (base PK_ATTN_F32) or paged kernel (PK_PAGED_F32). */
+static enum pk_kernel by_dtype(enum pk_kernel base, gllm_dtype t)
+{
+    return (enum pk_kernel)(base + (t == GLLM_DTYPE_F16 ? 1 : t == GLLM_DTYPE_BF16 ? 2 : 0));
+}
+
+/* Bytes from a tensor's first element to one past its last (strides >= 0, validated). */
+static size_t span_bytes(int rank, const int64_t *shape, const int64_t *st, size_t es)
+{
+    int64_t last = 0;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] == 0)
+            return 0;
+        last += (shape[i] - 1) * st[i];
+    }
+    return (size_t)(last + 1) * es;
+}
+
+static bool contiguous(int rank, const int64_t *shape, const int64_t *st)
+{
+    int64_t expect = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        if (shape[i] != 1 && st[i] != expect)
+            return false;
+        expect *= shape[i];
+    }
+    return true;
+}
+
+/* Up to 16 tensors of one job: host ones get a place in scratch, device ones stay. */
+struct stage {
+    const struct pk_device *d;
+    int n;
+    size_t total;
+    uint64_t base;
+    struct {
+        void *host;
+        size_t bytes, off;
+        bool on_device, in, out;
+    } t[16];
+};
+
+static int stage_add(struct stage *s, const void *p, size_t bytes, bool on_device, bool in, bool out)
+{
+    int i = s->n++;
+    s->t[i].host = (void *)p;
+    s->t[i].bytes = bytes;
+    s->t[i].on_device = on_device;
+    s->t[i].in = in && bytes;
+    s->t[i].out = out && bytes;
+    s->t[i].off = s->total;
+    if (!on_device)
+        s->total += align256(bytes);
+    return i;
+}
+
+static uint64_t stage_addr(const struct stage *s, int i)
+{
+    return s->t[i].on_device ? (uint64_t)(uintptr_t)s->t[i].host : s->base + s->t[i].off;
+}
+
+/* Scratch for the job, the flag cleared, every staged input copied up. */
+static int stage_in(struct stage *s)
+{
+    const struct pk_device_ops *o = s->d->ops;
+    int rc = o->scratch(s->d->dev, FLAG_BYTES + s->total, &s->base);
+    if (rc < 0)
+        return rc;
+    static const int32_t zero;
+    if ((rc = o->to_device(s->d->dev, s->base, &zero, sizeof zero)) < 0)
+        return rc;
+    s->base += FLAG_BYTES;
+    for (int i = 0; i < s->n; i++)
+        if (!s->t[i].on_device && s->t[i].in &&
+            (rc = o->to_device(s->d->dev, stage_addr(s, i), s->t[i].host, s->t[i].bytes)) < 0)
+            return rc;
+    return 0;
+}
+
+/* Waits for the kernels, copies staged outputs back; *bad gets the page-number flag. */
+static int stage_out(struct stage *s, int32_t *bad)
+{
+    const struct pk_device_ops *o = s->d->ops;
+    int rc = o->finish(s->d->dev);
+    for (int i = 0; i < s->n && rc == 0; i++)
+        if (!s->t[i].on_device && s->t[i].out)
+            rc = o->to_host(s->d->dev, s->t[i].host, stage_addr(s, i), s->t[i].bytes);
+    if (rc == 0 && bad)
+        rc = o->to_host(s->d->dev, bad, s->base - FLAG_BYTES, sizeof *bad);
+    if (rc == 0)
+        rc = o->finish(s->d->dev);
+    return rc;
+}
+
+static unsigned block_threads(const struct pk_device *d)
+{
+    return (unsigned)(PK_WAVES * d->wave);
+}
+
+int pk_attention(const struct pk_device *d, const struct attn_args *a)
+{
+    if (a->D < 1 || a->D > PK_MAX_D)
+        return GLLM_EHEADDIM;
+    if (a->Hkv < 1 || a->Hq % a->Hkv != 0)
+        return GLLM_ESHAPE;
+    if (a->B == 0 || a->Hq == 0 || a->Sq == 0)
+        return 0;
+    const int64_t gx = (a->Sq + PK_ROWS - 1) / PK_ROWS, gy = a->B * a->Hq;
+    if (gy > PK_MAX_GRID_Y || gx * block_threads(d) > UINT32_MAX || a->Sq > INT32_MAX ||
+        a->Skv > INT32_MAX)
+        return -E2BIG;
+    const size_t es = elem_bytes(a->dtype);
+    const int64_t qs[4] = {a->B, a->Hq, a->Sq, a->D}, ks[4] = {a->B, a->Hkv, a->Skv, a->D},
+                  ls[3] = {a->B, a->Hq, a->Sq};
+    struct stage s = {.d = d};
+    /* An output view with gaps is copied in first, so the gaps go back unchanged. */
+    int iq = stage_add(&s, a->q, span_bytes(4, qs, a->q_st, es), a->device_mask & 1, true, false);
+    int ik = stage_add(&s, a->k, span_bytes(4, ks, a->k_st, es), a->device_mask & 2, true, false);
+    int iv = stage_add(&s, a->v, span_bytes(4, ks, a->v_st, es), a->device_mask & 4, true, false);
+    int io = stage_add(&s, a->out, span_bytes(4, qs, a->o_st, es), a->device_mask & 8,
+                       !contiguous(4, qs, a->o_st), true);
+    int il = a->lse ? stage_add(&s, a->lse, span_bytes(3, ls, a->lse_st, 4), a->device_mask & 16,
+                                !contiguous(3, ls, a->lse_st), true)
+                    : -1;
+    int rc = stage_in(&s);
+    if (rc < 0)
+        return rc;
+    struct pk_attn_params p = {
+        .q = stage_addr(&s, iq), .k = stage_addr(&s, ik), .v = stage_addr(&s, iv),
+        .out = stage_addr(&s, io), .lse = il >= 0 ? stage_addr(&s, il) : 0,
+        .B = (int32_t)a->B, .Hq = (int32_t)a->Hq, .Hkv = (int32_t)a->Hkv, .Sq = (int32_t)a->Sq,
+        .Skv = (int32_t)a->Skv, .D = (int32_t)a->D, .scale_log2 = a->scale * LOG2E,
+        .causal = a->causal,
+    };
+    memcpy(p.q_st, a->q_st, sizeof p.q_st);
+    memcpy(p.k_st, a->k_st, sizeof p.k_st);
+    memcpy(p.v_st, a->v_st, sizeof p.v_st);
+    memcpy(p.o_st, a->o_st, sizeof p.o_st);
+    memcpy(p.lse_st, a->lse_st, sizeof p.lse_st);
+    rc = d->ops->launch(d->dev, by_dtype(PK_ATTN_F32, a->dtype), (unsigned)gx, (unsigned)gy,
+                        block_threads(d), &p, sizeof p);
+    if (rc < 0)
+        return rc;
+    return stage_out(&s, NULL);
+}
+
+int pk_paged_check(const struct paged_args *p, char *why, size_t len)
+{
+    if (p->D < 1 || p->D > PK_MAX_D) {
+        snprintf(why, len, "head dim %lld: the portable kernels take 1..%d", (long long)p->D, PK_MAX_D);
+        return GLLM_EHEADDIM;
+    }
+    if (p->indices_in_arena) {
+        snprintf(why, len, "page tables must be copied by the daemon for this backend");
+        return GLLM_EPARAM;
+    }
+    if (p->B * p->Hq > PK_MAX_GRID_Y) {
+        snprintf(why, len, "batch x query heads %lld is over %d", (long long)(p->B * p->Hq),
+                 PK_MAX_GRID_Y);
+        return -E2BIG;
+    }
+    return 0;
+}
+
+int pk_paged(const struct pk_device *d, const struct paged_args *p)
+{
+    char why[160];
+    int rc = pk_paged_check(p, why, sizeof why);
+    if (rc < 0) {
+        if (p->why)
+            snprintf(p->why, p->why_len, "%s", why);
+        return rc;
+    }
+    if (p->B == 0 || (p->op == PAGED_APPEND ? p->nnew == 0 : p->max_q_len == 0))
+        return 0;
+    const size_t es = elem_bytes(p->dtype), row = (size_t)(p->Hkv * p->D) * es;
+    const size_t pool = (size_t)(p->num_pages * p->page_size) * row;
+    const bool append = p->op == PAGED_APPEND;
+    const uint32_t m = p->device_mask;
+    struct stage s = {.d = d};
+    /* An append rewrites some rows of host caches: the whole pools go up and come back. */
+    int kc = stage_add(&s, p->k_cache, pool, m & (1u << PG_KCACHE), true, append);
+    int vc = stage_add(&s, p->v_cache, pool, m & (1u << PG_VCACHE), true, append);
+    int q = -1, out = -1, kn = -1, vn = -1;
+    if (append) {
+        kn = stage_add(&s, p->k_new, (size_t)p->nnew * row, m & (1u << PG_KNEW), true, false);
+        vn = stage_add(&s, p->v_new, (size_t)p->nnew * row, m & (1u << PG_VNEW), true, false);
+    } else {
+        const size_t qb = (size_t)(p->nq * p->Hq * p->D) * es;
+        q = stage_add(&s, p->q, qb, m & (1u << PG_Q), true, false);
+        /* Rows no sequence owns (none, when q_indptr covers every query) keep their values. */
+        out = stage_add(&s, p->out, qb, m & (1u << PG_OUT), p->q_indptr[p->B] != p->nq, true);
+    }
+    const size_t ptrs = (size_t)(p->B + 1) * sizeof(int32_t);
+    int ip = stage_add(&s, p->kv_indptr, ptrs, false, true, false);
+    int ix = stage_add(&s, p->kv_indices, (size_t)p->kv_indptr[p->B] * sizeof(int32_t),
+                       !append && p->indices_on_device, true, false);
+    int il = stage_add(&s, p->kv_len, (size_t)p->B * sizeof(int32_t), false, true, false);
+    int iq = stage_add(&s, p->q_indptr, ptrs, false, true, false);
+    if ((rc = stage_in(&s)) < 0)
+        return rc;
+    struct pk_paged_params k = {
+        .k_cache = stage_addr(&s, kc), .v_cache = stage_addr(&s, vc),
+        .q = q >= 0 ? stage_addr(&s, q) : 0, .out = out >= 0 ? stage_addr(&s, out) : 0,
+        .k_new = kn >= 0 ? stage_addr(&s, kn) : 0, .v_new = vn >= 0 ? stage_addr(&s, vn) : 0,
+        .kv_indptr = stage_addr(&s, ip), .kv_indices = stage_addr(&s, ix),
+        .kv_len = stage_addr(&s, il), .q_indptr = stage_addr(&s, iq),
+        .bad = s.base - FLAG_BYTES, .num_pages = p->num_pages,
+        .B = (int32_t)p->B, .Hq = (int32_t)p->Hq, .Hkv = (int32_t)p->Hkv, .D = (int32_t)p->D,
+        .page_size = (int32_t)p->page_size, .nnew = (int32_t)p->nnew,
+        .scale_log2 = p->scale * LOG2E, .elem_bytes = (int32_t)es,
+    };
+    if (append) {
+        const uint64_t elems = (uint64_t)p->nnew * (uint64_t)(p->Hkv * p->D);
+        const uint64_t gx = (elems + PK_APPEND_THREADS - 1) / PK_APPEND_THREADS;
+        if (gx * PK_APPEND_THREADS > UINT32_MAX)
+            return -E2BIG;
+        rc = d->ops->launch(d->dev, PK_APPEND, (unsigned)gx, 1, PK_APPEND_THREADS, &k, sizeof k);
+    } else {
+        const unsigned gx = (unsigned)((p->max_q_len + PK_ROWS - 1) / PK_ROWS);
+        rc = d->ops->launch(d->dev, by_dtype(PK_PAGED_F32, p->dtype), gx,
+                            (unsigned)(p->B * p->Hq), block_threads(d), &k, sizeof k);
+    }
+    if (rc < 0)
+        return rc;
+    int32_t bad = 0;
+    if ((rc = stage_out(&s, &bad)) < 0)
+        return rc;
+    if (bad) {
+        if (p->why)
+            snprintf(p->why, p->why_len, "a page number in kv_indices is outside the pool of %lld pages",
+                     (long long)p->num_pages);
+        return GLLM_EBOUNDS;
+    }
+    return 0;
+}
