@@ -49,14 +49,6 @@ def test_torch_attention(tclient, dtype):
     assert q.device.type == _expected_device(tclient) and q.dtype == dtype
     for t in (q, k, v):
         t.copy_(torch.rand(t.shape, dtype=torch.float32, device=t.device) * 2 - 1)
-    if dtype == torch.float32 and q.is_cuda:
-        # gllmd's CUDA kernels take f16 and bf16: refused, and the stream, which waits for
-        # the refused job's signal, still goes on (gllmd writes it all the same)
-        with pytest.raises(gllm.DTypeError):
-            job = gllm.attention(q, k, v, out, causal=True)
-            job.result() if isinstance(job, gllm.Job) else None
-        torch.cuda.current_stream().synchronize()
-        return
     gllm.attention(q, k, v, out, causal=True)   # the module-level call finds the client
     want = ref(q, k, v, True)
     got = out.to("cpu", torch.float64)
@@ -125,4 +117,12 @@ def test_torch_ordered_on_the_stream(tclient):
     want = ref(q, k, v, False)
     assert torch.allclose(got, want, atol=TOL[dtype], rtol=TOL[dtype])
     assert job.result().kernel_ns > 0
+    # A job gllmd refuses (out's dtype is not the inputs'): the error comes with its reply,
+    # and the stream, which waits for the refused job's signal, still goes on (gllmd writes
+    # it after the connection's earlier jobs all the same).
+    wrong = tclient.torch_tensor((B, Hq, S, D), torch.bfloat16)
+    job = gllm.attention(q, k, v, wrong)
+    with pytest.raises(gllm.DTypeError):
+        job.result()
+    torch.cuda.current_stream().synchronize()
     tclient.synchronize()
