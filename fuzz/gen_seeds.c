@@ -277,5 +277,41 @@ int main(int argc, char **argv)
     request_empty(10, "status");
     n = record(s, n, 0);
     save(sd, "shared_memory", s, n);
+
+    /* Jobs ordered by counters in arena 1: one waiting for a counter the arena write below
+     * raises, one waiting for one nobody raises (5 ms), a refused job whose signal is still
+     * queued behind them, and a paged append waiting too. */
+    n = 0;
+    request_u64(2, "arena_register", "size", 65536);
+    n = record(s, n, 1);
+    a = job(1, 8, false);
+    a.wait = (struct proto_counter){.set = true, .arena = 1, .offset = 60000, .value = 1,
+                                    .timeout_ms = 5};
+    a.signal = (struct proto_counter){.set = true, .arena = 1, .offset = 60004, .value = 2};
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 3, "attention");
+    proto_pack_attention(&b.pk, &a);
+    n = record(s, n, 0);
+    const uint32_t one = 1;
+    arena_bytes(60000, &one, sizeof one);
+    n = record(s, n, 64);
+    a.wait.offset = 60008;
+    a.signal.value = 3;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 4, "attention");
+    proto_pack_attention(&b.pk, &a);
+    n = record(s, n, 0);
+    a.wait.set = false;
+    a.out.dtype = GLLM_DTYPE_F16;               /* refused: its signal still goes out */
+    a.signal.value = 4;
+    proto_buf_init(&b);
+    proto_pack_request(&b.pk, 5, "attention");
+    proto_pack_attention(&b.pk, &a);
+    n = record(s, n, 0);
+    paged_request(6, PROTO_KV_APPEND, "kv_append");
+    n = record(s, n, 0);
+    request_empty(7, "status");
+    n = record(s, n, 0);
+    save(sd, "ordered_jobs", s, n);
     return 0;
 }
