@@ -34,29 +34,6 @@ static enum pk_kernel by_dtype(enum pk_kernel base, gllm_dtype t)
     return (enum pk_kernel)(base + (t == GLLM_DTYPE_F16 ? 1 : t == GLLM_DTYPE_BF16 ? 2 : 0));
 }
 
-/* Bytes from a tensor's first element to one past its last (strides >= 0, validated). */
-static size_t span_bytes(int rank, const int64_t *shape, const int64_t *st, size_t es)
-{
-    int64_t last = 0;
-    for (int i = 0; i < rank; i++) {
-        if (shape[i] == 0)
-            return 0;
-        last += (shape[i] - 1) * st[i];
-    }
-    return (size_t)(last + 1) * es;
-}
-
-static bool contiguous(int rank, const int64_t *shape, const int64_t *st)
-{
-    int64_t expect = 1;
-    for (int i = rank - 1; i >= 0; i--) {
-        if (shape[i] != 1 && st[i] != expect)
-            return false;
-        expect *= shape[i];
-    }
-    return true;
-}
-
 /* Up to 16 tensors of one job: host ones get a place in scratch, device ones stay. */
 struct stage {
     const struct pk_device *d;
@@ -144,13 +121,14 @@ int pk_attention(const struct pk_device *d, const struct attn_args *a)
                   ls[3] = {a->B, a->Hq, a->Sq};
     struct stage s = {.d = d};
     /* An output view with gaps is copied in first, so the gaps go back unchanged. */
-    int iq = stage_add(&s, a->q, span_bytes(4, qs, a->q_st, es), a->device_mask & 1, true, false);
-    int ik = stage_add(&s, a->k, span_bytes(4, ks, a->k_st, es), a->device_mask & 2, true, false);
-    int iv = stage_add(&s, a->v, span_bytes(4, ks, a->v_st, es), a->device_mask & 4, true, false);
-    int io = stage_add(&s, a->out, span_bytes(4, qs, a->o_st, es), a->device_mask & 8,
-                       !contiguous(4, qs, a->o_st), true);
-    int il = a->lse ? stage_add(&s, a->lse, span_bytes(3, ls, a->lse_st, 4), a->device_mask & 16,
-                                !contiguous(3, ls, a->lse_st), true)
+    const uint32_t on_dev = a->device_mask;
+    int iq = stage_add(&s, a->q, strided_span_bytes(4, qs, a->q_st, es), on_dev & 1, true, false);
+    int ik = stage_add(&s, a->k, strided_span_bytes(4, ks, a->k_st, es), on_dev & 2, true, false);
+    int iv = stage_add(&s, a->v, strided_span_bytes(4, ks, a->v_st, es), on_dev & 4, true, false);
+    int io = stage_add(&s, a->out, strided_span_bytes(4, qs, a->o_st, es), on_dev & 8,
+                       !strided_contiguous(4, qs, a->o_st), true);
+    int il = a->lse ? stage_add(&s, a->lse, strided_span_bytes(3, ls, a->lse_st, 4), on_dev & 16,
+                                !strided_contiguous(3, ls, a->lse_st), true)
                     : -1;
     int rc = stage_in(&s);
     if (rc < 0)

@@ -161,6 +161,14 @@ enum backend_fault {
     BACKEND_FAULT_SPIN,         /* work that never ends: only the watchdog stops it */
 };
 
+/* ---- Strided tensors (strided.c): what GPU backends stage ---- */
+
+/* Bytes from a tensor's first element to one past its last (strides >= 0, validated by
+ * the daemon); 0 for an empty tensor. */
+size_t strided_span_bytes(int rank, const int64_t *shape, const int64_t *strides, size_t esize);
+/* Whether the strides are the row-major ones of shape (dimensions of 1 ignored). */
+bool strided_contiguous(int rank, const int64_t *shape, const int64_t *strides);
+
 /* ---- Page numbers (paged_pages.c): shared by the daemon and the backends ---- */
 
 /* 0 when each of the n page numbers is in [0, num_pages); else GLLM_EBOUNDS, naming the

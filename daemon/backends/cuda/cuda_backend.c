@@ -189,29 +189,6 @@ static void cuda_host_unregister(struct backend *be, void *p)
     pthread_mutex_unlock(&c->host_lock);
 }
 
-/* Bytes from a tensor's first element to one past its last (strides >= 0, validated). */
-static size_t span_bytes(int rank, const int64_t *shape, const int64_t *st, size_t esize)
-{
-    int64_t last = 0;
-    for (int i = 0; i < rank; i++) {
-        if (shape[i] == 0)
-            return 0;
-        last += (shape[i] - 1) * st[i];
-    }
-    return (size_t)(last + 1) * esize;
-}
-
-static bool contiguous(int rank, const int64_t *shape, const int64_t *st)
-{
-    int64_t expect = 1;
-    for (int i = rank - 1; i >= 0; i--) {
-        if (shape[i] != 1 && st[i] != expect)
-            return false;
-        expect *= shape[i];
-    }
-    return true;
-}
-
 static bool tc_eligible(const struct attn_args *a)
 {
     if (a->dtype == GLLM_DTYPE_F32 || (a->D != 64 && a->D != 128))
@@ -329,17 +306,16 @@ static int attention_job(struct backend *be, int dev, const void *args)
 
     size_t es = a->dtype == GLLM_DTYPE_F32 ? 4 : 2;
     const void *host[5] = {a->q, a->k, a->v, a->out, a->lse};
+    const int64_t qs[4] = {a->B, a->Hq, a->Sq, a->D}, ks[4] = {a->B, a->Hkv, a->Skv, a->D},
+                  ls[3] = {a->B, a->Hq, a->Sq};
     size_t bytes[5] = {
-        span_bytes(4, (int64_t[]){a->B, a->Hq, a->Sq, a->D}, a->q_st, es),
-        span_bytes(4, (int64_t[]){a->B, a->Hkv, a->Skv, a->D}, a->k_st, es),
-        span_bytes(4, (int64_t[]){a->B, a->Hkv, a->Skv, a->D}, a->v_st, es),
-        span_bytes(4, (int64_t[]){a->B, a->Hq, a->Sq, a->D}, a->o_st, es),
-        a->lse ? span_bytes(3, (int64_t[]){a->B, a->Hq, a->Sq}, a->lse_st, 4) : 0,
+        strided_span_bytes(4, qs, a->q_st, es), strided_span_bytes(4, ks, a->k_st, es),
+        strided_span_bytes(4, ks, a->v_st, es), strided_span_bytes(4, qs, a->o_st, es),
+        a->lse ? strided_span_bytes(3, ls, a->lse_st, 4) : 0,
     };
     /* An output view with gaps is copied in first, so the gaps go back unchanged. */
-    bool copy_in[5] = {true, true, true,
-                       !contiguous(4, (int64_t[]){a->B, a->Hq, a->Sq, a->D}, a->o_st),
-                       a->lse && !contiguous(3, (int64_t[]){a->B, a->Hq, a->Sq}, a->lse_st)};
+    bool copy_in[5] = {true, true, true, !strided_contiguous(4, qs, a->o_st),
+                       a->lse && !strided_contiguous(3, ls, a->lse_st)};
     /* Device tensors are used where they are; arena tensors are staged in scratch. */
     size_t off[5], total = 0;
     for (int i = 0; i < 5; i++) {
