@@ -438,7 +438,10 @@ static bool run_job(struct worker *w, struct job *j)
                  (double)(deadline - j->t_start) / 1e6, j->why[0] ? ": " : "", j->why);
     else
         snprintf(cause, sizeof cause, "%s", j->why[0] ? j->why : "context-fatal device error");
-    snprintf(j->why, sizeof j->why, "device %d reset: %.130s", w->dev, cause);
+    if (backend_recovers_in_process(w->be))
+        snprintf(j->why, sizeof j->why, "device %d reset: %.130s", w->dev, cause);
+    else
+        snprintf(j->why, sizeof j->why, "device %d lost, gllmd restarts: %.120s", w->dev, cause);
     return true;
 }
 
@@ -493,7 +496,8 @@ static void *worker_main(void *arg)
         w->done_tail = j;
         uv_async_send(&w->async);
         if (lost) {
-            /* The failed job's owner hears of it while the device resets. */
+            /* The failed job's owner hears of it while the device resets (or, where it
+             * cannot be, before the process exits). */
             pthread_mutex_unlock(&w->lock);
             reset_device(w, reason);
             pthread_mutex_lock(&w->lock);

@@ -470,6 +470,8 @@ static int cuda_inject_fault(struct backend *be, int dev, enum backend_fault kin
             snprintf(why, len, "a stream wait that nothing satisfies (injected) held the GPU");
         return op_end(be, dev, r, why, len);
     }
+    if (kind == BACKEND_FAULT_STICKY)
+        kind = BACKEND_FAULT_OOB;    /* every context-fatal fault is sticky on CUDA */
     if (kind != BACKEND_FAULT_OOB && kind != BACKEND_FAULT_TRAP) {
         snprintf(why, len, "no such fault");
         return op_end(be, dev, -EINVAL, why, len);
