@@ -431,6 +431,11 @@ static bool run_job(struct worker *w, struct job *j)
     j->t_end = now_ns();
     if (!context_lost(j->status))
         return false;
+    if (j->sync.signal && j->sync.signal_host)
+        /* The device's own write of the signal went with its context (or waits behind the
+         * hung work): written from here, so the client's stream does not wait for ever. */
+        atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
+                              memory_order_release);
     /* The reply says what happened to the device, in the client's terms. */
     char cause[sizeof j->why];
     if (j->status == GLLM_EJOBTIMEOUT)
