@@ -259,6 +259,11 @@ int backend_reset(struct backend *be, int dev, char *why, size_t len)
     return be->device->reset(be, dev, why, len);
 }
 
+bool backend_recovers_in_process(const struct backend *be)
+{
+    return be->device->reset != NULL;
+}
+
 int backend_inject_fault(struct backend *be, int dev, enum backend_fault kind,
                          uint64_t deadline_ns, char *why, size_t len)
 {

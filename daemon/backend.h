@@ -55,6 +55,9 @@ int backend_paged(struct backend *be, int dev, const struct paged_args *p);
 /* On the device's worker thread: the reset after a context-fatal error or a hung job, and
  * the test-only fault (backend_api.h). -ENOTSUP when the backend has no such entry. */
 int backend_reset(struct backend *be, int dev, char *why, size_t len);
+/* Whether a device of be can be reset in this process after a fault (it has a reset entry);
+ * if not, only a new process brings the device back. */
+bool backend_recovers_in_process(const struct backend *be);
 int backend_inject_fault(struct backend *be, int dev, enum backend_fault kind,
                          uint64_t deadline_ns, char *why, size_t len);
 /* On the loop, before a paged job is queued: 0 when the backend can run it, else a code and

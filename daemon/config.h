@@ -37,8 +37,9 @@ struct config {
      * it started is failed (GLLM_EJOBTIMEOUT) and its device reset; watchdog_ms 0: off. */
     uint64_t watchdog_ms;
     uint64_t watchdog_gflops;
-    /* A device whose reset fails: exit (status 1, for Restart=on-failure) or keep serving
-     * the other devices while its jobs fail. */
+    /* A device this process cannot bring back (CUDA after any fault, a failed reset): exit
+     * (status 3, for Restart=on-failure) or keep serving the other devices while its jobs
+     * fail. */
     bool exit_on_reset_failure;
 };
 

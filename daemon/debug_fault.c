@@ -20,12 +20,12 @@ void method_debug_fault(struct rpc_call *c, const struct proto_msg *m)
         const char *name;
         enum backend_fault kind;
     } kinds[] = {{"trap", BACKEND_FAULT_TRAP}, {"oob", BACKEND_FAULT_OOB},
-                 {"spin", BACKEND_FAULT_SPIN}};
+                 {"spin", BACKEND_FAULT_SPIN}, {"sticky", BACKEND_FAULT_STICKY}};
     char name[16] = "";
     uint64_t dev = 0;
     if (proto_get_str(m->params, "kind", true, name, sizeof name) < 0 ||
         proto_get_u64(m->params, "device", false, &dev) < 0 || dev >= (uint64_t)srv->ndevices) {
-        rpc_reply_error(c, GLLM_EPARAM, "debug_fault: 'kind' (trap, oob or spin) required, "
+        rpc_reply_error(c, GLLM_EPARAM, "debug_fault: 'kind' (trap, oob, spin or sticky) required, "
                         "'device' below %d", srv->ndevices);
         return;
     }
@@ -34,7 +34,8 @@ void method_debug_fault(struct rpc_call *c, const struct proto_msg *m)
         if (strcmp(name, kinds[i].name) == 0)
             kind = kinds[i].kind;
     if (kind == BACKEND_FAULT_NONE) {
-        rpc_reply_error(c, GLLM_EPARAM, "debug_fault: kind '%s' is not trap, oob or spin", name);
+        rpc_reply_error(c, GLLM_EPARAM, "debug_fault: kind '%s' is not trap, oob, spin or sticky",
+                        name);
         return;
     }
     /* Jobs carry their channel as the owner's cookie (methods.c's submit). */

@@ -48,6 +48,11 @@ struct sched {
     _Atomic uint64_t watchdog_floor_ns;
     _Atomic uint64_t watchdog_gflops;
     atomic_bool exit_on_reset_failure;
+    /* A device lost for good (exit_device_lost): its worker waits, at most EXIT_FLUSH_MS,
+     * for the loop to have answered the jobs it failed, then ends the process. */
+    pthread_mutex_t exit_lock;
+    pthread_cond_t exit_cond;
+    bool exit_wanted, exit_settled;
 };
 
 static void ring_push(struct worker *w, struct lane *l)
@@ -177,6 +182,81 @@ static int check_generation(const struct worker *w, struct job *j)
     return 0;
 }
 
+/* How long a worker ending the process waits for the loop to answer the jobs it failed: a
+ * hung GPU must not hold the exit, and a reply the client's socket cannot take at once is
+ * not worth more than a restart (that client reads DISCONNECTED instead). */
+#define EXIT_FLUSH_MS 1000
+
+/* Worker thread: every job queued on w fails with GLLM_EDEVLOST (why: reason) and goes to
+ * the loop to be answered, as if it had run. */
+static void fail_queued(struct worker *w, const char *reason)
+{
+    struct job *all = NULL, **tail = &all;
+    pthread_mutex_lock(&w->lock);
+    for (struct lane *l = w->ring_head; l; l = l->next) {
+        *tail = l->head;
+        tail = &l->tail->next;
+        l->head = l->tail = NULL;
+        l->in_ring = false;
+    }
+    w->ring_head = w->ring_tail = NULL;
+    pthread_mutex_unlock(&w->lock);
+    for (struct job *j = all, *next; j; j = next) {
+        next = j->next;
+        j->next = NULL;
+        j->t_start = j->t_end = now_ns();
+        j->status = GLLM_EDEVLOST;
+        int n = snprintf(j->why, sizeof j->why, "device %d lost: gllmd is restarting; connect "
+                         "again and create device tensors again (", w->dev);
+        if (n > 0 && (size_t)n < sizeof j->why)
+            snprintf(j->why + n, sizeof j->why - (size_t)n, "%s)", reason);
+        if (j->sync.signal)    /* the client's stream does not wait for ever */
+            atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
+                                  memory_order_release);
+        j->ops->finished(j, w->scratch);
+        pthread_mutex_lock(&w->lock);
+        if (w->done_tail)
+            w->done_tail->next = j;
+        else
+            w->done_head = j;
+        w->done_tail = j;
+        pthread_mutex_unlock(&w->lock);
+    }
+}
+
+/* Worker thread, for a device this process cannot bring back (its backend cannot reset in
+ * process, or a reset failed): what the driver's documentation prescribes after a sticky
+ * error is a new process. The device's queued jobs fail with DEVLOST, the loop answers
+ * them (the faulting job's answer is already on its way), and the process exits with
+ * GLLMD_EXIT_DEVICE_LOST, which the service manager's Restart=on-failure answers with a
+ * new gllmd. Every other client loses its connection: see docs/hardening.md. */
+static _Noreturn void exit_device_lost(struct worker *w, const char *reason)
+{
+    struct sched *s = w->sched;
+    uint64_t t0 = now_ns();
+    log_err("device %d: %s: it cannot be brought back in this process; failing its jobs and "
+            "exiting with status %d so that a new gllmd starts", w->dev, reason,
+            GLLMD_EXIT_DEVICE_LOST);
+    fail_queued(w, reason);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += (long)EXIT_FLUSH_MS * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
+    pthread_mutex_lock(&s->exit_lock);
+    s->exit_wanted = true;
+    uv_async_send(&w->async);
+    while (!s->exit_settled)
+        if (pthread_cond_timedwait(&s->exit_cond, &s->exit_lock, &until) != 0)
+            break;
+    bool settled = s->exit_settled;
+    pthread_mutex_unlock(&s->exit_lock);
+    log_err("device %d: exiting (status %d) after %.1f ms%s", w->dev, GLLMD_EXIT_DEVICE_LOST,
+            (double)(now_ns() - t0) / 1e6,
+            settled ? "" : "; the loop had not answered every failed job");
+    _exit(GLLMD_EXIT_DEVICE_LOST);
+}
+
 /* A reset that does not come back (a driver waiting on work that never ends) would hold its
  * worker for ever: past RESET_GUARD_S a guard thread ends the process, as a failed reset
  * does, when exit_on_reset_failure allows; else it only says so. */
@@ -202,28 +282,52 @@ static void *reset_guard_main(void *arg)
     bool stuck = !g->done;
     pthread_mutex_unlock(&g->lock);
     if (stuck && g->may_exit) {
-        log_err("device %d: reset still running after %d s; exiting so that a new gllmd starts "
-                "(exit_on_reset_failure)", g->dev, RESET_GUARD_S);
-        _exit(EXIT_FAILURE);
+        log_err("device %d: reset still running after %d s; exiting with status %d so that a "
+                "new gllmd starts (exit_on_reset_failure)", g->dev, RESET_GUARD_S,
+                GLLMD_EXIT_DEVICE_LOST);
+        _exit(GLLMD_EXIT_DEVICE_LOST);
     }
     if (stuck)
         log_err("device %d: reset still running after %d s", g->dev, RESET_GUARD_S);
     return NULL;
 }
 
-/* Resets the worker's device after a context-fatal error or a hung job (reason: why), on the
- * worker's thread so nothing else runs on the device meanwhile. Jobs still queued stay
- * queued: those naming the device's old tensors fail when taken (check_generation), the
- * others run on the new context. */
+/* Marks the worker's device failed for good with exit_on_reset_failure off: its jobs fail
+ * with DEVLOST until gllmd is restarted by hand; the other devices serve. */
+static void keep_failed(struct worker *w, const char *why)
+{
+    w->failed = true;
+    w->retry_ns = UINT64_MAX;
+    snprintf(w->failed_why, sizeof w->failed_why, "%s", why);
+}
+
+/* After a context-fatal error or a hung job (reason: why), on the worker's thread so nothing
+ * else runs on the device meanwhile. A backend that recovers in process (the CPU backend)
+ * resets the device: jobs still queued stay queued; those naming the device's old tensors
+ * fail when taken (check_generation), the others run on the new context. One that cannot
+ * (CUDA: after a sticky error the driver refuses the process a new context, and a reset
+ * behind a hung wait never returns) ends the process, unless exit_on_reset_failure is off. */
 static void reset_device(struct worker *w, const char *reason)
 {
+    const bool may_exit = atomic_load(&w->sched->exit_on_reset_failure);
+    if (!backend_recovers_in_process(w->be)) {
+        if (may_exit)
+            exit_device_lost(w, reason);
+        health_reset_begin(w->dev, reason);
+        health_reset_end(w->dev, GLLM_EDEVLOST, "not possible in this process");
+        keep_failed(w, reason);
+        log_err("device %d: %s: it cannot be brought back in this process and "
+                "exit_on_reset_failure is off: its jobs fail until gllmd is restarted",
+                w->dev, reason);
+        return;
+    }
     char why[160] = "";
     uint64_t t0 = now_ns();
     log_err("device %d: %s: resetting its context", w->dev, reason);
     health_reset_begin(w->dev, reason);
     struct reset_guard guard = {.lock = PTHREAD_MUTEX_INITIALIZER,
                                 .done_cond = PTHREAD_COND_INITIALIZER, .dev = w->dev,
-                                .may_exit = atomic_load(&w->sched->exit_on_reset_failure)};
+                                .may_exit = may_exit};
     pthread_t guard_thread;
     bool guarded = pthread_create(&guard_thread, NULL, reset_guard_main, &guard) == 0;
     int r = backend_reset(w->be, w->dev, why, sizeof why);
@@ -245,12 +349,10 @@ static void reset_device(struct worker *w, const char *reason)
     w->failed = true;
     w->retry_ns = now_ns() + 1000000000ull;   /* again in a second, when a job comes */
     snprintf(w->failed_why, sizeof w->failed_why, "%s", why[0] ? why : gllm_strerror(r));
-    if (atomic_load_explicit(&w->sched->exit_on_reset_failure, memory_order_relaxed)) {
-        /* What the driver's documentation prescribes for a context that cannot be made
-         * again: a new process. The service manager's Restart=on-failure starts it. */
-        log_err("device %d: reset failed after %.1f ms (%s); exiting so that a new gllmd "
-                "starts (exit_on_reset_failure)", w->dev, ms, w->failed_why);
-        _exit(EXIT_FAILURE);
+    if (may_exit) {
+        char what[200];
+        snprintf(what, sizeof what, "reset failed after %.1f ms (%.150s)", ms, w->failed_why);
+        exit_device_lost(w, what);
     }
     log_err("device %d: reset failed after %.1f ms (%s); its jobs fail until one succeeds",
             w->dev, ms, w->failed_why);
@@ -329,6 +431,11 @@ static bool run_job(struct worker *w, struct job *j)
     j->t_end = now_ns();
     if (!context_lost(j->status))
         return false;
+    if (j->sync.signal && j->sync.signal_host)
+        /* The device's own write of the signal went with its context (or waits behind the
+         * hung work): written from here, so the client's stream does not wait for ever. */
+        atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
+                              memory_order_release);
     /* The reply says what happened to the device, in the client's terms. */
     char cause[sizeof j->why];
     if (j->status == GLLM_EJOBTIMEOUT)
@@ -336,7 +443,10 @@ static bool run_job(struct worker *w, struct job *j)
                  (double)(deadline - j->t_start) / 1e6, j->why[0] ? ": " : "", j->why);
     else
         snprintf(cause, sizeof cause, "%s", j->why[0] ? j->why : "context-fatal device error");
-    snprintf(j->why, sizeof j->why, "device %d reset: %.130s", w->dev, cause);
+    if (backend_recovers_in_process(w->be))
+        snprintf(j->why, sizeof j->why, "device %d reset: %.130s", w->dev, cause);
+    else
+        snprintf(j->why, sizeof j->why, "device %d lost, gllmd restarts: %.120s", w->dev, cause);
     return true;
 }
 
@@ -391,7 +501,8 @@ static void *worker_main(void *arg)
         w->done_tail = j;
         uv_async_send(&w->async);
         if (lost) {
-            /* The failed job's owner hears of it while the device resets. */
+            /* The failed job's owner hears of it while the device resets (or, where it
+             * cannot be, before the process exits). */
             pthread_mutex_unlock(&w->lock);
             reset_device(w, reason);
             pthread_mutex_lock(&w->lock);
@@ -428,7 +539,20 @@ static void settle_finished(struct sched *s)
 static void on_finished(uv_async_t *h)
 {
     struct worker *w = h->data;
-    settle_finished(w->sched);
+    struct sched *s = w->sched;
+    settle_finished(s);
+    pthread_mutex_lock(&s->exit_lock);
+    bool wanted = s->exit_wanted;
+    pthread_mutex_unlock(&s->exit_lock);
+    if (!wanted)
+        return;
+    /* The exiting worker queued its failed jobs before it asked: a second look settles any
+     * the first took too early to see. */
+    settle_finished(s);
+    pthread_mutex_lock(&s->exit_lock);
+    s->exit_settled = true;
+    pthread_cond_signal(&s->exit_cond);
+    pthread_mutex_unlock(&s->exit_lock);
 }
 
 static void free_worker(uv_handle_t *h)
@@ -480,6 +604,8 @@ int sched_start(uv_loop_t *loop, struct backend *be, int ndevices, struct sched 
         return -ENOMEM;
     if (ndevices > GLLM_MAX_DEVICES)
         ndevices = GLLM_MAX_DEVICES;
+    pthread_mutex_init(&s->exit_lock, NULL);
+    pthread_cond_init(&s->exit_cond, NULL);
     for (int i = 0; i < ndevices; i++) {
         int r = start_worker(s, loop, be, i, &s->workers[i]);
         if (r < 0) {

@@ -27,8 +27,12 @@ int sched_start(uv_loop_t *loop, struct backend *be, int ndevices, struct sched 
 void sched_submit(struct sched *s, struct lane *lane, struct job *job);
 /* Faults (docs/hardening.md). The watchdog: a job still running floor_ms plus its work at
  * gflops after it started fails with GLLM_EJOBTIMEOUT and its device is reset; floor_ms 0:
- * off. exit_on_reset_failure: a device whose reset fails ends the process (status 1), so
- * the service manager starts a fresh one; else that device's jobs fail until a reset works. */
+ * off. A device that cannot be brought back in this process (its backend cannot reset in
+ * process, as CUDA's cannot, or a reset failed): with exit_on_reset_failure its queued jobs
+ * fail with GLLM_EDEVLOST and the process exits with GLLMD_EXIT_DEVICE_LOST within about a
+ * second, so the service manager starts a fresh one; else that device's jobs fail with
+ * GLLM_EDEVLOST until a reset works (or, with no reset, until gllmd is restarted). */
+#define GLLMD_EXIT_DEVICE_LOST 3
 void sched_set_faults(struct sched *s, uint64_t floor_ms, uint64_t gflops,
                       bool exit_on_reset_failure);
 /* Fault injection: the next job owner (a job's cookie) runs on dev meets a fault of kind

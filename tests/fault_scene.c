@@ -8,7 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <setjmp.h>
@@ -34,6 +40,67 @@ int start_fault_daemon(struct daemon *d, const char *conf_lines)
     fclose(f);
     const char *extra[] = {"-c", conf, NULL};
     int r = daemon_start(d, extra);
+    unlink(conf);
+    return r;
+}
+
+int wait_daemon_exit(struct daemon *d, int timeout_ms)
+{
+    for (int i = 0; i < timeout_ms * 10; i++) {
+        int status;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            d->pid = 0;
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+    }
+    return -ETIMEDOUT;
+}
+
+static bool socket_accepts(const char *path)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+int restart_fault_daemon(struct daemon *d, const char *conf_lines)
+{
+    const char *path = getenv("GLLMD_FAULT_PATH") ? getenv("GLLMD_FAULT_PATH") : GLLMD_FAULT_PATH;
+    char conf[128];
+    snprintf(conf, sizeof conf, "%s/restart.conf", d->dir);
+    FILE *f = fopen(conf, "w");
+    assert_non_null(f);
+    fputs(conf_lines, f);
+    fclose(f);
+    const char *argv[] = {path, "--socket", d->socket, "--threads", "2", "--backend",
+                          test_backend(), "-c", conf, NULL};
+    d->pid = fork();
+    assert_true(d->pid >= 0);
+    if (d->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        execv(path, (char *const *)argv);
+        _exit(127);
+    }
+    /* Looked at every 100 us: the restart is what the fault tests time. */
+    int r = -ETIMEDOUT;
+    for (int i = 0; i < 100000; i++) {
+        if (socket_accepts(d->socket)) {
+            r = 0;
+            break;
+        }
+        int status;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            d->pid = 0;
+            r = -ECHILD;
+            break;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+    }
     unlink(conf);
     return r;
 }
@@ -135,6 +202,9 @@ void raw_client_open(struct raw_client *a, const char *sock)
     assert_true(a->memfd >= 0);
     a->arena = raw_register(a->fd, a->memfd, size, 2);
     a->next_id = 10;
+    /* A reply that never comes fails the test instead of hanging it. */
+    struct timeval limit = {.tv_sec = 60};
+    assert_int_equal(setsockopt(a->fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit), 0);
 }
 
 void raw_client_close(struct raw_client *a)

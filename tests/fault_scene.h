@@ -6,11 +6,20 @@
 
 #include "testutil.h"
 
+/* gllmd's exit status for a device this process cannot bring back (docs/PROTOCOL.md). */
+#define EXIT_DEVICE_LOST 3
+
 /* B's jobs: [1, 2, 64, 64] queries over 256 keys, f32, causal. */
 extern const struct job_spec SPEC;
 
 /* gllmd-fault ($GLLMD_FAULT_PATH, else the build's) with conf_lines as its gllmd.conf. */
 int start_fault_daemon(struct daemon *d, const char *conf_lines);
+/* Waits at most timeout_ms for d's gllmd to exit on its own: its exit status (128 + the
+ * signal when killed by one), or -ETIMEDOUT with the process left running. */
+int wait_daemon_exit(struct daemon *d, int timeout_ms);
+/* Starts gllmd-fault again on d's socket path, as the service manager's restart would, and
+ * waits (at most 10 s) until the socket accepts: 0, or -ECHILD when it exited instead. */
+int restart_fault_daemon(struct daemon *d, const char *conf_lines);
 int daemon_fds(const struct daemon *d);
 /* The daemon's resident memory in KiB. */
 long daemon_rss_kib(const struct daemon *d);

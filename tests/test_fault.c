@@ -3,6 +3,7 @@
  * is reset, client B keeps being served, B's old device tensors answer DEVLOST and are made
  * again, and nothing leaks. Also: out of device memory is a clean DEVMEM, and a release
  * gllmd has no debug_fault. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,6 +146,72 @@ static void test_repeated_faults(void **state)
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* A fault that no reset in this process undoes (every context-fatal fault on CUDA; the CPU
+ * backend's reset fails after this one): A gets DEVLOST, B's jobs in flight each end (done,
+ * DEVLOST or DISCONNECTED, never a hang), gllmd exits with EXIT_DEVICE_LOST within its flush
+ * bound, and a gllmd started again on the same socket serves B's new connection. */
+static void test_sticky_exits(void **state)
+{
+    (void)state;
+    struct daemon d;
+    assert_int_equal(start_fault_daemon(&d, ""), 0);
+    gllm_client *b = NULL;
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    struct raw_client a;
+    raw_client_open(&a, d.socket);
+    assert_int_equal(raw_debug_fault(&a, "sticky"), 0);
+    enum { N = 6 };
+    struct live_job inflight[N];
+    submit_jobs(b, inflight, N, &SPEC, 100);
+    char msg[256];
+    assert_int_equal(raw_attention(&a, msg, sizeof msg), GLLM_EDEVLOST);
+    assert_non_null(strstr(msg, "sticky"));
+    for (int i = 0; i < N; i++) {
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
+        int s = gllm_job_wait(b, inflight[i].id, &res);
+        assert_true(s == 0 || s == GLLM_EDEVLOST || s == GLLM_EDISCONNECTED);
+        if (s == 0)
+            assert_true(job_output_ok(&inflight[i]));
+        /* Once gllmd has gone, the release is the client's own (its memory is freed). */
+        int rel = gllm_memory_release(inflight[i].arena);
+        assert_true(rel == 0 || rel == GLLM_EDISCONNECTED);
+    }
+    /* The flush bound is 1 s; the rest is slack for a loaded machine. */
+    assert_int_equal(wait_daemon_exit(&d, 3000), EXIT_DEVICE_LOST);
+    raw_client_close(&a);
+    gllm_disconnect(b);
+
+    assert_int_equal(restart_fault_daemon(&d, ""), 0);
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    struct live_job next;
+    submit_jobs(b, &next, 1, &SPEC, 200);
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    assert_int_equal(gllm_job_wait(b, next.id, &res), 0);
+    assert_true(job_output_ok(&next));
+    assert_int_equal(gllm_memory_release(next.arena), 0);
+    gllm_disconnect(b);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* The same fault with exit_on_reset_failure off: gllmd stays up and the device's jobs fail
+ * with DEVLOST, saying the reset failed, until it is restarted by hand. */
+static void test_sticky_kept_failed(void **state)
+{
+    (void)state;
+    struct daemon d;
+    assert_int_equal(start_fault_daemon(&d, "exit_on_reset_failure = off\n"), 0);
+    struct raw_client a;
+    raw_client_open(&a, d.socket);
+    assert_int_equal(raw_debug_fault(&a, "sticky"), 0);
+    assert_int_equal(raw_attention(&a, NULL, 0), GLLM_EDEVLOST);
+    char msg[256];
+    assert_int_equal(raw_attention(&a, msg, sizeof msg), GLLM_EDEVLOST);
+    assert_non_null(strstr(msg, "could not be reset"));
+    assert_int_equal(wait_daemon_exit(&d, 200), -ETIMEDOUT);
+    raw_client_close(&a);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 /* A device tensor larger than the device is DEVMEM with nothing half made: no tensor, no
  * quota taken, no memory held; the next one of a sensible size is made. */
 static void test_devmem_clean(void **state)
@@ -197,6 +264,8 @@ int main(void)
         cmocka_unit_test(test_oob_contained),
         cmocka_unit_test(test_hang_watchdog),
         cmocka_unit_test(test_repeated_faults),
+        cmocka_unit_test(test_sticky_exits),
+        cmocka_unit_test(test_sticky_kept_failed),
         cmocka_unit_test(test_devmem_clean),
         cmocka_unit_test(test_release_has_no_debug_fault),
     };

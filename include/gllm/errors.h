@@ -39,8 +39,8 @@
     X(DENIED,       -1025, "not allowed by the daemon's access policy")      \
     X(NOTEXPORT,    -1026, "fd is not memory exported for this device")      \
     X(WAITTIMEOUT,  -1027, "a GPU-side wait was not satisfied in time")           \
-    X(DEVLOST,      -1028, "the device was reset after a fault: its tensors are lost") \
-    X(JOBTIMEOUT,   -1029, "a job ran past its watchdog deadline; its device was reset")
+    X(DEVLOST,      -1028, "the device was lost to a fault: its tensors are lost") \
+    X(JOBTIMEOUT,   -1029, "a job ran past its watchdog deadline; its device was lost")
 
 enum gllm_error {
 #define GLLM_ERROR_ENUM_(name, code, text) GLLM_E##name = (code),

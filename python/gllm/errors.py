@@ -102,12 +102,12 @@ class WaitTimeoutError(Error, TimeoutError):
 
 
 class DeviceLostError(Error):
-    """GLLM_EDEVLOST: the device was reset after a fault; tensors made before it are gone and
-    must be made again."""
+    """GLLM_EDEVLOST: the device was lost to a fault (on CUDA gllmd restarts: connect again);
+    tensors made before it are gone and must be made again."""
 
 
 class JobTimeoutError(Error, TimeoutError):
-    """GLLM_EJOBTIMEOUT: the job ran past gllmd's watchdog; its device was reset."""
+    """GLLM_EJOBTIMEOUT: the job ran past gllmd's watchdog; its device was lost as with DEVLOST."""
 
 
 class NotSupportedError(Error):

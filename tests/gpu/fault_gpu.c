@@ -1,9 +1,14 @@
 /* Faults on a GPU (issue 24): gllmd-fault on the CUDA backend; for each injected fault
- * (an out-of-bounds read, a misaligned read standing in for a trap, a stream that never
- * finishes) client A's job fails, client B's jobs in flight complete or fail cleanly, B is
- * served again after the reset, B's old device tensors answer DEVLOST and are made again,
- * and gllmd's fds and device memory come back. Prints one JSON line per fault with the
- * time from the fault to serving again (target: under 1 s). Exit 77 without a GPU.
+ * (an out-of-bounds read, a misaligned read standing in for a trap, a stream wait that
+ * nothing satisfies) client A's job fails with DEVLOST or JOBTIMEOUT, client B's jobs in
+ * flight end (done, DEVLOST or DISCONNECTED, never a hang), and gllmd exits with status 3:
+ * CUDA cannot give a process a new context after a sticky error, and a reset behind a hung
+ * wait never returns (docs/hardening.md). gllmd is then started again on the same socket,
+ * as systemd's Restart=on-failure would, and B connects again, makes its device tensors
+ * again and is served. Prints one JSON line per fault with the time from A's submission of
+ * the faulting job to B's first job done by the new gllmd (target: under 1 s; systemd's
+ * RestartSec adds to it in service). Exit 77 without a GPU. Run it without MPS: under MPS
+ * the fault would end the MPS server's other clients too, and the times are not gllmd's.
  * Usage: fault_gpu   (GLLMD_FAULT_PATH: another gllmd-fault than the build's) */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -59,13 +64,21 @@ static void json_escape(const char *in, char *out, size_t len)
     out[o] = '\0';
 }
 
+/* A release once gllmd may have gone: the client frees its side either way. */
+static void release_any(gllm_memory *m)
+{
+    int r = gllm_memory_release(m);
+    assert_true(r == 0 || r == GLLM_EDISCONNECTED);
+}
+
+static const char CONF[] = "watchdog_ms = 500\n";
+
 static void gpu_scene(const char *kind, int want)
 {
     struct daemon d;
     setenv("GLLM_TEST_BACKEND", "cuda", 1);
-    assert_int_equal(start_fault_daemon(&d, "watchdog_ms = 500\nexit_on_reset_failure = off\n"), 0);
+    assert_int_equal(start_fault_daemon(&d, CONF), 0);
     const uint64_t used0 = device_used(d.socket);
-    const int fds0 = settled_fds(&d);
 
     gllm_client *b = NULL;
     assert_int_equal(gllm_connect(d.socket, &b), 0);
@@ -79,64 +92,67 @@ static void gpu_scene(const char *kind, int want)
     enum { N = 16 };
     struct live_job inflight[N];
     submit_jobs(b, inflight, N, &SPEC, 100);
+
+    /* A's faulting job: its error, then gllmd's exit. */
     char msg[256];
     const uint64_t t0 = now_ns_test();
     assert_int_equal(raw_attention(&a, msg, sizeof msg), want);
     const double detect_ms = ms_since(t0);
-    const uint64_t t_err = now_ns_test();
-    int ok = 0, lost = 0;
+    int ok = 0, lost = 0, gone = 0;
     for (int i = 0; i < N; i++) {
         gllm_job_result res = GLLM_JOB_RESULT_INIT;
         int s = gllm_job_wait(b, inflight[i].id, &res);
-        assert_true(s == 0 || s == GLLM_EDEVLOST);
-        if (s == 0) {
+        assert_true(s == 0 || s == GLLM_EDEVLOST || s == GLLM_EDISCONNECTED);
+        if (s == 0)
             assert_true(job_output_ok(&inflight[i]));
-            ok++;
-        } else {
-            lost++;
-        }
-        assert_int_equal(gllm_memory_release(inflight[i].arena), 0);
+        ok += s == 0, lost += s == GLLM_EDEVLOST, gone += s == GLLM_EDISCONNECTED;
+        release_any(inflight[i].arena);
     }
+    /* gllmd bounds its exit by a 1 s flush of replies; 5 s is a failure, not a wait. */
+    const int status = wait_daemon_exit(&d, 5000);
+    const double exit_ms = ms_since(t0);
+    assert_int_equal(status, EXIT_DEVICE_LOST);
+    release_any(dj.kd);
+    release_any(dj.vd);
+    release_any(dj.j.arena);
+    gllm_disconnect(b);
+    raw_client_close(&a);
 
-    /* Serving again: B's first job after A's error that succeeds (the reset runs first). */
+    /* Started again on the same socket; B's first job done on a new connection. */
+    const uint64_t t_restart = now_ns_test();
+    assert_int_equal(restart_fault_daemon(&d, CONF), 0);
+    const double start_ms = ms_since(t_restart);
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
     struct live_job next;
     submit_jobs(b, &next, 1, &SPEC, 300);
     gllm_job_result res = GLLM_JOB_RESULT_INIT;
     assert_int_equal(gllm_job_wait(b, next.id, &res), 0);
-    const double recovery_ms = (double)(now_ns_test() - t_err) / 1e6;
+    const double serving_ms = ms_since(t0);
     assert_true(job_output_ok(&next));
     assert_int_equal(gllm_memory_release(next.arena), 0);
 
-    assert_int_equal(dev_job_run(b, &dj), GLLM_EDEVLOST);
-    assert_non_null(strstr(gllm_client_last_error(b), "create it again"));
-    assert_int_equal(gllm_memory_release(dj.kd), 0);
-    assert_int_equal(gllm_memory_release(dj.vd), 0);
-    assert_int_equal(dev_job_upload(b, &dj), 0);
+    /* B makes its device tensors again, and they serve. */
+    dev_job_setup(b, &dj, 8);
     assert_int_equal(dev_job_run(b, &dj), 0);
-    assert_int_equal(raw_attention(&a, NULL, 0), 0);
-    char reason[160], esc_reason[200], esc_msg[300];
-    uint64_t reset_ns = 0;
-    assert_int_equal(device_resets(d.socket, reason, sizeof reason, &reset_ns), 1);
-
     dev_job_free(&dj);
-    raw_client_close(&a);
     gllm_disconnect(b);
     wait_quiet(d.socket, 0);
-    const int fds1 = settled_fds(&d);
     const uint64_t used1 = device_used(d.socket);
-    json_escape(reason, esc_reason, sizeof esc_reason);
+
+    char esc_msg[300];
     json_escape(msg, esc_msg, sizeof esc_msg);
-    /* detect: A's job sent to its error; recovery: A's error to B's next job done. */
+    /* detect: A's submission to its error; exit: to gllmd's exit; start: the new gllmd's
+     * start to its socket accepting; fault_to_serving: A's submission to B's first job done
+     * by the new gllmd (no RestartSec counted). */
     printf("{\"test\": \"fault_gpu\", \"kind\": \"%s\", \"code\": %d, \"message\": \"%s\", "
-           "\"reason\": \"%s\", \"detect_ms\": %.2f, \"recovery_ms\": %.2f, \"reset_ms\": %.2f, "
+           "\"exit_status\": %d, \"detect_ms\": %.2f, \"exit_ms\": %.2f, \"start_ms\": %.2f, "
            "\"fault_to_serving_ms\": %.2f, \"target_ms\": 1000, \"b_inflight_ok\": %d, "
-           "\"b_inflight_devlost\": %d, \"fds_delta\": %d, \"device_used_delta_bytes\": %lld}\n",
-           kind, want, esc_msg, esc_reason, detect_ms, recovery_ms, (double)reset_ns / 1e6,
-           (strcmp(kind, "spin") == 0 ? 0 : detect_ms) + recovery_ms, ok, lost, fds1 - fds0,
-           (long long)used1 - (long long)used0);
+           "\"b_inflight_devlost\": %d, \"b_inflight_disconnected\": %d, "
+           "\"device_used_delta_bytes\": %lld}\n",
+           kind, want, esc_msg, status, detect_ms, exit_ms, start_ms, serving_ms, ok, lost,
+           gone, (long long)used1 - (long long)used0);
     fflush(stdout);
-    assert_int_equal(fds1, fds0);
-    /* Other processes share the GPU's free memory: allow what the scratch may regrow to. */
+    /* The old process's device memory came back to the driver (status counts the GPU's). */
     assert_true((long long)used1 - (long long)used0 < 256ll << 20);
     assert_int_equal(daemon_stop(&d), 0);
 }

@@ -151,7 +151,9 @@ struct paged_args {
  * a trap, an uncorrectable ECC error) returns GLLM_EDEVLOST with the driver's words in why.
  * A job still running at its deadline_ns (CLOCK_MONOTONIC, backend_now_ns) returns
  * GLLM_EJOBTIMEOUT once the backend has stopped waiting for it. After either of the last
- * two the daemon calls the device's reset entry before anything else runs on the device. */
+ * two the daemon calls the device's reset entry before anything else runs on the device; a
+ * backend without one (CUDA: a sticky error is the process's until it exits) has the daemon
+ * fail the device's jobs and exit for a new process to serve. */
 
 /* What inject_fault simulates (fault-injection builds only). */
 enum backend_fault {
@@ -159,6 +161,8 @@ enum backend_fault {
     BACKEND_FAULT_TRAP,         /* a kernel that traps */
     BACKEND_FAULT_OOB,          /* a kernel that reads an unmapped device address */
     BACKEND_FAULT_SPIN,         /* work that never ends: only the watchdog stops it */
+    BACKEND_FAULT_STICKY,       /* a context-fatal fault that no reset in this process undoes,
+                                 * as every one is on CUDA (the CPU backend's reset then fails) */
 };
 
 /* ---- Strided tensors (strided.c): what GPU backends stage ---- */
@@ -265,12 +269,12 @@ struct backend_device_iface {
      * share_import gave on dev before is released by the reset itself: the daemon passes
      * none of them to free or share_free afterwards (the same address may be handed out
      * again). The daemon calls no other entry for dev while reset runs. 0 when dev serves
-     * again, else a code and a one-line why; NULL: the device cannot be reset (it stays
-     * failed). */
+     * again, else a code and a one-line why; NULL: the device cannot be brought back in this
+     * process (the daemon exits, or with exit_on_reset_failure off the device stays failed). */
     int (*reset)(struct backend *be, int dev, char *why, size_t len);
     /* Optional, fault-injection builds (GLLM_FAULT_INJECTION), on dev's worker thread: runs
      * a fault of kind on dev in place of a job and returns what that job would: GLLM_EDEVLOST
-     * for a trap or an out-of-bounds read, GLLM_EJOBTIMEOUT once deadline_ns (non-zero) has
+     * for a trap, an out-of-bounds read or a sticky fault, GLLM_EJOBTIMEOUT once deadline_ns (non-zero) has
      * passed for a spin; -EOPNOTSUPP with why for a kind this backend cannot make. */
     int (*inject_fault)(struct backend *be, int dev, enum backend_fault kind,
                         uint64_t deadline_ns, char *why, size_t len);

@@ -15,6 +15,7 @@ void cpu_ledger_init(struct cpu_ledger *l)
     l->blocks = NULL;
     l->bytes = 0;
     atomic_init(&l->poisoned, false);
+    atomic_init(&l->sticky, false);
 }
 
 static void release_block(struct cpu_block *b)
@@ -86,7 +87,10 @@ uint64_t cpu_ledger_bytes(struct cpu_ledger *l)
 
 int cpu_fault_reset(struct cpu_ledger *l, char *why, size_t len)
 {
-    (void)why, (void)len;
+    if (atomic_load(&l->sticky)) {
+        snprintf(why, len, "the simulated sticky fault outlives any reset in this process");
+        return GLLM_EBACKEND;
+    }
     cpu_ledger_release_all(l);
     atomic_store(&l->poisoned, false);
     return 0;
@@ -102,6 +106,11 @@ int cpu_fault_inject(struct cpu_ledger *l, enum backend_fault kind, uint64_t dea
         snprintf(why, len, "%s (simulated by the CPU backend)",
                  kind == BACKEND_FAULT_TRAP ? "a kernel trapped"
                                             : "a kernel read an unmapped address");
+        return GLLM_EDEVLOST;
+    case BACKEND_FAULT_STICKY:
+        atomic_store(&l->poisoned, true);
+        atomic_store(&l->sticky, true);
+        snprintf(why, len, "a sticky fault (simulated by the CPU backend: no reset undoes it)");
         return GLLM_EDEVLOST;
     case BACKEND_FAULT_SPIN:
         if (!deadline_ns) {

@@ -22,6 +22,7 @@ struct cpu_ledger {
     struct cpu_block *blocks;
     uint64_t bytes;
     atomic_bool poisoned;       /* a simulated context-fatal fault: every operation fails */
+    atomic_bool sticky;         /* a simulated sticky fault: resets fail, as on CUDA */
 };
 
 void cpu_ledger_init(struct cpu_ledger *l);

@@ -414,45 +414,6 @@ static int cuda_paged_op(struct backend *be, int dev, const struct paged_args *p
     return op_end(be, dev, cuda_paged(be, dev, p), p->why, p->why_len);
 }
 
-/* After a context-fatal error or a hung job on dev: its shared mappings let go, the context
- * reset and rebuilt, checked with a small operation, and (device 0's context holds them)
- * host registrations made again. */
-static int cuda_reset(struct backend *be, int dev, char *why, size_t len)
-{
-    struct cuda_ctx *c = be->ctx;
-    const struct cuda_driver *d = c->d;
-    if (dev < 0 || dev >= c->ndev)
-        return -ENODEV;
-    struct cuda_dev *x = &c->dev[dev];
-    if (dev == 0)
-        pthread_mutex_lock(&c->host_lock);
-    cuda_share_drop_all(d, x);
-    int r = cuda_device_reset(d, x, why, len);
-    CUresult cr = CUDA_SUCCESS;
-    if (r == 0 && (r = cuda_ensure_scratch(c, x, 4096)) == 0 &&
-        ((cr = d->cuMemsetD32Async(x->scratch, 0, 1024, x->stream)) ||
-         (cr = d->cuStreamSynchronize(x->stream)))) {
-        char buf[160];
-        snprintf(why, len, "the new context fails too (%s): only a new process will do",
-                 cuda_error_text(d, cr, buf, sizeof buf));
-        r = GLLM_EBACKEND;
-    }
-    if (dev == 0 && r == 0) {
-        for (struct cuda_host_rec *h = c->hosts; h; h = h->next) {
-            CUresult hr = d->cuMemHostRegister(h->p, h->len, HOST_REGISTER_FLAGS);
-            if (hr != CUDA_SUCCESS) {
-                char buf[160];
-                backend_logf(&c->log, BACKEND_LOG_WARNING, "cuda: registering a %zu-byte arena "
-                             "again after the reset failed (%s)", h->len,
-                             cuda_error_text(d, hr, buf, sizeof buf));
-            }
-        }
-    }
-    if (dev == 0)
-        pthread_mutex_unlock(&c->host_lock);
-    return r;
-}
-
 /* Faults made with the embedded kernels, since no kernel of the image traps or spins: an
  * out-of-bounds read is the generic kernel pointed at an unmapped address; a "trap" the same
  * kernel reading floats from an odd address (CUDA_ERROR_MISALIGNED_ADDRESS, as fatal to the
@@ -485,6 +446,8 @@ static int cuda_inject_fault(struct backend *be, int dev, enum backend_fault kin
             snprintf(why, len, "a stream wait that nothing satisfies (injected) held the GPU");
         return op_end(be, dev, r, why, len);
     }
+    if (kind == BACKEND_FAULT_STICKY)
+        kind = BACKEND_FAULT_OOB;    /* every context-fatal fault is sticky on CUDA */
     if (kind != BACKEND_FAULT_OOB && kind != BACKEND_FAULT_TRAP) {
         snprintf(why, len, "no such fault");
         return op_end(be, dev, -EINVAL, why, len);
@@ -525,7 +488,6 @@ static const struct backend_device_iface cuda_device_iface = {
     .share_alloc = cuda_share_alloc,
     .share_import = cuda_share_import,
     .share_free = cuda_share_free,
-    .reset = cuda_reset,
     .inject_fault = cuda_inject_fault,
 };
 

@@ -166,32 +166,6 @@ void cuda_device_close(const struct cuda_driver *d, struct cuda_dev *x)
     x->ctx = NULL;
 }
 
-int cuda_device_reset(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len)
-{
-    const int index = x->info.index, ordinal = x->ordinal;
-    /* What lives in host memory (graph templates) is freed; what lives in the context goes
-     * with the reset, so its handles are only forgotten. */
-    d->cuCtxSetCurrent(x->ctx);
-    cuda_launch_free(d, x);
-    d->cuCtxSetCurrent(NULL);
-    /* Reset while retained (the driver's order), then let go: cuda_device_open retains the
-     * new one. */
-    CUresult rr = d->cuDevicePrimaryCtxReset(x->dev);
-    d->cuDevicePrimaryCtxRelease(x->dev);
-    if (rr != CUDA_SUCCESS) {
-        char buf[160];
-        snprintf(why, len, "cuDevicePrimaryCtxReset: %s", cuda_error_text(d, rr, buf, sizeof buf));
-        x->ctx = NULL;
-        return GLLM_EBACKEND;
-    }
-    /* Everything up to the deadline is the context's; the shares' list and lock stay. */
-    memset(x, 0, offsetof(struct cuda_dev, deadline_ns));
-    x->deadline_ns = 0;
-    int rc = cuda_device_open(d, ordinal, x, why, len);
-    x->info.index = index;
-    return rc;
-}
-
 int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *x, char *why,
                      size_t len)
 {

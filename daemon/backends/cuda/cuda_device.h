@@ -108,10 +108,6 @@ bool cuda_error_sticky(CUresult r);
 /* The calling thread's last context-fatal error, in words ("" when none since cleared). */
 const char *cuda_fault_why(void);
 void cuda_fault_clear(void);
-/* Rebuilds x after a context-fatal error or a hung job: the primary context is reset
- * (which ends work still running and releases every allocation in it) and everything
- * cuda_device_open makes is made again. x->info.index is kept. */
-int cuda_device_reset(const struct cuda_driver *d, struct cuda_dev *x, char *why, size_t len);
 /* Fills t (when non-NULL) from the job's events: the kernel's pair, and with copies those
  * around the copies in and out (a job with nothing to copy records only the kernel's). */
 void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,

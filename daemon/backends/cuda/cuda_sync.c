@@ -82,7 +82,8 @@ int cuda_sync_finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct 
             return r ? cuda_fail(c, r, what) : 0;
         }
         /* Under the watchdog: spin on the stream as a spin-scheduled synchronize does, and
-         * give up on it at the deadline (the daemon then resets the device, which ends it). */
+         * give up on it at the deadline (the daemon then ends the process, and the work
+         * with it). */
         while ((r = d->cuStreamQuery(x->stream)) == CUDA_ERROR_NOT_READY)
             if (backend_now_ns() >= x->deadline_ns)
                 return watchdog_expired(c, x, what);
