@@ -42,17 +42,7 @@ static void cuda_close(struct backend *be)
     if (c) {
         for (int i = 0; i < c->ndev; i++) {
             cuda_device_close(c->d, &c->dev[i]);
-            for (struct cuda_share_rec *r = c->dev[i].shares, *next; r; r = next) {
-                next = r->next;
-                free(r);
-            }
-            pthread_mutex_destroy(&c->dev[i].share_lock);
         }
-        for (struct cuda_host_rec *h = c->hosts, *next; h; h = next) {
-            next = h->next;
-            free(h);
-        }
-        pthread_mutex_destroy(&c->host_lock);
         free(c);
     }
     free(be);
@@ -80,31 +70,20 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     c->d = d;
     c->deterministic = cfg->deterministic;
     c->log = cfg->log;
-    pthread_mutex_init(&c->host_lock, NULL);
-    for (int i = 0; i < GLLM_MAX_DEVICES; i++)
-        pthread_mutex_init(&c->dev[i].share_lock, NULL);
     for (int i = 0; i < n && c->ndev < GLLM_MAX_DEVICES; i++) {
         struct cuda_dev *x = &c->dev[c->ndev];
         if (cuda_device_open(d, i, x, why, sizeof why) < 0) {
             backend_logf(&cfg->log, BACKEND_LOG_WARNING, "cuda: passing over %s", why);
             cuda_device_close(d, x);
-            memset(x, 0, offsetof(struct cuda_dev, deadline_ns));   /* the lock stays */
+            memset(x, 0, sizeof *x);
             continue;
         }
-        x->info.index = c->ndev;
-        c->info[c->ndev++] = x->info;
+        x->info.index = c->ndev++;
     }
     if (c->ndev == 0) {
-        be->ndevices = 0;
-        for (int i = 0; i < GLLM_MAX_DEVICES; i++)
-            pthread_mutex_destroy(&c->dev[i].share_lock);
-        pthread_mutex_destroy(&c->host_lock);
-        free(c);
-        free(be);
+        cuda_close(be);
         return GLLM_EBACKEND;
     }
-    for (int i = c->ndev; i < GLLM_MAX_DEVICES; i++)
-        pthread_mutex_destroy(&c->dev[i].share_lock);
     be->ndevices = c->ndev;
     /* Dense attention takes every head dim up to the generic kernel's; paged attention's
      * narrower set is checked by cuda_paged_check. */
@@ -124,7 +103,7 @@ static int cuda_device_info(struct backend *be, int dev, gllm_device_info *out)
     struct cuda_ctx *c = be->ctx;
     if (dev < 0 || dev >= c->ndev)
         return -ENODEV;
-    *out = c->info[dev];
+    *out = c->dev[dev].info;
     return 0;
 }
 
@@ -148,21 +127,11 @@ static int cuda_memory_info(struct backend *be, int dev, uint64_t *used, uint64_
 static int cuda_host_register(struct backend *be, void *p, size_t len)
 {
     struct cuda_ctx *c = be->ctx;
-    struct cuda_host_rec *rec = malloc(sizeof *rec);
-    if (!rec)
-        return -ENOMEM;
-    /* Registrations belong to device 0's context: a reset of device 0 makes them again. */
-    pthread_mutex_lock(&c->host_lock);
+    /* Registrations belong to device 0's context. */
     c->d->cuCtxSetCurrent(c->dev[0].ctx);
     /* Mapped too: a paged kernel reads an attention's page table in place (cuda_paged.c). */
     CUresult r = c->d->cuMemHostRegister(p, len, HOST_REGISTER_FLAGS);
-    if (r == CUDA_SUCCESS) {
-        *rec = (struct cuda_host_rec){.next = c->hosts, .p = p, .len = len};
-        c->hosts = rec;
-    }
-    pthread_mutex_unlock(&c->host_lock);
     if (r != CUDA_SUCCESS) {
-        free(rec);
         char buf[160];
         backend_logf(&c->log, BACKEND_LOG_WARNING,
                      "cuda: pinning a %zu-byte arena failed (%s); copies will be slower", len,
@@ -175,18 +144,8 @@ static int cuda_host_register(struct backend *be, void *p, size_t len)
 static void cuda_host_unregister(struct backend *be, void *p)
 {
     struct cuda_ctx *c = be->ctx;
-    pthread_mutex_lock(&c->host_lock);
-    for (struct cuda_host_rec **h = &c->hosts; *h; h = &(*h)->next) {
-        if ((*h)->p != p)
-            continue;
-        struct cuda_host_rec *rec = *h;
-        *h = rec->next;
-        free(rec);
-        break;
-    }
     c->d->cuCtxSetCurrent(c->dev[0].ctx);
     c->d->cuMemHostUnregister(p);
-    pthread_mutex_unlock(&c->host_lock);
 }
 
 static bool tc_eligible(const struct attn_args *a)

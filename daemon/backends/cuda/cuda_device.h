@@ -3,7 +3,6 @@
 #ifndef GLLM_CUDA_DEVICE_H
 #define GLLM_CUDA_DEVICE_H
 
-#include <pthread.h>
 
 #include "attention_params.h"
 #include "backend_api.h"
@@ -23,14 +22,7 @@ struct cuda_graph_slot {
     CUgraphExec exec;
 };
 
-/* A mapping shared with a client (cuda_share.c), remembered so a reset can let it go. */
-struct cuda_share_rec {
-    struct cuda_share_rec *next;
-    CUdeviceptr p;
-    size_t bytes;
-    CUmemGenericAllocationHandle h;
-};
-
+/* One GPU: its context, module, stream, events and the running job's buffers. */
 struct cuda_dev {
     int ordinal;                   /* the driver's; info.index is gllmd's */
     CUdevice dev;
@@ -64,16 +56,6 @@ struct cuda_dev {
     bool host_pointers;            /* kernels may use a registered host pointer as it is */
     gllm_device_info info;
     uint64_t deadline_ns;          /* the running job's watchdog deadline; 0: none */
-    pthread_mutex_t share_lock;    /* shares: the loop adds and drops, a reset takes all */
-    struct cuda_share_rec *shares;
-};
-
-/* Host memory registered (cuMemHostRegister) in device 0's context: a reset of device 0
- * registers it again. */
-struct cuda_host_rec {
-    struct cuda_host_rec *next;
-    void *p;
-    size_t len;
 };
 
 struct cuda_ctx {
@@ -82,11 +64,6 @@ struct cuda_ctx {
     bool deterministic;            /* gllmd.conf: no sums added in L2 (cuda_paged.c) */
     int ndev;
     struct cuda_dev dev[GLLM_MAX_DEVICES];
-    /* What info answers: copied at open and never touched by a reset (which rebuilds each
-     * dev's own copy while the loop may be reading this one for status). */
-    gllm_device_info info[GLLM_MAX_DEVICES];
-    pthread_mutex_t host_lock;     /* host registrations, against a reset of device 0 */
-    struct cuda_host_rec *hosts;
 };
 
 /* Opens GPU ordinal into x (zeroed): its context, the embedded module and every kernel the
@@ -103,7 +80,8 @@ const char *cuda_images_line(void);
  * GLLM_EDEVLOST and its words are kept for the job's why (cuda_fault_why), anything else
  * GLLM_EBACKEND. */
 int cuda_fail(const struct cuda_ctx *c, CUresult r, const char *what);
-/* Whether r leaves the context unusable until it is reset. */
+/* Whether r leaves the context, and the process's CUDA state, unusable (NVIDIA: the process
+ * must end; an H100 showed a reset failing with the same error). */
 bool cuda_error_sticky(CUresult r);
 /* The calling thread's last context-fatal error, in words ("" when none since cleared). */
 const char *cuda_fault_why(void);

@@ -70,7 +70,7 @@ enum {
     CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,
     CUDA_ERROR_INSUFFICIENT_DRIVER = 35,
     CUDA_ERROR_NOT_READY = 600,
-    /* Sticky errors: the context is unusable until it is reset (cuda_device.c). */
+    /* Sticky errors: the process's CUDA state is unusable from then on (cuda_device.c). */
     CUDA_ERROR_ECC_UNCORRECTABLE = 214,
     CUDA_ERROR_NVLINK_UNCORRECTABLE = 220,
     CUDA_ERROR_ILLEGAL_ADDRESS = 700,

@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,61 +18,6 @@ static CUmemAllocationProp share_prop(const struct cuda_dev *x)
         .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
         .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)x->dev},
     };
-}
-
-/* Every live mapping is on its device's list, so a reset can let go of them all. false: no
- * room to remember it (the caller undoes the mapping). */
-static bool remember(struct cuda_dev *x, CUdeviceptr p, size_t bytes,
-                     CUmemGenericAllocationHandle h)
-{
-    struct cuda_share_rec *rec = malloc(sizeof *rec);
-    if (!rec)
-        return false;
-    *rec = (struct cuda_share_rec){.p = p, .bytes = bytes, .h = h};
-    pthread_mutex_lock(&x->share_lock);
-    rec->next = x->shares;
-    x->shares = rec;
-    pthread_mutex_unlock(&x->share_lock);
-    return true;
-}
-
-/* false: p is not on the list (a reset let it go already). */
-static bool forget(struct cuda_dev *x, CUdeviceptr p)
-{
-    pthread_mutex_lock(&x->share_lock);
-    for (struct cuda_share_rec **r = &x->shares; *r; r = &(*r)->next) {
-        if ((*r)->p != p)
-            continue;
-        struct cuda_share_rec *rec = *r;
-        *r = rec->next;
-        pthread_mutex_unlock(&x->share_lock);
-        free(rec);
-        return true;
-    }
-    pthread_mutex_unlock(&x->share_lock);
-    return false;
-}
-
-static void unmap_release(const struct cuda_driver *d, CUdeviceptr p, size_t bytes,
-                          CUmemGenericAllocationHandle h)
-{
-    d->cuMemUnmap(p, bytes);
-    d->cuMemAddressFree(p, bytes);
-    d->cuMemRelease(h);
-}
-
-void cuda_share_drop_all(const struct cuda_driver *d, struct cuda_dev *x)
-{
-    pthread_mutex_lock(&x->share_lock);
-    struct cuda_share_rec *rec = x->shares;
-    x->shares = NULL;
-    pthread_mutex_unlock(&x->share_lock);
-    while (rec) {
-        struct cuda_share_rec *next = rec->next;
-        unmap_release(d, rec->p, rec->bytes, rec->h);
-        free(rec);
-        rec = next;
-    }
 }
 
 size_t cuda_share_granularity(const struct cuda_ctx *c)
@@ -149,11 +93,6 @@ int cuda_share_alloc(struct backend *be, int dev, size_t bytes, struct backend_s
         return r == CUDA_ERROR_OUT_OF_MEMORY ? GLLM_EDEVMEM
                                               : cuda_fail(c, r, "shared device memory (export)");
     }
-    if (!remember(x, p, bytes, h)) {
-        close(exported);
-        unmap_release(d, p, bytes, h);
-        return GLLM_EDEVMEM;
-    }
     /* The driver's fd would otherwise leak into anything gllmd ever executes. */
     fcntl(exported, F_SETFD, FD_CLOEXEC);
     *out = (struct backend_shared){.ptr = (void *)(uintptr_t)p, .bytes = bytes, .handle = h};
@@ -211,11 +150,6 @@ int cuda_share_import(struct backend *be, int dev, int fd, size_t bytes,
                  bytes);
         code = r == CUDA_ERROR_OUT_OF_MEMORY ? GLLM_EDEVMEM : GLLM_EARENASIZE;
     }
-    if (code == 0 && !remember(x, p, bytes, h)) {
-        unmap_release(d, p, bytes, h);
-        snprintf(why, len, "out of host memory");
-        return GLLM_EDEVMEM;
-    }
     if (code) {
         d->cuMemRelease(h);
         return code;
@@ -232,10 +166,10 @@ void cuda_share_free(struct backend *be, int dev, const struct backend_shared *s
         return;
     d->cuCtxSetCurrent(c->dev[dev].ctx);
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)s->ptr;
-    if (!forget(&c->dev[dev], p))
-        return;            /* a reset let it go: the address may be someone else's now */
     /* Jobs using it have finished (the daemon frees it after their references go), but the
      * stream may still hold their copies: unmapping waits for nothing, so finish them. */
     d->cuStreamSynchronize(c->dev[dev].stream);
-    unmap_release(d, p, s->bytes, (CUmemGenericAllocationHandle)s->handle);
+    d->cuMemUnmap(p, s->bytes);
+    d->cuMemAddressFree(p, s->bytes);
+    d->cuMemRelease((CUmemGenericAllocationHandle)s->handle);
 }

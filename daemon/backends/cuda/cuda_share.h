@@ -13,7 +13,4 @@ int cuda_share_import(struct backend *be, int dev, int fd, size_t bytes,
                       struct backend_shared *out, char *why, size_t len);
 void cuda_share_free(struct backend *be, int dev, const struct backend_shared *s);
 
-/* A reset's part: unmaps and releases every mapping shared on x, exports and imports. */
-void cuda_share_drop_all(const struct cuda_driver *d, struct cuda_dev *x);
-
 #endif
