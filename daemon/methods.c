@@ -455,6 +455,10 @@ void method_job_refused(struct rpc_call *c, const struct proto_msg *m)
     if (!signal || signal->type == MSGPACK_OBJECT_NIL || c->refused == GLLM_EBUSY ||
         c->refused == GLLM_ESHUTDOWN || !backend_has(srv->be, BACKEND_FEAT_SYNC))
         return;
+    /* Signal-only jobs count as jobs: a client cannot queue more than max_inflight of them
+     * behind a job that waits. */
+    if (!session_may_submit(&c->ch->session, &srv->limits) || !server_may_submit(srv))
+        return;
     uint64_t dev = 0;
     if (proto_get_u64(m->params, "device", false, &dev) < 0 || dev >= (uint64_t)srv->ndevices)
         dev = 0;

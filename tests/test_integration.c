@@ -215,6 +215,55 @@ static void test_job_ordered_by_counters(void **state)
     gllm_disconnect(c);
 }
 
+/* A refused request's signal is queued as a job, within max_inflight: at the limit the
+ * request is BUSY and nothing is queued (the signal is the client's to write). */
+static void test_refused_signals_are_bounded(void **state)
+{
+    (void)state;
+    char conf[] = "/tmp/gllm-inflight-conf-XXXXXX";
+    int fd = mkstemp(conf);
+    assert_true(fd >= 0);
+    static const char text[] = "max_inflight = 1\n";
+    assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+    close(fd);
+    struct daemon d;
+    const char *args[] = {"--config", conf, NULL};
+    assert_int_equal(daemon_start(&d, args), 0);
+    gllm_client *c;
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    gllm_memory *counters;
+    assert_int_equal(gllm_arena_create(c, 4096, &counters), 0);
+    _Atomic uint32_t *ready = gllm_memory_data(counters), *refused_done = ready + 32;
+    atomic_store(ready, 0), atomic_store(refused_done, 0);
+    const struct job_spec s = {.B = 1, .Hq = 2, .Hkv = 2, .Sq = 16, .Skv = 16, .D = 64,
+                               .dtype = GLLM_DTYPE_F32};
+    struct live_job j;
+    assert_int_equal(job_setup(c, &j, &s, 5), 0);
+    j.p.wait = (gllm_counter){.memory = counters, .offset = 0, .value = 1};
+    assert_int_equal(gllm_attention_submit(c, &j.p, &j.id), 0);   /* the one job allowed */
+    gllm_attention_params mismatched = j.p;
+    mismatched.wait = (gllm_counter){0};
+    mismatched.signal = (gllm_counter){.memory = counters, .offset = 128, .value = 5};
+    mismatched.out.dtype = GLLM_DTYPE_F16;
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    /* At the limit (the waiting job holds it): BUSY, whatever else is wrong. */
+    assert_int_equal(gllm_attention(c, &mismatched, &res), GLLM_EBUSY);
+    atomic_store(ready, 1);
+    assert_int_equal(gllm_job_wait(c, j.id, &res), 0);
+    assert_int_equal(status_of(d.socket).jobs_inflight, 0);
+    assert_int_equal(atomic_load(refused_done), 0);             /* never queued */
+    /* Below the limit the same refusal's signal is written. */
+    assert_int_equal(gllm_attention(c, &mismatched, &res), GLLM_EDTYPE);
+    for (int i = 0; i < 1000 && atomic_load(refused_done) != 5; i++)
+        sleep_ms(1);
+    assert_int_equal(atomic_load(refused_done), 5);
+    gllm_memory_release(j.arena);
+    gllm_memory_release(counters);
+    gllm_disconnect(c);
+    assert_int_equal(daemon_stop(&d), 0);
+    unlink(conf);
+}
+
 /* Several client processes, each with several jobs in flight at once. */
 static void test_concurrent_pipelined_clients(void **state)
 {
@@ -875,6 +924,7 @@ int main(void)
         cmocka_unit_test(test_hello_and_status),
         cmocka_unit_test(test_process_name_not_utf8),
         cmocka_unit_test(test_job_ordered_by_counters),
+        cmocka_unit_test(test_refused_signals_are_bounded),
         cmocka_unit_test(test_concurrent_pipelined_clients),
         cmocka_unit_test(test_replies_in_submission_order),
         cmocka_unit_test(test_bad_requests_get_errors),
