@@ -109,7 +109,7 @@ static int open_device(const struct cuda_driver *d, int ordinal, struct cp_dev *
     char *a = strstr(chosen, "sm_90a");
     if (a)
         memmove(a + 5, a + 6, strlen(a + 6) + 1);
-    snprintf(x->info.image, sizeof x->info.image, "portable %s", chosen);
+    snprintf(x->info.image, sizeof x->info.image, "portable %.22s", chosen);   /* fits the 32 */
     if ((r = d->cuModuleLoadData(&x->mod, cuda_portable_image()))) {
         x->mod = NULL;
         snprintf(why, len, "device %d: loading the portable image: %s", ordinal,
