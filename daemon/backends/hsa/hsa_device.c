@@ -187,8 +187,9 @@ int hsa_device_open(struct hsa_dev *x, hsa_agent_t a, char *why, size_t len)
         snprintf(why, len, "%s reports a wave size of %u", x->processor, wave);
         return GLLM_EBACKEND;
     }
-    snprintf(x->info.name, sizeof x->info.name, "%s (%s, %u CUs)", product[0] ? product : "AMD GPU",
-             x->processor, cus);
+    /* 60 + 16 + the rest (at most 95) fits name whatever the runtime reports. */
+    snprintf(x->info.name, sizeof x->info.name, "%.60s (%.16s, %u CUs)",
+             product[0] ? product : "AMD GPU", x->processor, cus);
     snprintf(x->info.image, sizeof x->info.image, "%.20s HSACO", x->processor);
     size_t pool_bytes = 0;
     if (!find_pool(rt, a, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED, &x->device_pool, &pool_bytes)) {
