@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import math
+import statistics
 import os
 import sys
 import time
@@ -407,6 +408,9 @@ def main() -> int:
     ap.add_argument("--profile-steps", type=int, default=4,
                     help="extra decode steps timed part by part (not in tokens/s)")
     ap.add_argument("--mode", choices=("both", "torch", "gllm"), default="both")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="runs of each mode per batch, alternating their order; tokens/s is the "
+                         "median")
     ap.add_argument("--host-sync", action="store_true",
                     help="gllm calls synchronise the stream on the host instead of ordering on it")
     ap.add_argument("--json", default=None, help="write the results here")
@@ -428,6 +432,7 @@ def main() -> int:
     results = {"config": dataclasses.asdict(cfg), "prompt": prompt, "steps": steps,
                "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "gllm_ordering": "host-synchronised" if args.host_sync else "stream-ordered",
+               "rounds": args.rounds,
                "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
                "runs": []}
     g = torch.Generator(device="cuda").manual_seed(1)
@@ -437,7 +442,12 @@ def main() -> int:
         row = {"batch": B}
         logits = {}
         modes = ["torch", "gllm"] if args.mode == "both" else [args.mode]
-        for mode in modes:
+        rates: Dict[str, List[float]] = {m: [] for m in modes}
+        # Rounds alternate the modes' order, so that drift on the machine (clocks, the host's
+        # load) does not favour one; tokens/s is each mode's median over the rounds.
+        order = [m for rnd in range(args.rounds) for m in (modes if rnd % 2 == 0 else modes[::-1])]
+        for i, mode in enumerate(order):
+            first = mode not in row
             if mode == "torch":
                 backend = TorchAttention(cfg, B, total)
             else:
@@ -445,7 +455,9 @@ def main() -> int:
                                         host_sync=args.host_sync)
             # warm-up: kernels chosen, libraries loaded, pages touched
             run_mode(model, backend, tokens, min(prompt, 64), 2, 0, False)
-            r = run_mode(model, backend, tokens, prompt, steps, pst, B == batches[0])
+            r = run_mode(model, backend, tokens, prompt, steps, pst if first else 0,
+                         B == batches[0] and first)
+            rates[mode].append(r["decode_tokens_per_s"])
             if "_logits" in r:
                 logits[mode] = r.pop("_logits")
             if mode == "torch":
@@ -454,7 +466,11 @@ def main() -> int:
                 backend.release()
             del backend
             torch.cuda.empty_cache()
-            row[mode] = r
+            if first:
+                row[mode] = r
+            else:
+                row[mode]["decode_tokens_per_s_rounds"] = rates[mode]
+                row[mode]["decode_tokens_per_s"] = statistics.median(rates[mode])
             prof = r.get("profile_step_ms", {})
             print(f"B{B:<3} {mode:5}: prefill {r['prefill_ms']:9.2f} ms, decode "
                   f"{r['decode_tokens_per_s']:10.1f} tok/s ({r['decode_step_ms']:.3f} ms/step); "
@@ -480,7 +496,8 @@ def main() -> int:
         if "torch" in row and "gllm" in row:
             row["gllm_over_torch_tokens_per_s"] = row["gllm"]["decode_tokens_per_s"] / \
                 row["torch"]["decode_tokens_per_s"]
-            print(f"B{B:<3} gllm/torch decode tokens/s: {row['gllm_over_torch_tokens_per_s']:.3f}")
+            print(f"B{B:<3} gllm/torch decode tokens/s: {row['gllm_over_torch_tokens_per_s']:.3f}"
+                  + (f" (medians of {args.rounds} rounds each)" if args.rounds > 1 else ""))
         results["runs"].append(row)
     if args.json:
         with open(args.json, "w") as f:
