@@ -109,6 +109,7 @@ class Job:
     def __init__(self, client: "Client", job_id: int):
         self.client, self.id = client, job_id
         self._result: Optional[JobResult] = None
+        self._raw: Any = None                # the claimed gllm_job_result, until result()
         self._error: Optional[BaseException] = None
         self.run: List["Job"] = [self]   # the last job of a run: every job of it, in order
 
@@ -122,12 +123,14 @@ class Job:
                 c._claim(c._pending[0], True)
         if self._error is not None:
             raise self._error
+        if self._result is None and self._raw is not None:
+            self._result, self._raw = _fields(self._raw, JobResult), None
         assert self._result is not None
         return self._result
 
     def done(self) -> bool:
         """Whether the reply has been claimed."""
-        return self._result is not None or self._error is not None
+        return self._result is not None or self._raw is not None or self._error is not None
 
 
 @dataclasses.dataclass
@@ -185,6 +188,9 @@ class Client:
         self._memories: "weakref.WeakSet[Memory]" = weakref.WeakSet()
         # weak: a cached struct must not keep its memory (and a torch tensor's) alive
         self._structs: Dict[Any, Tuple[_lib.GllmTensor, "weakref.ref[Memory]"]] = {}
+        # torch tensors by object: (the object, its address, strides and shape then, the
+        # struct, CUDA-ness, its memory), all weak
+        self._by_object: Dict[int, Tuple[Any, ...]] = {}
         self._handle: Optional[int] = None
         self._pending: List[int] = []          # ordered jobs whose replies are unclaimed
         self._jobs: Dict[int, "Job"] = {}      # their Jobs, until claimed
@@ -409,19 +415,34 @@ class Client:
                 t, _ = self._find(x)
                 st = x._c_struct = t.c_struct()
             return st, False, x.memory
+        torch_like = _is_torch(x)
+        if torch_like:
+            # The fast path: the same tensor object as before, still over the same bytes
+            # (asking a torch tensor its address, shape, dtype and contiguity costs several
+            # microseconds, which a serving loop pays per tensor per layer).
+            seen = self._by_object.get(id(x))
+            if seen is not None and seen[0]() is x and x.data_ptr() == seen[1] and \
+                    x.stride() == seen[2] and x.shape == seen[3]:
+                mem = seen[6]()
+                if mem is not None and mem._handle is not None:
+                    return seen[4], seen[5], mem
         address, nbytes, shape, dtype, cuda = self._describe(x)
         key = (address, shape, dtype, cuda)
         hit = self._structs.get(key)
-        if hit is not None:
-            mem = hit[1]()
-            if mem is not None and mem._handle is not None:
-                return hit[0], cuda, mem
-        t, cuda = self._find(x)
-        st = t.c_struct()
-        if len(self._structs) >= 4096:
-            self._structs.clear()
-        self._structs[key] = (st, weakref.ref(t.memory))
-        return st, cuda, t.memory
+        if hit is not None and (hit[1]() is None or hit[1]()._handle is None):
+            hit = None
+        if hit is None:
+            t, cuda = self._find(x)
+            if len(self._structs) >= 4096:
+                self._structs.clear()
+            hit = self._structs[key] = (t.c_struct(), weakref.ref(t.memory))
+        st, mem = hit[0], hit[1]()
+        if torch_like:
+            if len(self._by_object) >= 4096:
+                self._by_object.clear()
+            self._by_object[id(x)] = (weakref.ref(x), address, x.stride(), x.shape, st, cuda,
+                                      hit[1])
+        return st, cuda, mem
 
     # --- jobs -----------------------------------------------------------------------
     @property
@@ -512,7 +533,7 @@ class Client:
                 j._error = err
             raise err
         if j is not None:
-            j._result = _fields(res, JobResult)
+            j._raw = res           # made into a JobResult when asked for
         return True
 
     def _reap(self, block: bool) -> None:

@@ -117,7 +117,7 @@ static void paged_latency(gllm_client *c, int64_t B, int64_t L, bool long_produc
     check_cu(cu.cuStreamCreate(&stream, 1), "cuStreamCreate");
     check_cu(cu.cuEventCreate(&ev_a, 0), "cuEventCreate");
     check_cu(cu.cuEventCreate(&ev_b, 0), "cuEventCreate");
-    static double added[2][STEPS], kern[2][STEPS];
+    static double added[2][STEPS], kern[2][STEPS], host_order[STEPS], host_submit[STEPS];
     size_t wrong[2] = {0, 0};
     for (int mode = 0; mode < 2; mode++) {
         check_cu(cu.cuMemsetD32Async(j.out, 0xffffffffu, j.out_bytes / 4, stream), "poison");
@@ -131,8 +131,14 @@ static void paged_latency(gllm_client *c, int64_t B, int64_t L, bool long_produc
             if (mode == 0) {
                 gllm_paged_attention_params p = j.p;
                 uint64_t job;
+                const double h0 = now_s();
                 check_gllm(c, gllm_stream_order(c, stream, &p.wait, &p.signal), "order");
+                const double h1 = now_s();
                 check_gllm(c, gllm_attention_decode_submit(c, &p, &job), "decode");
+                if (i >= WARMUP) {   /* the host's cost of one ordered job, by part */
+                    host_order[i - WARMUP] = (h1 - h0) * 1e6;
+                    host_submit[i - WARMUP] = (now_s() - h1) * 1e6;
+                }
                 check_cu(cu.cuEventRecord(ev_b, stream), "cuEventRecord");
                 check_cu(cu.cuMemsetD32Async(j.scratch + 1024, (unsigned)i, 256, stream), "consumer");
                 check_gllm(c, gllm_job_wait(c, job, &res), "the ordered decode's reply");
@@ -162,14 +168,18 @@ static void paged_latency(gllm_client *c, int64_t B, int64_t L, bool long_produc
            ok ? "ok" : "FAIL", wrong[0], wrong[1],
            STEPS, pct(added[0], STEPS, 0.5), pct(added[0], STEPS, 0.99), pct(added[1], STEPS, 0.5),
            pct(added[1], STEPS, 0.99), pct(kern[0], STEPS, 0.5), pct(kern[1], STEPS, 0.5));
+    printf("           host time per ordered job, p50: gllm_stream_order %.1f us, the submission "
+           "%.1f us\n", pct(host_order, STEPS, 0.5), pct(host_submit, STEPS, 0.5));
     printf("{\"case\": \"paged_decode_ordered\", \"batch\": %lld, \"kv_len\": %lld, "
            "\"producer\": \"%s\", "
            "\"ordered_added_p50_us\": %.1f, \"ordered_added_p99_us\": %.1f, "
            "\"host_synchronised_added_p50_us\": %.1f, \"host_synchronised_added_p99_us\": %.1f, "
-           "\"gllmd_kernel_p50_us\": %.1f}\n",
+           "\"gllmd_kernel_p50_us\": %.1f, \"host_stream_order_p50_us\": %.1f, "
+           "\"host_submit_p50_us\": %.1f}\n",
            (long long)B, (long long)L, long_producer ? "long" : "short",
            pct(added[0], STEPS, 0.5), pct(added[0], STEPS, 0.99),
-           pct(added[1], STEPS, 0.5), pct(added[1], STEPS, 0.99), pct(kern[0], STEPS, 0.5));
+           pct(added[1], STEPS, 0.5), pct(added[1], STEPS, 0.99), pct(kern[0], STEPS, 0.5),
+           pct(host_order, STEPS, 0.5), pct(host_submit, STEPS, 0.5));
     check_cu(cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
     paged_free(c, &j);
     if (long_producer)
