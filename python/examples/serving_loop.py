@@ -248,6 +248,7 @@ class GllmAttention:
         self.v = client.torch_tensor((max_tokens, cfg.kv_heads, cfg.head_dim), bf)
         self.out = client.torch_tensor((max_tokens, cfg.heads, cfg.head_dim), bf)
         self._views: Dict[int, tuple] = {}
+        self.stream = torch.cuda.current_stream()   # the loop's one stream, named once
         self.seqs: List[int] = []
         # per layer while profiling: (gllm call's stream span in s, its jobs' kernel s), or
         # with ordering (start event, end event, the run's Job) until profile_parts reads them
@@ -284,7 +285,8 @@ class GllmAttention:
                 ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 ev[0].record()
                 t0 = time.perf_counter()
-            job = self.cache.append_attention_step(layer, ks, vs, qs, os_, decode)
+            job = self.cache.append_attention_step(layer, ks, vs, qs, os_, decode,
+                                                   stream=self.stream)
             if self.profile is not None:
                 self.host_s += time.perf_counter() - t0
                 ev[1].record()
