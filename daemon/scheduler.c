@@ -36,6 +36,16 @@ struct worker {
     enum backend_fault armed;
     const void *armed_cookie;
 };
+/* Puts a finished job on the worker's list for the loop to settle; under w->lock. */
+static void done_append(struct worker *w, struct job *j)
+{
+    if (w->done_tail)
+        w->done_tail->next = j;
+    else
+        w->done_head = j;
+    w->done_tail = j;
+}
+
 
 struct sched {
     int nworkers;
@@ -215,11 +225,7 @@ static void fail_queued(struct worker *w, const char *reason)
                                   memory_order_release);
         j->ops->finished(j, w->scratch);
         pthread_mutex_lock(&w->lock);
-        if (w->done_tail)
-            w->done_tail->next = j;
-        else
-            w->done_head = j;
-        w->done_tail = j;
+        done_append(w, j);
         pthread_mutex_unlock(&w->lock);
     }
 }
@@ -494,11 +500,7 @@ static void *worker_main(void *arg)
             memcpy(reason, j->why, sizeof reason);
 
         pthread_mutex_lock(&w->lock);
-        if (w->done_tail)
-            w->done_tail->next = j;
-        else
-            w->done_head = j;
-        w->done_tail = j;
+        done_append(w, j);
         uv_async_send(&w->async);
         if (lost) {
             /* The failed job's owner hears of it while the device resets (or, where it
