@@ -36,6 +36,7 @@ struct worker {
     enum backend_fault armed;
     const void *armed_cookie;
 };
+
 /* Puts a finished job on the worker's list for the loop to settle; under w->lock. */
 static void done_append(struct worker *w, struct job *j)
 {
@@ -45,7 +46,6 @@ static void done_append(struct worker *w, struct job *j)
         w->done_head = j;
     w->done_tail = j;
 }
-
 
 struct sched {
     int nworkers;
