@@ -57,17 +57,6 @@ int wait_daemon_exit(struct daemon *d, int timeout_ms)
     return -ETIMEDOUT;
 }
 
-static bool socket_accepts(const char *path)
-{
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
-    if (fd >= 0)
-        close(fd);
-    return ok;
-}
-
 int restart_fault_daemon(struct daemon *d, const char *conf_lines)
 {
     const char *path = getenv("GLLMD_FAULT_PATH") ? getenv("GLLMD_FAULT_PATH") : GLLMD_FAULT_PATH;
@@ -89,7 +78,7 @@ int restart_fault_daemon(struct daemon *d, const char *conf_lines)
     /* Looked at every 100 us: the restart is what the fault tests time. */
     int r = -ETIMEDOUT;
     for (int i = 0; i < 100000; i++) {
-        if (socket_accepts(d->socket)) {
+        if (daemon_socket_answers(d->socket)) {
             r = 0;
             break;
         }
@@ -117,21 +106,6 @@ int daemon_fds(const struct daemon *d)
     closedir(dir);
     return n;
 }
-
-long daemon_rss_kib(const struct daemon *d)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)d->pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
-}
-
 /* The daemon's fds once the connections the helpers made have closed on its side: the same
  * count twice 100 ms apart, within 3 s. */
 int settled_fds(const struct daemon *d)

@@ -21,8 +21,6 @@ int wait_daemon_exit(struct daemon *d, int timeout_ms);
  * waits (at most 10 s) until the socket accepts: 0, or -ECHILD when it exited instead. */
 int restart_fault_daemon(struct daemon *d, const char *conf_lines);
 int daemon_fds(const struct daemon *d);
-/* The daemon's resident memory in KiB. */
-long daemon_rss_kib(const struct daemon *d);
 /* The daemon's fds once connections the helpers made have closed on its side. */
 int settled_fds(const struct daemon *d);
 /* Device 0's bytes in use, as status reports them. */

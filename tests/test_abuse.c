@@ -29,21 +29,7 @@ static void sleep_us(long us)
     nanosleep(&ts, NULL);
 }
 
-/* The daemon's resident memory (KiB) and open fds, from /proc. */
-static long daemon_rss_kib(void)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof path, "/proc/%d/status", (int)group_daemon.pid);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    long kib = -1;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    fclose(f);
-    return kib;
-}
-
+/* The daemon's open fds, from /proc (its resident memory: daemon_rss_kib). */
 static int daemon_fds(void)
 {
     char path[64];
@@ -96,7 +82,7 @@ static void test_clients_killed_hundreds_of_times(void **state)
     (void)state;
     gllm_status before = wait_quiet(group_daemon.socket, 0);
     sleep_us(50000);                                /* let our status connection close */
-    long rss_before = daemon_rss_kib();
+    long rss_before = daemon_rss_kib(&group_daemon);
     int fds_before = daemon_fds();
     int stop[2];
     assert_int_equal(pipe2(stop, O_NONBLOCK), 0);
@@ -141,7 +127,7 @@ static void test_clients_killed_hundreds_of_times(void **state)
     for (int i = 0; i < 300 && daemon_fds() != fds_before; i++)
         sleep_us(10000);
     assert_int_equal(daemon_fds(), fds_before);
-    long rss_after = daemon_rss_kib();
+    long rss_after = daemon_rss_kib(&group_daemon);
     fprintf(stderr, "after %d kills: RSS %ld -> %ld KiB, fds %d -> %d, jobs done %llu\n", KILLS,
             rss_before, rss_after, fds_before, daemon_fds(),
             (unsigned long long)after.jobs_done);
@@ -155,7 +141,7 @@ static void test_clients_killed_hundreds_of_times(void **state)
 static void test_flood_without_reading(void **state)
 {
     (void)state;
-    long rss_before = daemon_rss_kib();
+    long rss_before = daemon_rss_kib(&group_daemon);
     int fd = raw_connect(group_daemon.socket);
     static struct proto_buf b;
     proto_buf_init(&b);
@@ -183,7 +169,7 @@ static void test_flood_without_reading(void **state)
     assert_true(stalled);                           /* back-pressure reached the sender */
     gllm_status st = status_of(group_daemon.socket);                  /* others are still served */
     assert_true(st.clients >= 2);
-    long rss_flood = daemon_rss_kib();
+    long rss_flood = daemon_rss_kib(&group_daemon);
     fprintf(stderr, "flood: %d requests sent before back-pressure, RSS %ld -> %ld KiB\n", sent,
             rss_before, rss_flood);
     assert_true(rss_flood - rss_before < 64 * 1024);

@@ -28,8 +28,7 @@ const char *test_backend(void)
     return b && b[0] ? b : "cpu";
 }
 
-/* Up when its socket accepts a connection (hello may still be refused by policy). */
-static bool socket_answers(const char *path)
+bool daemon_socket_answers(const char *path)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     snprintf(a.sun_path, sizeof a.sun_path, "%s", path);
@@ -38,6 +37,20 @@ static bool socket_answers(const char *path)
     if (fd >= 0)
         close(fd);
     return ok;
+}
+
+long daemon_rss_kib(const struct daemon *d)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)d->pid);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    long kib = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
 }
 
 int daemon_start(struct daemon *d, const char *const *extra)
@@ -86,7 +99,7 @@ int daemon_start_env(struct daemon *d, const char *const *extra, const char *con
     }
     /* Ready when the socket answers; give up after 10 s (60 s under a wrapper). */
     for (int i = 0; i < (n && w && w[0] ? 6000 : 1000); i++) {
-        if (socket_answers(d->socket))
+        if (daemon_socket_answers(d->socket))
             return 0;
         int status;
         if (waitpid(d->pid, &status, WNOHANG) == d->pid) {

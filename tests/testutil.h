@@ -32,6 +32,10 @@ int daemon_start(struct daemon *d, const char *const *extra);
 int daemon_start_env(struct daemon *d, const char *const *extra, const char *const *env);
 /* SIGTERM, wait; returns the exit status (or -1). */
 int daemon_stop(struct daemon *d);
+/* Whether a daemon's socket accepts a connection (hello may still be refused by policy). */
+bool daemon_socket_answers(const char *path);
+/* The daemon's resident memory in KiB, from /proc (the test fails if it cannot be read). */
+long daemon_rss_kib(const struct daemon *d);
 /* One gllmd shared by a group of tests: CMocka group setup and teardown for it. */
 extern struct daemon group_daemon;
 int group_daemon_start(void **state);
