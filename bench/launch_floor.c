@@ -60,7 +60,7 @@ static void measure(const struct launch *l)
         const double t00 = now_us();
         must(d->cuEventRecord(a, stream), "record");
         const double t0 = now_us();
-        must(l->graph ? cuda_launch(d, &graphs, l->f, l->gx, l->gy, 128, l->smem, l->params)
+        must(l->graph ? cuda_launch(d, &graphs, &graphs.lane, l->f, l->gx, l->gy, 128, l->smem, l->params)
                       : d->cuLaunchKernel(l->f, l->gx, l->gy, 1, 128, 1, 1, l->smem, stream, args, NULL),
              l->name);
         const double t1 = now_us();
@@ -209,7 +209,7 @@ int main(void)
     struct launch b1 = {"B1 L8192 D128 f16 (single, 32x8)", single, SPLIT, HKV,
                         GLLM_CUDA_PAGED_SMEM(D), &sp, false};
     must(d->cuStreamSynchronize(stream), "setup");
-    graphs.stream = stream;
+    graphs.lane = (struct cuda_lane){.stream = stream, .graphs = true};
     struct launch empty_graph = empty, b1_graph = b1;
     empty_graph.graph = b1_graph.graph = true;
     empty_graph.name = "near-empty kernel, graph";

@@ -273,3 +273,25 @@ int backend_inject_fault(struct backend *be, int dev, enum backend_fault kind,
     }
     return be->device->inject_fault(be, dev, kind, deadline_ns, why, len);
 }
+
+bool backend_has_queues(const struct backend *be)
+{
+    return backend_has(be, BACKEND_FEAT_QUEUES) && be->device->queue_open &&
+           be->device->queue_poll && be->device->queue_close;
+}
+
+int backend_queue_open(struct backend *be, int dev, struct backend_queue **out)
+{
+    return backend_has_queues(be) ? be->device->queue_open(be, dev, out) : -ENOTSUP;
+}
+
+int backend_queue_poll(struct backend *be, int dev, struct backend_queue *q, bool cancel)
+{
+    return be->device->queue_poll(be, dev, q, cancel);
+}
+
+void backend_queue_close(struct backend *be, int dev, struct backend_queue *q)
+{
+    if (q)
+        be->device->queue_close(be, dev, q);
+}

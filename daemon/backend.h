@@ -60,6 +60,13 @@ int backend_reset(struct backend *be, int dev, char *why, size_t len);
 bool backend_recovers_in_process(const struct backend *be);
 int backend_inject_fault(struct backend *be, int dev, enum backend_fault kind,
                          uint64_t deadline_ns, char *why, size_t len);
+/* Queues (backend_api.h, "Queues"): whether be has them (feature and all three entries);
+ * open and poll on the device's worker thread, close on any thread with nothing in flight
+ * (accepts NULL). */
+bool backend_has_queues(const struct backend *be);
+int backend_queue_open(struct backend *be, int dev, struct backend_queue **out);
+int backend_queue_poll(struct backend *be, int dev, struct backend_queue *q, bool cancel);
+void backend_queue_close(struct backend *be, int dev, struct backend_queue *q);
 /* On the loop, before a paged job is queued: 0 when the backend can run it, else a code and
  * a one-line reason (GLLM_EMETHOD when the backend has no paged operations). */
 int backend_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len);

@@ -34,6 +34,9 @@ void channel_unref(struct channel *ch)
 {
     if (--ch->refs > 0)
         return;
+    /* The last job has settled: nothing of the session is in its queues any more. */
+    for (int d = 0; d < GLLM_MAX_DEVICES; d++)
+        backend_queue_close(ch->srv->be, d, ch->session.lanes[d].queue);
     if (ch->conn)
         conn_free(ch->conn);
     free(ch);

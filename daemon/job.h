@@ -54,7 +54,14 @@ struct job {
     const _Atomic uint32_t *wait; /* NULL: none */
     uint32_t wait_value;
     uint64_t wait_deadline;       /* CLOCK_MONOTONIC ns */
+    bool wait_mapped;             /* the device can read the wait's counter (its arena is
+                                   * registered, or the backend needs no registration) */
     struct backend_sync sync;     /* the signal the backend writes; its args point here */
+    /* A job that failed before reaching its lane's queue, while earlier jobs of the lane
+     * were in flight there: its signal goes through the queue behind them, as a copy of
+     * nothing (backend_api.h, "Queues"). */
+    struct copy_args signal_op;
+    struct backend_sync signal_sync;
     int status;
     int refused;                  /* a refused request's code: the job only writes its signal */
     bool replied;                 /* answered from the worker thread: settle sends nothing */

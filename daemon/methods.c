@@ -415,6 +415,8 @@ static int take_sync(struct rpc_call *c, const struct proto_msg *m, struct job *
         }
         job->wait = slot;
         job->wait_deadline = now_ns() + ms * 1000000ull;
+        const struct arena *held = job->arenas[job->narenas - 1];   /* sync_counter's */
+        job->wait_mapped = held->pinned_by || !backend_registers_host(c->ch->srv->be);
     }
     if (signal) {
         _Atomic uint32_t *slot;

@@ -35,6 +35,11 @@ struct worker {
      * running (under lock). */
     enum backend_fault armed;
     const void *armed_cookie;
+    /* The backend has queues: jobs ordered with their client are submitted to their lane's
+     * and finished by polling (poll_flying); fly lists the lanes with jobs there. */
+    bool queues;
+    struct lane *fly;                     /* worker thread only */
+    uint64_t fly_events;                  /* jobs submitted or finished through queues */
 };
 
 /* Puts a finished job on the worker's list for the loop to settle; under w->lock. */
@@ -85,6 +90,31 @@ static bool job_ready(const struct job *j, uint64_t now)
            now >= j->wait_deadline || j->ops->skip(j) != 0;   /* its client left: skip it now */
 }
 
+/* Whether j goes through its lane's queue: ordered with its client, on a backend with
+ * queues, its wait's counter where the device can read it (else the worker polls it, as
+ * before queues). A job armed with a fault runs as before, so the fault meets it alone.
+ * Under w->lock. */
+static bool queued_job(const struct worker *w, const struct job *j)
+{
+    return w->queues && (j->wait || j->sync.signal) && (!j->wait || j->wait_mapped) &&
+           !(w->armed && w->armed_cookie == j->cookie);
+}
+
+/* Whether lane l's next job can be taken: a queued job at once (its device waits for its
+ * counter) while the queue has room; any other only once nothing of the lane is in flight,
+ * and then as before. */
+static bool lane_ready(const struct worker *w, const struct lane *l, uint64_t *now)
+{
+    const struct job *j = l->head;
+    if (queued_job(w, j))
+        return l->nfly < BACKEND_QUEUE_DEPTH;
+    if (l->nfly)
+        return false;
+    if (j->wait && !*now)
+        *now = now_ns();
+    return job_ready(j, *now);
+}
+
 /* The first lane in ring order whose next job is ready, taken out of the ring (NULL: none
  * is). A lane whose job waits keeps its place, and its later jobs wait behind it: jobs of
  * one client on one device still run in order, and other clients' run meanwhile. */
@@ -92,9 +122,7 @@ static struct lane *ready_lane(struct worker *w)
 {
     uint64_t now = 0;
     for (struct lane *l = w->ring_head, *prev = NULL; l; prev = l, l = l->next) {
-        if (l->head->wait && !now)
-            now = now_ns();
-        if (!job_ready(l->head, now))
+        if (!lane_ready(w, l, &now))
             continue;
         if (prev)
             prev->next = l->next;
@@ -107,11 +135,12 @@ static struct lane *ready_lane(struct worker *w)
     return NULL;
 }
 
-static struct job *take_job(struct worker *w)
+static struct job *take_job(struct worker *w, struct lane **lane)
 {
     struct lane *l = ready_lane(w);
     if (!l)
         return NULL;
+    *lane = l;
     l->in_ring = false;
     struct job *j = l->head;
     l->head = j->next;
@@ -370,36 +399,112 @@ static bool context_lost(int status)
     return status == GLLM_EDEVLOST || status == GLLM_EJOBTIMEOUT;
 }
 
-/* The backend's, for the job's kind; the owner may say to skip it instead. true: the job
- * left the device needing a reset. */
+/* What keeps j from running, checked when it is taken: 0 to run it, else the status it
+ * fails with. A job taken at its wait deadline rather than its counter fails here too; a
+ * queued job's counter is the device's to wait for (queued: true). */
+static int job_precheck(struct worker *w, struct job *j, bool queued)
+{
+    int st = j->ops->skip(j);
+    if (st == 0 && j->refused)
+        st = j->refused;                   /* runs nothing: writes its signal */
+    if (st == 0 && !queued && j->wait &&
+        (int32_t)(atomic_load_explicit(j->wait, memory_order_acquire) - j->wait_value) < 0)
+        st = GLLM_EWAITTIMEOUT;            /* taken at its deadline, not its counter */
+    if (st == 0 && w->failed && j->t_start >= w->retry_ns)
+        reset_device(w, w->failed_why);
+    if (st == 0 && w->failed) {
+        snprintf(j->why, sizeof j->why, "device %d could not be reset after a fault (%.100s)",
+                 w->dev, w->failed_why);
+        st = GLLM_EDEVLOST;
+    }
+    if (st == 0)
+        st = check_generation(w, j);
+    return st;
+}
+
+/* Writes j's signal from the host: a job that never reached the device, or whose device's
+ * own write went with its context, must not leave the client's stream waiting for ever
+ * (its reply says it failed). */
+static void signal_from_host(struct job *j)
+{
+    if (j->sync.signal)
+        atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
+                              memory_order_release);
+}
+
+/* Points the args of j's kind at its timing, deadline, why, sync and queue. */
+static void bind_args(struct job *j, uint64_t deadline, const struct backend_sync *sync,
+                      struct backend_queue *queue)
+{
+    switch (j->kind) {
+    case JOB_COPY:
+        j->copy.timing = &j->timing;
+        j->copy.deadline_ns = deadline;
+        j->copy.why = j->why, j->copy.why_len = sizeof j->why;
+        j->copy.sync = sync, j->copy.queue = queue;
+        break;
+    case JOB_PAGED:
+        j->paged.timing = &j->timing;
+        j->paged.deadline_ns = deadline;
+        j->paged.why = j->why, j->paged.why_len = sizeof j->why;
+        j->paged.sync = sync, j->paged.queue = queue;
+        break;
+    case JOB_ATTENTION:
+        j->args.timing = &j->timing;
+        j->args.deadline_ns = deadline;
+        j->args.why = j->why, j->args.why_len = sizeof j->why;
+        j->args.sync = sync, j->args.queue = queue;
+        break;
+    }
+}
+
+static int call_backend(struct worker *w, struct job *j)
+{
+    switch (j->kind) {
+    case JOB_COPY: return backend_copy(w->be, w->dev, &j->copy);
+    case JOB_PAGED: return backend_paged(w->be, w->dev, &j->paged);
+    case JOB_ATTENTION: return backend_attention(w->be, w->dev, &j->args);
+    }
+    return -EINVAL;
+}
+
+/* The watchdog's time for j, for its why. */
+static uint64_t job_budget(const struct worker *w, const struct job *j)
+{
+    const uint64_t deadline = job_deadline(w->sched, j, j->t_start);
+    return deadline ? deadline - j->t_start : 0;
+}
+
+/* j left its device needing a reset (status: GLLM_EDEVLOST or GLLM_EJOBTIMEOUT): its
+ * signal goes out from here and its why says what happened, in the client's terms. budget:
+ * the watchdog's time for it. */
+static void describe_loss(const struct worker *w, struct job *j, uint64_t budget_ns)
+{
+    if (j->sync.signal_host)
+        signal_from_host(j);
+    char cause[sizeof j->why];
+    if (j->status == GLLM_EJOBTIMEOUT)
+        snprintf(cause, sizeof cause, "job ran past its watchdog deadline of %.0f ms%s%.80s",
+                 (double)budget_ns / 1e6, j->why[0] ? ": " : "", j->why);
+    else
+        snprintf(cause, sizeof cause, "%s", j->why[0] ? j->why : "context-fatal device error");
+    if (backend_recovers_in_process(w->be))
+        snprintf(j->why, sizeof j->why, "device %d reset: %.130s", w->dev, cause);
+    else
+        snprintf(j->why, sizeof j->why, "device %d lost, gllmd restarts: %.120s", w->dev, cause);
+}
+
+/* The backend's, for the job's kind, run to completion; the owner may say to skip it
+ * instead. true: the job left the device needing a reset. */
 static bool run_job(struct worker *w, struct job *j)
 {
     j->t_start = now_ns();
-    j->status = j->ops->skip(j);
-    if (j->status == 0 && j->refused)
-        j->status = j->refused;            /* runs nothing: writes its signal, below */
-    if (j->status == 0 && j->wait &&
-        (int32_t)(atomic_load_explicit(j->wait, memory_order_acquire) - j->wait_value) < 0)
-        j->status = GLLM_EWAITTIMEOUT;     /* taken at its deadline, not its counter */
-    if (j->status == 0 && w->failed && j->t_start >= w->retry_ns)
-        reset_device(w, w->failed_why);
-    if (j->status == 0 && w->failed) {
-        snprintf(j->why, sizeof j->why, "device %d could not be reset after a fault (%.100s)",
-                 w->dev, w->failed_why);
-        j->status = GLLM_EDEVLOST;
-    }
-    if (j->status == 0)
-        j->status = check_generation(w, j);
-    if (j->status != 0 && j->sync.signal)
-        /* Not run: the signal goes out all the same, from here, so the client's stream
-         * does not wait for ever (the reply says the job failed). */
-        atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
-                              memory_order_release);
+    j->status = job_precheck(w, j, false);
     if (j->status != 0) {
+        signal_from_host(j);
         j->t_end = now_ns();
         return false;
     }
-    struct backend *be = w->be;
     const uint64_t deadline = job_deadline(w->sched, j, j->t_start);
     enum backend_fault fault = BACKEND_FAULT_NONE;
     pthread_mutex_lock(&w->lock);
@@ -409,108 +514,260 @@ static bool run_job(struct worker *w, struct job *j)
     }
     pthread_mutex_unlock(&w->lock);
     if (fault) {
-        j->status = backend_inject_fault(be, w->dev, fault, deadline, j->why, sizeof j->why);
+        j->status = backend_inject_fault(w->be, w->dev, fault, deadline, j->why, sizeof j->why);
         if (j->status == 0)
             j->status = GLLM_EBACKEND;     /* a fault that did not happen is still a failure */
     } else {
-        switch (j->kind) {
-        case JOB_COPY:
-            j->copy.timing = &j->timing;
-            j->copy.deadline_ns = deadline;
-            j->copy.why = j->why, j->copy.why_len = sizeof j->why;
-            j->status = backend_copy(be, w->dev, &j->copy);
-            break;
-        case JOB_PAGED:
-            j->paged.timing = &j->timing;
-            j->paged.deadline_ns = deadline;
-            j->paged.why = j->why, j->paged.why_len = sizeof j->why;
-            j->status = backend_paged(be, w->dev, &j->paged);
-            break;
-        case JOB_ATTENTION:
-            j->args.timing = &j->timing;
-            j->args.deadline_ns = deadline;
-            j->args.why = j->why, j->args.why_len = sizeof j->why;
-            j->status = backend_attention(be, w->dev, &j->args);
-            break;
-        }
+        bind_args(j, deadline, j->sync.signal ? &j->sync : NULL, NULL);
+        j->status = call_backend(w, j);
     }
     j->t_end = now_ns();
     if (!context_lost(j->status))
         return false;
-    if (j->sync.signal && j->sync.signal_host)
-        /* The device's own write of the signal went with its context (or waits behind the
-         * hung work): written from here, so the client's stream does not wait for ever. */
-        atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
-                              memory_order_release);
-    /* The reply says what happened to the device, in the client's terms. */
-    char cause[sizeof j->why];
-    if (j->status == GLLM_EJOBTIMEOUT)
-        snprintf(cause, sizeof cause, "job ran past its watchdog deadline of %.0f ms%s%.80s",
-                 (double)(deadline - j->t_start) / 1e6, j->why[0] ? ": " : "", j->why);
-    else
-        snprintf(cause, sizeof cause, "%s", j->why[0] ? j->why : "context-fatal device error");
-    if (backend_recovers_in_process(w->be))
-        snprintf(j->why, sizeof j->why, "device %d reset: %.130s", w->dev, cause);
-    else
-        snprintf(j->why, sizeof j->why, "device %d lost, gllmd restarts: %.120s", w->dev, cause);
+    describe_loss(w, j, deadline ? deadline - j->t_start : 0);
     return true;
+}
+
+/* Hands a job that is done to its owner and the loop. */
+static void job_done(struct worker *w, struct job *j)
+{
+    j->ops->finished(j, w->scratch);
+    pthread_mutex_lock(&w->lock);
+    done_append(w, j);
+    uv_async_send(&w->async);
+    pthread_mutex_unlock(&w->lock);
+}
+
+static void fly_push(struct worker *w, struct lane *l, struct job *j)
+{
+    j->next = NULL;
+    if (l->fly_tail)
+        l->fly_tail->next = j;
+    else
+        l->fly_head = j;
+    l->fly_tail = j;
+    if (l->nfly++ == 0) {
+        l->fly_next = w->fly;
+        w->fly = l;
+    }
+    w->fly_events++;
+}
+
+static struct job *fly_pop(struct worker *w, struct lane *l)
+{
+    struct job *j = l->fly_head;
+    l->fly_head = j->next;
+    if (!l->fly_head)
+        l->fly_tail = NULL;
+    l->nfly--;
+    j->next = NULL;
+    w->fly_events++;
+    return j;
+}
+
+/* Takes lanes that have nothing in flight off the worker's list. */
+static void fly_prune(struct worker *w)
+{
+    for (struct lane **pl = &w->fly; *pl;)
+        if ((*pl)->nfly == 0)
+            *pl = (*pl)->fly_next;
+        else
+            pl = &(*pl)->fly_next;
+}
+
+/* Hands the jobs of list (linked by next) to their owners and the loop. After the last job
+ * of a session is handed over its lanes may be freed at any moment: the worker must no
+ * longer hold them in its lists. */
+static void jobs_done(struct worker *w, struct job *list)
+{
+    for (struct job *j = list, *next; j; j = next) {
+        next = j->next;
+        j->next = NULL;
+        job_done(w, j);
+    }
+}
+
+/* After a device lost its context or was reset: every job in its queues fails with
+ * GLLM_EDEVLOST (the reset discarded them on the device) and its signal goes out from here.
+ * The failed jobs are added to *done. */
+static void fail_flying(struct worker *w, const char *reason, struct job ***done)
+{
+    for (struct lane *l = w->fly; l; l = l->fly_next)
+        while (l->fly_head) {
+            struct job *j = fly_pop(w, l);
+            j->t_end = now_ns();
+            if (j->status == 0) {
+                j->status = GLLM_EDEVLOST;
+                snprintf(j->why, sizeof j->why, "device %d: %.100s; this job was queued there "
+                         "and did not run", w->dev, reason);
+            }
+            signal_from_host(j);
+            **done = j;
+            *done = &j->next;
+        }
+    w->fly = NULL;
+}
+
+/* A job taken from lane l that goes through its queue: checked, then submitted, then left
+ * in flight for poll_flying. One that fails first still signals in order: through the queue
+ * behind the lane's jobs in flight, else from the host. true: the device needs a reset
+ * (the reason in reason; the job is answered). */
+static bool submit_job(struct worker *w, struct lane *l, struct job *j, char *reason,
+                       size_t len)
+{
+    const uint64_t now = j->t_start = now_ns();
+    int st = job_precheck(w, j, true);
+    if (st == 0 && !l->queue && (st = backend_queue_open(w->be, w->dev, &l->queue)) < 0)
+        snprintf(j->why, sizeof j->why, "device %d: no queue for this client (%s)", w->dev,
+                 gllm_strerror(st));
+    if (st == 0) {
+        if (j->wait) {
+            j->sync.wait = (const void *)j->wait;
+            j->sync.wait_value = j->wait_value;
+            j->sync.wait_timeout_ns = j->wait_deadline > now ? j->wait_deadline - now : 1;
+        }
+        bind_args(j, job_deadline(w->sched, j, now), &j->sync, l->queue);
+        st = call_backend(w, j);
+        if (st == BACKEND_PENDING) {
+            fly_push(w, l, j);
+            return false;
+        }
+        if (st == 0)
+            st = GLLM_EBACKEND;    /* the interface promises pending or a failure */
+        if (context_lost(st)) {
+            j->status = st;
+            j->t_end = now_ns();
+            describe_loss(w, j, job_budget(w, j));
+            snprintf(reason, len, "%s", j->why);
+            job_done(w, j);
+            return true;
+        }
+    }
+    j->status = st;
+    if (j->sync.signal && l->nfly) {
+        j->signal_sync = (struct backend_sync){.signal = j->sync.signal,
+                                               .signal_value = j->sync.signal_value,
+                                               .signal_host = j->sync.signal_host};
+        j->signal_op = (struct copy_args){.sync = &j->signal_sync, .queue = l->queue};
+        if (backend_copy(w->be, w->dev, &j->signal_op) == BACKEND_PENDING) {
+            fly_push(w, l, j);
+            return false;
+        }
+    }
+    signal_from_host(j);
+    j->t_end = now_ns();
+    job_done(w, j);
+    return false;
+}
+
+/* Finishes what the device has done in the lanes' queues, oldest first in each. Returns
+ * true when a job left the device needing a reset (its reason in reason), with every job
+ * of the queues failed. */
+static bool poll_flying(struct worker *w, char *reason, size_t len)
+{
+    bool lost = false;
+    struct job *done = NULL, **tail = &done;
+    for (struct lane *l = w->fly; l && !lost; l = l->fly_next)
+        while (l->fly_head && !lost) {
+            /* A job whose client left is not waited for: its wait is released now. */
+            const int skip = l->fly_head->ops->skip(l->fly_head);
+            int r = backend_queue_poll(w->be, w->dev, l->queue, skip != 0);
+            if (r == BACKEND_PENDING)
+                break;
+            struct job *j = fly_pop(w, l);
+            j->t_end = now_ns();
+            if (j->status == 0)     /* else it failed before and only its signal was queued */
+                j->status = skip && !context_lost(r) ? skip : r;
+            if (context_lost(r)) {
+                j->status = r;
+                describe_loss(w, j, job_budget(w, j));
+                snprintf(reason, len, "%s", j->why);
+                lost = true;
+            }
+            *tail = j;
+            tail = &j->next;
+        }
+    if (lost)
+        fail_flying(w, reason, &tail);
+    else
+        fly_prune(w);
+    jobs_done(w, done);
+    return lost;
+}
+
+/* Between looks at counters and queues with nothing else to do: spinning for a while (a
+ * client's producer usually finishes within microseconds of submitting), then short sleeps. */
+static void idle_pause(uint64_t *since)
+{
+    const uint64_t now = now_ns();
+    if (!*since)
+        *since = now;
+    if (now - *since < WAIT_POLL_SPIN_NS)
+        for (int i = 0; i < 64; i++)
+            __asm__ __volatile__("" ::: "memory");
+    else
+        nanosleep(&(struct timespec){.tv_nsec = WAIT_POLL_SLEEP_NS}, NULL);
 }
 
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
-    uint64_t polling_since = 0;       /* since when every queued job has been waiting */
-    pthread_mutex_lock(&w->lock);
+    uint64_t polling_since = 0;       /* since when nothing has been taken or finished */
+    char reason[sizeof ((struct job *)0)->why];
     for (;;) {
-        if (!w->ring_head && !w->stop) {
+        if (w->fly) {
+            const uint64_t events = w->fly_events;
+            if (poll_flying(w, reason, sizeof reason)) {
+                reset_device(w, reason);
+                polling_since = 0;
+                continue;
+            }
+            if (w->fly_events != events)
+                polling_since = 0;
+        }
+        pthread_mutex_lock(&w->lock);
+        if (!w->ring_head && !w->fly && !w->stop) {
             /* Read under the lock: a job queued after this point changes the count. */
             unsigned seen = atomic_load_explicit(&w->submitted, memory_order_relaxed);
             pthread_mutex_unlock(&w->lock);
             spin_for_work(w, seen);
             pthread_mutex_lock(&w->lock);
         }
-        while (!w->ring_head && !w->stop)
+        while (!w->ring_head && !w->fly && !w->stop)
             pthread_cond_wait(&w->wake, &w->lock);
-        if (!w->ring_head)
-            break;
-        struct job *j = take_job(w);
-        if (!j) {
-            /* Every queued job waits for its client's counter, which no wake-up announces:
-             * poll the counters, spinning for a while (a client's producer usually finishes
-             * within microseconds of submitting), then between short sleeps. */
-            uint64_t now = now_ns();
-            if (!polling_since)
-                polling_since = now;
+        if (!w->ring_head && !w->fly) {
             pthread_mutex_unlock(&w->lock);
-            if (now - polling_since < WAIT_POLL_SPIN_NS)
-                for (int i = 0; i < 64; i++)
-                    __asm__ __volatile__("" ::: "memory");
-            else
-                nanosleep(&(struct timespec){.tv_nsec = WAIT_POLL_SLEEP_NS}, NULL);
-            pthread_mutex_lock(&w->lock);
+            break;
+        }
+        struct lane *l = NULL;
+        struct job *j = w->ring_head ? take_job(w, &l) : NULL;
+        const bool queued = j && queued_job(w, j);
+        pthread_mutex_unlock(&w->lock);
+        if (!j) {
+            /* Every queued job waits for its client's counter, which no wake-up announces,
+             * or the device is busy with what is in flight. */
+            idle_pause(&polling_since);
             continue;
         }
         polling_since = 0;
-        pthread_mutex_unlock(&w->lock);
-
+        if (queued) {
+            if (submit_job(w, l, j, reason, sizeof reason)) {
+                struct job *failed = NULL, **tail = &failed;
+                fail_flying(w, reason, &tail);
+                jobs_done(w, failed);
+                reset_device(w, reason);
+            }
+            continue;
+        }
         bool lost = run_job(w, j);
-        j->ops->finished(j, w->scratch);
-        char reason[sizeof j->why];
         if (lost)    /* the job may be settled and freed as soon as it is on the list */
             memcpy(reason, j->why, sizeof reason);
-
-        pthread_mutex_lock(&w->lock);
-        done_append(w, j);
-        uv_async_send(&w->async);
-        if (lost) {
-            /* The failed job's owner hears of it while the device resets (or, where it
-             * cannot be, before the process exits). */
-            pthread_mutex_unlock(&w->lock);
+        job_done(w, j);
+        /* The failed job's owner hears of it while the device resets (or, where it cannot
+         * be, before the process exits). */
+        if (lost)
             reset_device(w, reason);
-            pthread_mutex_lock(&w->lock);
-        }
     }
-    pthread_mutex_unlock(&w->lock);
     return NULL;
 }
 
@@ -579,7 +836,8 @@ static int start_worker(struct sched *s, uv_loop_t *loop, struct backend *be, in
         free(scratch);
         return -ENOMEM;
     }
-    *w = (struct worker){.sched = s, .be = be, .dev = dev, .scratch = scratch};
+    *w = (struct worker){.sched = s, .be = be, .dev = dev, .scratch = scratch,
+                         .queues = backend_has_queues(be)};
     int r = uv_async_init(loop, &w->async, on_finished);
     if (r < 0) {
         free(scratch);

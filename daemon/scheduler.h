@@ -16,6 +16,14 @@ struct lane {
     struct job *head, *tail;
     struct lane *next;
     bool in_ring;
+    /* On a backend with queues, jobs ordered with the client (a wait or a signal) are
+     * submitted to the lane's own queue and sit here, oldest first, until the device has
+     * done them; the lane's other jobs wait until it is empty. Worker thread only. */
+    struct backend_queue *queue;   /* opened at the lane's first such job; closed by the
+                                    * owner (backend_queue_close) once nothing is in flight */
+    struct job *fly_head, *fly_tail;
+    unsigned nfly;
+    struct lane *fly_next;         /* the worker's list of lanes with jobs in flight */
 };
 
 struct sched;

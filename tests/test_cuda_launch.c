@@ -106,13 +106,29 @@ static int setup(void **state)
     (void)state;
     memset(&fk, 0, sizeof fk);
     memset(&dev, 0, sizeof dev);
+    dev.lane.graphs = true;
     return 0;
 }
 
 static void launch(CUfunction f, unsigned gx, unsigned param)
 {
-    assert_int_equal(cuda_launch(&drv, &dev, f, gx, 8, 128, 0, &param), CUDA_SUCCESS);
+    assert_int_equal(cuda_launch(&drv, &dev, &dev.lane, f, gx, 8, 128, 0, &param), CUDA_SUCCESS);
     assert_int_equal(fk.last_param, param);      /* every launch runs with its own parameters */
+}
+
+/* A client's queue launches directly, however often a shape repeats: a graph shared by two
+ * streams would order one client's jobs behind another's. */
+static void test_lane_without_graphs(void **state)
+{
+    (void)state;
+    struct cuda_lane own = {.graphs = false};
+    for (unsigned i = 1; i <= 3; i++) {
+        unsigned param = i;
+        assert_int_equal(cuda_launch(&drv, &dev, &own, K1, 32, 8, 128, 0, &param), CUDA_SUCCESS);
+        assert_int_equal(fk.last_param, param);
+    }
+    assert_int_equal(fk.direct, 3);
+    assert_int_equal(fk.execs, 0);
 }
 
 static void test_graph_from_second_launch(void **state)
@@ -192,6 +208,7 @@ static void test_failures_fall_back(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_lane_without_graphs, setup),
         cmocka_unit_test_setup(test_graph_from_second_launch, setup),
         cmocka_unit_test_setup(test_least_recent_replaced, setup),
         cmocka_unit_test_setup(test_failures_fall_back, setup),

@@ -13,7 +13,7 @@
 
 /* Bumped when a vtable or an argument struct changes; the registry passes over a backend
  * built against another version. */
-#define BACKEND_API_VERSION 3
+#define BACKEND_API_VERSION 4
 
 /* ---- Logging: the daemon's logger, handed in through backend_config ---- */
 
@@ -46,6 +46,8 @@ static inline uint64_t backend_now_ns(void)
 }
 
 /* ---- Jobs: validated by the daemon, in elements and raw pointers ---- */
+
+struct backend_queue;           /* a backend's own (see Queues below) */
 
 /* Work ordered on the device with a client, through 32-bit counters in memory shared with
  * it (share_alloc or share_import): before the job's first operation the device waits until
@@ -87,6 +89,7 @@ struct attn_args {
     uint64_t deadline_ns;       /* the watchdog's (see below); 0: none */
     char *why;                  /* out, optional: a failed job's reason, one line */
     size_t why_len;
+    struct backend_queue *queue;       /* optional: submit to it (see Queues below) */
 };
 
 /* A copy between host memory (an arena) and device memory (a device tensor). */
@@ -100,6 +103,7 @@ struct copy_args {
     uint64_t deadline_ns;       /* the watchdog's; 0: none */
     char *why;                  /* out, optional: a failed job's reason, one line */
     size_t why_len;
+    struct backend_queue *queue;       /* optional: submit to it (see Queues below) */
 };
 
 /* A validated paged-KV job. The page table arrays are the daemon's own checked copies in
@@ -141,7 +145,31 @@ struct paged_args {
     size_t why_len;
     const struct backend_sync *sync;   /* optional */
     uint64_t deadline_ns;       /* the watchdog's; 0: none */
+    struct backend_queue *queue;       /* optional: submit to it (see Queues below) */
 };
+
+/* ---- Queues (BACKEND_FEAT_QUEUES): one client's work on a device, not waited for ----
+ *
+ * Jobs ordered with a client through counters (backend_sync) would hold a device's only
+ * stream while their wait is unmet, so the daemon gives each client its own queue on each
+ * device (a stream on a GPU). An operation whose args name a queue is submitted, not run:
+ * the backend puts its wait, its work and its signal on the queue behind the queue's earlier
+ * operations and returns BACKEND_PENDING at once, or a final status when it failed before
+ * anything was queued. The device starts the work when the counter arrives, with no host in
+ * the loop. The daemon then calls queue_poll for the queue's oldest operation: it returns
+ * BACKEND_PENDING while that one is not done, else its status and timing and why, as the
+ * running entry would have, and forgets it. Deadlines count from the time the operation's
+ * wait was seen met: past wait_timeout_ns from its submission with the wait unmet, the
+ * backend releases it (it writes the awaited value) and the operation fails with
+ * GLLM_EWAITTIMEOUT; past (deadline_ns - its submission) from then, GLLM_EJOBTIMEOUT. A poll
+ * with cancel set (the job's client is gone) releases an unmet wait at once instead. The
+ * args (and what they point to) stay valid until queue_poll has returned the operation's
+ * status. A copy of zero bytes is a valid operation: its wait and signal alone, in order. At
+ * most BACKEND_QUEUE_DEPTH operations of a queue are in flight. A reset discards every
+ * operation in flight on the device's queues (the daemon fails their jobs itself); the
+ * queues stay usable. */
+#define BACKEND_PENDING 1
+#define BACKEND_QUEUE_DEPTH 8
 
 /* ---- Faults (docs/hardening.md, "Faults and resets") ----
  *
@@ -200,6 +228,8 @@ struct backend_config {
 #define BACKEND_FEAT_ARENA_TABLES (1u << 0)
 /* Jobs honour backend_sync (waits and signals in shared memory, ordered on the device). */
 #define BACKEND_FEAT_SYNC (1u << 1)
+/* Operations may be submitted to queues (see Queues): queue_open, queue_close, queue_poll. */
+#define BACKEND_FEAT_QUEUES (1u << 2)
 
 /* How memory shared with another process is handed over (docs/shared-memory.md): the kind
  * of fd share_alloc returns and share_import takes. */
@@ -278,6 +308,12 @@ struct backend_device_iface {
      * passed for a spin; -EOPNOTSUPP with why for a kind this backend cannot make. */
     int (*inject_fault)(struct backend *be, int dev, enum backend_fault kind,
                         uint64_t deadline_ns, char *why, size_t len);
+    /* Optional, all three or none (BACKEND_FEAT_QUEUES): a client's queue on dev (see
+     * Queues). open and poll on dev's worker thread; close on any thread, with nothing of
+     * the queue in flight. */
+    int (*queue_open)(struct backend *be, int dev, struct backend_queue **out);
+    int (*queue_poll)(struct backend *be, int dev, struct backend_queue *q, bool cancel);
+    void (*queue_close)(struct backend *be, int dev, struct backend_queue *q);
 };
 
 /* The backend as the registry sees it: found, scored, opened. */

@@ -12,6 +12,7 @@
 #include "cpu_fault.h"
 #include "cpu_paged.h"
 #include "cpu_pool.h"
+#include "cpu_queue.h"
 #include "cpu_share.h"
 
 extern const struct backend_iface cpu_backend_iface;
@@ -22,7 +23,10 @@ struct cpu_ctx {
     struct cpu_attention *attn;
     char model[96];
     struct cpu_ledger ledger;   /* the device's memory, for resets and status */
+    struct cpu_queues queues;
 };
+
+static cpu_op_run_fn run_op;
 
 static int cpu_probe(char *why, size_t len)
 {
@@ -83,10 +87,11 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
     be->ctx = c;
     be->ndevices = 1;
     cpu_ledger_init(&c->ledger);
+    cpu_queues_init(&c->queues, run_op);
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = CPU_MAX_HEAD_DIM,
-        .features = BACKEND_FEAT_SYNC,
+        .features = BACKEND_FEAT_SYNC | BACKEND_FEAT_QUEUES,
         .share_kind = BACKEND_SHARE_MEMFD,
         .share_granularity = cpu_share_granularity(),
     };
@@ -163,6 +168,8 @@ static int cpu_attention(struct backend *be, int dev, const struct attn_args *a)
     struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
+    if (a->queue)
+        return cpu_queue_submit(a->queue, CPU_OP_ATTENTION, a);
     if (poisoned(c, a->why, a->why_len))
         return sync_signal(a->sync, GLLM_EDEVLOST);
     int r = sync_wait(a->sync);
@@ -180,6 +187,8 @@ static int cpu_paged(struct backend *be, int dev, const struct paged_args *p)
     struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
+    if (p->queue)
+        return cpu_queue_submit(p->queue, CPU_OP_PAGED, p);
     if (poisoned(c, p->why, p->why_len))
         return sync_signal(p->sync, GLLM_EDEVLOST);
     int r = sync_wait(p->sync);
@@ -270,6 +279,7 @@ static int cpu_reset(struct backend *be, int dev, char *why, size_t len)
     struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
+    cpu_queues_discard(&c->queues);
     return cpu_fault_reset(&c->ledger, why, len);
 }
 
@@ -286,15 +296,47 @@ static int cpu_copy(struct backend *be, int dev, const struct copy_args *c)
 {
     if (dev != 0)
         return -ENODEV;
+    if (c->queue)
+        return cpu_queue_submit(c->queue, CPU_OP_COPY, c);
     if (poisoned(be->ctx, c->why, c->why_len))
         return sync_signal(c->sync, GLLM_EDEVLOST);
     int r = sync_wait(c->sync);
     if (r < 0)
         return r;
-    memcpy(c->dst, c->src, c->bytes);
+    if (c->bytes)           /* zero bytes: an operation of its wait and signal alone */
+        memcpy(c->dst, c->src, c->bytes);
     if (c->timing)
         c->timing->copy_bytes = c->bytes;
     return sync_signal(c->sync, 0);
+}
+
+static int run_op(struct backend *be, int dev, enum cpu_op_kind kind, const void *args)
+{
+    switch (kind) {
+    case CPU_OP_COPY: return cpu_copy(be, dev, args);
+    case CPU_OP_ATTENTION: return cpu_attention(be, dev, args);
+    case CPU_OP_PAGED: return cpu_paged(be, dev, args);
+    }
+    return -EINVAL;
+}
+
+static int cpu_queue_open_dev(struct backend *be, int dev, struct backend_queue **out)
+{
+    struct cpu_ctx *c = be->ctx;
+    return dev != 0 ? -ENODEV : cpu_queue_open(&c->queues, out);
+}
+
+static int cpu_queue_poll_dev(struct backend *be, int dev, struct backend_queue *q, bool cancel)
+{
+    struct cpu_ctx *c = be->ctx;
+    return cpu_queue_poll(&c->queues, be, dev, q, cancel);
+}
+
+static void cpu_queue_close_dev(struct backend *be, int dev, struct backend_queue *q)
+{
+    struct cpu_ctx *c = be->ctx;
+    (void)dev;
+    cpu_queue_close(&c->queues, q);
 }
 
 static const struct backend_device_iface cpu_device_iface = {
@@ -311,6 +353,9 @@ static const struct backend_device_iface cpu_device_iface = {
     .share_free = cpu_share_free_dev,
     .reset = cpu_reset,
     .inject_fault = cpu_inject_fault,
+    .queue_open = cpu_queue_open_dev,
+    .queue_poll = cpu_queue_poll_dev,
+    .queue_close = cpu_queue_close_dev,
 };
 
 const struct backend_iface cpu_backend_iface = {

@@ -8,6 +8,7 @@
 
 #include "cuda_device.h"
 #include "cuda_paged.h"
+#include "cuda_queue.h"
 #include "cuda_share.h"
 #include "cuda_sync.h"
 
@@ -90,7 +91,8 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = GLLM_CUDA_GENERIC_MAX_D,
-        .features = BACKEND_FEAT_ARENA_TABLES | (cuda_sync_supported(d) ? BACKEND_FEAT_SYNC : 0),
+        .features = BACKEND_FEAT_ARENA_TABLES |
+                    (cuda_sync_supported(d) ? BACKEND_FEAT_SYNC | BACKEND_FEAT_QUEUES : 0),
     };
     be->caps.share_granularity = cuda_share_granularity(c);
     be->caps.share_kind = be->caps.share_granularity ? BACKEND_SHARE_CUDA_VMM : BACKEND_SHARE_NONE;
@@ -190,35 +192,43 @@ static void cuda_dev_free(struct backend *be, int dev, void *p)
     c->d->cuMemFree((CUdeviceptr)(uintptr_t)p);
 }
 
-static int copy_job(struct backend *be, int dev, const void *args)
+static int copy_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                        struct cuda_slot *sl, const void *args)
 {
     const struct copy_args *cp = args;
-    struct cuda_ctx *c = be->ctx;
     const struct cuda_driver *d = c->d;
-    if (dev < 0 || dev >= c->ndev)
-        return -ENODEV;
-    struct cuda_dev *x = &c->dev[dev];
-    d->cuCtxSetCurrent(x->ctx);
+    (void)x;
+    sl->moved = 0;
+    if (!cp->bytes)              /* its wait and signal alone */
+        return 0;
     CUresult r;
-    d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
+    d->cuEventRecord(sl->ev[EV_COPY_IN], ln->stream);
     if (cp->to_device)
-        r = d->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)cp->dst, cp->src, cp->bytes, x->stream);
+        r = d->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)cp->dst, cp->src, cp->bytes, ln->stream);
     else
-        r = d->cuMemcpyDtoHAsync(cp->dst, (CUdeviceptr)(uintptr_t)cp->src, cp->bytes, x->stream);
+        r = d->cuMemcpyDtoHAsync(cp->dst, (CUdeviceptr)(uintptr_t)cp->src, cp->bytes, ln->stream);
     if (r)
         return cuda_fail(c, r, "device tensor copy");
-    d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
-    int rc = cuda_sync_finish(c, x, cp->sync, "device tensor copy");
-    if (rc < 0)
-        return rc;
-    if (cp->timing) {
+    d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
+    sl->moved = cp->bytes;
+    return 0;
+}
+
+static int copy_complete(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_slot *sl,
+                         const void *args)
+{
+    const struct copy_args *cp = args;
+    (void)x;
+    if (cp->timing && sl->moved) {
         float ms = 0;
-        d->cuEventElapsedTime(&ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
+        c->d->cuEventElapsedTime(&ms, sl->ev[EV_COPY_IN], sl->ev[EV_KERNEL]);
         cp->timing->copy_ns = (uint64_t)((double)ms * 1e6);
         cp->timing->copy_bytes = cp->bytes;
     }
     return 0;
 }
+
+static const struct cuda_op_type copy_op = {copy_enqueue, copy_complete};
 
 /* Around every operation: the job's watchdog deadline for cuda_sync_finish, and a
  * context-fatal error's words into the job's why. */
@@ -243,25 +253,26 @@ static int op_end(struct backend *be, int dev, int r, char *why, size_t len)
 static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
 {
     op_begin(be, dev, cp->deadline_ns);
-    int r = cuda_sync_run(be, dev, cp->sync, copy_job, cp, "device tensor copy");
+    int r = cp->queue ? cuda_queue_submit(be, dev, cp->queue, &copy_op, cp, cp->sync,
+                                          cp->deadline_ns, "device tensor copy", cp->why,
+                                          cp->why_len)
+                      : cuda_run_now(be, dev, cp->sync, &copy_op, cp, "device tensor copy");
     return op_end(be, dev, r, cp->why, cp->why_len);
 }
 
-static int attention_job(struct backend *be, int dev, const void *args)
+static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                             struct cuda_slot *sl, const void *args)
 {
     const struct attn_args *a = args;
-    struct cuda_ctx *c = be->ctx;
     const struct cuda_driver *d = c->d;
-    if (dev < 0 || dev >= c->ndev)
-        return -ENODEV;
-    struct cuda_dev *x = &c->dev[dev];
+    sl->moved = 0;
+    sl->copies = sl->ran = false;
     if (a->D < 1 || a->D > GLLM_CUDA_GENERIC_MAX_D || a->Hkv < 1 || a->Hq % a->Hkv != 0)
         return -EINVAL;
     if (a->B == 0 || a->Hq == 0 || a->Sq == 0)
         return 0;
     if (a->B * a->Hq > 65535)
         return -E2BIG;                   /* grid.y limit */
-    d->cuCtxSetCurrent(x->ctx);
 
     size_t es = a->dtype == GLLM_DTYPE_F32 ? 4 : 2;
     const void *host[5] = {a->q, a->k, a->v, a->out, a->lse};
@@ -288,7 +299,7 @@ static int attention_job(struct backend *be, int dev, const void *args)
      * of or behind the kernel. */
     const bool staged = total > 0;
     if (staged) {
-        int rc = cuda_ensure_scratch(c, x, total);
+        int rc = cuda_ensure_scratch(c, x, ln, total);
         if (rc < 0)
             return rc;
     }
@@ -296,18 +307,18 @@ static int attention_job(struct backend *be, int dev, const void *args)
     CUresult r;
     uint64_t moved = 0;
     if (staged)
-        d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
+        d->cuEventRecord(sl->ev[EV_COPY_IN], ln->stream);
     CUdeviceptr dptr[5];
     for (int i = 0; i < 5; i++)
-        dptr[i] = (a->device_mask & (1u << i)) ? (CUdeviceptr)(uintptr_t)host[i] : x->scratch + off[i];
+        dptr[i] = (a->device_mask & (1u << i)) ? (CUdeviceptr)(uintptr_t)host[i] : ln->scratch + off[i];
     for (int i = 0; i < 5; i++) {
         if (!bytes[i] || !copy_in[i] || (a->device_mask & (1u << i)))
             continue;
-        if ((r = d->cuMemcpyHtoDAsync(x->scratch + off[i], host[i], bytes[i], x->stream)))
+        if ((r = d->cuMemcpyHtoDAsync(ln->scratch + off[i], host[i], bytes[i], ln->stream)))
             return cuda_fail(c, r, "copy to device");
         moved += bytes[i];
     }
-    d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
+    d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
 
     gllm_cuda_attn_params p = {
         .q = (const void *)(uintptr_t)dptr[0],
@@ -328,42 +339,58 @@ static int attention_job(struct backend *be, int dev, const void *args)
     const unsigned heads = (unsigned)(a->B * a->Hq);
     if (tc_eligible(a) && hopper) {
         const int64_t rows = GLLM_CUDA_HP_ROWS(a->D);
-        r = cuda_launch(d, x, hopper, (unsigned)((a->Sq + rows - 1) / rows), heads,
+        r = cuda_launch(d, x, ln, hopper, (unsigned)((a->Sq + rows - 1) / rows), heads,
                         (unsigned)GLLM_CUDA_HP_THREADS(a->D), (unsigned)GLLM_CUDA_HP_SMEM(a->D), &p);
     } else if (tc_eligible(a)) {
         CUfunction f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
         const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
-        r = cuda_launch(d, x, f, (unsigned)((a->Sq + rows - 1) / rows), heads,
+        r = cuda_launch(d, x, ln, f, (unsigned)((a->Sq + rows - 1) / rows), heads,
                         (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), (unsigned)GLLM_CUDA_TC_SMEM(a->D),
                         &p);
     } else {
-        r = cuda_launch(d, x, x->generic[a->dtype],
+        r = cuda_launch(d, x, ln, x->generic[a->dtype],
                         (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS),
                         heads, GLLM_CUDA_GENERIC_ROWS * 32, 0, &p);
     }
     if (r)
         return cuda_fail(c, r, "kernel launch");
-    d->cuEventRecord(x->ev[EV_KERNEL_END], x->stream);
+    d->cuEventRecord(sl->ev[EV_KERNEL_END], ln->stream);
     for (int i = 3; i < 5; i++) {
         if (!bytes[i] || (a->device_mask & (1u << i)))
             continue;
-        if ((r = d->cuMemcpyDtoHAsync((void *)host[i], x->scratch + off[i], bytes[i], x->stream)))
+        if ((r = d->cuMemcpyDtoHAsync((void *)host[i], ln->scratch + off[i], bytes[i], ln->stream)))
             return cuda_fail(c, r, "copy from device");
         moved += bytes[i];
     }
     if (staged)
-        d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
-    int fin = cuda_sync_finish(c, x, a->sync, "attention kernel");
-    if (fin < 0)
-        return fin;
-    cuda_read_timing(d, x, a->timing, moved, staged);
+        d->cuEventRecord(sl->ev[EV_COPY_OUT], ln->stream);
+    sl->moved = moved;
+    sl->copies = staged;
+    sl->ran = true;                      /* its events are there to read */
     return 0;
 }
+
+/* Timing from the slot's events, when the kernel ran (a job with nothing to do has none). */
+static int attention_complete(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_slot *sl,
+                              const void *args)
+{
+    const struct attn_args *a = args;
+    (void)x;
+    if (sl->ran)
+        cuda_read_timing(c->d, sl, a->timing);
+    return 0;
+}
+
+static const struct cuda_op_type attention_op = {attention_enqueue, attention_complete};
+
+
 
 static int cuda_attention(struct backend *be, int dev, const struct attn_args *a)
 {
     op_begin(be, dev, a->deadline_ns);
-    int r = cuda_sync_run(be, dev, a->sync, attention_job, a, "attention kernel");
+    int r = a->queue ? cuda_queue_submit(be, dev, a->queue, &attention_op, a, a->sync,
+                                         a->deadline_ns, "attention kernel", a->why, a->why_len)
+                     : cuda_run_now(be, dev, a->sync, &attention_op, a, "attention kernel");
     return op_end(be, dev, r, a->why, a->why_len);
 }
 
@@ -387,7 +414,7 @@ static int cuda_inject_fault(struct backend *be, int dev, enum backend_fault kin
         return -ENODEV;
     struct cuda_dev *x = &c->dev[dev];
     d->cuCtxSetCurrent(x->ctx);
-    int r = cuda_ensure_scratch(c, x, 4096);
+    int r = cuda_ensure_scratch(c, x, &x->lane, 4096);
     if (r < 0)
         return r;
     op_begin(be, dev, deadline_ns);
@@ -397,10 +424,10 @@ static int cuda_inject_fault(struct backend *be, int dev, enum backend_fault kin
             snprintf(why, len, "a spin needs the watchdog on and stream memory operations");
             return op_end(be, dev, -EOPNOTSUPP, why, len);
         }
-        if ((cr = d->cuMemsetD32Async(x->scratch, 0, 1, x->stream)) ||
-            (cr = d->cuStreamWaitValue32(x->stream, x->scratch, 1, CU_STREAM_WAIT_VALUE_GEQ)))
+        if ((cr = d->cuMemsetD32Async(x->lane.scratch, 0, 1, x->lane.stream)) ||
+            (cr = d->cuStreamWaitValue32(x->lane.stream, x->lane.scratch, 1, CU_STREAM_WAIT_VALUE_GEQ)))
             return op_end(be, dev, cuda_fail(c, cr, "injected spin"), why, len);
-        r = cuda_sync_finish(c, x, NULL, "injected spin");
+        r = cuda_stream_finish(c, x, "injected spin");
         if (r == GLLM_EJOBTIMEOUT)
             snprintf(why, len, "a stream wait that nothing satisfies (injected) held the GPU");
         return op_end(be, dev, r, why, len);
@@ -412,7 +439,7 @@ static int cuda_inject_fault(struct backend *be, int dev, enum backend_fault kin
         return op_end(be, dev, -EINVAL, why, len);
     }
     /* Page 1 of the address space is never mapped on any GPU. */
-    const CUdeviceptr bad = kind == BACKEND_FAULT_OOB ? (CUdeviceptr)0x1000 : x->scratch + 1;
+    const CUdeviceptr bad = kind == BACKEND_FAULT_OOB ? (CUdeviceptr)0x1000 : x->lane.scratch + 1;
     gllm_cuda_attn_params p = {
         .q = (const void *)(uintptr_t)bad, .k = (const void *)(uintptr_t)bad,
         .v = (const void *)(uintptr_t)bad, .out = (void *)(uintptr_t)(bad + 256),
@@ -422,9 +449,9 @@ static int cuda_inject_fault(struct backend *be, int dev, enum backend_fault kin
         p.q_st[i] = p.k_st[i] = p.v_st[i] = p.o_st[i] = 1;
     void *args[] = {&p};
     if ((cr = d->cuLaunchKernel(x->generic[GLLM_DTYPE_F32], 1, 1, 1, GLLM_CUDA_GENERIC_ROWS * 32, 1,
-                                1, 0, x->stream, args, NULL)))
+                                1, 0, x->lane.stream, args, NULL)))
         return op_end(be, dev, cuda_fail(c, cr, "injected fault launch"), why, len);
-    r = cuda_sync_finish(c, x, NULL, kind == BACKEND_FAULT_OOB ? "injected out-of-bounds read"
+    r = cuda_stream_finish(c, x, kind == BACKEND_FAULT_OOB ? "injected out-of-bounds read"
                                                                : "injected misaligned read");
     if (r == 0) {
         snprintf(why, len, "the injected fault did not fault");
@@ -448,6 +475,9 @@ static const struct backend_device_iface cuda_device_iface = {
     .share_import = cuda_share_import,
     .share_free = cuda_share_free,
     .inject_fault = cuda_inject_fault,
+    .queue_open = cuda_queue_open,
+    .queue_poll = cuda_queue_poll,
+    .queue_close = cuda_queue_close,
 };
 
 const struct backend_iface cuda_backend_iface = {

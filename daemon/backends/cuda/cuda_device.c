@@ -51,14 +51,6 @@ static CUresult load_paged(const struct cuda_driver *d, struct cuda_dev *x, char
         snprintf(why, len, "kernel gllm_kv_append_rows missing from the image");
         return r;
     }
-    void *flag;
-    if ((r = d->cuMemAllocHost(&flag, 64))) {
-        snprintf(why, len, "pinned memory for the paged kernel's flag: %s",
-                 cuda_error_text(d, r, buf, sizeof buf));
-        return r;
-    }
-    x->bad_page = flag;
-    *x->bad_page = 0;
     if ((r = d->cuDeviceGetAttribute(&x->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, x->dev)))
         x->sm_count = 0;
     if (x->sm_count < 1)
@@ -69,20 +61,110 @@ static CUresult load_paged(const struct cuda_driver *d, struct cuda_dev *x, char
     return CUDA_SUCCESS;
 }
 
-void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
-                      struct attn_timing *t, uint64_t moved, bool copies)
+void cuda_read_timing(const struct cuda_driver *d, const struct cuda_slot *sl,
+                      struct attn_timing *t)
 {
     if (!t)
         return;
     float in_ms = 0, k_ms = 0, out_ms = 0;
-    d->cuEventElapsedTime(&k_ms, x->ev[EV_KERNEL], x->ev[EV_KERNEL_END]);
-    if (copies) {
-        d->cuEventElapsedTime(&in_ms, x->ev[EV_COPY_IN], x->ev[EV_KERNEL]);
-        d->cuEventElapsedTime(&out_ms, x->ev[EV_KERNEL_END], x->ev[EV_COPY_OUT]);
+    d->cuEventElapsedTime(&k_ms, sl->ev[EV_KERNEL], sl->ev[EV_KERNEL_END]);
+    if (sl->copies) {
+        d->cuEventElapsedTime(&in_ms, sl->ev[EV_COPY_IN], sl->ev[EV_KERNEL]);
+        d->cuEventElapsedTime(&out_ms, sl->ev[EV_KERNEL_END], sl->ev[EV_COPY_OUT]);
     }
     t->kernel_ns = (uint64_t)((double)k_ms * 1e6);
     t->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
-    t->copy_bytes = moved;
+    t->copy_bytes = sl->moved;
+}
+
+void cuda_free_device(const struct cuda_driver *d, struct cuda_dev *x, CUdeviceptr p)
+{
+    if (!p)
+        return;
+    if (x && x->waits_armed && x->ngraves < CUDA_GRAVEYARD)
+        x->graveyard[x->ngraves++] = (struct cuda_grave){.dev = p};
+    else
+        d->cuMemFree(p);
+}
+
+void cuda_free_host(const struct cuda_driver *d, struct cuda_dev *x, void *p)
+{
+    if (!p)
+        return;
+    if (x && x->waits_armed && x->ngraves < CUDA_GRAVEYARD)
+        x->graveyard[x->ngraves++] = (struct cuda_grave){.host = p};
+    else
+        d->cuMemFreeHost(p);
+}
+
+void cuda_graveyard_drain(const struct cuda_driver *d, struct cuda_dev *x)
+{
+    for (; x->ngraves > 0; x->ngraves--) {
+        struct cuda_grave *g = &x->graveyard[x->ngraves - 1];
+        if (g->dev)
+            d->cuMemFree(g->dev);
+        if (g->host)
+            d->cuMemFreeHost(g->host);
+    }
+}
+
+int cuda_lane_open(const struct cuda_driver *d, struct cuda_lane *ln, char *why, size_t len)
+{
+    char buf[128];
+    CUresult r = d->cuStreamCreate(&ln->stream, CU_STREAM_NON_BLOCKING);
+    if (r) {
+        ln->stream = NULL;
+        snprintf(why, len, "stream: %s", cuda_error_text(d, r, buf, sizeof buf));
+        return r == CUDA_ERROR_OUT_OF_MEMORY ? GLLM_EDEVMEM : GLLM_EBACKEND;
+    }
+    return 0;
+}
+
+void cuda_lane_close(const struct cuda_driver *d, struct cuda_dev *x, struct cuda_lane *ln)
+{
+    cuda_free_device(d, x, ln->scratch);
+    cuda_free_device(d, x, ln->counters);
+    cuda_free_device(d, x, ln->sums);
+    if (ln->stream)
+        d->cuStreamDestroy(ln->stream);
+    memset(ln, 0, sizeof *ln);
+}
+
+int cuda_slot_open(const struct cuda_driver *d, struct cuda_slot *sl, char *why, size_t len)
+{
+    char buf[128];
+    CUresult r;
+    void *flag = NULL;
+    CUevent *evs[EV_COUNT + 2] = {&sl->waited, &sl->done};
+    for (int i = 0; i < EV_COUNT; i++)
+        evs[2 + i] = &sl->ev[i];
+    for (int i = 0; i < EV_COUNT + 2; i++)
+        if ((r = d->cuEventCreate(evs[i], i < 2 ? CU_EVENT_DISABLE_TIMING : CU_EVENT_DEFAULT))) {
+            *evs[i] = NULL;
+            snprintf(why, len, "event: %s", cuda_error_text(d, r, buf, sizeof buf));
+            return GLLM_EBACKEND;
+        }
+    if ((r = d->cuMemAllocHost(&flag, 64))) {
+        snprintf(why, len, "pinned memory for the paged kernel's flag: %s",
+                 cuda_error_text(d, r, buf, sizeof buf));
+        return GLLM_EDEVMEM;
+    }
+    sl->bad_page = flag;
+    *sl->bad_page = 0;
+    return 0;
+}
+
+void cuda_slot_close(const struct cuda_driver *d, struct cuda_dev *x, struct cuda_slot *sl)
+{
+    cuda_free_host(d, x, sl->hstage);
+    cuda_free_host(d, x, (void *)sl->bad_page);
+    CUevent evs[EV_COUNT + 2] = {sl->waited, sl->done};
+    for (int i = 0; i < EV_COUNT; i++)
+        evs[2 + i] = sl->ev[i];
+    for (int i = 0; i < EV_COUNT + 2; i++)
+        if (evs[i])
+            d->cuEventDestroy(evs[i]);
+    memset(sl, 0, sizeof *sl);
 }
 
 /* Per worker thread: each device's operations run on its own worker. */
@@ -141,25 +223,12 @@ void cuda_device_close(const struct cuda_driver *d, struct cuda_dev *x)
         return;
     d->cuCtxSetCurrent(x->ctx);
     cuda_launch_free(d, x);
-    if (x->scratch)
-        d->cuMemFree(x->scratch);
-    if (x->hstage)
-        d->cuMemFreeHost(x->hstage);
-    if (x->counters)
-        d->cuMemFree(x->counters);
-    if (x->sums)
-        d->cuMemFree(x->sums);
-    if (x->bad_page)
-        d->cuMemFreeHost((void *)x->bad_page);
-    for (int i = 0; i < EV_COUNT; i++)
-        if (x->ev[i])
-            d->cuEventDestroy(x->ev[i]);
-    if (x->stream)
-        d->cuStreamDestroy(x->stream);
+    x->waits_armed = 0;
+    cuda_lane_close(d, x, &x->lane);
+    cuda_slot_close(d, x, &x->slot);
+    cuda_graveyard_drain(d, x);
     if (x->release)
         d->cuStreamDestroy(x->release);
-    if (x->waited)
-        d->cuEventDestroy(x->waited);
     if (x->mod)
         d->cuModuleUnload(x->mod);
     d->cuDevicePrimaryCtxRelease(x->dev);
@@ -262,31 +331,27 @@ int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *
             snprintf(why, len, "kernel %s missing from the image", gnames[t]);
             return GLLM_EBACKEND;
         }
-    if ((r = d->cuStreamCreate(&x->stream, CU_STREAM_NON_BLOCKING)) ||
-        (r = d->cuStreamCreate(&x->release, CU_STREAM_NON_BLOCKING))) {
+    if ((r = d->cuStreamCreate(&x->release, CU_STREAM_NON_BLOCKING))) {
+        x->release = NULL;
         snprintf(why, len, "GPU %d: stream: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
         return GLLM_EBACKEND;
     }
-    if ((r = d->cuEventCreate(&x->waited, CU_EVENT_DISABLE_TIMING))) {
-        x->waited = NULL;
-        snprintf(why, len, "GPU %d: event: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
+    char what[128];
+    if (cuda_lane_open(d, &x->lane, what, sizeof what) < 0 ||
+        cuda_slot_open(d, &x->slot, what, sizeof what) < 0) {
+        snprintf(why, len, "GPU %d: %s", ordinal, what);
         return GLLM_EBACKEND;
     }
-    for (int i = 0; i < EV_COUNT; i++)
-        if ((r = d->cuEventCreate(&x->ev[i], CU_EVENT_DEFAULT))) {
-            x->ev[i] = NULL;
-            snprintf(why, len, "GPU %d: event: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
-            return GLLM_EBACKEND;
-        }
+    x->lane.graphs = true;
     return 0;
 }
 
-CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, size_t need)
+CUresult cuda_grow(const struct cuda_driver *d, struct cuda_dev *x, CUdeviceptr *p,
+                   size_t *size, size_t need)
 {
     if (need <= *size)
         return CUDA_SUCCESS;
-    if (*p)
-        d->cuMemFree(*p);
+    cuda_free_device(d, x, *p);
     *p = 0;
     *size = 0;
     size_t want = need + need / 4;     /* grow with headroom: fewer reallocations */
@@ -299,9 +364,10 @@ CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, si
     return CUDA_SUCCESS;
 }
 
-int cuda_ensure_scratch(const struct cuda_ctx *c, struct cuda_dev *x, size_t need)
+int cuda_ensure_scratch(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                        size_t need)
 {
-    CUresult r = cuda_grow(c->d, &x->scratch, &x->scratch_size, need);
+    CUresult r = cuda_grow(c->d, x, &ln->scratch, &ln->scratch_size, need);
     if (r != CUDA_SUCCESS) {
         char buf[160];
         backend_logf(&c->log, BACKEND_LOG_ERR, "cuda: GPU %d: out of device memory for a "

@@ -22,17 +22,56 @@ struct cuda_graph_slot {
     CUgraphExec exec;
 };
 
-/* One GPU: its context, module, stream, events and the running job's buffers. */
+/* What the jobs of one stream use one after another (stream order makes reuse safe): the
+ * device's own stream, or a client's queue (cuda_queue.c). */
+struct cuda_lane {
+    CUstream stream;
+    bool graphs;                   /* launches through the device's graphs (its own stream:
+                                    * a graph shared by two streams would order them) */
+    CUdeviceptr scratch;           /* inputs and outputs of the running job */
+    size_t scratch_size;
+    CUdeviceptr counters;          /* split-KV arrival counters (cuda_paged.c) */
+    size_t counters_size;          /* bytes */
+    CUdeviceptr sums;              /* a split sequence's fast-merge sums (cuda_paged.c) */
+    size_t sums_size;              /* bytes */
+};
+
+/* What one job in flight uses alone, and what it must remember until it is done. */
+struct cuda_slot {
+    CUevent ev[EV_COUNT];
+    CUevent waited;                /* recorded behind the job's GPU-side wait */
+    CUevent done;                  /* recorded behind its signal (queued jobs) */
+    void *hstage;                  /* pinned: page tables and plans on their way up */
+    size_t hstage_size;
+    volatile int32_t *bad_page;    /* pinned, mapped: the paged kernel sets it when it meets a
+                                    * page number outside the pool (never followed) */
+    /* Filled by the job's enqueue for its completion. */
+    uint64_t moved;                /* bytes copied */
+    bool ran;                      /* its work was enqueued: the events are there to read */
+    bool copies;                   /* tensors were staged: the copy events were recorded */
+    bool check_pages;              /* paged attention: look at bad_page */
+    CUdeviceptr table;             /* where the kernel read the page table */
+    bool table_in_place;
+};
+
+/* Device memory a worker could not free at once: cuMemFree and cuMemFreeHost wait for
+ * every stream of the context, so with a GPU-side wait pending they would hold the worker
+ * until a client's counter came (an H100 showed it: 300 ms for a 300 ms wait). */
+#define CUDA_GRAVEYARD 16
+struct cuda_grave {
+    CUdeviceptr dev;
+    void *host;
+};
+
+/* One GPU: its context, module, its own stream and slot, and its kernels. */
 struct cuda_dev {
     int ordinal;                   /* the driver's; info.index is gllmd's */
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
-    CUstream stream;
+    struct cuda_lane lane;         /* jobs run to completion, one at a time */
+    struct cuda_slot slot;
     CUstream release;              /* releases a job's GPU-side wait past its deadline */
-    CUevent waited;                /* recorded behind a job's GPU-side wait */
-    bool sync_finished;            /* the running job has been through cuda_sync_finish */
-    CUevent ev[EV_COUNT];
     CUfunction tc[2][2][2];        /* [bf16?][D == 128?][causal?] */
     CUfunction generic[3];         /* by gllm_dtype */
     CUfunction hopper[2][2][2];    /* [D == 128][bf16?][causal?]; loaded with the sm_90a image */
@@ -40,24 +79,18 @@ struct cuda_dev {
     CUfunction paged_batch[2][2];  /* the same, a batch's plan in the parameters */
     CUfunction paged_single[2][2]; /* the same, one split sequence's plan in them */
     CUfunction append;
-    CUdeviceptr scratch;           /* inputs and outputs of the running job */
-    size_t scratch_size;
-    void *hstage;                  /* pinned: page tables and plans on their way up */
-    CUdeviceptr counters;          /* split-KV arrival counters (cuda_paged.c) */
-    size_t counters_size;          /* bytes */
-    CUdeviceptr sums;              /* a split sequence's fast-merge sums (cuda_paged.c) */
-    size_t sums_size;              /* bytes */
-    size_t hstage_size;
-    volatile int32_t *bad_page;    /* pinned, mapped: the paged kernel sets it when it meets a
-                                    * page number outside the pool (never followed) */
     struct cuda_graph_slot graphs[GLLM_CUDA_GRAPH_SLOTS];
     uint64_t graph_clock;          /* launches through cuda_launch */
     int sm_count;
     bool host_pointers;            /* kernels may use a registered host pointer as it is */
     gllm_device_info info;
     uint64_t deadline_ns;          /* the running job's watchdog deadline; 0: none */
+    /* Queued jobs whose GPU-side wait has not been seen met (worker thread only): while
+     * any is, frees go to the graveyard. */
+    unsigned waits_armed;
+    struct cuda_grave graveyard[CUDA_GRAVEYARD];
+    int ngraves;
 };
-
 struct cuda_ctx {
     const struct cuda_driver *d;
     struct backend_log log;        /* the daemon's, from backend_config */
@@ -86,22 +119,36 @@ bool cuda_error_sticky(CUresult r);
 /* The calling thread's last context-fatal error, in words ("" when none since cleared). */
 const char *cuda_fault_why(void);
 void cuda_fault_clear(void);
-/* Fills t (when non-NULL) from the job's events: the kernel's pair, and with copies those
- * around the copies in and out (a job with nothing to copy records only the kernel's). */
-void cuda_read_timing(const struct cuda_driver *d, const struct cuda_dev *x,
-                      struct attn_timing *t, uint64_t moved, bool copies);
+/* Fills t (when non-NULL) from sl's events and what its job recorded: the kernel's pair,
+ * and with copies those around the copies in and out. */
+void cuda_read_timing(const struct cuda_driver *d, const struct cuda_slot *sl,
+                      struct attn_timing *t);
 /* Grows device buffer *p of *size bytes to at least need bytes, with headroom; the contents
- * are lost. On failure *p is 0 and *size 0. */
-CUresult cuda_grow(const struct cuda_driver *d, CUdeviceptr *p, size_t *size, size_t need);
-/* Grows the device's scratch buffer to at least need bytes (contents are lost). */
-int cuda_ensure_scratch(const struct cuda_ctx *c, struct cuda_dev *x, size_t need);
+ * are lost (the old buffer is freed through cuda_free_device). On failure *p is 0 and *size 0. */
+CUresult cuda_grow(const struct cuda_driver *d, struct cuda_dev *x, CUdeviceptr *p,
+                   size_t *size, size_t need);
+/* Grows ln's scratch buffer to at least need bytes (contents are lost). */
+int cuda_ensure_scratch(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                        size_t need);
+/* Frees device or pinned host memory of x now, or, while a queued job's GPU-side wait is
+ * pending, once none is (cuda_graveyard_drain); with x's context current. x NULL (a thread
+ * other than the device's worker): now. */
+void cuda_free_device(const struct cuda_driver *d, struct cuda_dev *x, CUdeviceptr p);
+void cuda_free_host(const struct cuda_driver *d, struct cuda_dev *x, void *p);
+void cuda_graveyard_drain(const struct cuda_driver *d, struct cuda_dev *x);
+/* Makes and releases a lane's stream and buffers, a slot's events and pinned memory. */
+int cuda_lane_open(const struct cuda_driver *d, struct cuda_lane *ln, char *why, size_t len);
+void cuda_lane_close(const struct cuda_driver *d, struct cuda_dev *x, struct cuda_lane *ln);
+int cuda_slot_open(const struct cuda_driver *d, struct cuda_slot *sl, char *why, size_t len);
+void cuda_slot_close(const struct cuda_driver *d, struct cuda_dev *x, struct cuda_slot *sl);
 
 /* Kernel launches (cuda_launch.c), through the device's graphs.
  * Launches f (one parameter struct, grid gx x gy, bx threads, smem bytes of dynamic shared
- * memory) on x's stream: through the shape's graph once it has been launched before, else
- * with cuLaunchKernel. The parameters are copied before it returns. */
-CUresult cuda_launch(const struct cuda_driver *d, struct cuda_dev *x, CUfunction f, unsigned gx,
-                     unsigned gy, unsigned bx, unsigned smem, void *param);
+ * memory) on ln's stream: on a lane with graphs through the shape's graph once it has been
+ * launched before, else with cuLaunchKernel. The parameters are copied before it returns. */
+CUresult cuda_launch(const struct cuda_driver *d, struct cuda_dev *x, struct cuda_lane *ln,
+                     CUfunction f, unsigned gx, unsigned gy, unsigned bx, unsigned smem,
+                     void *param);
 /* Destroys x's graphs (with its context current). */
 void cuda_launch_free(const struct cuda_driver *d, struct cuda_dev *x);
 

@@ -28,10 +28,13 @@ void cuda_launch_free(const struct cuda_driver *d, struct cuda_dev *x)
     }
 }
 
-CUresult cuda_launch(const struct cuda_driver *d, struct cuda_dev *x, CUfunction f, unsigned gx,
-                     unsigned gy, unsigned bx, unsigned smem, void *param)
+CUresult cuda_launch(const struct cuda_driver *d, struct cuda_dev *x, struct cuda_lane *ln,
+                     CUfunction f, unsigned gx, unsigned gy, unsigned bx, unsigned smem,
+                     void *param)
 {
     void *args[] = {param};
+    if (!ln->graphs)
+        return d->cuLaunchKernel(f, gx, gy, 1, bx, 1, 1, smem, ln->stream, args, NULL);
     const CUDA_KERNEL_NODE_PARAMS kp = {.func = f, .gridDimX = gx, .gridDimY = gy, .gridDimZ = 1,
                                         .blockDimX = bx, .blockDimY = 1, .blockDimZ = 1,
                                         .sharedMemBytes = smem, .kernelParams = args};
@@ -54,15 +57,15 @@ CUresult cuda_launch(const struct cuda_driver *d, struct cuda_dev *x, CUfunction
         if (d->cuGraphCreate(&s->graph, 0) == CUDA_SUCCESS &&
             d->cuGraphAddKernelNode(&s->node, s->graph, NULL, 0, &kp) == CUDA_SUCCESS &&
             d->cuGraphInstantiate(&s->exec, s->graph, 0) == CUDA_SUCCESS)
-            return d->cuGraphLaunch(s->exec, x->stream);
+            return d->cuGraphLaunch(s->exec, ln->stream);
         s->exec = NULL;                      /* (not set by a failed instantiate) */
         release(d, s);
         s->failed = true;                    /* launched directly from now */
     } else if (s->exec) {
         if (d->cuGraphExecKernelNodeSetParams(s->exec, s->node, &kp) == CUDA_SUCCESS)
-            return d->cuGraphLaunch(s->exec, x->stream);
+            return d->cuGraphLaunch(s->exec, ln->stream);
         release(d, s);                       /* not updatable: launched directly from now */
         s->failed = true;
     }
-    return d->cuLaunchKernel(f, gx, gy, 1, bx, 1, 1, smem, x->stream, args, NULL);
+    return d->cuLaunchKernel(f, gx, gy, 1, bx, 1, 1, smem, ln->stream, args, NULL);
 }

@@ -7,6 +7,7 @@
 #include "cuda_device.h"
 #include "cuda_paged.h"
 #include "cuda_plan.h"
+#include "cuda_queue.h"
 #include "cuda_sync.h"
 
 int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
@@ -39,37 +40,37 @@ int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, 
     return 0;
 }
 
-static int ensure_hstage(const struct cuda_ctx *c, struct cuda_dev *x, size_t need)
+static int ensure_hstage(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_slot *sl,
+                         size_t need)
 {
     const struct cuda_driver *d = c->d;
-    if (need <= x->hstage_size)
+    if (need <= sl->hstage_size)
         return 0;
-    if (x->hstage)
-        d->cuMemFreeHost(x->hstage);
-    x->hstage = NULL;
-    x->hstage_size = 0;
+    cuda_free_host(d, x, sl->hstage);
+    sl->hstage = NULL;
+    sl->hstage_size = 0;
     size_t want = need + need / 4;
-    CUresult r = d->cuMemAllocHost(&x->hstage, want);
+    CUresult r = d->cuMemAllocHost(&sl->hstage, want);
     if (r != CUDA_SUCCESS) {
-        x->hstage = NULL;
+        sl->hstage = NULL;
         return cuda_fail(c, r, "pinned staging for page tables");
     }
-    x->hstage_size = want;
+    sl->hstage_size = want;
     return 0;
 }
 
 /* Device memory the split kernel keeps zero between jobs (its last blocks clear what they
  * used): the arrival counters per (combine item, head slot) and the fast merge's sums. Only
  * a new, larger buffer is cleared here. */
-static int ensure_zeroed(const struct cuda_ctx *c, struct cuda_dev *x, CUdeviceptr *p,
-                         size_t *size, size_t bytes, const char *what)
+static int ensure_zeroed(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                         CUdeviceptr *p, size_t *size, size_t bytes, const char *what)
 {
     const struct cuda_driver *d = c->d;
     if (bytes <= *size)
         return 0;
-    CUresult r = cuda_grow(d, p, size, bytes);
-    if (r == CUDA_SUCCESS && (r = d->cuMemsetD32Async(*p, 0, *size / 4, x->stream)) != CUDA_SUCCESS) {
-        d->cuMemFree(*p);              /* never leave an uncleared buffer to a later job */
+    CUresult r = cuda_grow(d, x, p, size, bytes);
+    if (r == CUDA_SUCCESS && (r = d->cuMemsetD32Async(*p, 0, *size / 4, ln->stream)) != CUDA_SUCCESS) {
+        cuda_free_device(d, x, *p);    /* never leave an uncleared buffer to a later job */
         *p = 0;
         *size = 0;
     }
@@ -80,7 +81,8 @@ static int ensure_zeroed(const struct cuda_ctx *c, struct cuda_dev *x, CUdevicep
  * a device tensor, or the device's copy of one left in its arena, is fetched back (tbl) to
  * name the first bad entry, as the loop does for the tables it checks; one the kernel read
  * in its arena is looked at there (in_place). A table the loop checked cannot get here:
- * that is a bug, not bad input. */
+ * that is a bug, not bad input. The read-back goes on the device's own stream (the job's
+ * may be a queue's, busy with later jobs). */
 static int report_bad_page(const struct cuda_ctx *c, struct cuda_dev *x,
                            const struct paged_args *p, CUdeviceptr tbl, bool in_place)
 {
@@ -96,10 +98,10 @@ static int report_bad_page(const struct cuda_ctx *c, struct cuda_dev *x,
         return rc < 0 ? rc : GLLM_EBOUNDS;   /* rewritten since the kernel read it */
     }
     int32_t *idx = malloc((size_t)n * sizeof *idx);
-    CUresult r = idx ? d->cuMemcpyDtoHAsync(idx, tbl, (size_t)n * sizeof *idx, x->stream)
+    CUresult r = idx ? d->cuMemcpyDtoHAsync(idx, tbl, (size_t)n * sizeof *idx, x->lane.stream)
                      : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS)
-        r = d->cuStreamSynchronize(x->stream);
+        r = d->cuStreamSynchronize(x->lane.stream);
     int rc = r == CUDA_SUCCESS ? paged_check_pages(idx, n, p->num_pages, p->why, p->why_len)
                                : cuda_fail(c, r, "reading back a bad page table");
     free(idx);
@@ -114,19 +116,17 @@ struct staged {
     CUdeviceptr dev;
 };
 
-static int paged_job(struct backend *be, int dev, const void *args)
+static int paged_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                         struct cuda_slot *sl, const void *args)
 {
     const struct paged_args *p = args;
-    struct cuda_ctx *c = be->ctx;
     const struct cuda_driver *d = c->d;
-    if (dev < 0 || dev >= c->ndev)
-        return -ENODEV;
-    struct cuda_dev *x = &c->dev[dev];
     const bool append = p->op == PAGED_APPEND;
     const int64_t nrows = append ? p->nnew : p->nq;
+    sl->moved = 0;
+    sl->copies = sl->check_pages = sl->ran = false;
     if (p->B == 0 || nrows == 0)
         return 0;
-    d->cuCtxSetCurrent(x->ctx);
     const size_t es = p->dtype == GLLM_DTYPE_F32 ? 4 : 2;
     const size_t pool = (size_t)(p->num_pages * p->page_size * p->Hkv * p->D) * es;
     const size_t qbytes = (size_t)(p->nq * p->Hq * p->D) * es;
@@ -152,7 +152,8 @@ static int paged_job(struct backend *be, int dev, const void *args)
     /* Device 0 only: arenas are registered in its context (portable and mapped, which
      * should reach every GPU), but a kernel faulting on a mapping another GPU lacks would
      * end that GPU's context for every client, and no multi-GPU host has run it yet. */
-    const bool idx_in_place = p->indices_in_arena && p->indices_pinned && x->host_pointers && dev == 0;
+    const bool idx_in_place = p->indices_in_arena && p->indices_pinned && x->host_pointers &&
+                              x->info.index == 0;
     const size_t arena_idx_bytes =
         p->indices_in_arena && !idx_in_place ? (size_t)p->kv_indptr[p->B] * 4 : 0;
     int64_t nwork = 0, ncomb = 0, nparts = 0, target = 0, chunk1 = 0;
@@ -208,16 +209,16 @@ static int paged_job(struct backend *be, int dev, const void *args)
     total += align256(up_bytes);
     const size_t part_at = total;
     total += part_bytes;
-    int rc = cuda_ensure_scratch(c, x, total ? total : 256);
+    int rc = cuda_ensure_scratch(c, x, ln, total ? total : 256);
     if (rc == 0)
-        rc = ensure_hstage(c, x, up_bytes ? up_bytes : 16);
+        rc = ensure_hstage(c, x, sl, up_bytes ? up_bytes : 16);
     if (rc == 0)
-        rc = ensure_zeroed(c, x, &x->counters, &x->counters_size, (size_t)ncomb * (size_t)t.gy * 4,
+        rc = ensure_zeroed(c, x, ln, &ln->counters, &ln->counters_size, (size_t)ncomb * (size_t)t.gy * 4,
                            "split-KV counters");
     /* Sums added in L2 in the order blocks finish: not when results must repeat bit for bit. */
     const bool sums = single && !c->deterministic;
     if (rc == 0 && sums)
-        rc = ensure_zeroed(c, x, &x->sums, &x->sums_size,
+        rc = ensure_zeroed(c, x, ln, &ln->sums, &ln->sums_size,
                            (size_t)t.gy * GLLM_CUDA_PAGED_ROWS * (size_t)GLLM_CUDA_PAGED_SUM_STRIDE(p->D) * 4,
                            "split-KV sums");
     if (rc < 0)
@@ -225,7 +226,7 @@ static int paged_job(struct backend *be, int dev, const void *args)
 
     /* Fill the pinned upload: append, slots; attention, indices, work, combine (or, for a
      * batch or a single split sequence, the launch's parameters). */
-    char *h = x->hstage;
+    char *h = sl->hstage;
     gllm_cuda_paged_batch_params bp;
     gllm_cuda_paged_single_params sp;
     gllm_cuda_paged_work *work = NULL;
@@ -255,7 +256,7 @@ static int paged_job(struct backend *be, int dev, const void *args)
     size_t at = 0;
     const bool staged = up_at > 0;        /* tensors in arenas: copies to time */
     if (staged)
-        d->cuEventRecord(x->ev[EV_COPY_IN], x->stream);
+        d->cuEventRecord(sl->ev[EV_COPY_IN], ln->stream);
     for (int i = 0; i < PG_COUNT; i++) {
         if (p->device_mask & (1u << i)) {
             st[i].dev = (CUdeviceptr)(uintptr_t)st[i].host;
@@ -263,24 +264,24 @@ static int paged_job(struct backend *be, int dev, const void *args)
         }
         if (!st[i].bytes)
             continue;
-        st[i].dev = x->scratch + at;
+        st[i].dev = ln->scratch + at;
         at += align256(st[i].bytes);
         if (st[i].in) {
-            if ((r = d->cuMemcpyHtoDAsync(st[i].dev, st[i].host, st[i].bytes, x->stream)))
+            if ((r = d->cuMemcpyHtoDAsync(st[i].dev, st[i].host, st[i].bytes, ln->stream)))
                 return cuda_fail(c, r, "copy to device");
             moved += st[i].bytes;
         }
     }
-    const CUdeviceptr up = x->scratch + up_at;
-    if (up_bytes && (r = d->cuMemcpyHtoDAsync(up, h, up_bytes, x->stream)))
+    const CUdeviceptr up = ln->scratch + up_at;
+    if (up_bytes && (r = d->cuMemcpyHtoDAsync(up, h, up_bytes, ln->stream)))
         return cuda_fail(c, r, "page table upload");
     if (arena_idx_bytes) {
-        if ((r = d->cuMemcpyHtoDAsync(x->scratch + idx_at, p->kv_indices, arena_idx_bytes, x->stream)))
+        if ((r = d->cuMemcpyHtoDAsync(ln->scratch + idx_at, p->kv_indices, arena_idx_bytes, ln->stream)))
             return cuda_fail(c, r, "page table copy");
         moved += arena_idx_bytes;
     }
     const CUdeviceptr tbl = p->indices_on_device || idx_in_place ? (CUdeviceptr)(uintptr_t)p->kv_indices
-                            : p->indices_in_arena ? x->scratch + idx_at : up;
+                            : p->indices_in_arena ? ln->scratch + idx_at : up;
 
     if (append) {
         const size_t row = (size_t)(p->Hkv * p->D) * es;
@@ -294,8 +295,8 @@ static int paged_job(struct backend *be, int dev, const void *args)
         a.vec16 = row % 16 == 0;
         for (int i = 0; i < PG_COUNT; i++)
             a.vec16 &= st[i].dev % 16 == 0;
-        d->cuEventRecord(x->ev[EV_KERNEL], x->stream);
-        r = cuda_launch(d, x, x->append, (unsigned)p->nnew, 1, 128, 0, &a);
+        d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
+        r = cuda_launch(d, x, ln, x->append, (unsigned)p->nnew, 1, 128, 0, &a);
     } else {
         const CUdeviceptr dwork = up + tab_bytes;
         gllm_cuda_paged_params k = {
@@ -307,18 +308,18 @@ static int paged_job(struct backend *be, int dev, const void *args)
             .work = (const gllm_cuda_paged_work *)(uintptr_t)dwork,
             .combine = (const gllm_cuda_paged_combine *)(uintptr_t)(
                 dwork + align256((size_t)nwork * sizeof(gllm_cuda_paged_work))),
-            .part_o = (float *)(uintptr_t)(x->scratch + part_at),
-            .part_lse = (float *)(uintptr_t)(x->scratch + part_at +
+            .part_o = (float *)(uintptr_t)(ln->scratch + part_at),
+            .part_lse = (float *)(uintptr_t)(ln->scratch + part_at +
                                              (size_t)nparts * (size_t)t.gy * GLLM_CUDA_PAGED_ROWS *
                                                  (size_t)p->D * 4),
-            .counters = (int32_t *)(uintptr_t)x->counters,
+            .counters = (int32_t *)(uintptr_t)ln->counters,
             .Hq = (int32_t)p->Hq, .Hkv = (int32_t)p->Hkv, .page_size = (int32_t)p->page_size,
             .page_shift = -1, .group = (int32_t)(p->Hq / p->Hkv), .heads_per_cta = t.hpc,
             .head_chunks = t.head_chunks, .scale = p->scale,
             .num_pages = p->num_pages < INT32_MAX ? (uint32_t)p->num_pages : (uint32_t)INT32_MAX + 1,
-            .bad_page = (int32_t *)x->bad_page,
+            .bad_page = (int32_t *)sl->bad_page,
         };
-        *x->bad_page = 0;      /* the launch orders this store before the kernel's reads */
+        *sl->bad_page = 0;      /* the launch orders this store before the kernel's reads */
         for (int s = 0; s < 31; s++)
             if ((int64_t)1 << s == p->page_size)
                 k.page_shift = s;
@@ -328,36 +329,54 @@ static int paged_job(struct backend *be, int dev, const void *args)
         if (batch) {
             bp.p = k, param = &bp, f = x->paged_batch[bf][wide];
         } else if (single) {
-            sp.p = k, sp.sums = sums ? (float *)(uintptr_t)x->sums : NULL, param = &sp;
+            sp.p = k, sp.sums = sums ? (float *)(uintptr_t)ln->sums : NULL, param = &sp;
             f = x->paged_single[bf][wide];
         }
-        d->cuEventRecord(x->ev[EV_KERNEL], x->stream);     /* the events hold only the launch */
-        r = cuda_launch(d, x, f, (unsigned)nwork, (unsigned)t.gy, GLLM_CUDA_PAGED_THREADS,
+        d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);     /* the events hold only the launch */
+        r = cuda_launch(d, x, ln, f, (unsigned)nwork, (unsigned)t.gy, GLLM_CUDA_PAGED_THREADS,
                         (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), param);
     }
     if (r)
         return cuda_fail(c, r, "paged kernel launch");
-    d->cuEventRecord(x->ev[EV_KERNEL_END], x->stream);
+    d->cuEventRecord(sl->ev[EV_KERNEL_END], ln->stream);
     for (int i = 0; i < PG_COUNT; i++) {
         if (!st[i].out || !st[i].bytes || (p->device_mask & (1u << i)))
             continue;
-        if ((r = d->cuMemcpyDtoHAsync(st[i].host, st[i].dev, st[i].bytes, x->stream)))
+        if ((r = d->cuMemcpyDtoHAsync(st[i].host, st[i].dev, st[i].bytes, ln->stream)))
             return cuda_fail(c, r, "copy from device");
         moved += st[i].bytes;
     }
     if (staged)
-        d->cuEventRecord(x->ev[EV_COPY_OUT], x->stream);
-    int fin = cuda_sync_finish(c, x, p->sync, append ? "kv_append kernel" : "paged attention kernel");
-    if (fin < 0)
-        return fin;
-    if (!append && *x->bad_page)
-        return report_bad_page(c, x, p, tbl, idx_in_place);
-    cuda_read_timing(d, x, p->timing, moved + up_bytes, staged);
+        d->cuEventRecord(sl->ev[EV_COPY_OUT], ln->stream);
+    sl->moved = moved + up_bytes;
+    sl->copies = staged;
+    sl->check_pages = !append;
+    sl->table = tbl;
+    sl->table_in_place = idx_in_place;
+    sl->ran = true;
     return 0;
 }
 
+static int paged_complete(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_slot *sl,
+                          const void *args)
+{
+    const struct paged_args *p = args;
+    if (!sl->ran)
+        return 0;
+    if (sl->check_pages && *sl->bad_page)
+        return report_bad_page(c, x, p, sl->table, sl->table_in_place);
+    cuda_read_timing(c->d, sl, p->timing);
+    return 0;
+}
+
+static const struct cuda_op_type paged_op = {paged_enqueue, paged_complete};
+
+
 int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
 {
-    return cuda_sync_run(be, dev, p->sync, paged_job, p,
-                         p->op == PAGED_APPEND ? "kv_append kernel" : "paged attention kernel");
+    const char *what = p->op == PAGED_APPEND ? "kv_append kernel" : "paged attention kernel";
+    if (p->queue)
+        return cuda_queue_submit(be, dev, p->queue, &paged_op, p, p->sync, p->deadline_ns, what,
+                                 p->why, p->why_len);
+    return cuda_run_now(be, dev, p->sync, &paged_op, p, what);
 }

@@ -168,7 +168,7 @@ void cuda_share_free(struct backend *be, int dev, const struct backend_shared *s
     CUdeviceptr p = (CUdeviceptr)(uintptr_t)s->ptr;
     /* Jobs using it have finished (the daemon frees it after their references go), but the
      * stream may still hold their copies: unmapping waits for nothing, so finish them. */
-    d->cuStreamSynchronize(c->dev[dev].stream);
+    d->cuStreamSynchronize(c->dev[dev].lane.stream);
     d->cuMemUnmap(p, s->bytes);
     d->cuMemAddressFree(p, s->bytes);
     d->cuMemRelease((CUmemGenericAllocationHandle)s->handle);

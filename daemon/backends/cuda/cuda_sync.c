@@ -1,8 +1,9 @@
 /* GPU-side waits and signals through 32-bit counters in memory shared with a client
  * (cuStreamWaitValue32 / cuStreamWriteValue32): measured at 10-12 us a cross-process round
- * trip on an H100, against 200-300 us for interprocess events. A wait the client never
- * satisfies would hold the stream for ever, so a job with a wait is finished by polling the
- * stream against its deadline, and released from a second stream when it passes. */
+ * trip on an H100, against 200-300 us for interprocess events. Here a job runs on the
+ * device's own stream and the worker waits for it: a wait the client never satisfies would
+ * hold the stream for ever, so the stream is polled against the wait's deadline and the
+ * wait released from a second stream when it passes. */
 #include <errno.h>
 
 #include "cuda_sync.h"
@@ -13,44 +14,14 @@ bool cuda_sync_supported(const struct cuda_driver *d)
            d->cuEventQuery && d->cuMemHostGetDevicePointer;
 }
 
-/* Where the device writes s's signal: device memory as it is; registered host memory (a
- * counter in a client's arena) through its device mapping. */
-static CUresult signal_address(const struct cuda_ctx *c, const struct cuda_dev *x,
-                               const struct backend_sync *s, CUdeviceptr *out)
+CUresult cuda_counter_address(const struct cuda_ctx *c, const struct cuda_dev *x, const void *p,
+                              bool host, CUdeviceptr *out)
 {
-    if (!s->signal_host || x->host_pointers) {
-        *out = (CUdeviceptr)(uintptr_t)s->signal;
+    if (!host || x->host_pointers) {
+        *out = (CUdeviceptr)(uintptr_t)p;
         return CUDA_SUCCESS;
     }
-    return c->d->cuMemHostGetDevicePointer(out, s->signal, 0);
-}
-
-int cuda_sync_wait(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s)
-{
-    if (!s || !s->wait)
-        return 0;
-    if (!cuda_sync_supported(c->d))
-        return -ENOTSUP;
-    CUresult r = c->d->cuStreamWaitValue32(x->stream, (CUdeviceptr)(uintptr_t)s->wait,
-                                           s->wait_value, CU_STREAM_WAIT_VALUE_GEQ);
-    if (r == CUDA_SUCCESS)   /* tells a wait still blocking from a job still running */
-        r = c->d->cuEventRecord(x->waited, x->stream);
-    return r ? cuda_fail(c, r, "GPU-side wait") : 0;
-}
-
-void cuda_sync_release(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s)
-{
-    if (!s || !cuda_sync_supported(c->d))
-        return;
-    if (s->wait && c->d->cuEventQuery(x->waited) == CUDA_ERROR_NOT_READY)
-        c->d->cuStreamWriteValue32(x->release, (CUdeviceptr)(uintptr_t)s->wait, s->wait_value,
-                                   CU_STREAM_WRITE_VALUE_DEFAULT);
-    /* A failed job signals all the same: the client's stream must not wait for ever; the
-     * reply tells it the job failed. */
-    CUdeviceptr sig;
-    if (s->signal && signal_address(c, x, s, &sig) == CUDA_SUCCESS)
-        c->d->cuStreamWriteValue32(x->stream, sig, s->signal_value, CU_STREAM_WRITE_VALUE_DEFAULT);
-    c->d->cuStreamSynchronize(x->stream);
+    return c->d->cuMemHostGetDevicePointer(out, (void *)(uintptr_t)p, 0);
 }
 
 /* The running job passed its watchdog deadline with its stream still busy. */
@@ -61,42 +32,46 @@ static int watchdog_expired(const struct cuda_ctx *c, const struct cuda_dev *x, 
     return GLLM_EJOBTIMEOUT;
 }
 
-int cuda_sync_finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s,
-                     const char *what)
+int cuda_stream_finish(const struct cuda_ctx *c, struct cuda_dev *x, const char *what)
 {
     const struct cuda_driver *d = c->d;
     CUresult r;
-    x->sync_finished = true;
+    if (!x->deadline_ns || !d->cuStreamQuery) {
+        r = d->cuStreamSynchronize(x->lane.stream);
+        return r ? cuda_fail(c, r, what) : 0;
+    }
+    /* Under the watchdog: spin on the stream as a spin-scheduled synchronize does, and give
+     * up on it at the deadline (the daemon then ends the process, and the work with it). */
+    while ((r = d->cuStreamQuery(x->lane.stream)) == CUDA_ERROR_NOT_READY)
+        if (backend_now_ns() >= x->deadline_ns)
+            return watchdog_expired(c, x, what);
+    return r ? cuda_fail(c, r, what) : 0;
+}
+
+/* Enqueues s's signal on the device's stream, then waits for the stream: past s's wait
+ * deadline it releases the wait from the release stream and returns GLLM_EWAITTIMEOUT once
+ * the stream has drained. */
+static int finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s,
+                  uint64_t wait_deadline, const char *what)
+{
+    const struct cuda_driver *d = c->d;
+    CUresult r;
     if (s && s->signal) {
-        if (!cuda_sync_supported(d))
-            return -ENOTSUP;
         CUdeviceptr sig;
-        if ((r = signal_address(c, x, s, &sig)) ||
-            (r = d->cuStreamWriteValue32(x->stream, sig, s->signal_value,
+        if ((r = cuda_counter_address(c, x, s->signal, s->signal_host, &sig)) ||
+            (r = d->cuStreamWriteValue32(x->lane.stream, sig, s->signal_value,
                                          CU_STREAM_WRITE_VALUE_DEFAULT)))
             return cuda_fail(c, r, "GPU-side signal");
     }
-    if (!s || !s->wait) {
-        if (!x->deadline_ns || !d->cuStreamQuery) {
-            r = d->cuStreamSynchronize(x->stream);
-            return r ? cuda_fail(c, r, what) : 0;
-        }
-        /* Under the watchdog: spin on the stream as a spin-scheduled synchronize does, and
-         * give up on it at the deadline (the daemon then ends the process, and the work
-         * with it). */
-        while ((r = d->cuStreamQuery(x->stream)) == CUDA_ERROR_NOT_READY)
-            if (backend_now_ns() >= x->deadline_ns)
-                return watchdog_expired(c, x, what);
-        return r ? cuda_fail(c, r, what) : 0;
-    }
+    if (!s || !s->wait)
+        return cuda_stream_finish(c, x, what);
     /* The worker's thread spins here as it does in a spin-scheduled synchronize. Past the
      * deadline only a wait still blocking is released: a job whose wait was met and whose
      * kernel is merely long is left to finish. */
-    const uint64_t deadline = backend_now_ns() + s->wait_timeout_ns;
-    while ((r = d->cuStreamQuery(x->stream)) == CUDA_ERROR_NOT_READY) {
+    while ((r = d->cuStreamQuery(x->lane.stream)) == CUDA_ERROR_NOT_READY) {
         if (x->deadline_ns && backend_now_ns() >= x->deadline_ns)
             return watchdog_expired(c, x, what);
-        if (backend_now_ns() < deadline || d->cuEventQuery(x->waited) != CUDA_ERROR_NOT_READY)
+        if (backend_now_ns() < wait_deadline || d->cuEventQuery(x->slot.waited) != CUDA_ERROR_NOT_READY)
             continue;
         /* Write the awaited value from the release stream: the job's stream goes on, its
          * work runs on whatever the inputs hold, and the job is failed. */
@@ -106,35 +81,59 @@ int cuda_sync_finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct 
         if ((r = d->cuStreamWriteValue32(x->release, (CUdeviceptr)(uintptr_t)s->wait,
                                          s->wait_value, CU_STREAM_WRITE_VALUE_DEFAULT)))
             return cuda_fail(c, r, "releasing a GPU-side wait");
-        if ((r = d->cuStreamSynchronize(x->stream)))
+        if ((r = d->cuStreamSynchronize(x->lane.stream)))
             return cuda_fail(c, r, what);
         return GLLM_EWAITTIMEOUT;
     }
     return r ? cuda_fail(c, r, what) : 0;
 }
 
-int cuda_sync_run(struct backend *be, int dev, const struct backend_sync *s, cuda_job_fn *job,
-                  const void *args, const char *what)
+/* After a job failed with s's wait enqueued: releases that wait if it still blocks, so later
+ * jobs on the stream run, writes s's signal (a failed job signals too) and waits for the
+ * stream. */
+static void release(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s)
+{
+    if (s->wait && c->d->cuEventQuery(x->slot.waited) == CUDA_ERROR_NOT_READY)
+        c->d->cuStreamWriteValue32(x->release, (CUdeviceptr)(uintptr_t)s->wait, s->wait_value,
+                                   CU_STREAM_WRITE_VALUE_DEFAULT);
+    CUdeviceptr sig;
+    if (s->signal && cuda_counter_address(c, x, s->signal, s->signal_host, &sig) == CUDA_SUCCESS)
+        c->d->cuStreamWriteValue32(x->lane.stream, sig, s->signal_value,
+                                   CU_STREAM_WRITE_VALUE_DEFAULT);
+    c->d->cuStreamSynchronize(x->lane.stream);
+}
+
+int cuda_run_now(struct backend *be, int dev, const struct backend_sync *s,
+                 const struct cuda_op_type *t, const void *args, const char *what)
 {
     struct cuda_ctx *c = be->ctx;
-    if (!s || (!s->wait && !s->signal))
-        return job(be, dev, args);
     if (dev < 0 || dev >= c->ndev)
         return -ENODEV;
-    if (!cuda_sync_supported(c->d))
+    if (s && !s->wait && !s->signal)
+        s = NULL;
+    if (s && !cuda_sync_supported(c->d))
         return -ENOTSUP;
     struct cuda_dev *x = &c->dev[dev];
-    c->d->cuCtxSetCurrent(x->ctx);
-    int r = cuda_sync_wait(c, x, s);
-    if (r < 0)
-        return r;
-    x->sync_finished = false;
-    r = job(be, dev, args);
-    if (x->sync_finished)
-        return r;
+    const struct cuda_driver *d = c->d;
+    d->cuCtxSetCurrent(x->ctx);
+    const uint64_t wait_deadline = s && s->wait ? backend_now_ns() + s->wait_timeout_ns : 0;
+    if (s && s->wait) {
+        CUdeviceptr wa;
+        CUresult r = cuda_counter_address(c, x, s->wait, true, &wa);
+        if (r == CUDA_SUCCESS)
+            r = d->cuStreamWaitValue32(x->lane.stream, wa, s->wait_value, CU_STREAM_WAIT_VALUE_GEQ);
+        if (r == CUDA_SUCCESS)   /* tells a wait still blocking from a job still running */
+            r = d->cuEventRecord(x->slot.waited, x->lane.stream);
+        if (r)
+            return cuda_fail(c, r, "GPU-side wait");
+    }
+    int r = t->enqueue(c, x, &x->lane, &x->slot, args);
     if (r < 0) {
-        cuda_sync_release(c, x, s);
+        if (s)
+            release(c, x, s);
         return r;
     }
-    return cuda_sync_finish(c, x, s, what);   /* nothing to run: still ordered */
+    if ((r = finish(c, x, s, wait_deadline, what)) < 0)
+        return r;
+    return t->complete(c, x, &x->slot, args);
 }

@@ -1,29 +1,37 @@
-/* Jobs ordered on the GPU with a client (backend_sync): the wait before a job's first
- * operation, the signal after its last, and the end of a job that may have to be released. */
+/* Jobs ordered on the GPU with a client (backend_sync), run to completion on the device's own
+ * stream: the wait before a job's first operation, the signal after its last, and the end of
+ * a job that may have to be released. Queued jobs are cuda_queue.c's. */
 #ifndef GLLM_CUDA_SYNC_H
 #define GLLM_CUDA_SYNC_H
 
 #include "cuda_device.h"
 
+/* How one kind of job puts its work on a lane's stream and reads what it left. */
+struct cuda_op_type {
+    /* Enqueues the job's work on ln's stream (after its wait, before its signal) and records
+     * in sl what complete needs: 0, or a code (some of the work may be enqueued). */
+    int (*enqueue)(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                   struct cuda_slot *sl, const void *args);
+    /* Once the stream has done the work: the job's status (a bad page met by the kernel) and
+     * its timing. */
+    int (*complete)(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_slot *sl,
+                    const void *args);
+};
+
 /* Whether this driver has the stream memory operations the waits and signals need. */
 bool cuda_sync_supported(const struct cuda_driver *d);
-/* Enqueues s's wait on x's stream (nothing when s has none). */
-int cuda_sync_wait(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s);
-/* After a job failed with s's wait enqueued: releases that wait if it still blocks, so
- * later jobs on the stream run, writes s's signal (a failed job signals too) and waits for
- * the stream. */
-void cuda_sync_release(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s);
-/* Enqueues s's signal, then waits for the stream: past s's wait deadline it releases the
- * wait from the release stream and returns GLLM_EWAITTIMEOUT once the stream has drained.
- * what names the job for the log. */
-int cuda_sync_finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s,
-                     const char *what);
-
-/* Runs job(be, dev, args) between s's wait and its signal: the wait is enqueued first; a
- * job that returns before its own cuda_sync_finish (an error, or nothing to do) has its wait
- * released or its signal written and the stream finished here. Without s, job alone. */
-typedef int cuda_job_fn(struct backend *be, int dev, const void *args);
-int cuda_sync_run(struct backend *be, int dev, const struct backend_sync *s, cuda_job_fn *job,
-                  const void *args, const char *what);
+/* The device address of a counter at p: device memory as it is; a counter in a client's
+ * registered arena (host) through its device mapping. */
+CUresult cuda_counter_address(const struct cuda_ctx *c, const struct cuda_dev *x, const void *p,
+                              bool host, CUdeviceptr *out);
+/* Runs one job of type t on the device's own stream, between s's wait and its signal (s
+ * may be NULL), and waits for it, within the job's watchdog deadline (x->deadline_ns) and
+ * s's wait deadline: past the latter the wait is released from the release stream and the
+ * job fails with GLLM_EWAITTIMEOUT. A job that fails still signals. what names it for the
+ * log. */
+int cuda_run_now(struct backend *be, int dev, const struct backend_sync *s,
+                 const struct cuda_op_type *t, const void *args, const char *what);
+/* Waits for the device's own stream with its watchdog deadline (the injected faults). */
+int cuda_stream_finish(const struct cuda_ctx *c, struct cuda_dev *x, const char *what);
 
 #endif

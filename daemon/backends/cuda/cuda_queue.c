@@ -1,0 +1,206 @@
+/* Clients' queues on a GPU: a stream each, so a GPU-side wait holds only its own client's
+ * jobs, and a job is on the GPU before its inputs are ready (the launch leaves the
+ * hand-over). The worker polls each job's events: it releases a wait past its deadline and
+ * gives up on work past its watchdog deadline. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_queue.h"
+
+/* One job in flight. */
+struct queued {
+    struct cuda_slot sl;           /* events and pinned memory made at the slot's first use */
+    const struct cuda_op_type *type;
+    const void *args;
+    const struct backend_sync *s;
+    const char *what;
+    char *why;
+    size_t why_len;
+    uint64_t submitted, started;   /* backend_now_ns; started: its wait seen met */
+    uint64_t budget_ns;            /* the watchdog's time for its work; 0: none */
+    int status;                    /* failed while enqueued: reported in its turn */
+    bool armed;                    /* its wait counts in x->waits_armed */
+    bool released;                 /* its wait was released from the host */
+};
+
+struct backend_queue {
+    struct cuda_lane lane;
+    struct queued ops[BACKEND_QUEUE_DEPTH];
+    unsigned head, count;
+};
+
+int cuda_queue_open(struct backend *be, int dev, struct backend_queue **out)
+{
+    struct cuda_ctx *c = be->ctx;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    struct backend_queue *q = calloc(1, sizeof *q);
+    if (!q)
+        return -ENOMEM;
+    c->d->cuCtxSetCurrent(c->dev[dev].ctx);
+    char why[128];
+    int r = cuda_lane_open(c->d, &q->lane, why, sizeof why);
+    if (r < 0) {
+        backend_logf(&c->log, BACKEND_LOG_ERR, "cuda: GPU %d: a client's queue: %s", dev, why);
+        free(q);
+        return r;
+    }
+    *out = q;
+    return 0;
+}
+
+/* On the loop's thread, with nothing in flight: frees at once (NULL device: no graveyard,
+ * which is the worker's), waiting at most for other clients' waits to be met or released. */
+void cuda_queue_close(struct backend *be, int dev, struct backend_queue *q)
+{
+    struct cuda_ctx *c = be->ctx;
+    c->d->cuCtxSetCurrent(c->dev[dev].ctx);
+    for (int i = 0; i < BACKEND_QUEUE_DEPTH; i++)
+        if (q->ops[i].sl.done)
+            cuda_slot_close(c->d, NULL, &q->ops[i].sl);
+    cuda_lane_close(c->d, NULL, &q->lane);
+    free(q);
+}
+
+static void disarm(const struct cuda_ctx *c, struct cuda_dev *x, struct queued *op)
+{
+    if (!op->armed)
+        return;
+    op->armed = false;
+    if (--x->waits_armed == 0)
+        cuda_graveyard_drain(c->d, x);
+}
+
+int cuda_queue_submit(struct backend *be, int dev, struct backend_queue *q,
+                      const struct cuda_op_type *t, const void *args,
+                      const struct backend_sync *s, uint64_t deadline_ns, const char *what,
+                      char *why, size_t len)
+{
+    struct cuda_ctx *c = be->ctx;
+    const struct cuda_driver *d = c->d;
+    if (dev < 0 || dev >= c->ndev)
+        return -ENODEV;
+    if (q->count == BACKEND_QUEUE_DEPTH)
+        return -EAGAIN;
+    if (s && !cuda_sync_supported(d))
+        return -ENOTSUP;
+    struct cuda_dev *x = &c->dev[dev];
+    d->cuCtxSetCurrent(x->ctx);
+    struct queued *op = &q->ops[(q->head + q->count) % BACKEND_QUEUE_DEPTH];
+    if (!op->sl.done) {
+        char buf[128];
+        int r = cuda_slot_open(d, &op->sl, buf, sizeof buf);
+        if (r < 0) {
+            cuda_slot_close(d, x, &op->sl);
+            snprintf(why, len, "%s", buf);
+            return r;
+        }
+    }
+    const uint64_t now = backend_now_ns();
+    *op = (struct queued){.sl = op->sl, .type = t, .args = args, .s = s, .what = what,
+                          .why = why, .why_len = len, .submitted = now,
+                          .budget_ns = deadline_ns > now ? deadline_ns - now : deadline_ns ? 1 : 0};
+    CUresult r;
+    CUdeviceptr at;
+    if (s && s->wait) {
+        if ((r = cuda_counter_address(c, x, s->wait, true, &at)) ||
+            (r = d->cuStreamWaitValue32(q->lane.stream, at, s->wait_value,
+                                        CU_STREAM_WAIT_VALUE_GEQ)) ||
+            (r = d->cuEventRecord(op->sl.waited, q->lane.stream)))
+            return cuda_fail(c, r, "GPU-side wait");
+        op->armed = true;
+        x->waits_armed++;
+    }
+    int st = t->enqueue(c, x, &q->lane, &op->sl, args);
+    if (st == GLLM_EDEVLOST) {
+        disarm(c, x, op);
+        return st;
+    }
+    op->status = st < 0 ? st : 0;     /* its wait and signal stay in order all the same */
+    if (s && s->signal) {
+        if ((r = cuda_counter_address(c, x, s->signal, s->signal_host, &at)) ||
+            (r = d->cuStreamWriteValue32(q->lane.stream, at, s->signal_value,
+                                         CU_STREAM_WRITE_VALUE_DEFAULT))) {
+            disarm(c, x, op);
+            return cuda_fail(c, r, "GPU-side signal");
+        }
+    }
+    if ((r = d->cuEventRecord(op->sl.done, q->lane.stream))) {
+        disarm(c, x, op);
+        return cuda_fail(c, r, what);
+    }
+    q->count++;
+    return BACKEND_PENDING;
+}
+
+/* The oldest job, not done: its wait released past its deadline (or at once when cancel),
+ * its work given up on past its watchdog time. */
+static int still_running(struct cuda_ctx *c, struct cuda_dev *x, struct queued *op, bool cancel)
+{
+    const struct cuda_driver *d = c->d;
+    const uint64_t now = backend_now_ns();
+    if (op->armed) {
+        CUresult r = d->cuEventQuery(op->sl.waited);
+        if (r == CUDA_ERROR_NOT_READY) {
+            if (!op->released && (cancel || now - op->submitted >= op->s->wait_timeout_ns)) {
+                if (!cancel)
+                    backend_logf(&c->log, BACKEND_LOG_WARNING, "cuda: %s: GPU-side wait for %u "
+                                 "not satisfied in %llu ms: released", op->what,
+                                 op->s->wait_value,
+                                 (unsigned long long)(op->s->wait_timeout_ns / 1000000));
+                CUdeviceptr at;
+                if ((r = cuda_counter_address(c, x, op->s->wait, true, &at)) ||
+                    (r = d->cuStreamWriteValue32(x->release, at, op->s->wait_value,
+                                                 CU_STREAM_WRITE_VALUE_DEFAULT)))
+                    return cuda_fail(c, r, "releasing a GPU-side wait");
+                op->released = true;
+            }
+            return BACKEND_PENDING;
+        }
+        if (r != CUDA_SUCCESS)
+            return cuda_fail(c, r, op->what);
+        disarm(c, x, op);
+    }
+    if (!op->started)
+        op->started = now;
+    if (op->budget_ns && now - op->started >= op->budget_ns) {
+        backend_logf(&c->log, BACKEND_LOG_ERR, "cuda: GPU %d: %s still running at its "
+                     "watchdog deadline", x->info.index, op->what);
+        return GLLM_EJOBTIMEOUT;
+    }
+    return BACKEND_PENDING;
+}
+
+int cuda_queue_poll(struct backend *be, int dev, struct backend_queue *q, bool cancel)
+{
+    struct cuda_ctx *c = be->ctx;
+    if (!q->count)
+        return -ENOENT;
+    struct cuda_dev *x = &c->dev[dev];
+    const struct cuda_driver *d = c->d;
+    d->cuCtxSetCurrent(x->ctx);
+    struct queued *op = &q->ops[q->head];
+    cuda_fault_clear();
+    CUresult r = d->cuEventQuery(op->sl.done);
+    int st;
+    if (r == CUDA_ERROR_NOT_READY) {
+        st = still_running(c, x, op, cancel);
+        if (st == BACKEND_PENDING)
+            return st;
+    } else if (r != CUDA_SUCCESS) {
+        st = cuda_fail(c, r, op->what);
+    } else if (op->released) {
+        st = GLLM_EWAITTIMEOUT;         /* it ran on whatever its inputs held */
+    } else if (op->status) {
+        st = op->status;
+    } else {
+        st = op->type->complete(c, x, &op->sl, op->args);
+    }
+    if (st == GLLM_EDEVLOST && op->why && op->why_len && !op->why[0])
+        snprintf(op->why, op->why_len, "%s", cuda_fault_why());
+    disarm(c, x, op);
+    q->head = (q->head + 1) % BACKEND_QUEUE_DEPTH;
+    q->count--;
+    return st;
+}
