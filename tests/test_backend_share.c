@@ -1,8 +1,9 @@
 /* Memory shared between processes at the backend layer, on every backend that opens here:
  * an export mapped by another process (both ways), an import that outlives its exporter,
- * and every refusal of share_import. Each case forks before any backend opens, as CUDA
+ * a client's queue, and every refusal of share_import. Each case forks before any backend opens, as CUDA
  * requires; the child's verdict is its exit status. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -316,6 +317,134 @@ static void test_ordered_by_counters(const char *name)
     }
 }
 
+/* Polls q until its oldest operation is done (at most 5 s): its status, or 1 on timeout.
+ * cancel: as the daemon polls for a job whose client left. */
+static int queue_finish(struct backend *be, struct backend_queue *q, bool cancel)
+{
+    for (int i = 0; i < 500000; i++) {
+        int r = backend_queue_poll(be, 0, q, cancel);
+        if (r != BACKEND_PENDING)
+            return r;
+        usleep(10);
+    }
+    return 1;
+}
+
+static uint32_t load32(const uint32_t *p)
+{
+    return atomic_load_explicit((const _Atomic uint32_t *)p, memory_order_acquire);
+}
+
+/* A client's queue (backend_api.h, "Queues"), in a child: jobs submitted ahead of their
+ * counters stay pending, run in order as the counters come, signal; a wait not met by its
+ * deadline, or cancelled, is released and the job fails; a copy of nothing only signals;
+ * the queue holds BACKEND_QUEUE_DEPTH jobs. Host memory registered, as gllmd's arenas. */
+static int queue_child(const char *name)
+{
+    char why[256];
+    struct backend *be = open_backend(name, why, sizeof why);
+    if (!be)
+        return 10;
+    if (!backend_has_queues(be))
+        return 0;                            /* nothing to check on this backend */
+    static uint32_t ctr[1024] __attribute__((aligned(4096)));
+    static uint32_t in[WORDS] __attribute__((aligned(4096))), out[WORDS] __attribute__((aligned(4096)));
+    void *regs[3] = {ctr, in, out};
+    const size_t sizes[3] = {sizeof ctr, sizeof in, sizeof out};
+    for (int i = 0; i < 3; i++) {
+        int r = backend_host_register(be, regs[i], sizes[i]);
+        if (r != 0 && r != -ENOTSUP)
+            return 11;
+    }
+    void *dev = NULL;
+    if (backend_dev_alloc(be, 0, sizeof in, &dev) < 0)
+        return 12;
+    struct backend_queue *q = NULL;
+    if (backend_queue_open(be, 0, &q) < 0)
+        return 13;
+    fill(in, 5);
+    memset(out, 0xa5, sizeof out);
+    const uint64_t long_ns = 10000000000ull;
+    struct backend_sync s1 = {.wait = &ctr[0], .wait_value = 1, .signal = &ctr[16],
+                              .signal_value = 1, .signal_host = true, .wait_timeout_ns = long_ns};
+    struct backend_sync s2 = {.wait = &ctr[1], .wait_value = 1, .signal = &ctr[17],
+                              .signal_value = 2, .signal_host = true, .wait_timeout_ns = long_ns};
+    struct copy_args up = {.dst = dev, .src = in, .bytes = sizeof in, .to_device = true,
+                           .sync = &s1, .queue = q};
+    struct copy_args down = {.dst = out, .src = dev, .bytes = sizeof out, .to_device = false,
+                             .sync = &s2, .queue = q};
+    if (backend_copy(be, 0, &up) != BACKEND_PENDING || backend_copy(be, 0, &down) != BACKEND_PENDING)
+        return 14;
+    usleep(20000);
+    if (backend_queue_poll(be, 0, q, false) != BACKEND_PENDING || load32(&ctr[16]) != 0)
+        return 15;                           /* held by its counter */
+    atomic_store((_Atomic uint32_t *)&ctr[0], 1);
+    if (queue_finish(be, q, false) != 0 || load32(&ctr[16]) != 1)
+        return 16;
+    usleep(20000);
+    if (backend_queue_poll(be, 0, q, false) != BACKEND_PENDING || load32(&ctr[17]) != 0)
+        return 17;                           /* the second waits for its own */
+    atomic_store((_Atomic uint32_t *)&ctr[1], 1);
+    if (queue_finish(be, q, false) != 0 || load32(&ctr[17]) != 2 || !matches(out, 5))
+        return 18;
+    /* A wait nobody meets: released at its deadline (its counter written), the job failed,
+     * its signal written all the same. */
+    struct backend_sync s3 = {.wait = &ctr[2], .wait_value = 1, .signal = &ctr[18],
+                              .signal_value = 3, .signal_host = true, .wait_timeout_ns = 50000000};
+    up.sync = &s3;
+    if (backend_copy(be, 0, &up) != BACKEND_PENDING || queue_finish(be, q, false) != GLLM_EWAITTIMEOUT ||
+        load32(&ctr[2]) != 1 || load32(&ctr[18]) != 3)
+        return 19;
+    /* Cancelled (its client left): released at once. */
+    struct backend_sync s4 = {.wait = &ctr[3], .wait_value = 1, .signal = &ctr[19],
+                              .signal_value = 4, .signal_host = true, .wait_timeout_ns = long_ns};
+    up.sync = &s4;
+    if (backend_copy(be, 0, &up) != BACKEND_PENDING || queue_finish(be, q, true) == 1 ||
+        load32(&ctr[3]) != 1 || load32(&ctr[19]) != 4)
+        return 20;
+    /* A copy of nothing: its signal alone. */
+    struct backend_sync s5 = {.signal = &ctr[20], .signal_value = 5, .signal_host = true};
+    struct copy_args none = {.sync = &s5, .queue = q};
+    if (backend_copy(be, 0, &none) != BACKEND_PENDING || queue_finish(be, q, false) != 0 ||
+        load32(&ctr[20]) != 5)
+        return 21;
+    /* Full at BACKEND_QUEUE_DEPTH; each then cancelled. */
+    struct backend_sync deep[BACKEND_QUEUE_DEPTH];
+    for (int i = 0; i < BACKEND_QUEUE_DEPTH; i++) {
+        deep[i] = (struct backend_sync){.wait = &ctr[32 + i], .wait_value = 1,
+                                        .wait_timeout_ns = long_ns};
+        struct copy_args c = {.sync = &deep[i], .queue = q};
+        if (backend_copy(be, 0, &c) != BACKEND_PENDING)
+            return 22;
+    }
+    struct copy_args extra = {.sync = &s5, .queue = q};
+    if (backend_copy(be, 0, &extra) != -EAGAIN)
+        return 23;
+    for (int i = 0; i < BACKEND_QUEUE_DEPTH; i++)
+        if (queue_finish(be, q, true) == 1)
+            return 24;
+    if (backend_queue_poll(be, 0, q, false) != -ENOENT)
+        return 25;                           /* nothing left in flight */
+    backend_queue_close(be, 0, q);
+    backend_dev_free(be, 0, dev);
+    for (int i = 0; i < 3; i++)
+        backend_host_unregister(be, regs[i]);
+    backend_close(be);
+    return 0;
+}
+
+static void test_queues(const char *name)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(queue_child(name));
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
 /* Each refusal of share_import, with the code the protocol documents, and nothing mapped. */
 static void test_import_refusals(const char *name)
 {
@@ -396,6 +525,12 @@ static void ordered_by_counters(void **state)
     each_backend(test_ordered_by_counters);
 }
 
+static void queues(void **state)
+{
+    (void)state;
+    each_backend(test_queues);
+}
+
 static void import_refusals(void **state)
 {
     (void)state;
@@ -412,6 +547,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ordered_by_counters),
         cmocka_unit_test(export_mapped_elsewhere),
+        cmocka_unit_test(queues),
         cmocka_unit_test(import_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -55,7 +55,9 @@ struct backend_queue;           /* a backend's own (see Queues below) */
  * may wrap; after its last it writes signal_value at signal. A wait not satisfied within
  * wait_timeout_ns is released by the backend (it writes wait_value itself) and the job
  * fails with GLLM_EWAITTIMEOUT, its outputs undefined. A job that fails still signals, so
- * the client's stream never waits for ever. NULL pointers: no wait, no signal. */
+ * the client's stream never waits for ever. NULL pointers: no wait, no signal. The wait's
+ * counter is in host memory (an arena, registered with host_register on backends that
+ * register), so a backend may also read it from the host. */
 struct backend_sync {
     const void *wait;
     uint32_t wait_value;

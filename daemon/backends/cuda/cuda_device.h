@@ -39,7 +39,8 @@ struct cuda_lane {
 /* What one job in flight uses alone, and what it must remember until it is done. */
 struct cuda_slot {
     CUevent ev[EV_COUNT];
-    CUevent waited;                /* recorded behind the job's GPU-side wait */
+    CUevent waited;                /* recorded behind the job's GPU-side wait (run to
+                                    * completion; a queued job's counter is read on the host) */
     CUevent done;                  /* recorded behind its signal (queued jobs) */
     void *hstage;                  /* pinned: page tables and plans on their way up */
     size_t hstage_size;

@@ -3,6 +3,7 @@
  * hand-over). The worker polls each job's events: it releases a wait past its deadline and
  * gives up on work past its watchdog deadline. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -104,10 +105,12 @@ int cuda_queue_submit(struct backend *be, int dev, struct backend_queue *q,
     CUresult r;
     CUdeviceptr at;
     if (s && s->wait) {
+        /* No event behind the wait: the counter is in host memory, where the worker reads
+         * whether it has come, and an event there would stand between the counter and the
+         * kernel on the GPU. */
         if ((r = cuda_counter_address(c, x, s->wait, true, &at)) ||
             (r = d->cuStreamWaitValue32(q->lane.stream, at, s->wait_value,
-                                        CU_STREAM_WAIT_VALUE_GEQ)) ||
-            (r = d->cuEventRecord(op->sl.waited, q->lane.stream)))
+                                        CU_STREAM_WAIT_VALUE_GEQ)))
             return cuda_fail(c, r, "GPU-side wait");
         op->armed = true;
         x->waits_armed++;
@@ -141,8 +144,10 @@ static int still_running(struct cuda_ctx *c, struct cuda_dev *x, struct queued *
     const struct cuda_driver *d = c->d;
     const uint64_t now = backend_now_ns();
     if (op->armed) {
-        CUresult r = d->cuEventQuery(op->sl.waited);
-        if (r == CUDA_ERROR_NOT_READY) {
+        const uint32_t seen = atomic_load_explicit((const _Atomic uint32_t *)op->s->wait,
+                                                   memory_order_acquire);
+        CUresult r;
+        if ((int32_t)(seen - op->s->wait_value) < 0) {
             if (!op->released && (cancel || now - op->submitted >= op->s->wait_timeout_ns)) {
                 if (!cancel)
                     backend_logf(&c->log, BACKEND_LOG_WARNING, "cuda: %s: GPU-side wait for %u "
@@ -158,8 +163,6 @@ static int still_running(struct cuda_ctx *c, struct cuda_dev *x, struct queued *
             }
             return BACKEND_PENDING;
         }
-        if (r != CUDA_SUCCESS)
-            return cuda_fail(c, r, op->what);
         disarm(c, x, op);
     }
     if (!op->started)
