@@ -542,12 +542,12 @@ int main(void)
     for (size_t i = 0; i < NNAMES; i++)
         usable[i] = probe_in_child(names[i]);
     /* In this order: a process that has initialised a GPU driver cannot fork a child that
-     * uses it, so the cases that fork come first, and only the second opens a backend in
-     * this process (after its fork). */
+     * uses it, so the cases that only fork come first, then the one that opens a backend in
+     * this process after its fork. */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(ordered_by_counters),
-        cmocka_unit_test(export_mapped_elsewhere),
         cmocka_unit_test(queues),
+        cmocka_unit_test(export_mapped_elsewhere),
         cmocka_unit_test(import_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -81,28 +81,35 @@ class Model:
         ang = torch.arange(max_pos, device=dev, dtype=torch.float32)[:, None] * inv[None]
         self.cos, self.sin = ang.cos(), ang.sin()
 
-    def rope(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """x [N, h, D], pos [N]."""
+    def rope(self, x: torch.Tensor, pos: torch.Tensor,
+             out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x [N, h, D], pos [N]; into out (x's shape and dtype) when given."""
         half = x.shape[-1] // 2
         x1, x2 = x[..., :half].float(), x[..., half:].float()
         c, s = self.cos[pos][:, None], self.sin[pos][:, None]
-        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).to(x.dtype)
+        r = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+        return r.to(x.dtype) if out is None else out.copy_(r)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, attn: Callable,
-                last: Optional[torch.Tensor] = None) -> torch.Tensor:
+                last: Optional[torch.Tensor] = None,
+                buffers: Optional[Callable[[int], tuple]] = None) -> torch.Tensor:
         """tokens, pos [N]; attn(layer, q [N, Hq, D], k, v [N, Hkv, D]) -> [N, Hq, D].
+        buffers(N), when given, names where attention wants q, k and v: they are written
+        there (the rotation's and v's copies land in them instead of in new tensors).
         Returns float32 logits of the rows last (all rows when None)."""
         cfg = self.cfg
         Hq, Hkv, D = cfg.heads, cfg.kv_heads, cfg.head_dim
         x = self.embed[tokens]
         N = x.shape[0]
+        dst = buffers(N) if buffers is not None else (None, None, None)
         for i, p in enumerate(self.layers):
             h = F.rms_norm(x, (cfg.hidden,), p["ln1"], 1e-6)
             qkv = h @ p["wqkv"]
             q = qkv[:, :Hq * D].view(N, Hq, D)
             k = qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D)
             v = qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)
-            a = attn(i, self.rope(q, pos), self.rope(k, pos), v.contiguous())
+            vv = v.contiguous() if dst[2] is None else dst[2].copy_(v)
+            a = attn(i, self.rope(q, pos, dst[0]), self.rope(k, pos, dst[1]), vv)
             x = x + a.reshape(N, Hq * D) @ p["wo"]
             h = F.rms_norm(x, (cfg.hidden,), p["ln2"], 1e-6)
             g, u = (h @ p["w13"]).chunk(2, dim=-1)
@@ -265,16 +272,22 @@ class GllmAttention:
     def begin(self, counts: List[int]) -> None:
         self.cache.step(self.seqs, counts)
 
-    def _stage(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-        N = q.shape[0]
+    def buffers(self, N: int) -> tuple:
+        """q, k and v of N tokens in shared memory, for the model to write into."""
+        return self._views_of(N)[:3]
+
+    def _views_of(self, N: int) -> tuple:
         views = self._views.get(N)
         if views is None:
             # the same view objects every layer and step: gllm recognises them at once
             views = self._views[N] = (self.q[:N], self.k[:N], self.v[:N], self.out[:N])
-        qs, ks, vs, os_ = views
-        qs.copy_(q)
-        ks.copy_(k)
-        vs.copy_(v)
+        return views
+
+    def _stage(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        qs, ks, vs, os_ = self._views_of(q.shape[0])
+        for dst, src in ((qs, q), (ks, k), (vs, v)):
+            if src is not dst:          # not written in place by the model
+                dst.copy_(src)
         return qs, ks, vs, os_
 
     def _jobs(self, layer: int, qs, ks, vs, os_, decode: bool) -> None:
@@ -342,6 +355,7 @@ def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: in
     dev = tokens.device
     backend.reset()
     is_gllm = isinstance(backend, GllmAttention)
+    bufs = backend.buffers if is_gllm else None   # gllm: the model writes into shared memory
     logits = []
     flat = tokens[:, :prompt].reshape(-1)
     pos = torch.arange(prompt, device=dev).repeat(B)
@@ -349,7 +363,7 @@ def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: in
     with Timer() as t_pre:
         if is_gllm:
             backend.begin([prompt] * B)
-        out = model.forward(flat, pos, backend.prefill, last=last)
+        out = model.forward(flat, pos, backend.prefill, last=last, buffers=bufs)
     if keep_logits:
         logits.append(out)
 
@@ -357,7 +371,7 @@ def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: in
         if is_gllm:
             backend.begin([1] * B)
         step_pos = torch.full((B,), prompt + s, device=dev, dtype=torch.long)
-        return model.forward(tokens[:, prompt + s], step_pos, backend.decode)
+        return model.forward(tokens[:, prompt + s], step_pos, backend.decode, buffers=bufs)
 
     with Timer() as t_dec:
         for s in range(steps):
