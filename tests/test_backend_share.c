@@ -410,11 +410,12 @@ static int queue_child(const char *name)
         return 21;
     /* Full at BACKEND_QUEUE_DEPTH; each then cancelled. */
     struct backend_sync deep[BACKEND_QUEUE_DEPTH];
+    struct copy_args deep_ops[BACKEND_QUEUE_DEPTH];   /* alive until polled, as a job's */
     for (int i = 0; i < BACKEND_QUEUE_DEPTH; i++) {
         deep[i] = (struct backend_sync){.wait = &ctr[32 + i], .wait_value = 1,
                                         .wait_timeout_ns = long_ns};
-        struct copy_args c = {.sync = &deep[i], .queue = q};
-        if (backend_copy(be, 0, &c) != BACKEND_PENDING)
+        deep_ops[i] = (struct copy_args){.sync = &deep[i], .queue = q};
+        if (backend_copy(be, 0, &deep_ops[i]) != BACKEND_PENDING)
             return 22;
     }
     struct copy_args extra = {.sync = &s5, .queue = q};
