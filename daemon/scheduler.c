@@ -432,30 +432,20 @@ static void signal_from_host(struct job *j)
                               memory_order_release);
 }
 
-/* Points the args of j's kind at its timing, deadline, why, sync and queue. */
+/* Points the args of j's kind at its timing, deadline, why, sync and queue (the three
+ * kinds' args share these fields). */
 static void bind_args(struct job *j, uint64_t deadline, const struct backend_sync *sync,
                       struct backend_queue *queue)
 {
+#define BIND(a)                                                                            \
+    ((a).timing = &j->timing, (a).deadline_ns = deadline, (a).why = j->why,                \
+     (a).why_len = sizeof j->why, (a).sync = sync, (a).queue = queue)
     switch (j->kind) {
-    case JOB_COPY:
-        j->copy.timing = &j->timing;
-        j->copy.deadline_ns = deadline;
-        j->copy.why = j->why, j->copy.why_len = sizeof j->why;
-        j->copy.sync = sync, j->copy.queue = queue;
-        break;
-    case JOB_PAGED:
-        j->paged.timing = &j->timing;
-        j->paged.deadline_ns = deadline;
-        j->paged.why = j->why, j->paged.why_len = sizeof j->why;
-        j->paged.sync = sync, j->paged.queue = queue;
-        break;
-    case JOB_ATTENTION:
-        j->args.timing = &j->timing;
-        j->args.deadline_ns = deadline;
-        j->args.why = j->why, j->args.why_len = sizeof j->why;
-        j->args.sync = sync, j->args.queue = queue;
-        break;
+    case JOB_COPY: BIND(j->copy); break;
+    case JOB_PAGED: BIND(j->paged); break;
+    case JOB_ATTENTION: BIND(j->args); break;
     }
+#undef BIND
 }
 
 static int call_backend(struct worker *w, struct job *j)

@@ -77,35 +77,39 @@ void cuda_read_timing(const struct cuda_driver *d, const struct cuda_slot *sl,
     t->copy_bytes = sl->moved;
 }
 
+static void release_grave(const struct cuda_driver *d, struct cuda_grave g)
+{
+    if (g.dev)
+        d->cuMemFree(g.dev);
+    if (g.host)
+        d->cuMemFreeHost(g.host);
+}
+
+/* Frees g now, or keeps it for cuda_graveyard_drain while a queued wait is pending. */
+static void bury(const struct cuda_driver *d, struct cuda_dev *x, struct cuda_grave g)
+{
+    if (x && x->waits_armed && x->ngraves < CUDA_GRAVEYARD)
+        x->graveyard[x->ngraves++] = g;
+    else
+        release_grave(d, g);
+}
+
 void cuda_free_device(const struct cuda_driver *d, struct cuda_dev *x, CUdeviceptr p)
 {
-    if (!p)
-        return;
-    if (x && x->waits_armed && x->ngraves < CUDA_GRAVEYARD)
-        x->graveyard[x->ngraves++] = (struct cuda_grave){.dev = p};
-    else
-        d->cuMemFree(p);
+    if (p)
+        bury(d, x, (struct cuda_grave){.dev = p});
 }
 
 void cuda_free_host(const struct cuda_driver *d, struct cuda_dev *x, void *p)
 {
-    if (!p)
-        return;
-    if (x && x->waits_armed && x->ngraves < CUDA_GRAVEYARD)
-        x->graveyard[x->ngraves++] = (struct cuda_grave){.host = p};
-    else
-        d->cuMemFreeHost(p);
+    if (p)
+        bury(d, x, (struct cuda_grave){.host = p});
 }
 
 void cuda_graveyard_drain(const struct cuda_driver *d, struct cuda_dev *x)
 {
-    for (; x->ngraves > 0; x->ngraves--) {
-        struct cuda_grave *g = &x->graveyard[x->ngraves - 1];
-        if (g->dev)
-            d->cuMemFree(g->dev);
-        if (g->host)
-            d->cuMemFreeHost(g->host);
-    }
+    while (x->ngraves > 0)
+        release_grave(d, x->graveyard[--x->ngraves]);
 }
 
 int cuda_lane_open(const struct cuda_driver *d, struct cuda_lane *ln, char *why, size_t len)
