@@ -65,6 +65,8 @@ void gllm_disconnect(gllm_client *c)
         return;
     memory_detach_all(c);    /* the daemon gives back its side when the connection closes */
     gllm_memory_release(c->sync);   /* gllm_attention_enqueue's counters: ours alone */
+    for (int d = 0; d < GLLM_MAX_DEVICES; d++)
+        gllm_memory_release(c->sync_dev[d]);
     calls_free(&c->calls);
     close(c->fd);
     conn_ring_unmap(c->ring);

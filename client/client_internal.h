@@ -72,6 +72,7 @@ enum share_kind {
 struct hello_info {
     gllm_caps caps;
     enum share_kind share;       /* caps.share, parsed */
+    bool device_waits;           /* sync.device_waits: a wait's counter may be shared memory */
     gllm_limits limits;
     gllm_device_info devices[GLLM_MAX_DEVICES];
 };
@@ -91,6 +92,8 @@ struct gllm_client {
     uint64_t packets_sent;       /* through the socket: a ring request records it (`after`) */
     struct gllm_memory *sync;    /* gllm_attention_enqueue's counters, made on first use */
     uint32_t sync_ready, sync_done;   /* the last values written to them */
+    struct gllm_memory *sync_dev[GLLM_MAX_DEVICES];   /* gllm_stream_order_on's "ready"
+                                                        * counters in shared device memory */
     char rx[PROTO_MAX_MESSAGE];
     struct proto_buf tx;
 };

@@ -53,8 +53,8 @@ static int failed(const struct cuda_stream_reg *r, CUresult e, const char *what,
     return GLLM_EBACKEND;
 }
 
-int cuda_stream_register(void *base, size_t size, struct cuda_stream_reg **out, char *why,
-                         size_t len)
+/* Opens libcuda.so.1 and resolves the functions into a new r. */
+static int open_driver(struct cuda_stream_reg **out, char *why, size_t len)
 {
     struct cuda_stream_reg *r = calloc(1, sizeof *r);
     if (!r)
@@ -78,6 +78,17 @@ int cuda_stream_register(void *base, size_t size, struct cuda_stream_reg **out, 
     }
     CUDA_STREAM_FUNCS(CUDA_STREAM_SYM_)
 #undef CUDA_STREAM_SYM_
+    *out = r;
+    return 0;
+}
+
+int cuda_stream_register(void *base, size_t size, struct cuda_stream_reg **out, char *why,
+                         size_t len)
+{
+    struct cuda_stream_reg *r;
+    int rc = open_driver(&r, why, len);
+    if (rc < 0)
+        return rc;
     CUresult e = r->cuMemHostRegister(base, size,
                                       CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
     if (e == 0 && (e = r->cuMemHostGetDevicePointer(&r->dev, base, 0)) != 0)
@@ -109,11 +120,23 @@ int cuda_stream_wait(struct cuda_stream_reg *r, size_t offset, uint32_t value, v
     return e ? failed(r, e, "cuStreamWaitValue32", why, len) : 0;
 }
 
+int cuda_stream_device(uint64_t dev, struct cuda_stream_reg **out, char *why, size_t len)
+{
+    struct cuda_stream_reg *r;
+    int rc = open_driver(&r, why, len);
+    if (rc < 0)
+        return rc;
+    r->dev = (CUdeviceptr)dev;
+    *out = r;
+    return 0;
+}
+
 void cuda_stream_unregister(struct cuda_stream_reg *r)
 {
     if (!r)
         return;
-    r->cuMemHostUnregister(r->base);
+    if (r->base)                 /* host memory it registered; device memory is the mapping's */
+        r->cuMemHostUnregister(r->base);
     dlclose(r->lib);
     free(r);
 }

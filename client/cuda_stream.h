@@ -17,6 +17,8 @@ int cuda_stream_write(struct cuda_stream_reg *r, size_t offset, uint32_t value, 
                       char *why, size_t len);
 int cuda_stream_wait(struct cuda_stream_reg *r, size_t offset, uint32_t value, void *stream,
                      char *why, size_t len);
+/* The same for device memory mapped in the caller's context at dev (nothing to register). */
+int cuda_stream_device(uint64_t dev, struct cuda_stream_reg **out, char *why, size_t len);
 void cuda_stream_unregister(struct cuda_stream_reg *r);   /* accepts NULL */
 
 #endif

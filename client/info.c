@@ -97,6 +97,10 @@ static void decode_share(const msgpack_object *res, struct hello_info *h)
     h->share = memory_share_parse(kind->via.str.ptr, kind->via.str.size);
     if (h->share == SHARE_NONE)
         return;
+    const msgpack_object *sync = proto_map_get(res, "sync");
+    const msgpack_object *dw = sync && sync->type == MSGPACK_OBJECT_MAP
+                                   ? proto_map_get(sync, "device_waits") : NULL;
+    h->device_waits = dw && dw->type == MSGPACK_OBJECT_BOOLEAN && dw->via.boolean;
     copy_field(sh, "kind", h->caps.share, sizeof h->caps.share);
     h->caps.share_granularity = g;
 }

@@ -13,13 +13,15 @@ static int submit(gllm_client *c, uint64_t id, uint64_t *job)
     return 0;
 }
 
-/* A job's wait or signal counter: none without memory; else an arena of this client. */
+/* A job's wait or signal counter: none without memory; else an arena of this client (or,
+ * for a wait, memory it shares with gllmd: gllmd says whether its backend can wait there). */
 static int counter_to_wire(gllm_client *c, const gllm_counter *g, struct proto_counter *w)
 {
     if (!g->memory)
         return 0;
-    if (g->memory->c != c || g->memory->kind != GLLM_MEMORY_ARENA || g->offset % 4 != 0 ||
-        g->offset + 4 > g->memory->size)
+    if (g->memory->c != c || (g->memory->kind != GLLM_MEMORY_ARENA &&
+                              g->memory->kind != GLLM_MEMORY_SHARED) ||
+        g->offset % 4 != 0 || g->offset + 4 > g->memory->size)
         return -EINVAL;
     *w = (struct proto_counter){.set = true, .arena = g->memory->id, .offset = g->offset,
                                 .value = g->value, .timeout_ms = g->timeout_ms};

@@ -56,6 +56,8 @@ struct job {
     uint64_t wait_deadline;       /* CLOCK_MONOTONIC ns */
     bool wait_mapped;             /* the device can read the wait's counter (its arena is
                                    * registered, or the backend needs no registration) */
+    bool wait_on_device;          /* the counter is in shared device memory: only the
+                                   * device reads it (the job always goes to a queue) */
     struct backend_sync sync;     /* the signal the backend writes; its args point here */
     /* A job that failed before reaching its lane's queue, while earlier jobs of the lane
      * were in flight there: its signal goes through the queue behind them, as a copy of

@@ -73,10 +73,13 @@ void method_hello(struct rpc_call *c, const struct proto_msg *m)
     msgpack_packer *pk = rpc_reply_begin(c);
     msgpack_pack_map(pk, 8 + (share != NULL) + sync);
     if (sync) {    /* jobs take "wait" and "signal" counters in arenas */
+        const bool device_waits = backend_has_queues(srv->be) && share != NULL;
         proto_pack_str(pk, "sync");
-        msgpack_pack_map(pk, 2);
+        msgpack_pack_map(pk, 2 + device_waits);
         proto_pack_kv_u64(pk, "timeout_ms", srv->limits.wait_timeout_ms);
         proto_pack_kv_u64(pk, "timeout_ms_max", GLLM_WAIT_TIMEOUT_MS_MAX);
+        if (device_waits)   /* a wait's counter may be in shared device memory */
+            proto_pack_kv_bool(pk, "device_waits", true);
     }
     if (share) {   /* memory this daemon can share with clients: dtensor_create export, import */
         proto_pack_str(pk, "share");
@@ -345,7 +348,9 @@ static const struct job_ops channel_job_ops = {job_skip, job_finished, job_settl
 /* Queues a prepared job on its device's worker; a job naming another device's tensor is
  * refused here, for every kind of job. */
 /* One of a job's counters, {"arena": id, "offset": o, "value": v}: a 32-bit slot in one of
- * the connection's arenas, held by the job. 0 and the slot, or a code and err. */
+ * the connection's arenas, held by the job; a wait's may also be in memory shared with the
+ * device (exported or imported) on a backend with queues, where only the device reads it
+ * (docs/PROTOCOL.md). 0 and the slot, or a code and err. */
 static int sync_counter(struct rpc_call *c, struct job *job, const msgpack_object *o,
                         const char *key, _Atomic uint32_t **slot, uint32_t *value, char *err,
                         size_t errlen)
@@ -359,9 +364,13 @@ static int sync_counter(struct rpc_call *c, struct job *job, const msgpack_objec
     }
     struct arena *a = id <= UINT32_MAX ? arena_table_find(&c->ch->session.regions, (uint32_t)id)
                                        : NULL;
-    if (!a || a->device) {
-        snprintf(err, errlen, "%s: no arena %llu in this connection (counters live in arenas)",
-                 key, (unsigned long long)id);
+    const bool on_device = a && a->device && a->share != ARENA_OWN &&
+                           strcmp(key, "wait") == 0 && backend_has_queues(c->ch->srv->be);
+    if (!a || (a->device && !on_device)) {
+        snprintf(err, errlen, "%s: no arena %llu in this connection (counters live in arenas%s)",
+                 key, (unsigned long long)id,
+                 strcmp(key, "wait") == 0 && backend_has_queues(c->ch->srv->be)
+                     ? " or, for a wait, in shared device memory" : "");
         return GLLM_ENOARENA;
     }
     if (off % 4 != 0 || off > a->size - 4 || a->size < 4) {
@@ -416,7 +425,9 @@ static int take_sync(struct rpc_call *c, const struct proto_msg *m, struct job *
         job->wait = slot;
         job->wait_deadline = now_ns() + ms * 1000000ull;
         const struct arena *held = job->arenas[job->narenas - 1];   /* sync_counter's */
-        job->wait_mapped = held->pinned_by || !backend_registers_host(c->ch->srv->be);
+        job->wait_on_device = held->device;
+        job->wait_mapped = held->device || held->pinned_by ||
+                           !backend_registers_host(c->ch->srv->be);
     }
     if (signal) {
         _Atomic uint32_t *slot;

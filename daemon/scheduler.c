@@ -96,6 +96,8 @@ static bool job_ready(const struct job *j, uint64_t now)
  * Under w->lock. */
 static bool queued_job(const struct worker *w, const struct job *j)
 {
+    if (j->wait_on_device)
+        return true;     /* the host cannot read its counter: only a queue can wait for it */
     return w->queues && (j->wait || j->sync.signal) && (!j->wait || j->wait_mapped) &&
            !(w->armed && w->armed_cookie == j->cookie);
 }
@@ -613,6 +615,7 @@ static bool submit_job(struct worker *w, struct lane *l, struct job *j, char *re
     if (st == 0) {
         if (j->wait) {
             j->sync.wait = (const void *)j->wait;
+            j->sync.wait_device = j->wait_on_device;
             j->sync.wait_value = j->wait_value;
             j->sync.wait_timeout_ns = j->wait_deadline > now ? j->wait_deadline - now : 1;
         }

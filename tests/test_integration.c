@@ -210,6 +210,28 @@ static void test_job_ordered_by_counters(void **state)
         sleep_ms(1);
     assert_int_equal(atomic_load(refused_done), 5);
     assert_int_equal(atomic_load(done), 11);
+
+    /* A wait's counter may be in memory shared with the device (where a GPU polls it
+     * faster); a signal's may not: the host must be able to write it whatever happens. */
+    gllm_memory *shm;
+    void *shp;
+    assert_int_equal(gllm_memory_create_shared(c, 4096, 0, &shm), 0);
+    assert_int_equal(gllm_memory_map(shm, &shp), 0);
+    _Atomic uint32_t *dev_ready = shp;
+    atomic_store(dev_ready, 0);
+    j.p.wait = (gllm_counter){.memory = shm, .offset = 0, .value = 1};
+    j.p.signal = (gllm_counter){.memory = counters, .offset = 64, .value = 12};
+    assert_int_equal(gllm_attention_submit(c, &j.p, &j.id), 0);
+    assert_int_equal(gllm_job_poll(c, j.id, &res), -EAGAIN);   /* held by its wait */
+    assert_int_equal(atomic_load(done), 11);
+    atomic_store(dev_ready, 1);
+    assert_int_equal(gllm_job_wait(c, j.id, &res), 0);
+    assert_int_equal(atomic_load(done), 12);
+    assert_true(job_output_ok(&j));
+    j.p.wait = (gllm_counter){0};
+    j.p.signal = (gllm_counter){.memory = shm, .offset = 64, .value = 1};
+    assert_int_equal(gllm_attention(c, &j.p, &res), GLLM_ENOARENA);
+    gllm_memory_release(shm);
     gllm_memory_release(j.arena);
     gllm_memory_release(counters);
     gllm_disconnect(c);

@@ -417,6 +417,11 @@ GLLM_EXPORT int gllm_attention_enqueue(gllm_client *c, const gllm_attention_para
  */
 GLLM_EXPORT int gllm_stream_order(gllm_client *c, void *stream, gllm_counter *wait,
                                   gllm_counter *signal);
+/* The same for a run of jobs on device (-1: any, as gllm_stream_order): where gllmd shares
+ * CUDA memory the wait's counter is in device memory of that device, shared with gllmd,
+ * which the GPU polls faster than an arena (the run's jobs must be on that device). */
+GLLM_EXPORT int gllm_stream_order_on(gllm_client *c, void *stream, int device,
+                                     gllm_counter *wait, gllm_counter *signal);
 /* Writes counter->value into its arena from the CPU (a store that releases what this
  * thread wrote before it): raises a wait from the host. */
 GLLM_EXPORT int gllm_counter_write(const gllm_counter *counter);

@@ -164,6 +164,8 @@ _PROTOTYPES = {
     "gllm_job_wait": (c_int, [_P, c_uint64, POINTER(GllmJobResult)]),
     "gllm_job_poll": (c_int, [_P, c_uint64, POINTER(GllmJobResult)]),
     "gllm_stream_order": (c_int, [_P, c_void_p, POINTER(GllmCounter), POINTER(GllmCounter)]),
+    "gllm_stream_order_on": (c_int, [_P, c_void_p, c_int, POINTER(GllmCounter),
+                                     POINTER(GllmCounter)]),
     "gllm_counter_write": (c_int, [POINTER(GllmCounter)]),
     "gllm_client_set_wait_spin": (None, [_P, c_uint32]),
     "gllm_client_last_error": (c_char_p, [_P]),

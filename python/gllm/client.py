@@ -500,8 +500,12 @@ class Client:
                 self._claim(self._pending[0], True)
             wait, signal = _lib.GllmCounter(), _lib.GllmCounter()
             self._clear_message()
-            self._call("gllm_stream_order", lib.gllm_stream_order(
-                self.handle, handle, ctypes.byref(wait), ctypes.byref(signal)))
+            # The run's device is its stream's: the wait's counter goes in that device's
+            # memory, which its GPU polls faster than an arena.
+            dev = getattr(getattr(s, "device", None), "index", None)
+            self._call("gllm_stream_order_on", lib.gllm_stream_order_on(
+                self.handle, handle, -1 if dev is None else int(dev), ctypes.byref(wait),
+                ctypes.byref(signal)))
             jobs[0][1].wait = wait
             jobs[-1][1].signal = signal
             job = ctypes.c_uint64()

@@ -99,7 +99,8 @@ static size_t paged_out_wrong(const struct paged_job *j)
 
 /* Latency as the client's stream sees it: from the end of its producer (a memset on its
  * stream) to the start of its consumer, minus gllmd's kernel. Ordered: gllm_stream_order
- * and the decode submitted with its counters, no host synchronisation. Synchronised: the
+ * and the decode submitted with its counters, no host synchronisation; once with the wait's
+ * counter in an arena, once in device memory (gllm_stream_order_on). Synchronised: the
  * stream synchronised on the host, gllm_attention_decode, then the consumer queued. */
 static void paged_latency(gllm_client *c, int64_t B, int64_t L, bool long_producer)
 {
@@ -117,9 +118,11 @@ static void paged_latency(gllm_client *c, int64_t B, int64_t L, bool long_produc
     check_cu(cu.cuStreamCreate(&stream, 1), "cuStreamCreate");
     check_cu(cu.cuEventCreate(&ev_a, 0), "cuEventCreate");
     check_cu(cu.cuEventCreate(&ev_b, 0), "cuEventCreate");
-    static double added[2][STEPS], kern[2][STEPS], host_order[STEPS], host_submit[STEPS];
-    size_t wrong[2] = {0, 0};
-    for (int mode = 0; mode < 2; mode++) {
+    /* Modes: 0 ordered, its wait counter in an arena (gllm_stream_order); 1 synchronised on
+     * the host; 2 ordered, its wait counter in device memory (gllm_stream_order_on). */
+    static double added[3][STEPS], kern[3][STEPS], host_order[STEPS], host_submit[STEPS];
+    size_t wrong[3] = {0, 0, 0};
+    for (int mode = 0; mode < 3; mode++) {
         check_cu(cu.cuMemsetD32Async(j.out, 0xffffffffu, j.out_bytes / 4, stream), "poison");
         for (int i = 0; i < WARMUP + STEPS; i++) {
             if (long_producer)
@@ -128,14 +131,15 @@ static void paged_latency(gllm_client *c, int64_t B, int64_t L, bool long_produc
             check_cu(cu.cuMemsetD32Async(j.scratch, (unsigned)i, 256, stream), "producer");
             check_cu(cu.cuEventRecord(ev_a, stream), "cuEventRecord");
             gllm_job_result res = GLLM_JOB_RESULT_INIT;
-            if (mode == 0) {
+            if (mode != 1) {
                 gllm_paged_attention_params p = j.p;
                 uint64_t job;
                 const double h0 = now_s();
-                check_gllm(c, gllm_stream_order(c, stream, &p.wait, &p.signal), "order");
+                check_gllm(c, gllm_stream_order_on(c, stream, mode == 2 ? 0 : -1, &p.wait,
+                                                   &p.signal), "order");
                 const double h1 = now_s();
                 check_gllm(c, gllm_attention_decode_submit(c, &p, &job), "decode");
-                if (i >= WARMUP) {   /* the host's cost of one ordered job, by part */
+                if (i >= WARMUP && mode == 0) {   /* the host's cost of one ordered job */
                     host_order[i - WARMUP] = (h1 - h0) * 1e6;
                     host_submit[i - WARMUP] = (now_s() - h1) * 1e6;
                 }
@@ -158,16 +162,18 @@ static void paged_latency(gllm_client *c, int64_t B, int64_t L, bool long_produc
         }
         wrong[mode] = paged_out_wrong(&j);
     }
-    const bool ok = wrong[0] == 0 && wrong[1] == 0;
+    const bool ok = wrong[0] == 0 && wrong[1] == 0 && wrong[2] == 0;
     failures += !ok;
     printf("paged      decode B%lld L%lld Hq%d Hkv%d D%d page %d f16, %s producer, %s (%zu/%zu wrong outputs)\n"
            "           added us as the stream sees it, %d steps: ordered p50 %.1f p99 %.1f "
            "(target p50 <= 12, p99 <= 40); host-synchronised p50 %.1f p99 %.1f; "
-           "gllmd kernel p50 %.1f / %.1f us\n",
+           "gllmd kernel p50 %.1f / %.1f us\n"
+           "           ordered with the wait's counter in device memory: p50 %.1f p99 %.1f\n",
            (long long)B, (long long)L, HQ, HKV, D, PAGE, long_producer ? "long" : "short",
            ok ? "ok" : "FAIL", wrong[0], wrong[1],
            STEPS, pct(added[0], STEPS, 0.5), pct(added[0], STEPS, 0.99), pct(added[1], STEPS, 0.5),
-           pct(added[1], STEPS, 0.99), pct(kern[0], STEPS, 0.5), pct(kern[1], STEPS, 0.5));
+           pct(added[1], STEPS, 0.99), pct(kern[0], STEPS, 0.5), pct(kern[1], STEPS, 0.5),
+           pct(added[2], STEPS, 0.5), pct(added[2], STEPS, 0.99));
     printf("           host time per ordered job, p50: gllm_stream_order %.1f us, the submission "
            "%.1f us\n", pct(host_order, STEPS, 0.5), pct(host_submit, STEPS, 0.5));
     printf("{\"case\": \"paged_decode_ordered\", \"batch\": %lld, \"kv_len\": %lld, "
@@ -175,11 +181,13 @@ static void paged_latency(gllm_client *c, int64_t B, int64_t L, bool long_produc
            "\"ordered_added_p50_us\": %.1f, \"ordered_added_p99_us\": %.1f, "
            "\"host_synchronised_added_p50_us\": %.1f, \"host_synchronised_added_p99_us\": %.1f, "
            "\"gllmd_kernel_p50_us\": %.1f, \"host_stream_order_p50_us\": %.1f, "
-           "\"host_submit_p50_us\": %.1f}\n",
+           "\"host_submit_p50_us\": %.1f, \"ordered_device_wait_added_p50_us\": %.1f, "
+           "\"ordered_device_wait_added_p99_us\": %.1f}\n",
            (long long)B, (long long)L, long_producer ? "long" : "short",
            pct(added[0], STEPS, 0.5), pct(added[0], STEPS, 0.99),
            pct(added[1], STEPS, 0.5), pct(added[1], STEPS, 0.99), pct(kern[0], STEPS, 0.5),
-           pct(host_order, STEPS, 0.5), pct(host_submit, STEPS, 0.5));
+           pct(host_order, STEPS, 0.5), pct(host_submit, STEPS, 0.5), pct(added[2], STEPS, 0.5),
+           pct(added[2], STEPS, 0.99));
     check_cu(cu.cuStreamSynchronize(stream), "cuStreamSynchronize");
     paged_free(c, &j);
     if (long_producer)

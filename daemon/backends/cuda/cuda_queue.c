@@ -105,12 +105,13 @@ int cuda_queue_submit(struct backend *be, int dev, struct backend_queue *q,
     CUresult r;
     CUdeviceptr at;
     if (s && s->wait) {
-        /* No event behind the wait: the counter is in host memory, where the worker reads
-         * whether it has come, and an event there would stand between the counter and the
-         * kernel on the GPU. */
-        if ((r = cuda_counter_address(c, x, s->wait, true, &at)) ||
+        /* A counter in host memory: no event behind the wait, the worker reads whether it
+         * has come (an event there would stand between the counter and the kernel on the
+         * GPU). In device memory: the event tells the worker. */
+        if ((r = cuda_counter_address(c, x, s->wait, !s->wait_device, &at)) ||
             (r = d->cuStreamWaitValue32(q->lane.stream, at, s->wait_value,
-                                        CU_STREAM_WAIT_VALUE_GEQ)))
+                                        CU_STREAM_WAIT_VALUE_GEQ)) ||
+            (s->wait_device && (r = d->cuEventRecord(op->sl.waited, q->lane.stream))))
             return cuda_fail(c, r, "GPU-side wait");
         op->armed = true;
         x->waits_armed++;
@@ -144,10 +145,19 @@ static int still_running(struct cuda_ctx *c, struct cuda_dev *x, struct queued *
     const struct cuda_driver *d = c->d;
     const uint64_t now = backend_now_ns();
     if (op->armed) {
-        const uint32_t seen = atomic_load_explicit((const _Atomic uint32_t *)op->s->wait,
-                                                   memory_order_acquire);
-        CUresult r;
-        if ((int32_t)(seen - op->s->wait_value) < 0) {
+        CUresult r = CUDA_SUCCESS;
+        bool unmet;
+        if (op->s->wait_device) {
+            r = d->cuEventQuery(op->sl.waited);
+            if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY)
+                return cuda_fail(c, r, op->what);
+            unmet = r == CUDA_ERROR_NOT_READY;
+        } else {
+            const uint32_t seen = atomic_load_explicit((const _Atomic uint32_t *)op->s->wait,
+                                                       memory_order_acquire);
+            unmet = (int32_t)(seen - op->s->wait_value) < 0;
+        }
+        if (unmet) {
             if (!op->released && (cancel || now - op->submitted >= op->s->wait_timeout_ns)) {
                 if (!cancel)
                     backend_logf(&c->log, BACKEND_LOG_WARNING, "cuda: %s: GPU-side wait for %u "
@@ -155,7 +165,7 @@ static int still_running(struct cuda_ctx *c, struct cuda_dev *x, struct queued *
                                  op->s->wait_value,
                                  (unsigned long long)(op->s->wait_timeout_ns / 1000000));
                 CUdeviceptr at;
-                if ((r = cuda_counter_address(c, x, op->s->wait, true, &at)) ||
+                if ((r = cuda_counter_address(c, x, op->s->wait, !op->s->wait_device, &at)) ||
                     (r = d->cuStreamWriteValue32(x->release, at, op->s->wait_value,
                                                  CU_STREAM_WRITE_VALUE_DEFAULT)))
                     return cuda_fail(c, r, "releasing a GPU-side wait");
