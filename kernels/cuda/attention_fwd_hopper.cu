@@ -14,6 +14,12 @@
 // 350 against 438 TFLOP/s. At D = 64 a tile has half the GEMM work and the same softmax,
 // so two consumers could not cover each other (v11: 244 TFLOP/s); a third one can.
 //
+// Registers (v14): the block starts with the whole register file split evenly (168 per
+// thread at D = 128, 128 at D = 64); the producer, which only computes addresses, hands
+// all but 24 back with setmaxnreg and the consumers take them (240 at D = 128, 160 at
+// D = 64). Alone this moves little (the v13 consumers fit in 166 and 125); it is what
+// the next step needs, where a consumer holds O, the next tile's scores and P at once.
+//
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
 // registers.
@@ -41,6 +47,17 @@ template <int D> struct Hp {
     static constexpr int THREADS = GLLM_CUDA_HP_THREADS(D);
     static constexpr uint32_t KV_TILE = HP_KEYS * D * 2;
     static_assert(THREADS == 128 * (CONSUMERS + 1) && (D == 64 || D == 128), "shapes");
+    // Registers per thread (setmaxnreg): every thread starts with START (the 64 Ki register
+    // file over the block, as __launch_bounds__(THREADS, 1) lets ptxas use, in steps of 8);
+    // the producer drops to PRODUCER and the consumers share what it frees. D = 128:
+    // 168 -> 24 / 240; D = 64: 128 -> 24 / 160.
+    static constexpr int START = 65536 / THREADS / 8 * 8;
+    static constexpr int PRODUCER = 24;
+    static constexpr int CONSUMER_RAW = (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
+    static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
+    static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
+                      128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
+                  "setmaxnreg budget");
 };
 
 template <typename T> struct Tag {};
@@ -86,6 +103,16 @@ __device__ __forceinline__ void pin(float (&r)[N])
 #pragma unroll
     for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(r[i])::"memory");
+}
+// Give registers back to the block's pool (producer) or take them from it (consumers; waits
+// until the pool has them). Every warp of the warpgroup executes the same one.
+template <int N> __device__ __forceinline__ void regs_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void regs_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 // cp.async writes through the generic proxy, wgmma reads through the async one.
 __device__ __forceinline__ void fence_proxy_async()
@@ -200,12 +227,20 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t 
     constexpr int CHUNKS = D / 8, STEP = 128 / CHUNKS;   // 16-byte columns, rows per pass
     const int r0 = i / CHUNKS, c = i % CHUNKS;
     const T *src = base + (int64_t)(row0 + r0) * row_stride + c * 8;
+    const int64_t step = (int64_t)STEP * row_stride;
     const uint32_t soff = tile + hp_offset<ROWS>(r0, c * 8);
+    // One pointer walked down the rows, hidden from the optimiser at each step: the
+    // producer runs on Hp::PRODUCER registers, and the per-row offsets (it * step) that
+    // the compiler would otherwise hoist out of the tile loop, 16 64-bit values per copy,
+    // spill there.
+    int rows_left = nrows - (row0 + r0);
 #pragma unroll
     for (int it = 0; it < ROWS / STEP; it++) {
-        const bool ok = row0 + r0 + STEP * it < nrows;
-        cp_async16(soff + it * STEP * 128, ok ? src + (int64_t)STEP * it * row_stride : base,
-                   ok ? 16 : 0);
+        const bool ok = rows_left > 0;
+        cp_async16(soff + it * STEP * 128, ok ? src : base, ok ? 16 : 0);
+        src += step;
+        asm volatile("" : "+l"(src));
+        rows_left -= STEP;
     }
 }
 
@@ -262,6 +297,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         // Producer: Q with tile 0, then each tile once its stage is free. A tile is
         // announced when this lane's copies of it have landed (cp.async.wait_group) and
         // are fenced for wgmma's proxy, one tile behind the newest.
+        regs_dec<S::PRODUCER>();
         const int i = threadIdx.x - S::CONSUMERS * 128;
         const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
         const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
@@ -291,6 +327,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     }
 
     // Consumers: warpgroup wg takes query rows [r_wg, r_wg + 64) of the head.
+    regs_inc<S::CONSUMER>();
     const int wg = warp / 4, wrow = (warp % 4) * 16;  // warpgroup, first row of the warp in it
     const int r_wg = m0 + wg * 64;
     const int g = lane >> 2, t = lane & 3;
