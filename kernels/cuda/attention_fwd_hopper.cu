@@ -18,7 +18,23 @@
 // thread at D = 128, 128 at D = 64); the producer, which only computes addresses, hands
 // all but 24 back with setmaxnreg and the consumers take them (240 at D = 128, 160 at
 // D = 64). Alone this moves little (the v13 consumers fit in 166 and 125); it is what
-// the next step needs, where a consumer holds O, the next tile's scores and P at once.
+// the pipelining below needs.
+//
+// Pipelining inside a warpgroup (v14, D = 128; FlashAttention-3's section 3.2): tile j's
+// S = Q K^T is issued, then tile j - 1's O += P V, and tile j's softmax runs while P V is
+// still on the tensor cores; P is made from tile j's scores only after P V of j - 1 has
+// landed. What is live across that softmax is O (64 registers), P of j - 1 (32, still
+// read by the wgmma) and S of j (64), not two float score tiles: the consumer needs 186
+// registers (193 causal) when ptxas is not capped, so it fits in 240 without spilling,
+// and ptxas reports no serialised wgmma (its C7514 note, which it does print when a score
+// register is read before its wait). The earlier attempt (docs/performance.md) kept two
+// score tiles in 168 registers and spilled.
+// Expected: FA3's ablation gives +14% for this step (582 -> 661 TFLOP/s with its
+// ping-pong scheduling in place); here the two consumers' drift already hides part of
+// each softmax under the other's GEMMs, so +8 to +15% at D = 128 (479 -> about 520-550
+// TFLOP/s, 0.81-0.86x cuDNN), causal alike. D = 64 stays one tile at a time (three
+// consumers cover its softmax, and O 32 + P 32 + S 64 leave little of 160 registers; not
+// tried): there, only setmaxnreg, within +-2%.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -53,7 +69,8 @@ template <int D> struct Hp {
     // 168 -> 24 / 240; D = 64: 128 -> 24 / 160.
     static constexpr int START = 65536 / THREADS / 8 * 8;
     static constexpr int PRODUCER = 24;
-    static constexpr int CONSUMER_RAW = (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
+    static constexpr int CONSUMER_RAW =
+        (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
     static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
     static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
                       128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
@@ -94,6 +111,9 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t saddr)
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Wait until at most N committed groups of this warpgroup are still in flight.
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // wgmma reads and writes its accumulators after the instruction has issued, which the
 // compiler cannot see: pinning every register with an empty asm after the wait (and
 // before the issue) keeps ordinary code on them in order with the wgmma.
@@ -103,6 +123,16 @@ __device__ __forceinline__ void pin(float (&r)[N])
 #pragma unroll
     for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(r[i])::"memory");
+}
+// The same for P, wgmma's A operand from registers: it is read after the instruction has
+// issued too, so P stays untouched until the wait that follows its wgmma.
+__device__ __forceinline__ void pin(uint32_t (&r)[8][4])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            asm volatile("" : "+r"(r[i][k])::"memory");
 }
 // Give registers back to the block's pool (producer) or take them from it (consumers; waits
 // until the pool has them). Every warp of the warpgroup executes the same one.
@@ -263,6 +293,116 @@ __device__ __forceinline__ void row_extreme(const float (&s)[64], float (&out)[2
     }
 }
 
+// S = Q K^T for one warpgroup's 64 rows against one K tile, issued and committed as one
+// wgmma group; the caller waits. s's old contents are not read (scale_d = 0 at kk = 0).
+template <typename T, int D>
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t s_q, uint32_t sk, int wg)
+{
+    pin(s);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t kcol = (uint32_t)(kk & 3) * 32;   // 16 elements within a 64-column block
+        wgmma_ss_m64n128k16(Tag<T>(), s,
+                            desc_k_major(s_q + (uint32_t)(kk >> 2) * Hp<D>::ROWS * 128 +
+                                         (uint32_t)wg * 64 * 128 + kcol),
+                            desc_k_major(sk + (uint32_t)(kk >> 2) * HP_KEYS * 128 + kcol), kk > 0);
+    }
+    wg_commit();
+}
+
+// O += P V for one V tile (keys are wgmma's K, 16 per step), issued and committed as one
+// group; the caller waits.
+template <typename T, int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pf)[8][4], uint32_t sv)
+{
+    pin(o);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wgmma_rs<1>(Tag<T>(), o, pf[kk], desc_mn_major(sv + (uint32_t)kk * 2048), 1);
+    wg_commit();
+}
+
+// Mask the tail tile (keys >= Skv) and, causal, the tiles crossing this warpgroup's
+// diagonal (row sees keys <= row + shift). row0: this thread's first row.
+template <bool CAUSAL>
+__device__ __forceinline__ void mask_tile(float (&s)[64], int n0, int Skv, int r_wg, int row0,
+                                          int shift, int t, float masked)
+{
+    if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > r_wg + shift)) {
+#pragma unroll
+        for (int i = 0; i < 64; i++) {
+            const int key = n0 + (i / 4) * 8 + 2 * t + (i & 1);
+            if (key >= Skv || (CAUSAL && key > row0 + 8 * ((i >> 1) & 1) + shift))
+                s[i] = masked;
+        }
+    }
+}
+
+// Online softmax of one score tile, base 2, with attention_fwd.cu's lazy rescale: the
+// reference max moves only when a row's maximum passes it by more than 8 (log2 units).
+// Leaves exp2(s * qk_scale - max) in s and adds it to row_sum. Returns whether O must be
+// multiplied by scale_o (warp-uniform); row_sum is rescaled here already.
+__device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2],
+                                             float (&row_sum)[2], float (&scale_o)[2],
+                                             float qk_scale, bool pos_scale)
+{
+    float tile_max[2];
+    if (pos_scale)
+        row_extreme<true>(s, tile_max);
+    else
+        row_extreme<false>(s, tile_max);
+    tile_max[0] *= qk_scale;
+    tile_max[1] *= qk_scale;
+    const bool grow = tile_max[0] > row_max[0] + 8.f || tile_max[1] > row_max[1] + 8.f;
+    const bool rescale = __any_sync(0xffffffff, grow);
+    if (rescale) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const float mx = fmaxf(row_max[hr], tile_max[hr]);
+            scale_o[hr] = mx == -INFINITY ? 1.f : fast_exp2(row_max[hr] - mx);
+            row_max[hr] = mx;
+            row_sum[hr] *= scale_o[hr];
+        }
+    }
+    const float ref[2] = {row_max[0] == -INFINITY ? 0.f : row_max[0],
+                          row_max[1] == -INFINITY ? 0.f : row_max[1]};
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        s[4 * n] = fast_exp2(fmaf(s[4 * n], qk_scale, -ref[0]));
+        s[4 * n + 1] = fast_exp2(fmaf(s[4 * n + 1], qk_scale, -ref[0]));
+        s[4 * n + 2] = fast_exp2(fmaf(s[4 * n + 2], qk_scale, -ref[1]));
+        s[4 * n + 3] = fast_exp2(fmaf(s[4 * n + 3], qk_scale, -ref[1]));
+        row_sum[0] += s[4 * n] + s[4 * n + 1];
+        row_sum[1] += s[4 * n + 2] + s[4 * n + 3];
+    }
+    return rescale;
+}
+
+// O's columns of each of a thread's two rows times that row's scale.
+template <int D>
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&scale_o)[2])
+{
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        o[4 * n] *= scale_o[0], o[4 * n + 1] *= scale_o[0];
+        o[4 * n + 2] *= scale_o[1], o[4 * n + 3] *= scale_o[1];
+    }
+}
+
+// P (the exponentials in s) as wgmma's A fragments: the accumulator layout of an m64n128
+// tile is, 16 keys at a time, the A layout of an m64k16 one.
+template <typename T>
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4])
+{
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        pf[n / 2][(n & 1) * 2] = Elem<T>::pack(s[4 * n], s[4 * n + 1]);
+        pf[n / 2][(n & 1) * 2 + 1] = Elem<T>::pack(s[4 * n + 2], s[4 * n + 3]);
+    }
+}
+
 template <typename T, bool CAUSAL, int D>
 __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p)
 {
@@ -341,92 +481,93 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const bool pos_scale = qk_scale > 0.f;
     const float masked = pos_scale ? -INFINITY : INFINITY;
 
-    for (int j = 0; j < n_tiles; j++) {
-        const int st = j % HP_STAGES;
-        const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE, sv = sk + S::KV_TILE;
-        mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
-        // Rows past the end (the last block's spare warpgroups) or, causal, rows that see
-        // none of this tile skip its GEMMs; the other warpgroups still need the stage.
-        if (r_wg >= Sq || (CAUSAL && j * HP_KEYS > r_wg + 63 + shift)) {
-            mbar_arrive(empty0 + 8 * st);
-            continue;
-        }
+    // The tiles this warpgroup computes, [0, n_mine): none for rows past the end (the last
+    // block's spare warpgroups); causal, those with a key <= its last row + shift. The rest,
+    // up to the block's n_tiles, it only waits for and releases: the other warpgroups still
+    // need the stage, and the empty barrier counts every consumer thread.
+    const int last_key = r_wg + 63 + shift;
+    const int n_mine = r_wg >= Sq ? 0
+                       : !CAUSAL  ? n_tiles
+                       : last_key < 0 ? 0
+                                      : min(n_tiles, last_key / HP_KEYS + 1);
+    const int row0 = r_wg + wrow + g;                 // this thread's first row
+    float scale_o[2] = {1.f, 1.f};
+    auto k_tile = [&](int j) { return s_kv + (uint32_t)(j % HP_STAGES) * 2 * S::KV_TILE; };
+
+    if constexpr (D == 128) {
+        // Intra-warpgroup pipelining (FlashAttention-3, section 3.2): tile j's S = Q K^T is
+        // issued before tile j - 1's O += P V, and the softmax of tile j runs while P V is
+        // on the tensor cores. O's rescale for tile j waits for the next iteration (P V of
+        // j - 1 must land first); row_sum's happens at once. Live across the softmax: O
+        // (64), P of j - 1 (32, read by the wgmma in flight), S of j (64).
         float s[64];
+        uint32_t pf[8][4];
 #pragma unroll
         for (int i = 0; i < 64; i++)
             s[i] = 0.f;
-        pin(s);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const uint32_t kcol = (uint32_t)(kk & 3) * 32;   // 16 elements within a 64-column block
-            wgmma_ss_m64n128k16(Tag<T>(), s,
-                                desc_k_major(s_q + (uint32_t)(kk >> 2) * S::ROWS * 128 +
-                                             (uint32_t)wg * 64 * 128 + kcol),
-                                desc_k_major(sk + (uint32_t)(kk >> 2) * HP_KEYS * 128 + kcol), kk > 0);
+        bool pending = false;                          // O still owes scale_o
+        if (n_mine > 0) {
+            mbar_wait(full0, 0);
+            issue_qk<T, D>(s, s_q, k_tile(0), wg);
+            wg_wait<0>();
+            pin(s);
+            mask_tile<CAUSAL>(s, 0, Skv, r_wg, row0, shift, t, masked);
+            softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);   // O is 0: no rescale
+            pack_p<T>(s, pf);
         }
-        wg_commit();
-        wg_wait_all();
-        pin(s);
-
-        // Mask the tail tile and, causal, the tiles crossing this warpgroup's diagonal.
-        const int n0 = j * HP_KEYS, row0 = r_wg + wrow + g;
-        if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > r_wg + shift)) {
-#pragma unroll
-            for (int i = 0; i < 64; i++) {
-                const int key = n0 + (i / 4) * 8 + 2 * t + (i & 1);
-                if (key >= Skv || (CAUSAL && key > row0 + 8 * ((i >> 1) & 1) + shift))
-                    s[i] = masked;
-            }
+        for (int j = 1; j < n_mine; j++) {
+            const int st = j % HP_STAGES, prev = (j - 1) % HP_STAGES;
+            mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
+            issue_qk<T, D>(s, s_q, k_tile(j), wg);
+            if (pending)
+                rescale_o<D>(o, scale_o);
+            issue_pv<T, D>(o, pf, k_tile(j - 1) + S::KV_TILE);
+            wg_wait<1>();                              // S of j is in; P V of j - 1 may not be
+            pin(s);
+            mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
+            pending = softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);
+            wg_wait<0>();
+            pin(o);
+            pin(pf);
+            mbar_arrive(empty0 + 8 * prev);            // this thread is done with stage j - 1
+            pack_p<T>(s, pf);
         }
-
-        // Online softmax, base 2, with attention_fwd.cu's lazy rescale: the reference max
-        // moves only when a row's maximum passes it by more than 8 (log2 units).
-        float tile_max[2];
-        if (pos_scale)
-            row_extreme<true>(s, tile_max);
-        else
-            row_extreme<false>(s, tile_max);
-        tile_max[0] *= qk_scale;
-        tile_max[1] *= qk_scale;
-        const bool grow = tile_max[0] > row_max[0] + 8.f || tile_max[1] > row_max[1] + 8.f;
-        if (__any_sync(0xffffffff, grow)) {
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                const float mx = fmaxf(row_max[hr], tile_max[hr]);
-                const float scale_o = mx == -INFINITY ? 1.f : fast_exp2(row_max[hr] - mx);
-                row_max[hr] = mx;
-                row_sum[hr] *= scale_o;
-#pragma unroll
-                for (int n = 0; n < D / 8; n++)
-                    o[4 * n + 2 * hr] *= scale_o, o[4 * n + 2 * hr + 1] *= scale_o;
-            }
+        if (n_mine > 0) {
+            if (pending)
+                rescale_o<D>(o, scale_o);
+            issue_pv<T, D>(o, pf, k_tile(n_mine - 1) + S::KV_TILE);
+            wg_wait<0>();
+            pin(o);
+            pin(pf);
+            mbar_arrive(empty0 + 8 * ((n_mine - 1) % HP_STAGES));
         }
-        const float ref[2] = {row_max[0] == -INFINITY ? 0.f : row_max[0],
-                              row_max[1] == -INFINITY ? 0.f : row_max[1]};
-        uint32_t pf[8][4];
+    } else {
+        // D = 64: one tile at a time; the third consumer warpgroup covers the softmax.
+        for (int j = 0; j < n_mine; j++) {
+            const int st = j % HP_STAGES;
+            mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
+            float s[64];
 #pragma unroll
-        for (int n = 0; n < 16; n++) {
-            const float e0 = fast_exp2(fmaf(s[4 * n], qk_scale, -ref[0]));
-            const float e1 = fast_exp2(fmaf(s[4 * n + 1], qk_scale, -ref[0]));
-            const float e2 = fast_exp2(fmaf(s[4 * n + 2], qk_scale, -ref[1]));
-            const float e3 = fast_exp2(fmaf(s[4 * n + 3], qk_scale, -ref[1]));
-            row_sum[0] += e0 + e1;
-            row_sum[1] += e2 + e3;
-            pf[n / 2][(n & 1) * 2] = Elem<T>::pack(e0, e1);
-            pf[n / 2][(n & 1) * 2 + 1] = Elem<T>::pack(e2, e3);
+            for (int i = 0; i < 64; i++)
+                s[i] = 0.f;
+            issue_qk<T, D>(s, s_q, k_tile(j), wg);
+            wg_wait<0>();
+            pin(s);
+            mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
+            if (softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale))
+                rescale_o<D>(o, scale_o);
+            uint32_t pf[8][4];
+            pack_p<T>(s, pf);
+            issue_pv<T, D>(o, pf, k_tile(j) + S::KV_TILE);
+            wg_wait<0>();
+            pin(o);
+            mbar_arrive(empty0 + 8 * st);              // this thread is done with the stage
         }
-
-        pin(o);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++)
-            wgmma_rs<1>(Tag<T>(), o, pf[kk], desc_mn_major(sv + (uint32_t)kk * 2048), 1);
-        wg_commit();
-        wg_wait_all();
-        pin(o);
-
-        mbar_arrive(empty0 + 8 * st);   // this thread is done with the stage
+    }
+    for (int j = n_mine; j < n_tiles; j++) {
+        const int st = j % HP_STAGES;
+        mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
+        mbar_arrive(empty0 + 8 * st);
     }
 
 #pragma unroll
