@@ -20,21 +20,23 @@
 // D = 64). Alone this moves little (the v13 consumers fit in 166 and 125); it is what
 // the pipelining below needs.
 //
-// Pipelining inside a warpgroup (v14, D = 128; FlashAttention-3's section 3.2): tile j's
-// S = Q K^T is issued, then tile j - 1's O += P V, and tile j's softmax runs while P V is
-// still on the tensor cores; P is made from tile j's scores only after P V of j - 1 has
-// landed. What is live across that softmax is O (64 registers), P of j - 1 (32, still
-// read by the wgmma) and S of j (64), not two float score tiles: the consumer needs 186
-// registers (193 causal) when ptxas is not capped, so it fits in 240 without spilling,
-// and ptxas reports no serialised wgmma (its C7514 note, which it does print when a score
-// register is read before its wait). The earlier attempt (docs/performance.md) kept two
-// score tiles in 168 registers and spilled.
+// Pipelining inside a warpgroup (v14 at D = 128, v14b at D = 64; FA3 section 3.2): tile
+// j's S = Q K^T is issued, then tile j - 1's O += P V, and tile j's softmax runs while
+// P V is still on the tensor cores; P is made from tile j's scores only after P V of
+// j - 1 has landed. What is live across that softmax is O (64 registers at D = 128), P
+// of j - 1 (32, still read by the wgmma) and S of j (64), not two float score tiles: at
+// D = 128 the consumer needs 186 registers (193 causal) when ptxas is not capped, so it
+// fits in 240 without spilling, and ptxas reports no serialised wgmma (its C7514 note,
+// which it does print when a score register is read before its wait). The earlier
+// attempt (docs/performance.md) kept two score tiles in 168 registers and spilled.
 // Expected: FA3's ablation gives +14% for this step (582 -> 661 TFLOP/s with its
 // ping-pong scheduling in place); here the two consumers' drift already hides part of
 // each softmax under the other's GEMMs, so +8 to +15% at D = 128 (479 -> about 520-550
-// TFLOP/s, 0.81-0.86x cuDNN), causal alike. D = 64 stays one tile at a time (three
-// consumers cover its softmax, and O 32 + P 32 + S 64 leave little of 160 registers; not
-// tried): there, only setmaxnreg, within +-2%.
+// TFLOP/s, 0.81-0.86x cuDNN), causal alike. D = 64 (v14b) is pipelined the same way on
+// 160 registers: it needs 156 (163 causal) uncapped and fits 160 without spilling. Its
+// tiles have half the GEMM work and the same softmax, so hiding softmax matters more
+// there, but three consumers already overlap each other: +0 to +10% (B8 H16 S1024 D64
+// f16: 286 -> up to about 315 TFLOP/s). Should it lose, make Hp::PIPELINE (D == 128).
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -72,6 +74,9 @@ template <int D> struct Hp {
     static constexpr int CONSUMER_RAW =
         (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
     static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
+    // Consumers issue tile j's Q K^T before tile j - 1's P V (see the header comment);
+    // false: one tile at a time, v13's order, kept to measure the one against the other.
+    static constexpr bool PIPELINE = true;
     static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
                       128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
                   "setmaxnreg budget");
@@ -494,12 +499,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     float scale_o[2] = {1.f, 1.f};
     auto k_tile = [&](int j) { return s_kv + (uint32_t)(j % HP_STAGES) * 2 * S::KV_TILE; };
 
-    if constexpr (D == 128) {
+    if constexpr (S::PIPELINE) {
         // Intra-warpgroup pipelining (FlashAttention-3, section 3.2): tile j's S = Q K^T is
         // issued before tile j - 1's O += P V, and the softmax of tile j runs while P V is
         // on the tensor cores. O's rescale for tile j waits for the next iteration (P V of
         // j - 1 must land first); row_sum's happens at once. Live across the softmax: O
-        // (64), P of j - 1 (32, read by the wgmma in flight), S of j (64).
+        // (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j (64).
         float s[64];
         uint32_t pf[8][4];
 #pragma unroll
@@ -542,7 +547,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             mbar_arrive(empty0 + 8 * ((n_mine - 1) % HP_STAGES));
         }
     } else {
-        // D = 64: one tile at a time; the third consumer warpgroup covers the softmax.
+        // One tile at a time: the other consumer warpgroups' GEMMs cover the softmax.
         for (int j = 0; j < n_mine; j++) {
             const int st = j % HP_STAGES;
             mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
