@@ -36,7 +36,15 @@
 // 160 registers: it needs 156 (163 causal) uncapped and fits 160 without spilling. Its
 // tiles have half the GEMM work and the same softmax, so hiding softmax matters more
 // there, but three consumers already overlap each other: +0 to +10% (B8 H16 S1024 D64
-// f16: 286 -> up to about 315 TFLOP/s). Should it lose, make Hp::PIPELINE (D == 128).
+// f16: 286 -> up to about 315 TFLOP/s).
+// Measured (H100, two runs each, kernel against kernel): v14 lost at D = 128 on every
+// shape, 474/478 -> 463/465 (B4 H32 S2048 f16), 369/368 -> 363/364 (causal), 446/440 ->
+// 428/427 (B2 H32 S4096 bf16 causal), and was level at D = 64, 289/282 -> 291/295. So
+// Hp::PIPELINE is on at D = 64 only (v14c): at D = 128 the two consumers' drift already puts
+// one's softmax under the other's GEMMs, and FA3's gain from this step comes with its
+// ping-pong scheduling, which we do not have; what pipelining adds here (a second wgmma
+// group in flight per warpgroup, the deferred rescale, 186 live registers) costs more than
+// it hides. Measure it again once the producer stops competing for issue slots: one flag.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -76,7 +84,7 @@ template <int D> struct Hp {
     static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
     // Consumers issue tile j's Q K^T before tile j - 1's P V (see the header comment);
     // false: one tile at a time, v13's order, kept to measure the one against the other.
-    static constexpr bool PIPELINE = true;
+    static constexpr bool PIPELINE = D == 64;
     static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
                       128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
                   "setmaxnreg budget");
