@@ -6,9 +6,11 @@
 // warpgroup's registers hold only its scores, its output and P.
 //
 // A block is consumer warpgroups of 64 query rows each (two at D = 128, three at D = 64)
-// and a producer warpgroup that copies K and V tiles of 128 keys (cp.async, wgmma's
-// 128-byte swizzle) into three stages, each guarded by a pair of mbarriers (full: the tile
-// is in; empty: every consumer is done with it). Nothing else ties the consumers together,
+// and a producer warpgroup that loads K and V tiles of 128 keys (wgmma's 128-byte swizzle)
+// into three stages, each guarded by a pair of mbarriers (full: the tile is in; empty:
+// every consumer is done with it). The producer loads with TMA where the daemon could
+// encode tensor maps of Q, K and V (gllm_attn_fwd_hopper_tma_*), with cp.async otherwise
+// (gllm_attn_fwd_hopper_*, the same kernel otherwise). Nothing else ties the consumers together,
 // so while one does its softmax another's wgmma has the tensor cores. With a barrier across
 // all threads every tile instead (v8) both consumers did their softmax at the same moment:
 // 350 against 438 TFLOP/s. At D = 64 a tile has half the GEMM work and the same softmax,
@@ -44,7 +46,23 @@
 // one's softmax under the other's GEMMs, and FA3's gain from this step comes with its
 // ping-pong scheduling, which we do not have; what pipelining adds here (a second wgmma
 // group in flight per warpgroup, the deferred rescale, 186 live registers) costs more than
-// it hides. Measure it again once the producer stops competing for issue slots: one flag.
+// it hides. Measure it again once the TMA producer is in (it freed issue slots that the
+// pipelined consumer's extra instructions compete for): one flag.
+//
+// TMA producer (v15): one thread of the producer warpgroup issues the copies, 2 x D / 64
+// boxes per tile (64 columns by 128 keys, K and V) plus D / 64 for Q with tile 0, and
+// announces each stage's bytes on its full barrier (arrive.expect_tx); TMA zero-fills the
+// rows past the tensor's end, writes through the async proxy wgmma reads (no fence) and
+// swizzles as hp_offset lays tiles out (64-column blocks, 1024-byte-aligned stages). The
+// rest of the warpgroup only hands its registers to the consumers and exits. With cp.async
+// the producer warp of each SM sub-partition issued, per tile, 32 16-byte copies per lane
+// (D = 128) with their address arithmetic, a wait and a fence, next to the consumers'
+// softmax, and its copies went through the LSU pipe. Expected: D = 128 +3 to +8% on v13
+// (479 -> about 495-515 TFLOP/s non-causal, 372 -> 385-400 causal, 446 -> 460-480 bf16
+// causal S4096); D = 64, where three softmax-bound consumer warps share each scheduler
+// with the producer warp, +4 to +10% (B8 H16 S1024 f16: 293 -> about 305-320). If TMA moves
+// less than 2%, the producer's issue slots were not what held the consumers back, and the
+// next step is ping-pong scheduling of the consumers (named barriers), not the producer.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -171,6 +189,24 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count)
 __device__ __forceinline__ void mbar_arrive(uint32_t bar)
 {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+                 : "memory");
+}
+// The elected producer thread's arrival that also announces the bytes TMA will complete on
+// the barrier for this phase (the phase ends when both the arrival and the bytes are in).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+                 ::"r"(bar), "r"(bytes) : "memory");
+}
+// One TMA box of a 4-D tensor map (coordinates innermost first: column, row, head, batch) into
+// shared memory at dst, its bytes counted on bar. Rows outside the tensor arrive as zeros and
+// count all the same. map: the generic address of a __grid_constant__ parameter.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, uint32_t bar, int c0,
+                                            int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
                  : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
@@ -416,13 +452,17 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4
     }
 }
 
-template <typename T, bool CAUSAL, int D>
-__device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p)
+// TMA: the producer loads through hp's tensor maps (hp->a is p); else with cp.async from p
+// (hp is null).
+template <typename T, bool CAUSAL, int D, bool TMA>
+__device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p,
+                                                     const gllm_cuda_hp_params *hp)
 {
     using S = Hp<D>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    // full[s]: stage s holds its tile (the producer's 128 threads arrive); empty[s]: every
-    // consumer warpgroup is done with it (all their threads arrive).
+    // full[s]: stage s holds its tile (TMA: the elected producer thread arrives and the
+    // bytes land; cp.async: the producer's 128 threads arrive); empty[s]: every consumer
+    // warpgroup is done with it (all their threads arrive).
     __shared__ __align__(8) uint64_t bars[2 * HP_STAGES];
     // Swizzle atoms must start on 1024-byte boundaries; the launch adds that much slack.
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -440,43 +480,76 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const int n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
     if (threadIdx.x == 0) {
         for (int i = 0; i < HP_STAGES; i++) {
-            mbar_init(full0 + 8 * i, 128);
+            mbar_init(full0 + 8 * i, TMA ? 1 : 128);
             mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
+        }
+        if constexpr (TMA) {
+            // The initialised barriers, visible to the async proxy that completes TMA's bytes.
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+            fence_proxy_async();
         }
     }
     __syncthreads();
 
     if (warp >= S::CONSUMERS * 4) {
-        // Producer: Q with tile 0, then each tile once its stage is free. A tile is
-        // announced when this lane's copies of it have landed (cp.async.wait_group) and
-        // are fenced for wgmma's proxy, one tile behind the newest.
         regs_dec<S::PRODUCER>();
-        const int i = threadIdx.x - S::CONSUMERS * 128;
-        const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
-        const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
-        const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
-        for (int j = 0; j < n_tiles; j++) {
-            const int st = j % HP_STAGES;
-            if (j >= HP_STAGES)
-                mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
-            const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE;
-            if (j == 0)
-                copy_tile<D, S::ROWS>(s_q, Q, p.q_st[2], m0, Sq, i);
-            copy_tile<D, HP_KEYS>(sk, K, p.k_st[2], j * HP_KEYS, Skv, i);
-            copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
-            cp_async_commit();
-            if (j > 0) {
-                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-                fence_proxy_async();
-                mbar_arrive(full0 + 8 * ((j - 1) % HP_STAGES));
+        if constexpr (TMA) {
+            // Producer, TMA: one thread issues every copy; the rest of the warpgroup only
+            // gave its registers back. Q comes with tile 0 on stage 0's barrier. TMA writes
+            // through the async proxy that wgmma reads, so no proxy fence.
+            if (threadIdx.x != S::CONSUMERS * 128)
+                return;
+            constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column boxes per tile
+            constexpr uint32_t Q_TILE = S::ROWS * D * 2;
+            for (int j = 0; j < n_tiles; j++) {
+                const int st = j % HP_STAGES;
+                if (j >= HP_STAGES)
+                    mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
+                const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE, bar = full0 + 8 * st;
+                mbar_arrive_expect_tx(bar, 2 * S::KV_TILE + (j == 0 ? Q_TILE : 0));
+#pragma unroll
+                for (int c = 0; c < BLOCKS; c++) {
+                    const int col = c * GLLM_CUDA_HP_BOX_COLS;
+                    if (j == 0)
+                        tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &hp->q_map, bar, col, m0, h, b);
+                    tma_load_4d(sk + (uint32_t)c * HP_KEYS * 128, &hp->k_map, bar, col,
+                                j * HP_KEYS, hk, b);
+                    tma_load_4d(sk + S::KV_TILE + (uint32_t)c * HP_KEYS * 128, &hp->v_map, bar, col,
+                                j * HP_KEYS, hk, b);
+                }
             }
+            return;
+        } else {
+            // Producer, cp.async: Q with tile 0, then each tile once its stage is free. A tile
+            // is announced when this lane's copies of it have landed (cp.async.wait_group) and
+            // are fenced for wgmma's proxy, one tile behind the newest.
+            const int i = threadIdx.x - S::CONSUMERS * 128;
+            const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
+            const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
+            const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
+            for (int j = 0; j < n_tiles; j++) {
+                const int st = j % HP_STAGES;
+                if (j >= HP_STAGES)
+                    mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
+                const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE;
+                if (j == 0)
+                    copy_tile<D, S::ROWS>(s_q, Q, p.q_st[2], m0, Sq, i);
+                copy_tile<D, HP_KEYS>(sk, K, p.k_st[2], j * HP_KEYS, Skv, i);
+                copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
+                cp_async_commit();
+                if (j > 0) {
+                    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                    fence_proxy_async();
+                    mbar_arrive(full0 + 8 * ((j - 1) % HP_STAGES));
+                }
+            }
+            if (n_tiles > 0) {
+                cp_async_wait_all();
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * ((n_tiles - 1) % HP_STAGES));
+            }
+            return;
         }
-        if (n_tiles > 0) {
-            cp_async_wait_all();
-            fence_proxy_async();
-            mbar_arrive(full0 + 8 * ((n_tiles - 1) % HP_STAGES));
-        }
-        return;
     }
 
     // Consumers: warpgroup wg takes query rows [r_wg, r_wg + 64) of the head.
@@ -607,15 +680,25 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 } // namespace
 
 #ifdef GLLM_HAVE_WGMMA
-#define HP_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D>(p)
+#define HP_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D, false>(p, nullptr)
+#define HP_TMA_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D, true>(hp.a, &hp)
 #else
 #define HP_BODY(T, CAUSAL, D) __trap()  // never launched off sm_90a (see the header comment)
+#define HP_TMA_BODY(T, CAUSAL, D) __trap()
 #endif
+// gllm_attn_fwd_hopper_*: the producer copies with cp.async (any layout tc_eligible admits);
+// gllm_attn_fwd_hopper_tma_*: with TMA, through the tensor maps of its parameter.
 #define HP_ENTRY(T, tname, D, CAUSAL, suffix)                                                  \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
         gllm_attn_fwd_hopper_##tname##_d##D##suffix(const gllm_cuda_attn_params p)             \
     {                                                                                          \
         HP_BODY(T, CAUSAL, D);                                                                 \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
+        gllm_attn_fwd_hopper_tma_##tname##_d##D##suffix(                                       \
+            const __grid_constant__ gllm_cuda_hp_params hp)                                    \
+    {                                                                                          \
+        HP_TMA_BODY(T, CAUSAL, D);                                                             \
     }
 HP_ENTRY(__half, f16, 128, false, )
 HP_ENTRY(__half, f16, 128, true, _causal)
