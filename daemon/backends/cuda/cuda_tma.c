@@ -1,0 +1,58 @@
+/* TMA tensor maps for the Hopper prefill kernels, encoded per call from a job's pointers. */
+#include <errno.h>
+
+#include "cuda_tma.h"
+
+_Static_assert(sizeof(gllm_cuda_tmap) == sizeof(CUtensorMap) &&
+                   _Alignof(gllm_cuda_tmap) == _Alignof(CUtensorMap) && sizeof(CUtensorMap) == 128,
+               "a kernel's tensor map is the driver's CUtensorMap");
+
+#define TMA_MAX_STRIDE (1ull << 40)
+#define TMA_MAX_DIM (1ull << 32)
+
+int cuda_tma_map(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf16, const void *base,
+                 const int64_t dims[4], const int64_t st[4], unsigned box_rows)
+{
+    if (!d->cuTensorMapEncodeTiled || (uintptr_t)base % 16 != 0 || st[3] != 1 ||
+        dims[3] % GLLM_CUDA_HP_BOX_COLS != 0)
+        return -EOPNOTSUPP;
+    /* The driver's order is innermost first: D, S, H, B. */
+    const int order[4] = {3, 2, 1, 0};
+    unsigned long long gdim[4], gstride[3];
+    for (int i = 0; i < 4; i++) {
+        const int64_t n = dims[order[i]];
+        if (n < 1 || (unsigned long long)n > TMA_MAX_DIM)
+            return -EOPNOTSUPP;
+        gdim[i] = (unsigned long long)n;
+        if (i == 0)
+            continue;
+        const int64_t s = st[order[i]];
+        /* A dimension of 1 is never stepped along: any stride the driver takes will do. */
+        if (n == 1 && (s <= 0 || (uint64_t)s * 2 % 16 != 0 || (uint64_t)s * 2 >= TMA_MAX_STRIDE)) {
+            gstride[i - 1] = 16;
+            continue;
+        }
+        if (s <= 0 || (uint64_t)s * 2 % 16 != 0 || (uint64_t)s * 2 >= TMA_MAX_STRIDE)
+            return -EOPNOTSUPP;
+        gstride[i - 1] = (unsigned long long)s * 2;
+    }
+    const unsigned box[4] = {GLLM_CUDA_HP_BOX_COLS, box_rows, 1, 1}, one[4] = {1, 1, 1, 1};
+    CUresult r = d->cuTensorMapEncodeTiled(
+        (CUtensorMap *)map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        4, (void *)base, gdim, gstride, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -EINVAL;
+}
+
+int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16)
+{
+    const gllm_cuda_attn_params *p = &hp->a;
+    const int64_t qd[4] = {p->B, p->Hq, p->Sq, p->D}, kd[4] = {p->B, p->Hkv, p->Skv, p->D};
+    int r = cuda_tma_map(d, &hp->q_map, bf16, p->q, qd, p->q_st, GLLM_CUDA_HP_ROWS(p->D));
+    if (!r)
+        r = cuda_tma_map(d, &hp->k_map, bf16, p->k, kd, p->k_st, GLLM_CUDA_HP_KEYS);
+    if (!r)
+        r = cuda_tma_map(d, &hp->v_map, bf16, p->v, kd, p->v_st, GLLM_CUDA_HP_KEYS);
+    return r;
+}
