@@ -167,7 +167,7 @@ static void test_hp_params(void **state)
     memcpy(p->q_st, q_st, sizeof q_st);
     memcpy(p->k_st, kv_st, sizeof kv_st);
     memcpy(p->v_st, kv_st, sizeof kv_st);
-    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true), 0);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), 0);
     assert_int_equal(fk.calls, 3);
     assert_int_equal(hp.q_map.opaque[0], 0x7a000001u);
     assert_int_equal(hp.k_map.opaque[0], 0x7a000002u);
@@ -183,14 +183,53 @@ static void test_hp_params(void **state)
      * take stops there. */
     fk.calls = 0;
     p->q_st[2] = 68;
-    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true), -EOPNOTSUPP);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), -EOPNOTSUPP);
     assert_int_equal(fk.calls, 0);
     p->q_st[2] = 64;
     fk.answer = 1;
-    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true), -EINVAL);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), -EINVAL);
     assert_int_equal(fk.calls, 1);
     assert_int_equal(fk.box[1], 192);
     assert_int_equal(fk.dims[1], 100);
+}
+
+/* A repeated call on the same tensors takes its maps from the cache; a moved tensor, or one
+ * the driver refused, is encoded again. */
+static void test_cache(void **state)
+{
+    (void)state;
+    static struct cuda_tma_cache cache;
+    memset(&cache, 0, sizeof cache);
+    gllm_cuda_hp_params hp;
+    memset(&hp, 0, sizeof hp);
+    gllm_cuda_attn_params *p = &hp.a;
+    p->q = BASE, p->k = (const void *)((uintptr_t)BASE + 0x100000);
+    p->v = (const void *)((uintptr_t)BASE + 0x200000);
+    p->B = 1, p->Hq = 4, p->Hkv = 4, p->Sq = 256, p->Skv = 256, p->D = 128;
+    const int64_t st[4] = {4 * 256 * 128, 256 * 128, 128, 1};
+    memcpy(p->q_st, st, sizeof st);
+    memcpy(p->k_st, st, sizeof st);
+    memcpy(p->v_st, st, sizeof st);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
+    assert_int_equal(fk.calls, 3);
+    memset(&hp.q_map, 0, 3 * sizeof hp.q_map);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
+    assert_int_equal(fk.calls, 3);                 /* all three from the cache */
+    assert_int_equal(cache.hits, 3);
+    assert_int_equal(hp.q_map.opaque[0], 0x7a000001u);
+    assert_int_equal(hp.v_map.opaque[0], 0x7a000003u);
+    p->v = (const void *)((uintptr_t)BASE + 0x300000);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
+    assert_int_equal(fk.calls, 4);                 /* V moved: only V encoded */
+    assert_int_equal(hp.v_map.opaque[0], 0x7a000004u);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, &cache), 0);
+    assert_int_equal(fk.calls, 7);                 /* another element type: every map */
+    fk.answer = 1;
+    p->q = (const void *)((uintptr_t)BASE + 0x400000);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, &cache), -EINVAL);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, &cache), -EINVAL);
+    assert_int_equal(fk.calls, 9);                 /* a refusal is not remembered as a map */
+    assert_int_equal(cache.encodes, 7);
 }
 
 /* The daemon's parameter block is the kernel's: maps first, each on its own 128 bytes. */
@@ -214,6 +253,7 @@ int main(void)
         cmocka_unit_test_setup(test_left_to_cp_async, setup),
         cmocka_unit_test_setup(test_driver_refuses, setup),
         cmocka_unit_test_setup(test_hp_params, setup),
+        cmocka_unit_test_setup(test_cache, setup),
         cmocka_unit_test_setup(test_param_layout, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -347,7 +347,7 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         CUfunction tma = x->hopper_tma[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
         if (tma) {
             hp.a = p;
-            const int tr = cuda_tma_hp_params(d, &hp, a->dtype == GLLM_DTYPE_BF16);
+            const int tr = cuda_tma_hp_params(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma);
             if (tr == 0)
                 f = tma, param = &hp;
             else if (tr == -EINVAL && !x->tma_refused) {

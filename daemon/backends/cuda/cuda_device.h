@@ -7,6 +7,7 @@
 #include "attention_params.h"
 #include "backend_api.h"
 #include "cuda_driver.h"
+#include "cuda_tma.h"
 
 enum { EV_COPY_IN, EV_KERNEL, EV_KERNEL_END, EV_COPY_OUT, EV_COUNT };
 
@@ -87,6 +88,7 @@ struct cuda_dev {
     int sm_count;
     bool host_pointers;            /* kernels may use a registered host pointer as it is */
     bool tma_refused;              /* the driver refused a tensor map once (logged once) */
+    struct cuda_tma_cache tma;     /* the Hopper prefill's last tensor maps */
     gllm_device_info info;
     uint64_t deadline_ns;          /* the running job's watchdog deadline; 0: none */
     /* Queued jobs whose GPU-side wait has not been seen met (worker thread only): while

@@ -1,5 +1,6 @@
 /* TMA tensor maps for the Hopper prefill kernels, encoded per call from a job's pointers. */
 #include <errno.h>
+#include <string.h>
 
 #include "cuda_tma.h"
 
@@ -45,14 +46,48 @@ int cuda_tma_map(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf16, co
     return r == CUDA_SUCCESS ? 0 : -EINVAL;
 }
 
-int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16)
+/* One of hp's maps, from c when it was encoded from the same arguments. */
+static int map_cached(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf16,
+                      const void *base, const int64_t dims[4], const int64_t st[4],
+                      unsigned box_rows, struct cuda_tma_cached *c, uint64_t *hits,
+                      uint64_t *encodes)
+{
+    if (c && c->valid && c->bf16 == bf16 && c->box_rows == box_rows && c->base == base &&
+        memcmp(c->dims, dims, sizeof c->dims) == 0 && memcmp(c->st, st, sizeof c->st) == 0) {
+        memcpy(map->opaque, c->map, sizeof c->map);
+        ++*hits;
+        return 0;
+    }
+    const int r = cuda_tma_map(d, map, bf16, base, dims, st, box_rows);
+    if (c) {
+        c->valid = r == 0;
+        if (r == 0) {
+            c->bf16 = bf16, c->box_rows = box_rows, c->base = base;
+            memcpy(c->dims, dims, sizeof c->dims);
+            memcpy(c->st, st, sizeof c->st);
+            memcpy(c->map, map->opaque, sizeof c->map);
+            ++*encodes;
+        }
+    }
+    return r;
+}
+
+int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
+                       struct cuda_tma_cache *cache)
 {
     const gllm_cuda_attn_params *p = &hp->a;
     const int64_t qd[4] = {p->B, p->Hq, p->Sq, p->D}, kd[4] = {p->B, p->Hkv, p->Skv, p->D};
-    int r = cuda_tma_map(d, &hp->q_map, bf16, p->q, qd, p->q_st, GLLM_CUDA_HP_ROWS(p->D));
-    if (!r)
-        r = cuda_tma_map(d, &hp->k_map, bf16, p->k, kd, p->k_st, GLLM_CUDA_HP_KEYS);
-    if (!r)
-        r = cuda_tma_map(d, &hp->v_map, bf16, p->v, kd, p->v_st, GLLM_CUDA_HP_KEYS);
-    return r;
+    gllm_cuda_tmap *maps[3] = {&hp->q_map, &hp->k_map, &hp->v_map};
+    const void *base[3] = {p->q, p->k, p->v};
+    const int64_t *dims[3] = {qd, kd, kd}, *st[3] = {p->q_st, p->k_st, p->v_st};
+    const unsigned rows[3] = {GLLM_CUDA_HP_ROWS(p->D), GLLM_CUDA_HP_KEYS, GLLM_CUDA_HP_KEYS};
+    uint64_t unused = 0;
+    for (int i = 0; i < 3; i++) {
+        const int r = map_cached(d, maps[i], bf16, base[i], dims[i], st[i], rows[i],
+                                 cache ? &cache->t[i] : NULL, cache ? &cache->hits : &unused,
+                                 cache ? &cache->encodes : &unused);
+        if (r)
+            return r;
+    }
+    return 0;
 }

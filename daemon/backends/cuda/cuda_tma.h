@@ -19,8 +19,25 @@
 int cuda_tma_map(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf16, const void *base,
                  const int64_t dims[4], const int64_t st[4], unsigned box_rows);
 
+/* The maps of a device's last call, by what they were encoded from: a prefill repeated on
+ * the same buffers (staged jobs reuse the same scratch) skips the driver. Plain words, not
+ * a gllm_cuda_tmap, so that it may live in calloc'd memory. */
+struct cuda_tma_cached {
+    bool valid, bf16;
+    unsigned box_rows;
+    const void *base;
+    int64_t dims[4], st[4];
+    uint64_t map[16];
+};
+struct cuda_tma_cache {
+    struct cuda_tma_cached t[3];         /* Q, K, V */
+    uint64_t hits, encodes;
+};
+
 /* hp's q_map, k_map and v_map for the tensors of hp->a (Q boxes GLLM_CUDA_HP_ROWS(D) rows,
- * K and V GLLM_CUDA_HP_KEYS); 0, or the first failure as cuda_tma_map's. */
-int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16);
+ * K and V GLLM_CUDA_HP_KEYS), from cache where it holds the same tensor (cache may be NULL);
+ * 0, or the first failure as cuda_tma_map's. */
+int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
+                       struct cuda_tma_cache *cache);
 
 #endif
