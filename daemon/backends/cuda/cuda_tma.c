@@ -1,4 +1,4 @@
-/* TMA tensor maps for the Hopper prefill kernels, encoded per call from a job's pointers. */
+/* TMA tensor maps for the Hopper prefill kernels, from a job's tensors, cached per device. */
 #include <errno.h>
 #include <string.h>
 
