@@ -163,7 +163,8 @@ static void test_hp_params(void **state)
     p->q = BASE, p->k = (const void *)((uintptr_t)BASE + 0x100000);
     p->v = (const void *)((uintptr_t)BASE + 0x200000);
     p->B = 2, p->Hq = 8, p->Hkv = 2, p->Sq = 100, p->Skv = 300, p->D = 64;
-    const int64_t q_st[4] = {8 * 100 * 64, 100 * 64, 64, 1}, kv_st[4] = {2 * 300 * 64, 300 * 64, 64, 1};
+    const int64_t q_st[4] = {8 * 100 * 64, 100 * 64, 64, 1};
+    const int64_t kv_st[4] = {2 * 300 * 64, 300 * 64, 64, 1};
     memcpy(p->q_st, q_st, sizeof q_st);
     memcpy(p->k_st, kv_st, sizeof kv_st);
     memcpy(p->v_st, kv_st, sizeof kv_st);

@@ -206,7 +206,8 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, uint3
 {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
-                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2),
+                   "r"(c3), "r"(bar)
                  : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
@@ -511,7 +512,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 for (int c = 0; c < BLOCKS; c++) {
                     const int col = c * GLLM_CUDA_HP_BOX_COLS;
                     if (j == 0)
-                        tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &hp->q_map, bar, col, m0, h, b);
+                        tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &hp->q_map, bar, col, m0,
+                                    h, b);
                     tma_load_4d(sk + (uint32_t)c * HP_KEYS * 128, &hp->k_map, bar, col,
                                 j * HP_KEYS, hk, b);
                     tma_load_4d(sk + S::KV_TILE + (uint32_t)c * HP_KEYS * 128, &hp->v_map, bar, col,
