@@ -39,8 +39,8 @@ int cuda_tma_map(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf16, co
     }
     const unsigned box[4] = {GLLM_CUDA_HP_BOX_COLS, box_rows, 1, 1}, one[4] = {1, 1, 1, 1};
     const int dtype = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    CUresult r = d->cuTensorMapEncodeTiled((CUtensorMap *)map, dtype, 4, (void *)base, gdim, gstride,
-                                           box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+    CUresult r = d->cuTensorMapEncodeTiled((CUtensorMap *)map, dtype, 4, (void *)base, gdim,
+                                           gstride, box, one, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                            CU_TENSOR_MAP_SWIZZLE_128B,
                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
