@@ -6,13 +6,63 @@
 // warpgroup's registers hold only its scores, its output and P.
 //
 // A block is consumer warpgroups of 64 query rows each (two at D = 128, three at D = 64)
-// and a producer warpgroup that copies K and V tiles of 128 keys (cp.async, wgmma's
-// 128-byte swizzle) into three stages, each guarded by a pair of mbarriers (full: the tile
-// is in; empty: every consumer is done with it). Nothing else ties the consumers together,
+// and a producer warpgroup that loads K and V tiles of 128 keys (wgmma's 128-byte swizzle)
+// into three stages, each guarded by a pair of mbarriers (full: the tile is in; empty:
+// every consumer is done with it). The producer loads with TMA where the daemon could
+// encode tensor maps of Q, K and V (gllm_attn_fwd_hopper_tma_*), with cp.async otherwise
+// (gllm_attn_fwd_hopper_*, the same kernel otherwise). Nothing else ties the consumers together,
 // so while one does its softmax another's wgmma has the tensor cores. With a barrier across
 // all threads every tile instead (v8) both consumers did their softmax at the same moment:
 // 350 against 438 TFLOP/s. At D = 64 a tile has half the GEMM work and the same softmax,
 // so two consumers could not cover each other (v11: 244 TFLOP/s); a third one can.
+//
+// Registers (v14): the block starts with the whole register file split evenly (168 per
+// thread at D = 128, 128 at D = 64); the producer, which only computes addresses, hands
+// all but 24 back with setmaxnreg and the consumers take them (240 at D = 128, 160 at
+// D = 64). Alone this moves little (the v13 consumers fit in 166 and 125); it is what
+// the pipelining below needs.
+//
+// Pipelining inside a warpgroup (v14 at D = 128, v14b at D = 64; FA3 section 3.2): tile
+// j's S = Q K^T is issued, then tile j - 1's O += P V, and tile j's softmax runs while
+// P V is still on the tensor cores; P is made from tile j's scores only after P V of
+// j - 1 has landed. What is live across that softmax is O (64 registers at D = 128), P
+// of j - 1 (32, still read by the wgmma) and S of j (64), not two float score tiles: at
+// D = 128 the consumer needs 186 registers (193 causal) when ptxas is not capped, so it
+// fits in 240 without spilling, and ptxas reports no serialised wgmma (its C7514 note,
+// which it does print when a score register is read before its wait). The earlier
+// attempt (docs/performance.md) kept two score tiles in 168 registers and spilled.
+// Expected: FA3's ablation gives +14% for this step (582 -> 661 TFLOP/s with its
+// ping-pong scheduling in place); here the two consumers' drift already hides part of
+// each softmax under the other's GEMMs, so +8 to +15% at D = 128 (479 -> about 520-550
+// TFLOP/s, 0.81-0.86x cuDNN), causal alike. D = 64 (v14b) is pipelined the same way on
+// 160 registers: it needs 156 (163 causal) uncapped and fits 160 without spilling. Its
+// tiles have half the GEMM work and the same softmax, so hiding softmax matters more
+// there, but three consumers already overlap each other: +0 to +10% (B8 H16 S1024 D64
+// f16: 286 -> up to about 315 TFLOP/s).
+// Measured (H100, two runs each, kernel against kernel): v14 lost at D = 128 on every
+// shape, 474/478 -> 463/465 (B4 H32 S2048 f16), 369/368 -> 363/364 (causal), 446/440 ->
+// 428/427 (B2 H32 S4096 bf16 causal), and was level at D = 64, 289/282 -> 291/295. So
+// Hp::PIPELINE is on at D = 64 only (v14c): at D = 128 the two consumers' drift already puts
+// one's softmax under the other's GEMMs, and FA3's gain from this step comes with its
+// ping-pong scheduling, which we do not have; what pipelining adds here (a second wgmma
+// group in flight per warpgroup, the deferred rescale, 186 live registers) costs more than
+// it hides. Measure it again once the TMA producer is in (it freed issue slots that the
+// pipelined consumer's extra instructions compete for): one flag.
+//
+// TMA producer (v15): one thread of the producer warpgroup issues the copies, 2 x D / 64
+// boxes per tile (64 columns by 128 keys, K and V) plus D / 64 for Q with tile 0, and
+// announces each stage's bytes on its full barrier (arrive.expect_tx); TMA zero-fills the
+// rows past the tensor's end, writes through the async proxy wgmma reads (no fence) and
+// swizzles as hp_offset lays tiles out (64-column blocks, 1024-byte-aligned stages). The
+// rest of the warpgroup only hands its registers to the consumers and exits. With cp.async
+// the producer warp of each SM sub-partition issued, per tile, 32 16-byte copies per lane
+// (D = 128) with their address arithmetic, a wait and a fence, next to the consumers'
+// softmax, and its copies went through the LSU pipe. Expected: D = 128 +3 to +8% on v13
+// (479 -> about 495-515 TFLOP/s non-causal, 372 -> 385-400 causal, 446 -> 460-480 bf16
+// causal S4096); D = 64, where three softmax-bound consumer warps share each scheduler
+// with the producer warp, +4 to +10% (B8 H16 S1024 f16: 293 -> about 305-320). If TMA moves
+// less than 2%, the producer's issue slots were not what held the consumers back, and the
+// next step is ping-pong scheduling of the consumers (named barriers), not the producer.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -41,6 +91,21 @@ template <int D> struct Hp {
     static constexpr int THREADS = GLLM_CUDA_HP_THREADS(D);
     static constexpr uint32_t KV_TILE = HP_KEYS * D * 2;
     static_assert(THREADS == 128 * (CONSUMERS + 1) && (D == 64 || D == 128), "shapes");
+    // Registers per thread (setmaxnreg): every thread starts with START (the 64 Ki register
+    // file over the block, as __launch_bounds__(THREADS, 1) lets ptxas use, in steps of 8);
+    // the producer drops to PRODUCER and the consumers share what it frees. D = 128:
+    // 168 -> 24 / 240; D = 64: 128 -> 24 / 160.
+    static constexpr int START = 65536 / THREADS / 8 * 8;
+    static constexpr int PRODUCER = 24;
+    static constexpr int CONSUMER_RAW =
+        (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
+    static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
+    // Consumers issue tile j's Q K^T before tile j - 1's P V (see the header comment);
+    // false: one tile at a time, v13's order, kept to measure the one against the other.
+    static constexpr bool PIPELINE = D == 64;
+    static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
+                      128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
+                  "setmaxnreg budget");
 };
 
 template <typename T> struct Tag {};
@@ -77,6 +142,9 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t saddr)
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Wait until at most N committed groups of this warpgroup are still in flight.
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 // wgmma reads and writes its accumulators after the instruction has issued, which the
 // compiler cannot see: pinning every register with an empty asm after the wait (and
 // before the issue) keeps ordinary code on them in order with the wgmma.
@@ -86,6 +154,26 @@ __device__ __forceinline__ void pin(float (&r)[N])
 #pragma unroll
     for (int i = 0; i < N; i++)
         asm volatile("" : "+f"(r[i])::"memory");
+}
+// The same for P, wgmma's A operand from registers: it is read after the instruction has
+// issued too, so P stays untouched until the wait that follows its wgmma.
+__device__ __forceinline__ void pin(uint32_t (&r)[8][4])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            asm volatile("" : "+r"(r[i][k])::"memory");
+}
+// Give registers back to the block's pool (producer) or take them from it (consumers; waits
+// until the pool has them). Every warp of the warpgroup executes the same one.
+template <int N> __device__ __forceinline__ void regs_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void regs_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 // cp.async writes through the generic proxy, wgmma reads through the async one.
 __device__ __forceinline__ void fence_proxy_async()
@@ -101,6 +189,25 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, int count)
 __device__ __forceinline__ void mbar_arrive(uint32_t bar)
 {
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+                 : "memory");
+}
+// The elected producer thread's arrival that also announces the bytes TMA will complete on
+// the barrier for this phase (the phase ends when both the arrival and the bytes are in).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+                 ::"r"(bar), "r"(bytes) : "memory");
+}
+// One TMA box of a 4-D tensor map (coordinates innermost first: column, row, head, batch) into
+// shared memory at dst, its bytes counted on bar. Rows outside the tensor arrive as zeros and
+// count all the same. map: the generic address of a __grid_constant__ parameter.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, uint32_t bar, int c0,
+                                            int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2),
+                   "r"(c3), "r"(bar)
                  : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
@@ -200,12 +307,20 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t 
     constexpr int CHUNKS = D / 8, STEP = 128 / CHUNKS;   // 16-byte columns, rows per pass
     const int r0 = i / CHUNKS, c = i % CHUNKS;
     const T *src = base + (int64_t)(row0 + r0) * row_stride + c * 8;
+    const int64_t step = (int64_t)STEP * row_stride;
     const uint32_t soff = tile + hp_offset<ROWS>(r0, c * 8);
+    // One pointer walked down the rows, hidden from the optimiser at each step: the
+    // producer runs on Hp::PRODUCER registers, and the per-row offsets (it * step) that
+    // the compiler would otherwise hoist out of the tile loop, 16 64-bit values per copy,
+    // spill there.
+    int rows_left = nrows - (row0 + r0);
 #pragma unroll
     for (int it = 0; it < ROWS / STEP; it++) {
-        const bool ok = row0 + r0 + STEP * it < nrows;
-        cp_async16(soff + it * STEP * 128, ok ? src + (int64_t)STEP * it * row_stride : base,
-                   ok ? 16 : 0);
+        const bool ok = rows_left > 0;
+        cp_async16(soff + it * STEP * 128, ok ? src : base, ok ? 16 : 0);
+        src += step;
+        asm volatile("" : "+l"(src));
+        rows_left -= STEP;
     }
 }
 
@@ -228,13 +343,127 @@ __device__ __forceinline__ void row_extreme(const float (&s)[64], float (&out)[2
     }
 }
 
-template <typename T, bool CAUSAL, int D>
-__device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p)
+// S = Q K^T for one warpgroup's 64 rows against one K tile, issued and committed as one
+// wgmma group; the caller waits. s's old contents are not read (scale_d = 0 at kk = 0).
+template <typename T, int D>
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint32_t s_q, uint32_t sk, int wg)
+{
+    pin(s);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t kcol = (uint32_t)(kk & 3) * 32;   // 16 elements within a 64-column block
+        wgmma_ss_m64n128k16(Tag<T>(), s,
+                            desc_k_major(s_q + (uint32_t)(kk >> 2) * Hp<D>::ROWS * 128 +
+                                         (uint32_t)wg * 64 * 128 + kcol),
+                            desc_k_major(sk + (uint32_t)(kk >> 2) * HP_KEYS * 128 + kcol), kk > 0);
+    }
+    wg_commit();
+}
+
+// O += P V for one V tile (keys are wgmma's K, 16 per step), issued and committed as one
+// group; the caller waits.
+template <typename T, int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pf)[8][4], uint32_t sv)
+{
+    pin(o);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wgmma_rs<1>(Tag<T>(), o, pf[kk], desc_mn_major(sv + (uint32_t)kk * 2048), 1);
+    wg_commit();
+}
+
+// Mask the tail tile (keys >= Skv) and, causal, the tiles crossing this warpgroup's
+// diagonal (row sees keys <= row + shift). row0: this thread's first row.
+template <bool CAUSAL>
+__device__ __forceinline__ void mask_tile(float (&s)[64], int n0, int Skv, int r_wg, int row0,
+                                          int shift, int t, float masked)
+{
+    if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > r_wg + shift)) {
+#pragma unroll
+        for (int i = 0; i < 64; i++) {
+            const int key = n0 + (i / 4) * 8 + 2 * t + (i & 1);
+            if (key >= Skv || (CAUSAL && key > row0 + 8 * ((i >> 1) & 1) + shift))
+                s[i] = masked;
+        }
+    }
+}
+
+// Online softmax of one score tile, base 2, with attention_fwd.cu's lazy rescale: the
+// reference max moves only when a row's maximum passes it by more than 8 (log2 units).
+// Leaves exp2(s * qk_scale - max) in s and adds it to row_sum. Returns whether O must be
+// multiplied by scale_o (warp-uniform); row_sum is rescaled here already.
+__device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2],
+                                             float (&row_sum)[2], float (&scale_o)[2],
+                                             float qk_scale, bool pos_scale)
+{
+    float tile_max[2];
+    if (pos_scale)
+        row_extreme<true>(s, tile_max);
+    else
+        row_extreme<false>(s, tile_max);
+    tile_max[0] *= qk_scale;
+    tile_max[1] *= qk_scale;
+    const bool grow = tile_max[0] > row_max[0] + 8.f || tile_max[1] > row_max[1] + 8.f;
+    const bool rescale = __any_sync(0xffffffff, grow);
+    if (rescale) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const float mx = fmaxf(row_max[hr], tile_max[hr]);
+            scale_o[hr] = mx == -INFINITY ? 1.f : fast_exp2(row_max[hr] - mx);
+            row_max[hr] = mx;
+            row_sum[hr] *= scale_o[hr];
+        }
+    }
+    const float ref[2] = {row_max[0] == -INFINITY ? 0.f : row_max[0],
+                          row_max[1] == -INFINITY ? 0.f : row_max[1]};
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        s[4 * n] = fast_exp2(fmaf(s[4 * n], qk_scale, -ref[0]));
+        s[4 * n + 1] = fast_exp2(fmaf(s[4 * n + 1], qk_scale, -ref[0]));
+        s[4 * n + 2] = fast_exp2(fmaf(s[4 * n + 2], qk_scale, -ref[1]));
+        s[4 * n + 3] = fast_exp2(fmaf(s[4 * n + 3], qk_scale, -ref[1]));
+        row_sum[0] += s[4 * n] + s[4 * n + 1];
+        row_sum[1] += s[4 * n + 2] + s[4 * n + 3];
+    }
+    return rescale;
+}
+
+// O's columns of each of a thread's two rows times that row's scale.
+template <int D>
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&scale_o)[2])
+{
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        o[4 * n] *= scale_o[0], o[4 * n + 1] *= scale_o[0];
+        o[4 * n + 2] *= scale_o[1], o[4 * n + 3] *= scale_o[1];
+    }
+}
+
+// P (the exponentials in s) as wgmma's A fragments: the accumulator layout of an m64n128
+// tile is, 16 keys at a time, the A layout of an m64k16 one.
+template <typename T>
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4])
+{
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        pf[n / 2][(n & 1) * 2] = Elem<T>::pack(s[4 * n], s[4 * n + 1]);
+        pf[n / 2][(n & 1) * 2 + 1] = Elem<T>::pack(s[4 * n + 2], s[4 * n + 3]);
+    }
+}
+
+// TMA: the producer loads through hp's tensor maps (hp->a is p); else with cp.async from p
+// (hp is null).
+template <typename T, bool CAUSAL, int D, bool TMA>
+__device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p,
+                                                     const gllm_cuda_hp_params *hp)
 {
     using S = Hp<D>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    // full[s]: stage s holds its tile (the producer's 128 threads arrive); empty[s]: every
-    // consumer warpgroup is done with it (all their threads arrive).
+    // full[s]: stage s holds its tile (TMA: the elected producer thread arrives and the
+    // bytes land; cp.async: the producer's 128 threads arrive); empty[s]: every consumer
+    // warpgroup is done with it (all their threads arrive).
     __shared__ __align__(8) uint64_t bars[2 * HP_STAGES];
     // Swizzle atoms must start on 1024-byte boundaries; the launch adds that much slack.
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -252,45 +481,81 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const int n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
     if (threadIdx.x == 0) {
         for (int i = 0; i < HP_STAGES; i++) {
-            mbar_init(full0 + 8 * i, 128);
+            mbar_init(full0 + 8 * i, TMA ? 1 : 128);
             mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
+        }
+        if constexpr (TMA) {
+            // The initialised barriers, visible to the async proxy that completes TMA's bytes.
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+            fence_proxy_async();
         }
     }
     __syncthreads();
 
     if (warp >= S::CONSUMERS * 4) {
-        // Producer: Q with tile 0, then each tile once its stage is free. A tile is
-        // announced when this lane's copies of it have landed (cp.async.wait_group) and
-        // are fenced for wgmma's proxy, one tile behind the newest.
-        const int i = threadIdx.x - S::CONSUMERS * 128;
-        const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
-        const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
-        const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
-        for (int j = 0; j < n_tiles; j++) {
-            const int st = j % HP_STAGES;
-            if (j >= HP_STAGES)
-                mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
-            const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE;
-            if (j == 0)
-                copy_tile<D, S::ROWS>(s_q, Q, p.q_st[2], m0, Sq, i);
-            copy_tile<D, HP_KEYS>(sk, K, p.k_st[2], j * HP_KEYS, Skv, i);
-            copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
-            cp_async_commit();
-            if (j > 0) {
-                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-                fence_proxy_async();
-                mbar_arrive(full0 + 8 * ((j - 1) % HP_STAGES));
+        regs_dec<S::PRODUCER>();
+        if constexpr (TMA) {
+            // Producer, TMA: one thread issues every copy; the rest of the warpgroup only
+            // gave its registers back. Q comes with tile 0 on stage 0's barrier. TMA writes
+            // through the async proxy that wgmma reads, so no proxy fence.
+            if (threadIdx.x != S::CONSUMERS * 128)
+                return;
+            constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column boxes per tile
+            constexpr uint32_t Q_TILE = S::ROWS * D * 2;
+            for (int j = 0; j < n_tiles; j++) {
+                const int st = j % HP_STAGES;
+                if (j >= HP_STAGES)
+                    mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
+                const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE, bar = full0 + 8 * st;
+                mbar_arrive_expect_tx(bar, 2 * S::KV_TILE + (j == 0 ? Q_TILE : 0));
+#pragma unroll
+                for (int c = 0; c < BLOCKS; c++) {
+                    const int col = c * GLLM_CUDA_HP_BOX_COLS;
+                    if (j == 0)
+                        tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &hp->q_map, bar, col, m0,
+                                    h, b);
+                    tma_load_4d(sk + (uint32_t)c * HP_KEYS * 128, &hp->k_map, bar, col,
+                                j * HP_KEYS, hk, b);
+                    tma_load_4d(sk + S::KV_TILE + (uint32_t)c * HP_KEYS * 128, &hp->v_map, bar, col,
+                                j * HP_KEYS, hk, b);
+                }
             }
+            return;
+        } else {
+            // Producer, cp.async: Q with tile 0, then each tile once its stage is free. A tile
+            // is announced when this lane's copies of it have landed (cp.async.wait_group) and
+            // are fenced for wgmma's proxy, one tile behind the newest.
+            const int i = threadIdx.x - S::CONSUMERS * 128;
+            const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
+            const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
+            const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
+            for (int j = 0; j < n_tiles; j++) {
+                const int st = j % HP_STAGES;
+                if (j >= HP_STAGES)
+                    mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
+                const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE;
+                if (j == 0)
+                    copy_tile<D, S::ROWS>(s_q, Q, p.q_st[2], m0, Sq, i);
+                copy_tile<D, HP_KEYS>(sk, K, p.k_st[2], j * HP_KEYS, Skv, i);
+                copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
+                cp_async_commit();
+                if (j > 0) {
+                    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                    fence_proxy_async();
+                    mbar_arrive(full0 + 8 * ((j - 1) % HP_STAGES));
+                }
+            }
+            if (n_tiles > 0) {
+                cp_async_wait_all();
+                fence_proxy_async();
+                mbar_arrive(full0 + 8 * ((n_tiles - 1) % HP_STAGES));
+            }
+            return;
         }
-        if (n_tiles > 0) {
-            cp_async_wait_all();
-            fence_proxy_async();
-            mbar_arrive(full0 + 8 * ((n_tiles - 1) % HP_STAGES));
-        }
-        return;
     }
 
     // Consumers: warpgroup wg takes query rows [r_wg, r_wg + 64) of the head.
+    regs_inc<S::CONSUMER>();
     const int wg = warp / 4, wrow = (warp % 4) * 16;  // warpgroup, first row of the warp in it
     const int r_wg = m0 + wg * 64;
     const int g = lane >> 2, t = lane & 3;
@@ -304,92 +569,93 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const bool pos_scale = qk_scale > 0.f;
     const float masked = pos_scale ? -INFINITY : INFINITY;
 
-    for (int j = 0; j < n_tiles; j++) {
-        const int st = j % HP_STAGES;
-        const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE, sv = sk + S::KV_TILE;
-        mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
-        // Rows past the end (the last block's spare warpgroups) or, causal, rows that see
-        // none of this tile skip its GEMMs; the other warpgroups still need the stage.
-        if (r_wg >= Sq || (CAUSAL && j * HP_KEYS > r_wg + 63 + shift)) {
-            mbar_arrive(empty0 + 8 * st);
-            continue;
-        }
+    // The tiles this warpgroup computes, [0, n_mine): none for rows past the end (the last
+    // block's spare warpgroups); causal, those with a key <= its last row + shift. The rest,
+    // up to the block's n_tiles, it only waits for and releases: the other warpgroups still
+    // need the stage, and the empty barrier counts every consumer thread.
+    const int last_key = r_wg + 63 + shift;
+    const int n_mine = r_wg >= Sq ? 0
+                       : !CAUSAL  ? n_tiles
+                       : last_key < 0 ? 0
+                                      : min(n_tiles, last_key / HP_KEYS + 1);
+    const int row0 = r_wg + wrow + g;                 // this thread's first row
+    float scale_o[2] = {1.f, 1.f};
+    auto k_tile = [&](int j) { return s_kv + (uint32_t)(j % HP_STAGES) * 2 * S::KV_TILE; };
+
+    if constexpr (S::PIPELINE) {
+        // Intra-warpgroup pipelining (FlashAttention-3, section 3.2): tile j's S = Q K^T is
+        // issued before tile j - 1's O += P V, and the softmax of tile j runs while P V is
+        // on the tensor cores. O's rescale for tile j waits for the next iteration (P V of
+        // j - 1 must land first); row_sum's happens at once. Live across the softmax: O
+        // (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j (64).
         float s[64];
+        uint32_t pf[8][4];
 #pragma unroll
         for (int i = 0; i < 64; i++)
             s[i] = 0.f;
-        pin(s);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < D / 16; kk++) {
-            const uint32_t kcol = (uint32_t)(kk & 3) * 32;   // 16 elements within a 64-column block
-            wgmma_ss_m64n128k16(Tag<T>(), s,
-                                desc_k_major(s_q + (uint32_t)(kk >> 2) * S::ROWS * 128 +
-                                             (uint32_t)wg * 64 * 128 + kcol),
-                                desc_k_major(sk + (uint32_t)(kk >> 2) * HP_KEYS * 128 + kcol), kk > 0);
+        bool pending = false;                          // O still owes scale_o
+        if (n_mine > 0) {
+            mbar_wait(full0, 0);
+            issue_qk<T, D>(s, s_q, k_tile(0), wg);
+            wg_wait<0>();
+            pin(s);
+            mask_tile<CAUSAL>(s, 0, Skv, r_wg, row0, shift, t, masked);
+            softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);   // O is 0: no rescale
+            pack_p<T>(s, pf);
         }
-        wg_commit();
-        wg_wait_all();
-        pin(s);
-
-        // Mask the tail tile and, causal, the tiles crossing this warpgroup's diagonal.
-        const int n0 = j * HP_KEYS, row0 = r_wg + wrow + g;
-        if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > r_wg + shift)) {
-#pragma unroll
-            for (int i = 0; i < 64; i++) {
-                const int key = n0 + (i / 4) * 8 + 2 * t + (i & 1);
-                if (key >= Skv || (CAUSAL && key > row0 + 8 * ((i >> 1) & 1) + shift))
-                    s[i] = masked;
-            }
+        for (int j = 1; j < n_mine; j++) {
+            const int st = j % HP_STAGES, prev = (j - 1) % HP_STAGES;
+            mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
+            issue_qk<T, D>(s, s_q, k_tile(j), wg);
+            if (pending)
+                rescale_o<D>(o, scale_o);
+            issue_pv<T, D>(o, pf, k_tile(j - 1) + S::KV_TILE);
+            wg_wait<1>();                              // S of j is in; P V of j - 1 may not be
+            pin(s);
+            mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
+            pending = softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);
+            wg_wait<0>();
+            pin(o);
+            pin(pf);
+            mbar_arrive(empty0 + 8 * prev);            // this thread is done with stage j - 1
+            pack_p<T>(s, pf);
         }
-
-        // Online softmax, base 2, with attention_fwd.cu's lazy rescale: the reference max
-        // moves only when a row's maximum passes it by more than 8 (log2 units).
-        float tile_max[2];
-        if (pos_scale)
-            row_extreme<true>(s, tile_max);
-        else
-            row_extreme<false>(s, tile_max);
-        tile_max[0] *= qk_scale;
-        tile_max[1] *= qk_scale;
-        const bool grow = tile_max[0] > row_max[0] + 8.f || tile_max[1] > row_max[1] + 8.f;
-        if (__any_sync(0xffffffff, grow)) {
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++) {
-                const float mx = fmaxf(row_max[hr], tile_max[hr]);
-                const float scale_o = mx == -INFINITY ? 1.f : fast_exp2(row_max[hr] - mx);
-                row_max[hr] = mx;
-                row_sum[hr] *= scale_o;
-#pragma unroll
-                for (int n = 0; n < D / 8; n++)
-                    o[4 * n + 2 * hr] *= scale_o, o[4 * n + 2 * hr + 1] *= scale_o;
-            }
+        if (n_mine > 0) {
+            if (pending)
+                rescale_o<D>(o, scale_o);
+            issue_pv<T, D>(o, pf, k_tile(n_mine - 1) + S::KV_TILE);
+            wg_wait<0>();
+            pin(o);
+            pin(pf);
+            mbar_arrive(empty0 + 8 * ((n_mine - 1) % HP_STAGES));
         }
-        const float ref[2] = {row_max[0] == -INFINITY ? 0.f : row_max[0],
-                              row_max[1] == -INFINITY ? 0.f : row_max[1]};
-        uint32_t pf[8][4];
+    } else {
+        // One tile at a time: the other consumer warpgroups' GEMMs cover the softmax.
+        for (int j = 0; j < n_mine; j++) {
+            const int st = j % HP_STAGES;
+            mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
+            float s[64];
 #pragma unroll
-        for (int n = 0; n < 16; n++) {
-            const float e0 = fast_exp2(fmaf(s[4 * n], qk_scale, -ref[0]));
-            const float e1 = fast_exp2(fmaf(s[4 * n + 1], qk_scale, -ref[0]));
-            const float e2 = fast_exp2(fmaf(s[4 * n + 2], qk_scale, -ref[1]));
-            const float e3 = fast_exp2(fmaf(s[4 * n + 3], qk_scale, -ref[1]));
-            row_sum[0] += e0 + e1;
-            row_sum[1] += e2 + e3;
-            pf[n / 2][(n & 1) * 2] = Elem<T>::pack(e0, e1);
-            pf[n / 2][(n & 1) * 2 + 1] = Elem<T>::pack(e2, e3);
+            for (int i = 0; i < 64; i++)
+                s[i] = 0.f;
+            issue_qk<T, D>(s, s_q, k_tile(j), wg);
+            wg_wait<0>();
+            pin(s);
+            mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
+            if (softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale))
+                rescale_o<D>(o, scale_o);
+            uint32_t pf[8][4];
+            pack_p<T>(s, pf);
+            issue_pv<T, D>(o, pf, k_tile(j) + S::KV_TILE);
+            wg_wait<0>();
+            pin(o);
+            mbar_arrive(empty0 + 8 * st);              // this thread is done with the stage
         }
-
-        pin(o);
-        wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 8; kk++)
-            wgmma_rs<1>(Tag<T>(), o, pf[kk], desc_mn_major(sv + (uint32_t)kk * 2048), 1);
-        wg_commit();
-        wg_wait_all();
-        pin(o);
-
-        mbar_arrive(empty0 + 8 * st);   // this thread is done with the stage
+    }
+    for (int j = n_mine; j < n_tiles; j++) {
+        const int st = j % HP_STAGES;
+        mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
+        mbar_arrive(empty0 + 8 * st);
     }
 
 #pragma unroll
@@ -416,15 +682,25 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 } // namespace
 
 #ifdef GLLM_HAVE_WGMMA
-#define HP_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D>(p)
+#define HP_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D, false>(p, nullptr)
+#define HP_TMA_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D, true>(hp.a, &hp)
 #else
 #define HP_BODY(T, CAUSAL, D) __trap()  // never launched off sm_90a (see the header comment)
+#define HP_TMA_BODY(T, CAUSAL, D) __trap()
 #endif
+// gllm_attn_fwd_hopper_*: the producer copies with cp.async (any layout tc_eligible admits);
+// gllm_attn_fwd_hopper_tma_*: with TMA, through the tensor maps of its parameter.
 #define HP_ENTRY(T, tname, D, CAUSAL, suffix)                                                  \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
         gllm_attn_fwd_hopper_##tname##_d##D##suffix(const gllm_cuda_attn_params p)             \
     {                                                                                          \
         HP_BODY(T, CAUSAL, D);                                                                 \
+    }                                                                                          \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
+        gllm_attn_fwd_hopper_tma_##tname##_d##D##suffix(                                       \
+            const __grid_constant__ gllm_cuda_hp_params hp)                                    \
+    {                                                                                          \
+        HP_TMA_BODY(T, CAUSAL, D);                                                             \
     }
 HP_ENTRY(__half, f16, 128, false, )
 HP_ENTRY(__half, f16, 128, true, _causal)

@@ -39,6 +39,22 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_HP_SMEM(D) \
     (1024 + (GLLM_CUDA_HP_ROWS(D) + 2 * GLLM_CUDA_HP_STAGES * GLLM_CUDA_HP_KEYS) * (D) * 2)
 
+/* gllm_attn_fwd_hopper_tma_{f16,bf16}_d{64,128}[_causal] (sm_90a image only): the same
+ * kernels, launched the same way, whose producer loads Q, K and V with TMA. Their parameter
+ * is a gllm_cuda_hp_params, passed __grid_constant__ (the tensor maps are read where they lie
+ * in parameter memory): a as for the others, and q_map, k_map and v_map from
+ * cuTensorMapEncodeTiled: 4-D (D, S, H, B) with byte strides, 16-bit elements, boxes of
+ * GLLM_CUDA_HP_BOX_COLS columns by GLLM_CUDA_HP_ROWS(D) rows (Q) or GLLM_CUDA_HP_KEYS rows
+ * (K, V), the 128-byte swizzle, rows outside the tensor read as zeros. */
+#define GLLM_CUDA_HP_BOX_COLS 64
+typedef struct gllm_cuda_tmap {
+    __attribute__((aligned(128))) uint64_t opaque[16];   /* the driver's CUtensorMap */
+} gllm_cuda_tmap;
+typedef struct gllm_cuda_hp_params {
+    gllm_cuda_tmap q_map, k_map, v_map;
+    gllm_cuda_attn_params a;
+} gllm_cuda_hp_params;
+
 /* Generic kernels gllm_attn_generic_{f32,f16,bf16}: any strides, D <= 256; grid
  * (ceil(Sq / GLLM_CUDA_GENERIC_ROWS), B * Hq), block GLLM_CUDA_GENERIC_ROWS * 32. */
 #define GLLM_CUDA_GENERIC_ROWS 4

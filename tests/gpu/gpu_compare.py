@@ -95,14 +95,21 @@ class Job:
         return from_numpy_bits(self.views[3], self.dtype)
 
 
-def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=None):
+def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=None,
+          kv_bcast=False):
+    """kv_bcast: K and V given with a head stride of 0 (every KV head the same rows), a
+    layout the Hopper kernels' TMA producer cannot take: their cp.async producer runs."""
     job = Job(client, B, Hq, Hkv, Sq, Skv, D, dtype)
     q = torch.randn(B, Hq, Sq, D, generator=rng).to(TORCH[dtype])
-    k = torch.randn(B, Hkv, Skv, D, generator=rng).to(TORCH[dtype])
-    v = torch.randn(B, Hkv, Skv, D, generator=rng).to(TORCH[dtype])
+    kv_heads = 1 if kv_bcast else Hkv
+    k = torch.randn(B, kv_heads, Skv, D, generator=rng).to(TORCH[dtype]).expand(B, Hkv, Skv, D)
+    v = torch.randn(B, kv_heads, Skv, D, generator=rng).to(TORCH[dtype]).expand(B, Hkv, Skv, D)
     job.fill(q, k, v)
     job.poison()
     params = dict(job.params, causal=causal)
+    if kv_bcast:
+        for n in "kv":
+            params[n] = dict(params[n], strides=[Hkv * Skv * D, 0, D, 1])
     if scale is None:
         scale = 1 / math.sqrt(D)
     else:
@@ -116,6 +123,8 @@ def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=Non
     name = f"B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {dtype}{' causal' if causal else ''}"
     if "scale" in params:
         name += f" scale {scale}"
+    if kv_bcast:
+        name += " kv heads broadcast"
     print(f"{'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e} (tol {TOL[dtype]:.0e})"
           f"{'' if written else ' UNWRITTEN OUTPUT'}", flush=True)
     results.append({"case": name, "rel_err": err, "ok": ok})
@@ -258,6 +267,9 @@ def main():
         # the same for D = 64 (192-row blocks: a last block whose spare warpgroups sit idle)
         (2, 8, 2, 200, 333, 64, "bf16", False), (1, 4, 4, 1000, 77, 64, "f16", False, -0.5),
         (1, 4, 2, 700, 1100, 64, "f16", True), (1, 4, 4, 1000, 300, 64, "bf16", True),
+        # the Hopper kernels' cp.async producer (a head stride of 0, which TMA cannot take)
+        (2, 8, 4, 300, 500, 128, "f16", True, None, True),
+        (1, 8, 2, 700, 400, 64, "bf16", False, None, True),
     ]
     for _ in range(6):   # fresh random shapes every run
         r = [int(x) for x in torch.randint(1, 700, (2,), generator=rng)]

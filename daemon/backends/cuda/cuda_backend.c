@@ -11,6 +11,7 @@
 #include "cuda_queue.h"
 #include "cuda_share.h"
 #include "cuda_sync.h"
+#include "cuda_tma.h"
 
 extern const struct backend_iface cuda_backend_iface;
 static const struct backend_device_iface cuda_device_iface;
@@ -339,8 +340,28 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     const unsigned heads = (unsigned)(a->B * a->Hq);
     if (tc_eligible(a) && hopper) {
         const int64_t rows = GLLM_CUDA_HP_ROWS(a->D);
-        r = cuda_launch(d, x, ln, hopper, (unsigned)((a->Sq + rows - 1) / rows), heads,
-                        (unsigned)GLLM_CUDA_HP_THREADS(a->D), (unsigned)GLLM_CUDA_HP_SMEM(a->D), &p);
+        /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
+        CUfunction f = hopper;
+        void *param = &p;
+        gllm_cuda_hp_params hp;
+        CUfunction tma = x->hopper_tma[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
+        if (tma) {
+            hp.a = p;
+            const int tr = cuda_tma_hp_params(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma);
+            if (tr == 0)
+                f = tma, param = &hp;
+            else if (tr == -EINVAL && !x->tma_refused) {
+                x->tma_refused = true;
+                backend_logf(&c->log, BACKEND_LOG_WARNING,
+                             "cuda: GPU %d: the driver refused a tensor map for a prefill "
+                             "(D %lld, strides %lld/%lld/%lld); such jobs copy with cp.async",
+                             x->ordinal, (long long)a->D, (long long)a->k_st[0],
+                             (long long)a->k_st[1], (long long)a->k_st[2]);
+            }
+        }
+        r = cuda_launch(d, x, ln, f, (unsigned)((a->Sq + rows - 1) / rows), heads,
+                        (unsigned)GLLM_CUDA_HP_THREADS(a->D), (unsigned)GLLM_CUDA_HP_SMEM(a->D),
+                        param);
     } else if (tc_eligible(a)) {
         CUfunction f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
         const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);

@@ -325,6 +325,18 @@ int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *
                      cuda_error_text(d, r, buf, sizeof buf));
             return GLLM_EBACKEND;
         }
+        if (!d->cuTensorMapEncodeTiled)
+            continue;                    /* the cp.async producer serves alone */
+        snprintf(name, sizeof name, "gllm_attn_fwd_hopper_tma_%s_d%d%s", tnames[t], D,
+                 c ? "_causal" : "");
+        if ((r = d->cuModuleGetFunction(&x->hopper_tma[k][t][c], x->mod, name)) ||
+            (r = d->cuFuncSetAttribute(x->hopper_tma[k][t][c],
+                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       GLLM_CUDA_HP_SMEM(D)))) {
+            snprintf(why, len, "GPU %d: kernel %s: %s", ordinal, name,
+                     cuda_error_text(d, r, buf, sizeof buf));
+            return GLLM_EBACKEND;
+        }
     }
     if ((r = load_paged(d, x, why, len)) != CUDA_SUCCESS)
         return GLLM_EBACKEND;

@@ -7,6 +7,7 @@
 #include "attention_params.h"
 #include "backend_api.h"
 #include "cuda_driver.h"
+#include "cuda_tma.h"
 
 enum { EV_COPY_IN, EV_KERNEL, EV_KERNEL_END, EV_COPY_OUT, EV_COUNT };
 
@@ -76,6 +77,8 @@ struct cuda_dev {
     CUfunction tc[2][2][2];        /* [bf16?][D == 128?][causal?] */
     CUfunction generic[3];         /* by gllm_dtype */
     CUfunction hopper[2][2][2];    /* [D == 128][bf16?][causal?]; loaded with the sm_90a image */
+    CUfunction hopper_tma[2][2][2]; /* the same with a TMA producer; NULL where the driver
+                                    * cannot encode tensor maps (cuda_tma.h) */
     CUfunction paged[2][2];        /* [bf16?][D == 128?] */
     CUfunction paged_batch[2][2];  /* the same, a batch's plan in the parameters */
     CUfunction paged_single[2][2]; /* the same, one split sequence's plan in them */
@@ -84,6 +87,8 @@ struct cuda_dev {
     uint64_t graph_clock;          /* launches through cuda_launch */
     int sm_count;
     bool host_pointers;            /* kernels may use a registered host pointer as it is */
+    bool tma_refused;              /* the driver refused a tensor map once (logged once) */
+    struct cuda_tma_cache tma;     /* the Hopper prefill's last tensor maps */
     gllm_device_info info;
     uint64_t deadline_ns;          /* the running job's watchdog deadline; 0: none */
     /* Queued jobs whose GPU-side wait has not been seen met (worker thread only): while

@@ -175,6 +175,18 @@ enum {
     X(CUresult, cuMemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle", \
       (CUmemAllocationProp * prop, CUmemGenericAllocationHandle h))
 
+/* A TMA descriptor (cuTensorMapEncodeTiled's output): opaque, 128 bytes; the driver wants it
+ * 64-byte aligned, its own header aligns it to 128. The enum values are the driver's. */
+typedef struct {
+    __attribute__((aligned(128))) unsigned long long opaque[16];
+} CUtensorMap;
+#define CU_TENSOR_MAP_DATA_TYPE_FLOAT16 6
+#define CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 9
+#define CU_TENSOR_MAP_INTERLEAVE_NONE 0
+#define CU_TENSOR_MAP_SWIZZLE_128B 3
+#define CU_TENSOR_MAP_L2_PROMOTION_L2_256B 3
+#define CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE 0       /* out-of-bounds elements read as zeros */
+
 /* Functions a driver may lack without the backend failing: NULL when absent, and the
  * features built on them are reported as missing. */
 #define CU_STREAM_WAIT_VALUE_GEQ 0x0
@@ -187,7 +199,11 @@ enum {
     X(CUresult, cuStreamQuery, "cuStreamQuery", (CUstream s))                               \
     X(CUresult, cuEventQuery, "cuEventQuery", (CUevent e))                                  \
     X(CUresult, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2",                  \
-      (CUdeviceptr * d, void *host, unsigned int flags))
+      (CUdeviceptr * d, void *host, unsigned int flags))                                    \
+    X(CUresult, cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled",                           \
+      (CUtensorMap * map, int dtype, unsigned rank, void *base, const unsigned long long *dims, \
+       const unsigned long long *strides, const unsigned *box, const unsigned *elem_strides, \
+       int interleave, int swizzle, int l2_promotion, int oob_fill))
 
 struct cuda_driver {
     void *handle;

@@ -1,0 +1,43 @@
+/* TMA tensor maps for the Hopper prefill kernels' producer (gllm_cuda_hp_params). */
+#ifndef GLLMD_CUDA_TMA_H
+#define GLLMD_CUDA_TMA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "attention_params.h"
+#include "cuda_driver.h"
+
+/* Encodes into map the tensor map of a [B, H, S, D] tensor (dims in that order) of 16-bit
+ * elements at base, strides in elements: 4-D (D, S, H, B) with byte strides, boxes of
+ * GLLM_CUDA_HP_BOX_COLS columns by box_rows rows, the 128-byte swizzle, L2 promotion by 256
+ * bytes, rows outside the tensor read as zeros. Returns 0; -EOPNOTSUPP where TMA cannot take
+ * the tensor (no cuTensorMapEncodeTiled in the driver, base not 16-byte aligned, D not a
+ * multiple of GLLM_CUDA_HP_BOX_COLS, D-stride not 1, a stride not a positive multiple of 16
+ * bytes below 2^40 on a dimension longer than 1, a dimension past 2^32); -EINVAL where the
+ * driver refused the map. */
+int cuda_tma_map(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf16, const void *base,
+                 const int64_t dims[4], const int64_t st[4], unsigned box_rows);
+
+/* The maps of a device's last call, by what they were encoded from: a prefill repeated on
+ * the same buffers (staged jobs reuse the same scratch) skips the driver. Plain words, not
+ * a gllm_cuda_tmap, so that it may live in calloc'd memory. */
+struct cuda_tma_cached {
+    bool valid, bf16;
+    unsigned box_rows;
+    const void *base;
+    int64_t dims[4], st[4];
+    uint64_t map[16];
+};
+struct cuda_tma_cache {
+    struct cuda_tma_cached t[3];         /* Q, K, V */
+    uint64_t hits, encodes;
+};
+
+/* hp's q_map, k_map and v_map for the tensors of hp->a (Q boxes GLLM_CUDA_HP_ROWS(D) rows,
+ * K and V GLLM_CUDA_HP_KEYS), from cache where it holds the same tensor (cache may be NULL);
+ * 0, or the first failure as cuda_tma_map's. */
+int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
+                       struct cuda_tma_cache *cache);
+
+#endif

@@ -1,0 +1,261 @@
+/* cuda_tma's tensor maps against a fake driver: the arguments cuTensorMapEncodeTiled gets for
+ * the Hopper kernels' Q, K and V, the layouts left to cp.async, a refusal reported. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cuda_tma.h"
+
+/* The arguments of the fake encoder's last call, and what it should answer. */
+static struct {
+    int calls;
+    CUtensorMap *map;
+    int dtype, interleave, swizzle, l2, oob;
+    unsigned rank;
+    void *base;
+    unsigned long long dims[4], strides[3];
+    unsigned box[4], elem[4];
+    CUresult answer;
+} fk;
+
+static CUresult f_encode(CUtensorMap *map, int dtype, unsigned rank, void *base,
+                         const unsigned long long *dims, const unsigned long long *strides,
+                         const unsigned *box, const unsigned *elem, int interleave, int swizzle,
+                         int l2, int oob)
+{
+    fk.calls++;
+    fk.map = map, fk.dtype = dtype, fk.rank = rank, fk.base = base;
+    memcpy(fk.dims, dims, sizeof fk.dims);
+    memcpy(fk.strides, strides, sizeof fk.strides);
+    memcpy(fk.box, box, sizeof fk.box);
+    memcpy(fk.elem, elem, sizeof fk.elem);
+    fk.interleave = interleave, fk.swizzle = swizzle, fk.l2 = l2, fk.oob = oob;
+    map->opaque[0] = 0x7a000000u + (unsigned)fk.calls;   /* which call wrote this map */
+    return fk.answer;
+}
+
+static struct cuda_driver drv;
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&fk, 0, sizeof fk);
+    memset(&drv, 0, sizeof drv);
+    drv.cuTensorMapEncodeTiled = f_encode;
+    return 0;
+}
+
+#define BASE ((const void *)(uintptr_t)0x7f0000001000ull)
+
+/* [B, H, S, D] row-major, f16, D = 128: the driver's order is D, S, H, B, strides in bytes. */
+static void test_bhsd_f16(void **state)
+{
+    (void)state;
+    gllm_cuda_tmap map;
+    const int64_t dims[4] = {4, 32, 2048, 128};
+    const int64_t st[4] = {32 * 2048 * 128, 2048 * 128, 128, 1};
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, st, 128), 0);
+    assert_int_equal(fk.calls, 1);
+    assert_ptr_equal(fk.map, &map);
+    assert_int_equal(fk.dtype, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+    assert_int_equal(fk.rank, 4);
+    assert_ptr_equal(fk.base, BASE);
+    const unsigned long long want_dims[4] = {128, 2048, 32, 4};
+    const unsigned long long want_st[3] = {256, 2048ull * 256, 32ull * 2048 * 256};
+    assert_memory_equal(fk.dims, want_dims, sizeof want_dims);
+    assert_memory_equal(fk.strides, want_st, sizeof want_st);
+    const unsigned want_box[4] = {64, 128, 1, 1}, ones[4] = {1, 1, 1, 1};
+    assert_memory_equal(fk.box, want_box, sizeof want_box);
+    assert_memory_equal(fk.elem, ones, sizeof ones);
+    assert_int_equal(fk.interleave, CU_TENSOR_MAP_INTERLEAVE_NONE);
+    assert_int_equal(fk.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+    assert_int_equal(fk.l2, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    assert_int_equal(fk.oob, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
+/* [B, S, H, D] storage seen as [B, H, S, D] views, bf16, D = 64: strides out of order. */
+static void test_bshd_bf16(void **state)
+{
+    (void)state;
+    gllm_cuda_tmap map;
+    const int64_t dims[4] = {8, 16, 1024, 64};
+    const int64_t st[4] = {1024 * 16 * 64, 64, 16 * 64, 1};
+    assert_int_equal(cuda_tma_map(&drv, &map, true, BASE, dims, st, 192), 0);
+    assert_int_equal(fk.dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    const unsigned long long want_dims[4] = {64, 1024, 16, 8};
+    const unsigned long long want_st[3] = {16 * 64 * 2, 64 * 2, 1024ull * 16 * 64 * 2};
+    assert_memory_equal(fk.dims, want_dims, sizeof want_dims);
+    assert_memory_equal(fk.strides, want_st, sizeof want_st);
+    assert_int_equal(fk.box[1], 192);
+}
+
+/* A dimension of 1 is never stepped along: its stride, whatever it is, becomes one the
+ * driver takes. */
+static void test_unit_dimension(void **state)
+{
+    (void)state;
+    gllm_cuda_tmap map;
+    const int64_t dims[4] = {1, 8, 100, 128};
+    const int64_t st[4] = {0, 100 * 128, 128, 1};
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, st, 128), 0);
+    assert_int_equal(fk.strides[2], 16);
+    assert_int_equal(fk.strides[1], 100 * 128 * 2);
+    assert_int_equal(fk.dims[3], 1);
+}
+
+/* What TMA cannot address goes back to cp.async without asking the driver. */
+static void test_left_to_cp_async(void **state)
+{
+    (void)state;
+    gllm_cuda_tmap map;
+    const int64_t dims[4] = {2, 4, 256, 128};
+    const int64_t good[4] = {4 * 256 * 128, 256 * 128, 128, 1};
+    int64_t st[4];
+    const void *odd = (const void *)((uintptr_t)BASE + 8);
+    assert_int_equal(cuda_tma_map(&drv, &map, false, odd, dims, good, 128), -EOPNOTSUPP);
+    memcpy(st, good, sizeof st);
+    st[3] = 2;                                     /* D not contiguous */
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, st, 128), -EOPNOTSUPP);
+    memcpy(st, good, sizeof st);
+    st[2] = 132;                                   /* 264-byte rows: not a multiple of 16 */
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, st, 128), -EOPNOTSUPP);
+    memcpy(st, good, sizeof st);
+    st[1] = 0;                                     /* heads broadcast */
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, st, 128), -EOPNOTSUPP);
+    memcpy(st, good, sizeof st);
+    st[0] = -st[0];                                /* batches backwards */
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, st, 128), -EOPNOTSUPP);
+    memcpy(st, good, sizeof st);
+    st[0] = (int64_t)1 << 39;                      /* 2^40 bytes */
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, st, 128), -EOPNOTSUPP);
+    const int64_t d96[4] = {2, 4, 256, 96};        /* not whole 64-column boxes */
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, d96, good, 128), -EOPNOTSUPP);
+    const int64_t s_long[4] = {2, 4, (int64_t)1 << 33, 128};
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, s_long, good, 128), -EOPNOTSUPP);
+    assert_int_equal(fk.calls, 0);
+    drv.cuTensorMapEncodeTiled = NULL;             /* a driver without TMA */
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, good, 128), -EOPNOTSUPP);
+}
+
+static void test_driver_refuses(void **state)
+{
+    (void)state;
+    gllm_cuda_tmap map;
+    const int64_t dims[4] = {2, 4, 256, 128};
+    const int64_t st[4] = {4 * 256 * 128, 256 * 128, 128, 1};
+    fk.answer = 1;                                 /* CUDA_ERROR_INVALID_VALUE */
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, st, 128), -EINVAL);
+    assert_int_equal(fk.calls, 1);
+}
+
+/* The three maps of one call: Q's box as tall as the block's rows, K's and V's a key tile;
+ * K and V over Hkv heads and Skv keys (GQA, Sq != Skv). */
+static void test_hp_params(void **state)
+{
+    (void)state;
+    gllm_cuda_hp_params hp;
+    memset(&hp, 0, sizeof hp);
+    gllm_cuda_attn_params *p = &hp.a;
+    p->q = BASE, p->k = (const void *)((uintptr_t)BASE + 0x100000);
+    p->v = (const void *)((uintptr_t)BASE + 0x200000);
+    p->B = 2, p->Hq = 8, p->Hkv = 2, p->Sq = 100, p->Skv = 300, p->D = 64;
+    const int64_t q_st[4] = {8 * 100 * 64, 100 * 64, 64, 1};
+    const int64_t kv_st[4] = {2 * 300 * 64, 300 * 64, 64, 1};
+    memcpy(p->q_st, q_st, sizeof q_st);
+    memcpy(p->k_st, kv_st, sizeof kv_st);
+    memcpy(p->v_st, kv_st, sizeof kv_st);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), 0);
+    assert_int_equal(fk.calls, 3);
+    assert_int_equal(hp.q_map.opaque[0], 0x7a000001u);
+    assert_int_equal(hp.k_map.opaque[0], 0x7a000002u);
+    assert_int_equal(hp.v_map.opaque[0], 0x7a000003u);
+    /* The last call, V's */
+    assert_ptr_equal(fk.base, p->v);
+    const unsigned long long want_kv[4] = {64, 300, 2, 2};
+    assert_memory_equal(fk.dims, want_kv, sizeof want_kv);
+    assert_int_equal(fk.box[1], GLLM_CUDA_HP_KEYS);
+    assert_int_equal(fk.dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+
+    /* Q's box: GLLM_CUDA_HP_ROWS(D) rows, 192 at D = 64, 128 at D = 128; a Q that TMA cannot
+     * take stops there. */
+    fk.calls = 0;
+    p->q_st[2] = 68;
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), -EOPNOTSUPP);
+    assert_int_equal(fk.calls, 0);
+    p->q_st[2] = 64;
+    fk.answer = 1;
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), -EINVAL);
+    assert_int_equal(fk.calls, 1);
+    assert_int_equal(fk.box[1], 192);
+    assert_int_equal(fk.dims[1], 100);
+}
+
+/* A repeated call on the same tensors takes its maps from the cache; a moved tensor, or one
+ * the driver refused, is encoded again. */
+static void test_cache(void **state)
+{
+    (void)state;
+    static struct cuda_tma_cache cache;
+    memset(&cache, 0, sizeof cache);
+    gllm_cuda_hp_params hp;
+    memset(&hp, 0, sizeof hp);
+    gllm_cuda_attn_params *p = &hp.a;
+    p->q = BASE, p->k = (const void *)((uintptr_t)BASE + 0x100000);
+    p->v = (const void *)((uintptr_t)BASE + 0x200000);
+    p->B = 1, p->Hq = 4, p->Hkv = 4, p->Sq = 256, p->Skv = 256, p->D = 128;
+    const int64_t st[4] = {4 * 256 * 128, 256 * 128, 128, 1};
+    memcpy(p->q_st, st, sizeof st);
+    memcpy(p->k_st, st, sizeof st);
+    memcpy(p->v_st, st, sizeof st);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
+    assert_int_equal(fk.calls, 3);
+    memset(&hp.q_map, 0, 3 * sizeof hp.q_map);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
+    assert_int_equal(fk.calls, 3);                 /* all three from the cache */
+    assert_int_equal(cache.hits, 3);
+    assert_int_equal(hp.q_map.opaque[0], 0x7a000001u);
+    assert_int_equal(hp.v_map.opaque[0], 0x7a000003u);
+    p->v = (const void *)((uintptr_t)BASE + 0x300000);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
+    assert_int_equal(fk.calls, 4);                 /* V moved: only V encoded */
+    assert_int_equal(hp.v_map.opaque[0], 0x7a000004u);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, &cache), 0);
+    assert_int_equal(fk.calls, 7);                 /* another element type: every map */
+    fk.answer = 1;
+    p->q = (const void *)((uintptr_t)BASE + 0x400000);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, &cache), -EINVAL);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, &cache), -EINVAL);
+    assert_int_equal(fk.calls, 9);                 /* a refusal is not remembered as a map */
+    assert_int_equal(cache.encodes, 7);
+}
+
+/* The daemon's parameter block is the kernel's: maps first, each on its own 128 bytes. */
+static void test_param_layout(void **state)
+{
+    (void)state;
+    assert_int_equal(offsetof(gllm_cuda_hp_params, q_map), 0);
+    assert_int_equal(offsetof(gllm_cuda_hp_params, k_map), 128);
+    assert_int_equal(offsetof(gllm_cuda_hp_params, v_map), 256);
+    assert_int_equal(offsetof(gllm_cuda_hp_params, a), 384);
+    assert_int_equal(_Alignof(gllm_cuda_hp_params), 128);
+    assert_true(sizeof(gllm_cuda_hp_params) <= 4096);       /* the kernel parameter limit */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_bhsd_f16, setup),
+        cmocka_unit_test_setup(test_bshd_bf16, setup),
+        cmocka_unit_test_setup(test_unit_dimension, setup),
+        cmocka_unit_test_setup(test_left_to_cp_async, setup),
+        cmocka_unit_test_setup(test_driver_refuses, setup),
+        cmocka_unit_test_setup(test_hp_params, setup),
+        cmocka_unit_test_setup(test_cache, setup),
+        cmocka_unit_test_setup(test_param_layout, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
