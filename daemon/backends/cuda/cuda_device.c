@@ -313,25 +313,18 @@ int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *
             }
     /* The wgmma kernels run only from the sm_90a image, which the driver takes only on a
      * 9.0 GPU; anywhere else the tensor-core kernels above serve. */
-    for (int i = 0; i < 8 && strncmp(info->image, "sm_90a", 6) == 0; i++) {
+    for (int i = 0; i < 16 && strncmp(info->image, "sm_90a", 6) == 0; i++) {
         char name[64];
-        const int k = i / 4, t = (i / 2) % 2, c = i % 2, D = k ? 128 : 64;
-        snprintf(name, sizeof name, "gllm_attn_fwd_hopper_%s_d%d%s", tnames[t], D, c ? "_causal" : "");
-        if ((r = d->cuModuleGetFunction(&x->hopper[k][t][c], x->mod, name)) ||
-            (r = d->cuFuncSetAttribute(x->hopper[k][t][c],
-                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       GLLM_CUDA_HP_SMEM(D)))) {
-            snprintf(why, len, "GPU %d: kernel %s: %s", ordinal, name,
-                     cuda_error_text(d, r, buf, sizeof buf));
-            return GLLM_EBACKEND;
-        }
-        if (!d->cuTensorMapEncodeTiled)
-            continue;                    /* the cp.async producer serves alone */
-        snprintf(name, sizeof name, "gllm_attn_fwd_hopper_tma_%s_d%d%s", tnames[t], D,
-                 c ? "_causal" : "");
-        if ((r = d->cuModuleGetFunction(&x->hopper_tma[k][t][c], x->mod, name)) ||
-            (r = d->cuFuncSetAttribute(x->hopper_tma[k][t][c],
-                                       CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        /* i < 8: the cp.async producer's kernels; then the TMA producer's, where the driver
+         * can encode tensor maps (else the cp.async producer serves alone). */
+        const int tma = i / 8, k = (i / 4) % 2, t = (i / 2) % 2, c = i % 2, D = k ? 128 : 64;
+        if (tma && !d->cuTensorMapEncodeTiled)
+            break;
+        CUfunction *f = tma ? &x->hopper_tma[k][t][c] : &x->hopper[k][t][c];
+        snprintf(name, sizeof name, "gllm_attn_fwd_hopper_%s%s_d%d%s", tma ? "tma_" : "",
+                 tnames[t], D, c ? "_causal" : "");
+        if ((r = d->cuModuleGetFunction(f, x->mod, name)) ||
+            (r = d->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                        GLLM_CUDA_HP_SMEM(D)))) {
             snprintf(why, len, "GPU %d: kernel %s: %s", ordinal, name,
                      cuda_error_text(d, r, buf, sizeof buf));
