@@ -46,8 +46,10 @@
 // one's softmax under the other's GEMMs, and FA3's gain from this step comes with its
 // ping-pong scheduling, which we do not have; what pipelining adds here (a second wgmma
 // group in flight per warpgroup, the deferred rescale, 186 live registers) costs more than
-// it hides. Measure it again once the TMA producer is in (it freed issue slots that the
-// pipelined consumer's extra instructions compete for): one flag.
+// it hides. Measured again with the TMA producer (v16, H100, two runs): on at D = 128 too,
+// non-causal 521/523 -> 555/556 TFLOP/s, but causal 412/408 -> 392/393 and B2 H32 S4096
+// bf16 causal 491/489 -> 470/467 (its masked diagonal tiles keep the pipeline short). So
+// the pipelined loop runs at D = 64 and for non-causal D = 128.
 //
 // TMA producer (v15): one thread of the producer warpgroup issues the copies, 2 x D / 64
 // boxes per tile (64 columns by 128 keys, K and V) plus D / 64 for Q with tile 0, and
@@ -582,7 +584,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     float scale_o[2] = {1.f, 1.f};
     auto k_tile = [&](int j) { return s_kv + (uint32_t)(j % HP_STAGES) * 2 * S::KV_TILE; };
 
-    if constexpr (S::PIPELINE) {
+    if constexpr (S::PIPELINE || !CAUSAL) {
         // Intra-warpgroup pipelining (FlashAttention-3, section 3.2): tile j's S = Q K^T is
         // issued before tile j - 1's O += P V, and the softmax of tile j runs while P V is
         // on the tensor cores. O's rescale for tile j waits for the next iteration (P V of
