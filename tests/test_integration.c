@@ -247,6 +247,51 @@ static void test_job_ordered_by_counters(void **state)
     gllm_disconnect(c);
 }
 
+/* A connection's jobs run in its order across its device queue: an unordered job submitted
+ * behind one that waits for its counter (in the queue) does not run before it; a second
+ * ordered job is queued behind the first and each runs when its own counter comes. */
+static void test_order_across_the_queue(void **state)
+{
+    (void)state;
+    gllm_client *c;
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
+    gllm_memory *counters;
+    assert_int_equal(gllm_arena_create(c, 4096, &counters), 0);
+    _Atomic uint32_t *ready = gllm_memory_data(counters);
+    memset(gllm_memory_data(counters), 0, 4096);
+    const struct job_spec s = {.B = 1, .Hq = 2, .Hkv = 1, .Sq = 16, .Skv = 48, .D = 32,
+                               .dtype = GLLM_DTYPE_F32, .causal = true};
+    struct live_job a, b, d;
+    assert_int_equal(job_setup(c, &a, &s, 301), 0);
+    assert_int_equal(job_setup(c, &b, &s, 302), 0);
+    assert_int_equal(job_setup(c, &d, &s, 303), 0);
+    a.p.wait = (gllm_counter){.memory = counters, .offset = 0, .value = 1};
+    a.p.signal = (gllm_counter){.memory = counters, .offset = 64, .value = 1};
+    d.p.wait = (gllm_counter){.memory = counters, .offset = 4, .value = 1};
+    d.p.signal = (gllm_counter){.memory = counters, .offset = 68, .value = 1};
+    assert_int_equal(gllm_attention_submit(c, &a.p, &a.id), 0);   /* waits for ready[0] */
+    assert_int_equal(gllm_attention_submit(c, &d.p, &d.id), 0);   /* then for ready[1] */
+    assert_int_equal(gllm_attention_submit(c, &b.p, &b.id), 0);   /* unordered, behind both */
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    sleep_ms(50);
+    assert_int_equal(gllm_job_poll(c, b.id, &res), -EAGAIN);
+    assert_int_equal(gllm_job_poll(c, a.id, &res), -EAGAIN);
+    atomic_store(&ready[0], 1);                                    /* a runs; d still waits */
+    assert_int_equal(gllm_job_wait(c, a.id, &res), 0);
+    sleep_ms(50);
+    assert_int_equal(gllm_job_poll(c, d.id, &res), -EAGAIN);
+    assert_int_equal(gllm_job_poll(c, b.id, &res), -EAGAIN);        /* still behind d */
+    atomic_store(&ready[1], 1);
+    assert_int_equal(gllm_job_wait(c, d.id, &res), 0);
+    assert_int_equal(gllm_job_wait(c, b.id, &res), 0);
+    assert_true(job_output_ok(&a) && job_output_ok(&d) && job_output_ok(&b));
+    gllm_memory_release(a.arena);
+    gllm_memory_release(b.arena);
+    gllm_memory_release(d.arena);
+    gllm_memory_release(counters);
+    gllm_disconnect(c);
+}
+
 /* A refused request's signal is queued as a job, within max_inflight: at the limit the
  * request is BUSY and nothing is queued (the signal is the client's to write). */
 static void test_refused_signals_are_bounded(void **state)
@@ -956,6 +1001,7 @@ int main(void)
         cmocka_unit_test(test_hello_and_status),
         cmocka_unit_test(test_process_name_not_utf8),
         cmocka_unit_test(test_job_ordered_by_counters),
+        cmocka_unit_test(test_order_across_the_queue),
         cmocka_unit_test(test_refused_signals_are_bounded),
         cmocka_unit_test(test_concurrent_pipelined_clients),
         cmocka_unit_test(test_replies_in_submission_order),
