@@ -49,7 +49,8 @@
 // it hides. Measured again with the TMA producer (v16, H100, two runs): on at D = 128 too,
 // non-causal 521/523 -> 555/556 TFLOP/s, but causal 412/408 -> 392/393 and B2 H32 S4096
 // bf16 causal 491/489 -> 470/467 (its masked diagonal tiles keep the pipeline short). So
-// the pipelined loop runs at D = 64 and for non-causal D = 128.
+// the pipelined loop ran at D = 64 and for non-causal D = 128, until ping-pong (v18,
+// below) made it pay for causal D = 128 as well.
 //
 // TMA producer (v15): one thread of the producer warpgroup issues the copies, 2 x D / 64
 // boxes per tile (64 columns by 128 keys, K and V) plus D / 64 for Q with tile 0, and
@@ -83,6 +84,11 @@
 // ping-pong). If it moves less than 2% the drift was already doing the scheduling's work;
 // if it loses, the turns' waits (a warpgroup idles until its partner has issued) cost more
 // than the order gains, likely on short causal blocks where the turns are mostly empty.
+// Measured (H100, two runs, against v16 in the same call): non-causal 548/551 -> 553/553,
+// causal 404/403 -> 428/430, B2 H32 S4096 bf16 causal 487/485 -> 514/514, D = 64 level.
+// With ping-pong the pipelined loop pays for causal D = 128 too (v18, PIPELINE on
+// everywhere; against v16 on another H100): causal 409/409 -> 436/435, S4096 bf16 causal
+// 496/490 -> 530/527, non-causal 551/555 -> 560/557, D = 64 level.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -122,7 +128,7 @@ template <int D> struct Hp {
     static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
     // Consumers issue tile j's Q K^T before tile j - 1's P V (see the header comment);
     // false: one tile at a time, v13's order, kept to measure the one against the other.
-    static constexpr bool PIPELINE = D == 64;
+    static constexpr bool PIPELINE = true;
     // Two consumers take turns at issuing their GEMMs on named barriers (v17, see the
     // header comment); false: v16, the consumers drift freely.
     static constexpr bool PINGPONG = CONSUMERS == 2;
