@@ -49,7 +49,8 @@
 // it hides. Measured again with the TMA producer (v16, H100, two runs): on at D = 128 too,
 // non-causal 521/523 -> 555/556 TFLOP/s, but causal 412/408 -> 392/393 and B2 H32 S4096
 // bf16 causal 491/489 -> 470/467 (its masked diagonal tiles keep the pipeline short). So
-// the pipelined loop runs at D = 64 and for non-causal D = 128.
+// the pipelined loop ran at D = 64 and for non-causal D = 128, until ping-pong (v18,
+// below) made it pay for causal D = 128 as well.
 //
 // TMA producer (v15): one thread of the producer warpgroup issues the copies, 2 x D / 64
 // boxes per tile (64 columns by 128 keys, K and V) plus D / 64 for Q with tile 0, and
@@ -65,6 +66,29 @@
 // with the producer warp, +4 to +10% (B8 H16 S1024 f16: 293 -> about 305-320). If TMA moves
 // less than 2%, the producer's issue slots were not what held the consumers back, and the
 // next step is ping-pong scheduling of the consumers (named barriers), not the producer.
+//
+// Ping-pong scheduling (v17, Hp::PINGPONG, D = 128 only; FA3 section 3.1): the two
+// consumers take turns at the tensor cores on two named barriers (bar.sync / bar.arrive, ids
+// 1 and 2, 256 threads), wg 0, wg 1, wg 0, ..., a turn being the wgmma issues that precede
+// a softmax (Q K^T of tile j and P V of tile j - 1). So one warpgroup's softmax runs while
+// the other's GEMMs run, by construction rather than by drift: in v16 nothing kept the two
+// from falling into step, and when they did, both softmaxes left the tensor cores idle at
+// once. A warpgroup with fewer tiles (causal: the lower 64 rows may have one tile fewer;
+// rows past Sq: none) keeps taking empty turns (sync, arrive) up to the block's count, so
+// the other never waits on a partner that has finished. Expected: FA3's ablation puts
+// warp specialisation plus ping-pong at about +10% at D = 128 (570 -> 661 TFLOP/s with
+// its pipelining); we have the specialisation and part of the overlap already (the drift),
+// so +3 to +10%: B4 H32 S2048 D128 f16 546-550 -> about 565-600 TFLOP/s, causal 407-409
+// -> 420-450 (the one-tile loop gains more: its softmax was exposed inside a warpgroup),
+// B2 H32 S4096 bf16 causal 491 -> 505-540. D = 64 is untouched (three consumers, no
+// ping-pong). If it moves less than 2% the drift was already doing the scheduling's work;
+// if it loses, the turns' waits (a warpgroup idles until its partner has issued) cost more
+// than the order gains, likely on short causal blocks where the turns are mostly empty.
+// Measured (H100, two runs, against v16 in the same call): non-causal 548/551 -> 553/553,
+// causal 404/403 -> 428/430, B2 H32 S4096 bf16 causal 487/485 -> 514/514, D = 64 level.
+// With ping-pong the pipelined loop pays for causal D = 128 too (v18, PIPELINE on
+// everywhere; against v16 on another H100): causal 409/409 -> 436/435, S4096 bf16 causal
+// 496/490 -> 530/527, non-causal 551/555 -> 560/557, D = 64 level.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -104,7 +128,10 @@ template <int D> struct Hp {
     static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
     // Consumers issue tile j's Q K^T before tile j - 1's P V (see the header comment);
     // false: one tile at a time, v13's order, kept to measure the one against the other.
-    static constexpr bool PIPELINE = D == 64;
+    static constexpr bool PIPELINE = true;
+    // Two consumers take turns at issuing their GEMMs on named barriers (v17, see the
+    // header comment); false: v16, the consumers drift freely.
+    static constexpr bool PINGPONG = CONSUMERS == 2;
     static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
                       128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
                   "setmaxnreg budget");
@@ -181,6 +208,21 @@ template <int N> __device__ __forceinline__ void regs_inc()
 __device__ __forceinline__ void fence_proxy_async()
 {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Named barriers of the ping-pong schedule (ids PP_BAR + consumer warpgroup; 0 is
+// __syncthreads'): a warpgroup waits on its own with bar.sync, its partner arrives on it with
+// bar.arrive, 128 threads each, so a phase completes at 256.
+constexpr int PP_BAR = 1;
+constexpr int PP_THREADS = 256;
+// The ids are immediates: with an id in a register ptxas reserves all 16 barriers.
+template <int ID> __device__ __forceinline__ void named_sync()
+{
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(PP_THREADS) : "memory");
+}
+template <int ID> __device__ __forceinline__ void named_arrive()
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(PP_THREADS) : "memory");
 }
 
 // mbarriers (shared memory): init by one thread; arrive; wait for a phase by its parity.
@@ -583,6 +625,34 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const int row0 = r_wg + wrow + g;                 // this thread's first row
     float scale_o[2] = {1.f, 1.f};
     auto k_tile = [&](int j) { return s_kv + (uint32_t)(j % HP_STAGES) * 2 * S::KV_TILE; };
+    // Ping-pong (S::PINGPONG): each consumer takes n_tiles + 1 turns, the block's count, not
+    // its own n_mine, in the order wg 0 turn 0, wg 1 turn 0, wg 0 turn 1, ...; turn t holds
+    // the wgmma issues that come before S of tile t is read (Q K^T of tile t and P V of tile
+    // t - 1, whichever this warpgroup has), turn n_tiles the last P V, and a turn with
+    // nothing to issue (past n_mine: fewer causal tiles, or rows past Sq) is only its
+    // sync and arrive, so the partner never waits on a warpgroup that has finished.
+    // turn_begin: wait until the partner has ended its previous turn (wg 0's turn 0 goes
+    // at once); turn_end: let the partner start its turn. Per barrier, syncs and arrivals
+    // match one for one (wg 1 skips the arrival after its last turn, which nobody waits
+    // for), so no phase is left open at exit.
+    int turn = 0;
+    auto turn_begin = [&]() {
+        if constexpr (S::PINGPONG) {
+            if (wg == 1)
+                named_sync<PP_BAR + 1>();
+            else if (turn > 0)
+                named_sync<PP_BAR>();
+        }
+    };
+    auto turn_end = [&]() {
+        if constexpr (S::PINGPONG) {
+            if (wg == 0)
+                named_arrive<PP_BAR + 1>();
+            else if (turn < n_tiles)
+                named_arrive<PP_BAR>();
+        }
+        turn++;
+    };
 
     if constexpr (S::PIPELINE || !CAUSAL) {
         // Intra-warpgroup pipelining (FlashAttention-3, section 3.2): tile j's S = Q K^T is
@@ -598,7 +668,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         bool pending = false;                          // O still owes scale_o
         if (n_mine > 0) {
             mbar_wait(full0, 0);
+            turn_begin();
             issue_qk<T, D>(s, s_q, k_tile(0), wg);
+            turn_end();
             wg_wait<0>();
             pin(s);
             mask_tile<CAUSAL>(s, 0, Skv, r_wg, row0, shift, t, masked);
@@ -608,10 +680,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         for (int j = 1; j < n_mine; j++) {
             const int st = j % HP_STAGES, prev = (j - 1) % HP_STAGES;
             mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
+            turn_begin();
             issue_qk<T, D>(s, s_q, k_tile(j), wg);
             if (pending)
                 rescale_o<D>(o, scale_o);
             issue_pv<T, D>(o, pf, k_tile(j - 1) + S::KV_TILE);
+            turn_end();
             wg_wait<1>();                              // S of j is in; P V of j - 1 may not be
             pin(s);
             mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
@@ -623,16 +697,20 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             pack_p<T>(s, pf);
         }
         if (n_mine > 0) {
+            turn_begin();
             if (pending)
                 rescale_o<D>(o, scale_o);
             issue_pv<T, D>(o, pf, k_tile(n_mine - 1) + S::KV_TILE);
+            turn_end();
             wg_wait<0>();
             pin(o);
             pin(pf);
             mbar_arrive(empty0 + 8 * ((n_mine - 1) % HP_STAGES));
         }
     } else {
-        // One tile at a time: the other consumer warpgroups' GEMMs cover the softmax.
+        // One tile at a time: the other consumer warpgroups' GEMMs cover the softmax. With
+        // ping-pong, turn j + 1 runs from P V of tile j (issued and waited for) to the issue
+        // of Q K^T of tile j + 1, so the partner's softmax runs under both.
         for (int j = 0; j < n_mine; j++) {
             const int st = j % HP_STAGES;
             mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
@@ -640,7 +718,10 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 #pragma unroll
             for (int i = 0; i < 64; i++)
                 s[i] = 0.f;
+            if (j == 0)
+                turn_begin();
             issue_qk<T, D>(s, s_q, k_tile(j), wg);
+            turn_end();
             wg_wait<0>();
             pin(s);
             mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
@@ -648,16 +729,27 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 rescale_o<D>(o, scale_o);
             uint32_t pf[8][4];
             pack_p<T>(s, pf);
+            turn_begin();
             issue_pv<T, D>(o, pf, k_tile(j) + S::KV_TILE);
             wg_wait<0>();
             pin(o);
             mbar_arrive(empty0 + 8 * st);              // this thread is done with the stage
         }
+        if (n_mine > 0)
+            turn_end();                                // turn n_mine: the last P V
+    }
+    // The tiles this warpgroup does not compute, and its empty turns: turn 0 if it computed
+    // nothing, then turn j + 1 with tile j.
+    if (n_mine == 0) {
+        turn_begin();
+        turn_end();
     }
     for (int j = n_mine; j < n_tiles; j++) {
         const int st = j % HP_STAGES;
         mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
         mbar_arrive(empty0 + 8 * st);
+        turn_begin();
+        turn_end();
     }
 
 #pragma unroll
