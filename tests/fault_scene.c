@@ -32,16 +32,7 @@ int start_fault_daemon(struct daemon *d, const char *conf_lines)
 {
     const char *path = getenv("GLLMD_FAULT_PATH") ? getenv("GLLMD_FAULT_PATH") : GLLMD_FAULT_PATH;
     setenv("GLLMD_PATH", path, 1);
-    static char conf[128];
-    snprintf(conf, sizeof conf, "/tmp/gllm-fault-conf-%d", (int)getpid());
-    FILE *f = fopen(conf, "w");
-    assert_non_null(f);
-    fputs(conf_lines, f);
-    fclose(f);
-    const char *extra[] = {"-c", conf, NULL};
-    int r = daemon_start(d, extra);
-    unlink(conf);
-    return r;
+    return daemon_start_conf(d, conf_lines);
 }
 
 int wait_daemon_exit(struct daemon *d, int timeout_ms)

@@ -297,15 +297,8 @@ static void test_order_across_the_queue(void **state)
 static void test_refused_signals_are_bounded(void **state)
 {
     (void)state;
-    char conf[] = "/tmp/gllm-inflight-conf-XXXXXX";
-    int fd = mkstemp(conf);
-    assert_true(fd >= 0);
-    static const char text[] = "max_inflight = 1\n";
-    assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
-    close(fd);
     struct daemon d;
-    const char *args[] = {"--config", conf, NULL};
-    assert_int_equal(daemon_start(&d, args), 0);
+    assert_int_equal(daemon_start_conf(&d, "max_inflight = 1\n"), 0);
     gllm_client *c;
     assert_int_equal(gllm_connect(d.socket, &c), 0);
     gllm_memory *counters;
@@ -338,7 +331,6 @@ static void test_refused_signals_are_bounded(void **state)
     gllm_memory_release(counters);
     gllm_disconnect(c);
     assert_int_equal(daemon_stop(&d), 0);
-    unlink(conf);
 }
 
 /* Several client processes, each with several jobs in flight at once. */
@@ -890,15 +882,9 @@ static void test_reply_ring_client(void **state)
 }
 
 /* A gllmd that busy polls, as it does on GPUs: clients may put requests in their rings. */
-static void busy_daemon_start(struct daemon *d, char *conf)
+static void busy_daemon_start(struct daemon *d)
 {
-    int fd = mkstemp(conf);
-    assert_true(fd >= 0);
-    static const char text[] = "busy_poll = on\n";
-    assert_int_equal(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
-    close(fd);
-    const char *args[] = {"--config", conf, NULL};
-    assert_int_equal(daemon_start(d, args), 0);
+    assert_int_equal(daemon_start_conf(d, "busy_poll = on\n"), 0);
 }
 
 static void ring_put_request(struct gllm_ring *rg, uint32_t *head, uint32_t after)
@@ -928,9 +914,8 @@ static void ring_wake_if_needed(int fd, struct gllm_ring *rg, uint32_t *sent)
 static void test_request_ring_protocol(void **state)
 {
     (void)state;
-    char conf[] = "/tmp/gllm-conf-XXXXXX";
     struct daemon d;
-    busy_daemon_start(&d, conf);
+    busy_daemon_start(&d);
     int fd, mfd;
     uint32_t arena = raw_session(d.socket, 4 * 2 * 8 * 64 * 4, &fd, &mfd);
     struct gllm_ring *rg = raw_ring(fd, 3);
@@ -971,20 +956,17 @@ static void test_request_ring_protocol(void **state)
     close(mfd);
     close(fd);
     assert_int_equal(daemon_stop(&d), 0);
-    unlink(conf);
 }
 
 /* The library against a busy-polling gllmd: requests go by the ring. */
 static void test_request_ring_client(void **state)
 {
     (void)state;
-    char conf[] = "/tmp/gllm-conf-XXXXXX";
     struct daemon d;
-    busy_daemon_start(&d, conf);
+    busy_daemon_start(&d);
     ring_client_rounds(d.socket);
     assert_true(status_of(d.socket).ring_requests > 0);
     assert_int_equal(daemon_stop(&d), 0);
-    unlink(conf);
 }
 
 static void test_not_running(void **state)

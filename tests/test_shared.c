@@ -295,15 +295,8 @@ static void test_quota(void **state)
          * and it imports only its own kind of export). */
         skip();
     }
-    char conf[] = "/tmp/gllm-shared-conf-XXXXXX";
-    int cf = mkstemp(conf);
-    assert_true(cf >= 0);
-    static const char text[] = "max_device_bytes = 65536\n";
-    assert_int_equal(write(cf, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
-    close(cf);
     struct daemon d;
-    const char *args[] = {"--config", conf, NULL};
-    assert_int_equal(daemon_start(&d, args), 0);
+    assert_int_equal(daemon_start_conf(&d, "max_device_bytes = 65536\n"), 0);
     gllm_client *c;
     assert_int_equal(gllm_connect(d.socket, &c), 0);
 
@@ -331,7 +324,6 @@ static void test_quota(void **state)
     close(fd3);
     gllm_disconnect(c);
     assert_int_equal(daemon_stop(&d), 0);
-    unlink(conf);
 }
 
 /* ---- nothing left behind ---- */

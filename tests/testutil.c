@@ -58,6 +58,21 @@ int daemon_start(struct daemon *d, const char *const *extra)
     return daemon_start_env(d, extra, NULL);
 }
 
+int daemon_start_conf(struct daemon *d, const char *text)
+{
+    char conf[] = "/tmp/gllm-conf-XXXXXX";
+    int fd = mkstemp(conf);
+    if (fd < 0)
+        return -errno;
+    const size_t len = strlen(text);
+    const bool written = write(fd, text, len) == (ssize_t)len;
+    close(fd);
+    const char *extra[] = {"--config", conf, NULL};
+    int r = written ? daemon_start(d, extra) : -EIO;
+    unlink(conf);
+    return r;
+}
+
 int daemon_start_env(struct daemon *d, const char *const *extra, const char *const *env)
 {
     snprintf(d->dir, sizeof d->dir, "/tmp/gllm-test-XXXXXX");

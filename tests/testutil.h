@@ -30,6 +30,9 @@ struct daemon {
 int daemon_start(struct daemon *d, const char *const *extra);
 /* The same with "NAME=VALUE" entries added to gllmd's environment (NULL-terminated). */
 int daemon_start_env(struct daemon *d, const char *const *extra, const char *const *env);
+/* The same with a configuration file of text (gllmd.conf lines), written to a temporary
+ * file that is gone once gllmd has read it at start. */
+int daemon_start_conf(struct daemon *d, const char *text);
 /* SIGTERM, wait; returns the exit status (or -1). */
 int daemon_stop(struct daemon *d);
 /* Whether a daemon's socket accepts a connection (hello may still be refused by policy). */
