@@ -103,14 +103,11 @@ int cuda_queue_submit(struct backend *be, int dev, struct backend_queue *q,
                           .why = why, .why_len = len, .submitted = now,
                           .budget_ns = deadline_ns > now ? deadline_ns - now : deadline_ns ? 1 : 0};
     CUresult r;
-    CUdeviceptr at;
     if (s && s->wait) {
         /* A counter in host memory: no event behind the wait, the worker reads whether it
          * has come (an event there would stand between the counter and the kernel on the
          * GPU). In device memory: the event tells the worker. */
-        if ((r = cuda_counter_address(c, x, s->wait, !s->wait_device, &at)) ||
-            (r = d->cuStreamWaitValue32(q->lane.stream, at, s->wait_value,
-                                        CU_STREAM_WAIT_VALUE_GEQ)) ||
+        if ((r = cuda_wait_on(c, x, q->lane.stream, s)) ||
             (s->wait_device && (r = d->cuEventRecord(op->sl.waited, q->lane.stream))))
             return cuda_fail(c, r, "GPU-side wait");
         op->armed = true;
@@ -122,13 +119,9 @@ int cuda_queue_submit(struct backend *be, int dev, struct backend_queue *q,
         return st;
     }
     op->status = st < 0 ? st : 0;     /* its wait and signal stay in order all the same */
-    if (s && s->signal) {
-        if ((r = cuda_counter_address(c, x, s->signal, s->signal_host, &at)) ||
-            (r = d->cuStreamWriteValue32(q->lane.stream, at, s->signal_value,
-                                         CU_STREAM_WRITE_VALUE_DEFAULT))) {
-            disarm(c, x, op);
-            return cuda_fail(c, r, "GPU-side signal");
-        }
+    if (s && s->signal && (r = cuda_signal_on(c, x, q->lane.stream, s))) {
+        disarm(c, x, op);
+        return cuda_fail(c, r, "GPU-side signal");
     }
     if ((r = d->cuEventRecord(op->sl.done, q->lane.stream))) {
         disarm(c, x, op);
@@ -164,10 +157,7 @@ static int still_running(struct cuda_ctx *c, struct cuda_dev *x, struct queued *
                                  "not satisfied in %llu ms: released", op->what,
                                  op->s->wait_value,
                                  (unsigned long long)(op->s->wait_timeout_ns / 1000000));
-                CUdeviceptr at;
-                if ((r = cuda_counter_address(c, x, op->s->wait, !op->s->wait_device, &at)) ||
-                    (r = d->cuStreamWriteValue32(x->release, at, op->s->wait_value,
-                                                 CU_STREAM_WRITE_VALUE_DEFAULT)))
+                if ((r = cuda_release_wait(c, x, op->s)))
                     return cuda_fail(c, r, "releasing a GPU-side wait");
                 op->released = true;
             }

@@ -24,6 +24,32 @@ CUresult cuda_counter_address(const struct cuda_ctx *c, const struct cuda_dev *x
     return c->d->cuMemHostGetDevicePointer(out, (void *)(uintptr_t)p, 0);
 }
 
+CUresult cuda_wait_on(const struct cuda_ctx *c, const struct cuda_dev *x, CUstream stream,
+                      const struct backend_sync *s)
+{
+    CUdeviceptr at;
+    CUresult r = cuda_counter_address(c, x, s->wait, !s->wait_device, &at);
+    return r ? r : c->d->cuStreamWaitValue32(stream, at, s->wait_value, CU_STREAM_WAIT_VALUE_GEQ);
+}
+
+CUresult cuda_signal_on(const struct cuda_ctx *c, const struct cuda_dev *x, CUstream stream,
+                        const struct backend_sync *s)
+{
+    CUdeviceptr at;
+    CUresult r = cuda_counter_address(c, x, s->signal, s->signal_host, &at);
+    return r ? r : c->d->cuStreamWriteValue32(stream, at, s->signal_value,
+                                              CU_STREAM_WRITE_VALUE_DEFAULT);
+}
+
+CUresult cuda_release_wait(const struct cuda_ctx *c, const struct cuda_dev *x,
+                           const struct backend_sync *s)
+{
+    CUdeviceptr at;
+    CUresult r = cuda_counter_address(c, x, s->wait, !s->wait_device, &at);
+    return r ? r : c->d->cuStreamWriteValue32(x->release, at, s->wait_value,
+                                              CU_STREAM_WRITE_VALUE_DEFAULT);
+}
+
 /* The running job passed its watchdog deadline with its stream still busy. */
 static int watchdog_expired(const struct cuda_ctx *c, const struct cuda_dev *x, const char *what)
 {
@@ -56,13 +82,8 @@ static int finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct bac
 {
     const struct cuda_driver *d = c->d;
     CUresult r;
-    if (s && s->signal) {
-        CUdeviceptr sig;
-        if ((r = cuda_counter_address(c, x, s->signal, s->signal_host, &sig)) ||
-            (r = d->cuStreamWriteValue32(x->lane.stream, sig, s->signal_value,
-                                         CU_STREAM_WRITE_VALUE_DEFAULT)))
-            return cuda_fail(c, r, "GPU-side signal");
-    }
+    if (s && s->signal && (r = cuda_signal_on(c, x, x->lane.stream, s)))
+        return cuda_fail(c, r, "GPU-side signal");
     if (!s || !s->wait)
         return cuda_stream_finish(c, x, what);
     /* The worker's thread spins here as it does in a spin-scheduled synchronize. Past the
@@ -78,8 +99,7 @@ static int finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct bac
         backend_logf(&c->log, BACKEND_LOG_WARNING,
                      "cuda: %s: GPU-side wait for %u not satisfied in %llu ms: released", what,
                      s->wait_value, (unsigned long long)(s->wait_timeout_ns / 1000000));
-        if ((r = d->cuStreamWriteValue32(x->release, (CUdeviceptr)(uintptr_t)s->wait,
-                                         s->wait_value, CU_STREAM_WRITE_VALUE_DEFAULT)))
+        if ((r = cuda_release_wait(c, x, s)))
             return cuda_fail(c, r, "releasing a GPU-side wait");
         if ((r = d->cuStreamSynchronize(x->lane.stream)))
             return cuda_fail(c, r, what);
@@ -94,12 +114,9 @@ static int finish(const struct cuda_ctx *c, struct cuda_dev *x, const struct bac
 static void release(const struct cuda_ctx *c, struct cuda_dev *x, const struct backend_sync *s)
 {
     if (s->wait && c->d->cuEventQuery(x->slot.waited) == CUDA_ERROR_NOT_READY)
-        c->d->cuStreamWriteValue32(x->release, (CUdeviceptr)(uintptr_t)s->wait, s->wait_value,
-                                   CU_STREAM_WRITE_VALUE_DEFAULT);
-    CUdeviceptr sig;
-    if (s->signal && cuda_counter_address(c, x, s->signal, s->signal_host, &sig) == CUDA_SUCCESS)
-        c->d->cuStreamWriteValue32(x->lane.stream, sig, s->signal_value,
-                                   CU_STREAM_WRITE_VALUE_DEFAULT);
+        cuda_release_wait(c, x, s);
+    if (s->signal)
+        cuda_signal_on(c, x, x->lane.stream, s);
     c->d->cuStreamSynchronize(x->lane.stream);
 }
 
@@ -118,10 +135,7 @@ int cuda_run_now(struct backend *be, int dev, const struct backend_sync *s,
     d->cuCtxSetCurrent(x->ctx);
     const uint64_t wait_deadline = s && s->wait ? backend_now_ns() + s->wait_timeout_ns : 0;
     if (s && s->wait) {
-        CUdeviceptr wa;
-        CUresult r = cuda_counter_address(c, x, s->wait, true, &wa);
-        if (r == CUDA_SUCCESS)
-            r = d->cuStreamWaitValue32(x->lane.stream, wa, s->wait_value, CU_STREAM_WAIT_VALUE_GEQ);
+        CUresult r = cuda_wait_on(c, x, x->lane.stream, s);
         if (r == CUDA_SUCCESS)   /* tells a wait still blocking from a job still running */
             r = d->cuEventRecord(x->slot.waited, x->lane.stream);
         if (r)

@@ -24,6 +24,15 @@ bool cuda_sync_supported(const struct cuda_driver *d);
  * registered arena (host) through its device mapping. */
 CUresult cuda_counter_address(const struct cuda_ctx *c, const struct cuda_dev *x, const void *p,
                               bool host, CUdeviceptr *out);
+/* On stream: wait until s's counter reaches its value, or write s's signal value. */
+CUresult cuda_wait_on(const struct cuda_ctx *c, const struct cuda_dev *x, CUstream stream,
+                      const struct backend_sync *s);
+CUresult cuda_signal_on(const struct cuda_ctx *c, const struct cuda_dev *x, CUstream stream,
+                        const struct backend_sync *s);
+/* Releases s's wait: writes its value from the release stream, so the stream waiting for it
+ * goes on (past its deadline, or for a client that left). */
+CUresult cuda_release_wait(const struct cuda_ctx *c, const struct cuda_dev *x,
+                           const struct backend_sync *s);
 /* Runs one job of type t on the device's own stream, between s's wait and its signal (s
  * may be NULL), and waits for it, within the job's watchdog deadline (x->deadline_ns) and
  * s's wait deadline: past the latter the wait is released from the release stream and the
