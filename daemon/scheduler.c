@@ -81,13 +81,19 @@ static void ring_push(struct worker *w, struct lane *l)
     w->ring_tail = l;
 }
 
+/* Whether j's wait counter (in host memory: a job polled by the worker) has reached its
+ * value; counters may wrap. */
+static bool wait_met(const struct job *j)
+{
+    return (int32_t)(atomic_load_explicit(j->wait, memory_order_acquire) - j->wait_value) >= 0;
+}
+
 /* A job waiting for its client's counter is not ready until the counter reaches its value
  * or its deadline passes (then it runs only to fail), or its owner would skip it anyway. */
 static bool job_ready(const struct job *j, uint64_t now)
 {
-    return !j->wait ||
-           (int32_t)(atomic_load_explicit(j->wait, memory_order_acquire) - j->wait_value) >= 0 ||
-           now >= j->wait_deadline || j->ops->skip(j) != 0;   /* its client left: skip it now */
+    return !j->wait || wait_met(j) || now >= j->wait_deadline ||
+           j->ops->skip(j) != 0;   /* its client left: skip it now */
 }
 
 /* Whether j goes through its lane's queue: ordered with its client, on a backend with
@@ -409,8 +415,7 @@ static int job_precheck(struct worker *w, struct job *j, bool queued)
     int st = j->ops->skip(j);
     if (st == 0 && j->refused)
         st = j->refused;                   /* runs nothing: writes its signal */
-    if (st == 0 && !queued && j->wait &&
-        (int32_t)(atomic_load_explicit(j->wait, memory_order_acquire) - j->wait_value) < 0)
+    if (st == 0 && !queued && j->wait && !wait_met(j))
         st = GLLM_EWAITTIMEOUT;            /* taken at its deadline, not its counter */
     if (st == 0 && w->failed && j->t_start >= w->retry_ns)
         reset_device(w, w->failed_why);
