@@ -154,20 +154,28 @@ static void test_driver_refuses(void **state)
 
 /* The three maps of one call: Q's box as tall as the block's rows, K's and V's a key tile;
  * K and V over Hkv heads and Skv keys (GQA, Sq != Skv). */
+/* hp zeroed, then a contiguous [B, H, S, D] prefill of these sizes at BASE: Q, then K and V
+ * 1 and 2 MiB on. */
+static gllm_cuda_attn_params *hp_setup(gllm_cuda_hp_params *hp, int64_t B, int64_t Hq,
+                                       int64_t Hkv, int64_t Sq, int64_t Skv, int64_t D)
+{
+    memset(hp, 0, sizeof *hp);
+    gllm_cuda_attn_params *p = &hp->a;
+    p->q = BASE, p->k = (const void *)((uintptr_t)BASE + 0x100000);
+    p->v = (const void *)((uintptr_t)BASE + 0x200000);
+    p->B = B, p->Hq = Hq, p->Hkv = Hkv, p->Sq = Sq, p->Skv = Skv, p->D = D;
+    const int64_t q_st[4] = {Hq * Sq * D, Sq * D, D, 1}, kv_st[4] = {Hkv * Skv * D, Skv * D, D, 1};
+    memcpy(p->q_st, q_st, sizeof q_st);
+    memcpy(p->k_st, kv_st, sizeof kv_st);
+    memcpy(p->v_st, kv_st, sizeof kv_st);
+    return p;
+}
+
 static void test_hp_params(void **state)
 {
     (void)state;
     gllm_cuda_hp_params hp;
-    memset(&hp, 0, sizeof hp);
-    gllm_cuda_attn_params *p = &hp.a;
-    p->q = BASE, p->k = (const void *)((uintptr_t)BASE + 0x100000);
-    p->v = (const void *)((uintptr_t)BASE + 0x200000);
-    p->B = 2, p->Hq = 8, p->Hkv = 2, p->Sq = 100, p->Skv = 300, p->D = 64;
-    const int64_t q_st[4] = {8 * 100 * 64, 100 * 64, 64, 1};
-    const int64_t kv_st[4] = {2 * 300 * 64, 300 * 64, 64, 1};
-    memcpy(p->q_st, q_st, sizeof q_st);
-    memcpy(p->k_st, kv_st, sizeof kv_st);
-    memcpy(p->v_st, kv_st, sizeof kv_st);
+    gllm_cuda_attn_params *p = hp_setup(&hp, 2, 8, 2, 100, 300, 64);
     assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), 0);
     assert_int_equal(fk.calls, 3);
     assert_int_equal(hp.q_map.opaque[0], 0x7a000001u);
@@ -202,15 +210,7 @@ static void test_cache(void **state)
     static struct cuda_tma_cache cache;
     memset(&cache, 0, sizeof cache);
     gllm_cuda_hp_params hp;
-    memset(&hp, 0, sizeof hp);
-    gllm_cuda_attn_params *p = &hp.a;
-    p->q = BASE, p->k = (const void *)((uintptr_t)BASE + 0x100000);
-    p->v = (const void *)((uintptr_t)BASE + 0x200000);
-    p->B = 1, p->Hq = 4, p->Hkv = 4, p->Sq = 256, p->Skv = 256, p->D = 128;
-    const int64_t st[4] = {4 * 256 * 128, 256 * 128, 128, 1};
-    memcpy(p->q_st, st, sizeof st);
-    memcpy(p->k_st, st, sizeof st);
-    memcpy(p->v_st, st, sizeof st);
+    gllm_cuda_attn_params *p = hp_setup(&hp, 1, 4, 4, 256, 256, 128);
     assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
     assert_int_equal(fk.calls, 3);
     memset(&hp.q_map, 0, 3 * sizeof hp.q_map);
