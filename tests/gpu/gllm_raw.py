@@ -24,7 +24,13 @@ class Arena:
         fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
         self.map = mmap.mmap(self.fd, size)
         self.id = client.call("arena_register", {"size": size}, fd=self.fd)["arena"]
+        self.client = client
         os.close(self.fd)
+
+    def release(self):
+        """Gives the arena back to gllmd (a connection holds a bounded number); this
+        process's mapping goes when the last view of it does."""
+        self.client.call("arena_release", {"arena": self.id})
 
     def view(self, offset, dtype, shape):
         n = int(np.prod(shape))

@@ -94,6 +94,9 @@ class Job:
     def output(self):
         return from_numpy_bits(self.views[3], self.dtype)
 
+    def release(self):
+        self.arena.release()
+
 
 def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=None,
           kv_bcast=False):
@@ -128,6 +131,7 @@ def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=Non
     print(f"{'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e} (tol {TOL[dtype]:.0e})"
           f"{'' if written else ' UNWRITTEN OUTPUT'}", flush=True)
     results.append({"case": name, "rel_err": err, "ok": ok})
+    job.release()
     return ok
 
 
@@ -171,13 +175,38 @@ def time_torch_graph(fn, iters, reps=20):
     return float(np.median(times))
 
 
-def bench(client, B, H, S, D, dtype, causal, iters, rows):
-    job = Job(client, B, H, H, S, S, D, dtype)
+def check_heads(job, q, k, v, causal, heads):
+    """gllm's output of batch 0's given query heads against float64 (a sweep's long shapes
+    have no room for the whole float64 score matrix); the relative error."""
+    g = q.shape[1] // k.shape[1]
+    kv = [h // g for h in heads]
+    want = reference(q[:1, heads].cuda(), k[:1, kv].cuda(), v[:1, kv].cuda(), causal,
+                     1 / math.sqrt(q.shape[-1])).cpu()
+    got = job.output()[:1, heads].to(torch.float64)
+    if torch.isnan(got).any().item():
+        return float("inf")
+    return ((got - want).abs().max() / want.abs().max()).item()
+
+
+def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None):
+    """results: also check the output (batch 0, first and last head) in float64 first."""
+    Hkv = Hkv or H
+    job = Job(client, B, H, Hkv, S, S, D, dtype)
     g = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(B, H, S, D, generator=g).to(TORCH[dtype]) for _ in range(3))
+    q = torch.randn(B, H, S, D, generator=g).to(TORCH[dtype])
+    k, v = (torch.randn(B, Hkv, S, D, generator=g).to(TORCH[dtype]) for _ in range(2))
     job.fill(q, k, v)
     params = dict(job.params, causal=causal)
     del params["lse"]
+    name = f"B{B} H{H}{f' Hkv{Hkv}' if Hkv != H else ''} S{S} D{D} {dtype}{' causal' if causal else ''}"
+    if results is not None:
+        job.poison()
+        client.call("attention", params)
+        err = check_heads(job, q, k, v, causal, [0, H - 1])
+        ok = err <= TOL[dtype]
+        print(f"{'ok  ' if ok else 'FAIL'} {name} (batch 0, heads 0 and {H - 1}): rel err "
+              f"{err:.2e} (tol {TOL[dtype]:.0e})", flush=True)
+        results.append({"case": name + " heads 0,last", "rel_err": err, "ok": ok})
     kern, e2e, copy_bw = [], [], []
     slow = 1 + benchrun.slowdown()     # the test hook: 1 unless GLLM_BENCH_SLOWDOWN is set
     client.call("attention", params)   # warm-up
@@ -191,18 +220,26 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows):
     flops = 4 * B * H * S * S * D / (2 if causal else 1)
     qd, kd, vd = q.cuda(), k.cuda(), v.cuda()
     peers, graphed = {}, {}
-    for name, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-        peers[name] = graphed[name] = float("nan")
-        fn = lambda: F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal)  # noqa: E731
-        try:
-            with sdpa_kernel(backend):
-                peers[name] = time_torch(fn, iters)
-                graphed[name] = time_torch_graph(fn, iters)
-        except RuntimeError as e:
-            print(f"  {name} unavailable: {e}".splitlines()[0])
+    for peer, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        peers[peer] = graphed[peer] = float("nan")
+        # GQA: the peer's own grouped path where it has one, else K and V expanded to every
+        # query head (the same arithmetic; more memory traffic, which prefill hides)
+        calls = [lambda: F.scaled_dot_product_attention(qd, kd, vd, is_causal=causal,  # noqa: E731
+                                                        enable_gqa=Hkv != H)]
+        if Hkv != H:
+            ke, ve = (x.repeat_interleave(H // Hkv, dim=1) for x in (kd, vd))
+            calls.append(lambda: F.scaled_dot_product_attention(qd, ke, ve, is_causal=causal))  # noqa: E731
+        for fn in calls:
+            try:
+                with sdpa_kernel(backend):
+                    peers[peer] = time_torch(fn, iters)
+                    graphed[peer] = time_torch_graph(fn, iters)
+                break
+            except RuntimeError as e:
+                print(f"  {peer} unavailable: {e}".splitlines()[0])
     ours = float(np.median(kern))
     row = {
-        "shape": f"B{B} H{H} S{S} D{D} {dtype}{' causal' if causal else ''}",
+        "shape": name,
         "gllm_ms": ours, "gllm_tflops": flops / ours / 1e9, "e2e_ms": float(np.median(e2e)),
         "fa2_tflops": flops / peers["fa2"] / 1e9, "cudnn_tflops": flops / peers["cudnn"] / 1e9,
         "copy_gbps": float(np.median(copy_bw)) if copy_bw else float("nan"),
@@ -213,15 +250,18 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows):
     row["fa2_graph_tflops"] = flops / graphed["fa2"] / 1e9
     row["cudnn_graph_tflops"] = flops / graphed["cudnn"] / 1e9
     row["vs_fa2_graph"] = row["gllm_tflops"] / row["fa2_graph_tflops"]
+    row["vs_cudnn_graph"] = row["gllm_tflops"] / row["cudnn_graph_tflops"]
     row["case"] = benchrun.case(
         "prefill", row["shape"],
-        {"batch": B, "heads": H, "seq_len": S, "head_dim": D, "dtype": dtype, "causal": causal},
+        {"batch": B, "heads": H, "kv_heads": Hkv, "seq_len": S, "head_dim": D, "dtype": dtype,
+         "causal": causal},
         {"gllm_tflops": row["gllm_tflops"], "gllm_kernel_ms": ours, "gllm_e2e_ms": row["e2e_ms"],
          "gllm_arena_copy_gbps": row["copy_gbps"],
          "fa2_per_call_tflops": row["fa2_tflops"], "cudnn_per_call_tflops": row["cudnn_tflops"],
          "fa2_graph_tflops": row["fa2_graph_tflops"], "cudnn_graph_tflops": row["cudnn_graph_tflops"]},
         ["gllm_tflops"])
     rows.append(row)
+    job.release()
     print(f"  {row['shape']}: gllm {row['gllm_tflops']:.0f} TFLOP/s ({ours:.3f} ms), "
           f"FA2 {row['fa2_tflops']:.0f}, cuDNN {row['cudnn_tflops']:.0f} (from a CUDA graph: "
           f"FA2 {row['fa2_graph_tflops']:.0f}, cuDNN {row['cudnn_graph_tflops']:.0f}), "
@@ -243,6 +283,11 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--sweep", action="store_true",
+                    help="FlashAttention-3's sweep in place of the four bench shapes: 16k tokens "
+                    "(B = 16384 / S), hidden 2048 (H = 2048 / D), S 512 to 16k, D 64 and 128, "
+                    "causal and not, f16 and bf16, and GQA 4:1 and 8:1; each shape checked "
+                    "in float64 (batch 0, first and last head) before it is timed")
     args = ap.parse_args()
     client = Client(args.socket)
     dev = client.caps["devices"][0]
@@ -286,9 +331,21 @@ def main():
     if not args.skip_bench:
         h2d = pinned_h2d_gbps()
         print(f"PyTorch pinned host-to-device copy: {h2d:.1f} GB/s", flush=True)
-        for shape in ((4, 32, 2048, 128, "f16", False), (4, 32, 2048, 128, "f16", True),
-                      (2, 32, 4096, 128, "bf16", True), (8, 16, 1024, 64, "f16", False)):
-            bench(client, *shape, args.iters, rows)
+        shapes = [((4, 32, 2048, 128, "f16", False), None), ((4, 32, 2048, 128, "f16", True), None),
+                  ((2, 32, 4096, 128, "bf16", True), None), ((8, 16, 1024, 64, "f16", False), None)]
+        if args.sweep:
+            shapes = [((16384 // S, 2048 // D, S, D, dt, c), None) for dt in ("f16", "bf16")
+                      for D in (64, 128) for c in (False, True)
+                      for S in (512, 1024, 2048, 4096, 8192, 16384)]
+            shapes += [((16384 // S, 32, S, 128, "bf16", c), 32 // g) for g in (4, 8)
+                       for c in (False, True) for S in (2048, 8192)]
+        for shape, hkv in shapes:
+            bench(client, *shape, args.iters, rows, Hkv=hkv,
+                  results=results if args.sweep and not args.skip_check else None)
+        swept = results[len(cases):]
+        if swept:
+            print(f"sweep correctness: {sum(r['ok'] for r in swept)} passed, "
+                  f"{sum(not r['ok'] for r in swept)} failed", flush=True)
     bench_cases = [r["case"] for r in rows]
     for c in bench_cases:
         if math.isfinite(h2d):
@@ -300,13 +357,15 @@ def main():
                    "correctness": results}, f, indent=1)
         f.write("\n")
     if rows:
-        print(f"\n{'shape':30} {'gllm':>7} {'FA2':>7} {'cuDNN':>7} {'xFA2':>6} {'xcuDNN':>7} "
-              f"{'copy/pinned':>11} {'FA2g':>6} {'xFA2g':>6}  (g: peer replayed from a CUDA graph)")
+        print(f"\n{'shape':34} {'gllm':>7} {'FA2':>7} {'cuDNN':>7} {'xFA2':>6} {'xcuDNN':>7} "
+              f"{'copy/pinned':>11} {'FA2g':>6} {'xFA2g':>6} {'cuDNNg':>7} {'xcuDNNg':>8}"
+              "  (g: peer replayed from a CUDA graph)")
         for r in rows:
-            print(f"{r['shape']:30} {r['gllm_tflops']:7.0f} {r['fa2_tflops']:7.0f} "
+            print(f"{r['shape']:34} {r['gllm_tflops']:7.0f} {r['fa2_tflops']:7.0f} "
                   f"{r['cudnn_tflops']:7.0f} {r['vs_fa2']:6.2f} {r['vs_cudnn']:7.2f} "
-                  f"{r['copy_gbps'] / h2d:11.2f} {r['fa2_graph_tflops']:6.0f} {r['vs_fa2_graph']:6.2f}")
-    return 0 if passed == len(cases) else 1
+                  f"{r['copy_gbps'] / h2d:11.2f} {r['fa2_graph_tflops']:6.0f} {r['vs_fa2_graph']:6.2f}"
+                  f" {r['cudnn_graph_tflops']:7.0f} {r['vs_cudnn_graph']:8.2f}")
+    return 0 if all(r["ok"] for r in results) else 1
 
 
 if __name__ == "__main__":
