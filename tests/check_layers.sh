@@ -2,7 +2,8 @@
 # The layering of daemon/, checked from the sources: (1) no include cycle among daemon/'s
 # modules (x.c and x.h are one module; an edge a -> b when a file of a includes b's header),
 # so no file calls back into one that calls it; (2) a file under daemon/backends/<x>/ includes
-# quoted headers only from daemon/backends/common/, its own folder, include/ and kernels/.
+# quoted headers only from daemon/backends/common/, its own folder, include/, kernels/ and
+# common/ (declarations of outside APIs, such as the CUDA driver's, shared with the client).
 # Usage: check_layers.sh SOURCE_ROOT
 set -u
 root=$(cd "${1:-.}" && pwd)
@@ -33,15 +34,15 @@ for f in $(find daemon/backends -name '*.[ch]' -o -name '*.S' | sort); do
     sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" |
     while read -r inc; do
         ok=
-        for dir in "$(dirname "$f")" daemon/backends/common "$own" include kernels/cuda kernels/portable; do
+        for dir in "$(dirname "$f")" daemon/backends/common "$own" include kernels/cuda kernels/portable common; do
             [ -f "$dir/$inc" ] || continue
             p=$(realpath --relative-to="$root" "$dir/$inc")
-            case "$p" in daemon/backends/common/* | "$own"/* | include/* | kernels/*) ok=1 ;; esac
+            case "$p" in daemon/backends/common/* | "$own"/* | include/* | kernels/* | common/*) ok=1 ;; esac
             break
         done
         if [ -z "$ok" ]; then
             echo "check_layers: $f includes \"$inc\": a backend sees only daemon/backends/common/," \
-                 "its own folder, include/ and kernels/" >&2
+                 "its own folder, include/, kernels/ and common/" >&2
             echo x >> "$tmp/bad"
         fi
     done

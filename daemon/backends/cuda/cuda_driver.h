@@ -6,47 +6,15 @@
 #include <stdint.h>
 
 /* Only what gllmd uses, with the driver's values; building needs no CUDA toolkit. */
-typedef int CUresult;
-typedef int CUdevice;
-typedef struct CUctx_st *CUcontext;
+#include "cuda_vmm.h"   /* CUresult, CUdevice, CUcontext, CUdeviceptr, the VMM structs */
+
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
-typedef unsigned long long CUdeviceptr;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphNode_st *CUgraphNode;
 typedef struct CUgraphExec_st *CUgraphExec;
-
-/* Virtual memory management (cuMemCreate and friends): the layouts of the driver's
- * CUmemLocation, CUmemAllocationProp and CUmemAccessDesc. */
-typedef unsigned long long CUmemGenericAllocationHandle;
-typedef struct {
-    int type;                      /* CU_MEM_LOCATION_TYPE_* */
-    int id;                        /* a device ordinal for LOCATION_TYPE_DEVICE */
-} CUmemLocation;
-typedef struct {
-    int type;                      /* CU_MEM_ALLOCATION_TYPE_* */
-    int requestedHandleTypes;      /* CU_MEM_HANDLE_TYPE_* */
-    CUmemLocation location;
-    void *win32HandleMetaData;
-    struct {
-        unsigned char compressionType;
-        unsigned char gpuDirectRDMACapable;
-        unsigned short usage;
-        unsigned char reserved[4];
-    } allocFlags;
-} CUmemAllocationProp;
-typedef struct {
-    CUmemLocation location;
-    int flags;                     /* CU_MEM_ACCESS_FLAGS_* */
-} CUmemAccessDesc;
-
-#define CU_MEM_ALLOCATION_TYPE_PINNED 0x1
-#define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1
-#define CU_MEM_LOCATION_TYPE_DEVICE 0x1
-#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 0x3
-#define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0x0
 
 /* A kernel node's launch, the driver's CUDA_KERNEL_NODE_PARAMS_v2 (kern and ctx stay NULL:
  * func, in the current context). */
@@ -61,10 +29,7 @@ typedef struct {
     CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS;
 
-enum {
-    CUDA_SUCCESS = 0,
-    CUDA_ERROR_OUT_OF_MEMORY = 2,
-    CUDA_ERROR_NOT_INITIALIZED = 3,
+enum {                             /* beyond cuda_vmm.h's */
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
     CUDA_ERROR_UNSUPPORTED_PTX_VERSION = 222,

@@ -1,14 +1,14 @@
-/* The few CUDA driver types and values libgllm-client uses to map shared device memory. */
-#ifndef GLLM_CLIENT_CUDA_VMM_H
-#define GLLM_CLIENT_CUDA_VMM_H
+/* The CUDA driver types and values that libgllm-client and gllmd's CUDA backend both use. */
+#ifndef GLLM_CUDA_VMM_H
+#define GLLM_CUDA_VMM_H
 
 #include <stdint.h>
 
 /*
  * Declared here, with the driver's own layouts and values (cuda.h, CUDA 11.2 and later), so
- * the library builds without any CUDA toolkit; the functions are looked up in libcuda.so.1
- * with dlsym when a mapping is first asked for (cuda_map.c). Only the virtual memory
- * management calls an importer needs, and the two that find the current context.
+ * neither needs a CUDA toolkit to build; both look the functions up in libcuda.so.1 at run
+ * time (client/cuda_map.c, daemon/backends/cuda/cuda_driver.c). One copy, so the two sides'
+ * views of the virtual memory management structs they exchange handles through cannot drift.
  */
 typedef int CUresult;                              /* CUDA_SUCCESS = 0 */
 typedef int CUdevice;                              /* a device ordinal */
@@ -40,10 +40,12 @@ typedef struct {
     } allocFlags;
 } CUmemAllocationProp;
 
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_OUT_OF_MEMORY 2
-#define CUDA_ERROR_NOT_INITIALIZED 3
-#define CUDA_ERROR_INVALID_CONTEXT 201
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+};
 #define CU_MEM_ALLOCATION_TYPE_PINNED 0x1
 #define CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR 0x1
 #define CU_MEM_LOCATION_TYPE_DEVICE 0x1
