@@ -102,21 +102,107 @@ class Model:
         x = self.embed[tokens]
         N = x.shape[0]
         dst = buffers(N) if buffers is not None else (None, None, None)
-        for i, p in enumerate(self.layers):
-            h = F.rms_norm(x, (cfg.hidden,), p["ln1"], 1e-6)
-            qkv = h @ p["wqkv"]
-            q = qkv[:, :Hq * D].view(N, Hq, D)
-            k = qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D)
-            v = qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)
-            vv = v.contiguous() if dst[2] is None else dst[2].copy_(v)
-            a = attn(i, self.rope(q, pos, dst[0]), self.rope(k, pos, dst[1]), vv)
-            x = x + a.reshape(N, Hq * D) @ p["wo"]
-            h = F.rms_norm(x, (cfg.hidden,), p["ln2"], 1e-6)
-            g, u = (h @ p["w13"]).chunk(2, dim=-1)
-            x = x + (F.silu(g) * u) @ p["w2"]
+        for i in range(cfg.layers):
+            a = attn(i, *self.before_attention(i, x, pos, dst))
+            x = self.after_attention(i, x, a)
         if last is not None:
             x = x[last]
-        return (F.rms_norm(x, (cfg.hidden,), self.ln_f, 1e-6) @ self.lm_head).float()
+        return self.logits(x)
+
+    def before_attention(self, i: int, x: torch.Tensor, pos: torch.Tensor, dst: tuple) -> tuple:
+        """Layer i up to attention: its q, k and v ([N, h, D]), into dst's tensors where given."""
+        cfg = self.cfg
+        Hq, Hkv, D, N = cfg.heads, cfg.kv_heads, cfg.head_dim, x.shape[0]
+        p = self.layers[i]
+        h = F.rms_norm(x, (cfg.hidden,), p["ln1"], 1e-6)
+        qkv = h @ p["wqkv"]
+        q = qkv[:, :Hq * D].view(N, Hq, D)
+        k = qkv[:, Hq * D:(Hq + Hkv) * D].view(N, Hkv, D)
+        v = qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)
+        vv = v.contiguous() if dst[2] is None else dst[2].copy_(v)
+        return self.rope(q, pos, dst[0]), self.rope(k, pos, dst[1]), vv
+
+    def after_attention(self, i: int, x: torch.Tensor, a: torch.Tensor,
+                        inplace: bool = False) -> torch.Tensor:
+        """Layer i from attention's output a on: the output projection and the MLP, with
+        their residuals (added into x itself when inplace)."""
+        cfg, p = self.cfg, self.layers[i]
+        o = a.reshape(x.shape[0], cfg.heads * cfg.head_dim) @ p["wo"]
+        x = x.add_(o) if inplace else x + o
+        h = F.rms_norm(x, (cfg.hidden,), p["ln2"], 1e-6)
+        g, u = (h @ p["w13"]).chunk(2, dim=-1)
+        m = (F.silu(g) * u) @ p["w2"]
+        return x.add_(m) if inplace else x + m
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return (F.rms_norm(x, (self.cfg.hidden,), self.ln_f, 1e-6) @ self.lm_head).float()
+
+
+class DecodeGraphs:
+    """A decode step of B tokens with everything but attention replayed from CUDA graphs:
+    one graph from the embedding to layer 0's q, k and v, one per layer boundary (layer i's
+    projection and MLP, then layer i + 1's norm, q/k/v projection and rotation), one from
+    the last layer's MLP to the logits. A step costs the host a graph launch and an
+    attention call per layer instead of a dozen kernel launches per layer, as serving
+    stacks run decode; both modes replay the same graphs, and attention stays outside them
+    (the in-process cache grows a key per step, and gllm's call goes to gllmd). q, k, v:
+    where attention reads them (gllm: its shared tensors); a: where the graphs read
+    attention's output (gllm: its shared out tensor; in-process attention's is copied in)."""
+
+    def __init__(self, model: Model, B: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 a: torch.Tensor):
+        cfg = model.cfg
+        self.model, self.q, self.k, self.v, self.a = model, q, k, v, a
+        self.tok = torch.zeros(B, device="cuda", dtype=torch.long)
+        self.pos = torch.zeros(B, device="cuda", dtype=torch.long)
+        self.x = torch.zeros(B, cfg.hidden, device="cuda", dtype=torch.bfloat16)
+        self.out = None
+        dst = (q, k, v)
+
+        def first() -> None:
+            self.x.copy_(model.embed[self.tok])
+            model.before_attention(0, self.x, self.pos, dst)
+
+        def boundary(i: int) -> Callable[[], None]:
+            def seg() -> None:
+                model.after_attention(i, self.x, self.a, inplace=True)
+                model.before_attention(i + 1, self.x, self.pos, dst)
+            return seg
+
+        def last() -> None:
+            model.after_attention(cfg.layers - 1, self.x, self.a, inplace=True)
+            self.out = model.logits(self.x)
+
+        segs = [first] + [boundary(i) for i in range(cfg.layers - 1)] + [last]
+        # Warm-up outside capture (cuBLAS picks and allocates its workspace), on a side
+        # stream as capture wants, then one graph per segment in one memory pool.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for seg in segs:
+                seg()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graphs: List[torch.cuda.CUDAGraph] = []
+        pool = None
+        for seg in segs:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=pool):
+                seg()
+            pool = g.pool() if pool is None else pool
+            self.graphs.append(g)
+
+    def step(self, tokens: torch.Tensor, position: int, attn: Callable) -> torch.Tensor:
+        """tokens [B] at position; attn(layer, q, k, v) as for Model.forward. Returns the
+        logits buffer (the next step overwrites it)."""
+        self.tok.copy_(tokens)
+        self.pos.fill_(position)
+        self.graphs[0].replay()
+        for i in range(self.model.cfg.layers):
+            o = attn(i, self.q, self.k, self.v)
+            if o is not self.a:
+                self.a.copy_(o)
+            self.graphs[i + 1].replay()
+        return self.out
 
 
 class Timer:
@@ -158,6 +244,12 @@ class TorchAttention:
 
     def reset(self) -> None:
         self.len = 0
+
+    def graph_buffers(self) -> tuple:
+        """q, k, v and the attention output the decode graphs use: plain device tensors."""
+        cfg, B, bf = self.cfg, self.B, torch.bfloat16
+        return tuple(torch.zeros(B, h, cfg.head_dim, device="cuda", dtype=bf)
+                     for h in (cfg.heads, cfg.kv_heads, cfg.kv_heads, cfg.heads))
 
     def _sdpa(self, phase: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
               causal: bool) -> torch.Tensor:
@@ -276,6 +368,11 @@ class GllmAttention:
         """q, k and v of N tokens in shared memory, for the model to write into."""
         return self._views_of(N)[:3]
 
+    def graph_buffers(self) -> tuple:
+        """q, k, v and out of a decode step in shared memory: the decode graphs write the
+        first three and read the fourth, which decode returns as is."""
+        return self._views_of(self.B)
+
     def _views_of(self, N: int) -> tuple:
         views = self._views.get(N)
         if views is None:
@@ -348,9 +445,10 @@ class GllmAttention:
 
 
 def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: int,
-             profile_steps: int, keep_logits: bool) -> dict:
+             profile_steps: int, keep_logits: bool, graphs: Optional[DecodeGraphs] = None) -> dict:
     """Prefills tokens[:, :prompt], decodes `steps` tokens (timed together for tokens/s),
-    then profile_steps more, each timed part by part. Tokens are teacher-forced."""
+    then profile_steps more, each timed part by part. Tokens are teacher-forced. graphs:
+    decode steps replay these (made for this backend's graph_buffers())."""
     B = tokens.shape[0]
     dev = tokens.device
     backend.reset()
@@ -370,6 +468,8 @@ def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: in
     def step(s: int) -> torch.Tensor:
         if is_gllm:
             backend.begin([1] * B)
+        if graphs is not None:
+            return graphs.step(tokens[:, prompt + s], prompt + s, backend.decode)
         step_pos = torch.full((B,), prompt + s, device=dev, dtype=torch.long)
         return model.forward(tokens[:, prompt + s], step_pos, backend.decode, buffers=bufs)
 
@@ -377,7 +477,7 @@ def run_mode(model: Model, backend, tokens: torch.Tensor, prompt: int, steps: in
         for s in range(steps):
             out = step(s)
             if keep_logits:
-                logits.append(out)
+                logits.append(out.clone())
     parts = []
     host_calls: List[float] = []
     for s in range(steps, steps + profile_steps):
@@ -434,6 +534,9 @@ def main() -> int:
                          "median")
     ap.add_argument("--host-sync", action="store_true",
                     help="gllm calls synchronise the stream on the host instead of ordering on it")
+    ap.add_argument("--eager", action="store_true",
+                    help="decode steps launch every kernel from Python, instead of replaying "
+                         "CUDA graphs of the work between attention calls (DecodeGraphs)")
     ap.add_argument("--json", default=None, help="write the results here")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -453,6 +556,7 @@ def main() -> int:
     results = {"config": dataclasses.asdict(cfg), "prompt": prompt, "steps": steps,
                "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "gllm_ordering": "host-synchronised" if args.host_sync else "stream-ordered",
+               "decode": "eager" if args.eager else "CUDA graphs between attention calls",
                "rounds": args.rounds,
                "mps": bool(os.environ.get("CUDA_MPS_PIPE_DIRECTORY")),
                "runs": []}
@@ -477,9 +581,10 @@ def main() -> int:
             # warm-up at the measured shape: kernels chosen for these lengths, libraries
             # loaded, pages touched, clocks up (a first pass at a batch size ran up to 2x
             # slower than the next on an H100, in both modes)
-            run_mode(model, backend, tokens, prompt, 8, 0, False)
+            graphs = None if args.eager else DecodeGraphs(model, B, *backend.graph_buffers())
+            run_mode(model, backend, tokens, prompt, 8, 0, False, graphs)
             r = run_mode(model, backend, tokens, prompt, steps, pst if first else 0,
-                         B == batches[0] and first)
+                         B == batches[0] and first, graphs)
             rates[mode].append(r["decode_tokens_per_s"])
             if "_logits" in r:
                 logits[mode] = r.pop("_logits")
@@ -487,7 +592,7 @@ def main() -> int:
                 r["sdpa"] = dict(backend.chosen)
             else:
                 backend.release()
-            del backend
+            del backend, graphs
             torch.cuda.empty_cache()
             if first:
                 row[mode] = r
