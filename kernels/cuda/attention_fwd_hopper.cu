@@ -110,43 +110,43 @@
 // this) lost 25-35% on every shape, for reasons not found; not kept.
 //
 // Persistent blocks (v20): a block per SM (fewer when there are fewer tiles), each working
-// through a sequence of tiles (m-tile, head), instead of a block per tile. Every block of
-// the non-persistent kernel paid a prologue (barrier init, then Q and the first K/V tile from
-// L2 or HBM, 1-2 us before its first wgmma) and an epilogue (the O stores) with the tensor
-// cores of its SM idle, 5-10% of a 16-key-tile block (about 54k cycles at B4 H32 S2048 D128)
-// and 15-25% of a 4-key-tile one (S = 512). Here the producer runs on across tiles: the next
+// through a sequence of tiles (m-tile, head), instead of a block per tile. Every block of the
+// non-persistent kernel paid a prologue (barrier init, then Q and the first K/V tile from L2
+// or HBM, 1-2 us before its first wgmma) and an epilogue (the O stores) with the tensor cores
+// of its SM idle, 5-10% of a 16-key-tile block (about 54k cycles at B4 H32 S2048 D128) and
+// 15-25% of a 4-key-tile one (S = 512). Here the producer runs on across tiles: the next
 // tile's first K/V tile goes out as soon as a stage is free, while the consumers finish the
-// current one, and its Q once every consumer has completed its last Q K^T of the current
-// tile (q_empty: there is no room for a second Q buffer at D = 128, Q 32 KiB + 3 stages of
-// 64 KiB = 224 KiB), so Q lands during the last softmax, P V and the O stores. Stages and
-// barrier phases run on a block-wide load counter; the ping-pong turns run on across tiles.
-// The schedule (gllm_cuda_hp_schedule, attention_params.h) is static, block x taking units
-// x, x + grid, ...: non-causal tiles are all the same work, so a static stride is as even
-// as the hardware's block scheduler (the same rounds), with the heads in order so that the
-// tiles in flight share K/V in L2 (132 blocks: about 8 heads at S = 2048). Causal tiles
-// differ up to M-fold (M m-tiles per head), and a stride over them in a fixed order leaves
-// some blocks with the heavy ones (simulated, heads in order: up to 1.7x the mean block);
-// pairing tile M - 1 - q with tile q makes every unit about M + 1 key tiles, so the stride
-// balances to within one unit. Simulated in key tiles, per-tile costs left out, the busiest
-// block against the mean: causal B4 H32 S2048, B2 H32 S4096 and B32 H16 S512 D128 1.03
-// (the non-persistent grid in the hardware's dynamic order: 1.06-1.07), B8 H16 S1024 D64
-// 1.06 (1.16); but B1 H32 S8192 D64 1.16 (1.09) and B1 H32 S16k D128 1.03 (1.01), where a
-// block gets only 5-8 units and rounding to whole units costs more than the pairing saves.
-// What a static schedule cannot do is adapt: blocks that start late (another stream's
-// kernel holding SMs) or run slow finish late; a dynamic one needs an atomic counter reset
-// between jobs, the next step if long causal sequences lose.
+// current one, and its Q once every consumer has completed its last Q K^T of the current tile
+// (q_empty: there is no room for a second Q buffer at D = 128, Q 32 KiB + 3 stages of 64 KiB =
+// 224 KiB), so Q lands during the last softmax, P V and the O stores; TMA prefetches it into
+// L2 when the producer starts the tile's loads, one to three key tiles before that wait ends,
+// so the copy after it is a trip to L2 only. Stages and barrier phases run on a block-wide
+// load counter; the ping-pong turns run on across tiles. The schedule (gllm_cuda_hp_schedule,
+// attention_params.h) is static, block x taking units x, x + grid, ...: non-causal tiles are
+// all the same work, so a static stride is as even as the hardware's block scheduler (the same
+// rounds), with the heads in order so that the tiles in flight share K/V in L2 (132 blocks:
+// about 8 heads at S = 2048). Causal tiles differ up to M-fold (M m-tiles per head), and a
+// stride over them in a fixed order leaves some blocks with the heavy ones (simulated, heads
+// in order: up to 1.7x the mean block); pairing tile M - 1 - q with tile q makes every unit
+// about M + 1 key tiles, so the stride balances to within one unit. Simulated in key tiles,
+// per-tile costs left out, the busiest block against the mean: causal B4 H32 S2048, B2 H32
+// S4096 and B32 H16 S512 D128 1.03 (the non-persistent grid in the hardware's dynamic order:
+// 1.06-1.07), B8 H16 S1024 D64 1.06 (1.16); but B1 H32 S8192 D64 1.16 (1.09) and B1 H32 S16k
+// D128 1.03 (1.01), where a block gets only 5-8 units and rounding to whole units costs more
+// than the pairing saves. What a static schedule cannot do is adapt: blocks that start late
+// (another stream's kernel holding SMs) or run slow finish late; a dynamic one needs an atomic
+// counter reset between jobs, the next step if long causal sequences lose.
 // Expected (H100, against v18c; the profile above was of v18, and v18c's shorter blocks make
-// the fixed cost a larger share): B4 H32 S2048 D128 f16 +3 to +8% (600 -> 620-650
-// TFLOP/s), causal +5 to +12% (the prologue and the balance: 468 -> 490-525), B2 H32 S4096
-// bf16 causal +3 to +8% (581 -> 600-625);
-// short sequences most: B32 H16 S512 D128 +10 to +25%, causal more; D = 64 (B8 H16 S1024)
-// +3 to +10%; long single sequences (S 8k-16k, causal) level or up to 5% lower (the
-// rounding above). What would say it did not work: less than 2% at S2048 non-causal and
-// at S512 (then the prologue and epilogue cost less than the profile suggests, and the
-// time goes elsewhere); a loss on causal shapes only (the static pairing against the hardware's
-// dynamic order: try the atomic counter); a loss everywhere (the wait for Q at each tile's
-// start is exposed: ncu would show the tensor pipe idle at tile boundaries; at D = 64 there
-// is room for a second Q buffer).
+// the fixed cost a larger share): B4 H32 S2048 D128 f16 +3 to +8% (600 -> 620-650 TFLOP/s),
+// causal +5 to +12% (the prologue and the balance: 468 -> 490-525), B2 H32 S4096 bf16 causal
+// +3 to +8% (581 -> 600-625); short sequences most: B32 H16 S512 D128 +10 to +25%, causal
+// more; D = 64 (B8 H16 S1024) +3 to +10%; long single sequences (S 8k-16k, causal) level or up
+// to 5% lower (the rounding above). What would say it did not work: less than 2% at S2048
+// non-causal and at S512 (then the prologue and epilogue cost less than the profile suggests,
+// and the time goes elsewhere); a loss on causal shapes only (the static pairing against the
+// hardware's dynamic order: try the atomic counter); a loss everywhere (the wait for Q at each
+// tile's start is exposed: ncu would show the tensor pipe idle at tile boundaries; at D = 64
+// there is room for a second Q buffer).
 // Measured: not yet (to be measured on an H100 against v18c in the same call).
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
@@ -317,6 +317,14 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, uint3
                  " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
                  ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2),
                    "r"(c3), "r"(bar)
+                 : "memory");
+}
+// The same box fetched into L2 only (no barrier, no shared memory): a hint that the copy
+// which follows later will find it there.
+__device__ __forceinline__ void tma_prefetch_4d(const void *map, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
@@ -651,6 +659,13 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
                 const int b = bh / Hq, h = bh - b * Hq, hk = h / group, m0 = mb * S::ROWS;
                 const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
+                // Q will wait for q_empty, near the end of the previous tile: until then it
+                // comes into L2, so that the copy after the wait is not a trip to memory.
+                if (nq > 0 && n_tiles > 0) {
+#pragma unroll
+                    for (int c = 0; c < BLOCKS; c++)
+                        tma_prefetch_4d(&hp->q_map, c * GLLM_CUDA_HP_BOX_COLS, m0, h, b);
+                }
                 for (int j = 0; j < n_tiles; j++, ld++) {
                     const uint32_t st = ld % HP_STAGES;
                     if (ld >= HP_STAGES)
