@@ -1,5 +1,6 @@
 /* cuda_tma's tensor maps against a fake driver: the arguments cuTensorMapEncodeTiled gets for
- * the Hopper kernels' Q, K and V, the layouts left to cp.async, a refusal reported. */
+ * the Hopper kernels' Q, K and V, the layouts left to cp.async, a refusal reported; and the
+ * persistent Hopper kernels' grid and tile schedule (attention_params.h). */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -233,6 +234,89 @@ static void test_cache(void **state)
     assert_int_equal(cache.encodes, 7);
 }
 
+/* Key tiles a Hopper tile of rows [m0, m0 + rows) reads, as the kernel counts them. */
+static int64_t hp_key_tiles(int64_t m0, int64_t rows, int64_t Sq, int64_t Skv, bool causal)
+{
+    int64_t end = Skv;
+    if (causal) {
+        end = m0 + rows + Skv - Sq;
+        end = end < 0 ? 0 : end > Skv ? Skv : end;
+    }
+    return (end + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS;
+}
+
+/* The persistent Hopper launch: its grid, and the units its blocks walk as the kernel does
+ * (block x takes units x, x + grid, ...): every tile of every head exactly once; causal, the
+ * heaviest tile of a head first, and with more tiles than blocks, pairs of about equal work
+ * (Sq = Skv: key tiles within 2 of the mean pair's), so the blocks' loads differ by about a
+ * unit at most. */
+static void test_hp_schedule(void **state)
+{
+    (void)state;
+    static unsigned char seen[64 * 1024];
+    static const struct { int64_t B, H, Sq, Skv, D, sms; } shape[] = {
+        {4, 32, 2048, 2048, 128, 132}, {32, 16, 512, 512, 128, 132}, {2, 32, 4096, 4096, 128, 132},
+        {8, 16, 1024, 1024, 64, 132},  {1, 32, 8192, 8192, 64, 132},  {2, 8, 1024, 1024, 128, 132},
+        {1, 1, 100, 300, 128, 132},    {3, 5, 1000, 700, 64, 7},      {2, 3, 777, 1500, 128, 1},
+        {1, 2, 1, 1, 64, 132},
+    };
+    assert_int_equal(gllm_cuda_hp_grid(0, 128, 4, 132), 1);
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+        const int64_t D = shape[i].D, rows = GLLM_CUDA_HP_ROWS(D), heads = shape[i].B * shape[i].H;
+        const int64_t Sq = shape[i].Sq, Skv = shape[i].Skv, M = (Sq + rows - 1) / rows;
+        const int64_t grid = gllm_cuda_hp_grid(Sq, D, heads, shape[i].sms);
+        assert_int_equal(grid, M * heads < shape[i].sms ? M * heads : shape[i].sms);
+        assert_true((size_t)(M * heads) <= sizeof seen);
+        for (int causal = 0; causal < 2; causal++) {
+            const gllm_cuda_hp_sched sc = gllm_cuda_hp_schedule(
+                (int32_t)Sq, (int32_t)rows, (int32_t)heads, causal, (int32_t)grid);
+            assert_int_equal(sc.m_blocks, M);
+            assert_int_equal(sc.pair, causal && M > 1 && M * heads > grid);
+            /* The key tiles of one head's pairs (the middle tile of an odd M is alone). */
+            int64_t pair_keys = 0;
+            for (int64_t m = 0; m < M; m++)
+                if (M % 2 == 0 || m != M / 2)
+                    pair_keys += hp_key_tiles(m * rows, rows, Sq, Skv, causal);
+            const int64_t pairs = M / 2;
+            memset(seen, 0, sizeof seen);
+            int64_t most = 0, least = INT64_MAX;
+            for (int32_t blk = 0; blk < grid; blk++) {
+                int64_t work = 0;
+                for (int32_t u = blk; u < sc.units; u += (int32_t)grid) {
+                    int32_t bh, m[2];
+                    const int32_t n = gllm_cuda_hp_unit(&sc, causal, u, &bh, m);
+                    assert_true(n == 1 || (n == 2 && sc.pair));
+                    assert_true(bh >= 0 && bh < heads);
+                    int64_t keys = 0;
+                    for (int32_t k = 0; k < n; k++) {
+                        assert_true(m[k] >= 0 && m[k] < M);
+                        assert_int_equal(seen[bh * M + m[k]]++, 0);
+                        keys += hp_key_tiles(m[k] * rows, rows, Sq, Skv, causal);
+                    }
+                    if (causal && n == 2)
+                        assert_true(m[0] > m[1]);                  /* the heavier first */
+                    if (causal && !sc.pair)
+                        assert_int_equal(m[0], M - 1 - (u - bh * sc.per_head));
+                    if (sc.pair && n == 1)                  /* the middle tiles last */
+                        assert_true(M % 2 == 1 && m[0] == M / 2 && u >= sc.units - heads);
+                    if (n == 2 && Sq == Skv)
+                        assert_true(keys * pairs >= pair_keys - 2 * pairs &&
+                                    keys * pairs <= pair_keys + 2 * pairs);
+                    work += keys + n;                  /* a tile's fixed cost: about a key tile */
+                }
+                most = work > most ? work : most;
+                least = work < least ? work : least;
+            }
+            /* Paired: the blocks differ by at most about one pair and the pairs' spread. */
+            const int64_t per_block = (sc.units + grid - 1) / grid;
+            if (sc.pair && Sq == Skv)
+                assert_true(most - least <= pair_keys / pairs + 4 + 4 * per_block);
+            for (int64_t t = 0; t < M * heads; t++)
+                assert_int_equal(seen[t], 1);
+        }
+    }
+}
+
 /* The daemon's parameter block is the kernel's: maps first, each on its own 128 bytes. */
 static void test_param_layout(void **state)
 {
@@ -256,6 +340,7 @@ int main(void)
         cmocka_unit_test_setup(test_hp_params, setup),
         cmocka_unit_test_setup(test_cache, setup),
         cmocka_unit_test_setup(test_param_layout, setup),
+        cmocka_unit_test(test_hp_schedule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

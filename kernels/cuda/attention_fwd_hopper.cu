@@ -5,7 +5,8 @@
 // wgmma reads Q and K (for S = Q K^T) and V (for O += P V) from shared memory, so a
 // warpgroup's registers hold only its scores, its output and P.
 //
-// A block is consumer warpgroups of 64 query rows each (two at D = 128, three at D = 64)
+// A block (persistent since v20: one per SM, working through tiles of query rows) is
+// consumer warpgroups of 64 query rows each (two at D = 128, three at D = 64)
 // and a producer warpgroup that loads K and V tiles of 128 keys (wgmma's 128-byte swizzle)
 // into three stages, each guarded by a pair of mbarriers (full: the tile is in; empty:
 // every consumer is done with it). The producer loads with TMA where the daemon could
@@ -20,7 +21,9 @@
 // thread at D = 128, 128 at D = 64); the producer, which only computes addresses, hands
 // all but 24 back with setmaxnreg and the consumers take them (240 at D = 128, 160 at
 // D = 64). Alone this moves little (the v13 consumers fit in 166 and 125); it is what
-// the pipelining below needs.
+// the pipelining below needs. Since v20 the producer keeps 32: its tile loop's state
+// spilled the cp.async producer at 24 (8-20 bytes); the consumers get 232 at D = 128
+// (they need at most 193) and still 160 at D = 64.
 //
 // Pipelining inside a warpgroup (v14 at D = 128, v14b at D = 64; FA3 section 3.2): tile
 // j's S = Q K^T is issued, then tile j - 1's O += P V, and tile j's softmax runs while
@@ -106,6 +109,46 @@
 // +11%. A tree for the row maxima and four partial row sums (v18b, measured alone before
 // this) lost 25-35% on every shape, for reasons not found; not kept.
 //
+// Persistent blocks (v20): a block per SM (fewer when there are fewer tiles), each working
+// through a sequence of tiles (m-tile, head), instead of a block per tile. Every block of the
+// non-persistent kernel paid a prologue (barrier init, then Q and the first K/V tile from L2
+// or HBM, 1-2 us before its first wgmma) and an epilogue (the O stores) with the tensor cores
+// of its SM idle, 5-10% of a 16-key-tile block (about 54k cycles at B4 H32 S2048 D128) and
+// 15-25% of a 4-key-tile one (S = 512). Here the producer runs on across tiles: the next
+// tile's first K/V tile goes out as soon as a stage is free, while the consumers finish the
+// current one, and its Q once every consumer has completed its last Q K^T of the current tile
+// (q_empty: there is no room for a second Q buffer at D = 128, Q 32 KiB + 3 stages of 64 KiB =
+// 224 KiB), so Q lands during the last softmax, P V and the O stores; TMA prefetches it into
+// L2 when the producer starts the tile's loads, one to three key tiles before that wait ends,
+// so the copy after it is a trip to L2 only. Stages and barrier phases run on a block-wide
+// load counter; the ping-pong turns run on across tiles. The schedule (gllm_cuda_hp_schedule,
+// attention_params.h) is static, block x taking units x, x + grid, ...: non-causal tiles are
+// all the same work, so a static stride is as even as the hardware's block scheduler (the same
+// rounds), with the heads in order so that the tiles in flight share K/V in L2 (132 blocks:
+// about 8 heads at S = 2048). Causal tiles differ up to M-fold (M m-tiles per head), and a
+// stride over them in a fixed order leaves some blocks with the heavy ones (simulated, heads
+// in order: up to 1.7x the mean block); pairing tile M - 1 - q with tile q makes every unit
+// about M + 1 key tiles, so the stride balances to within one unit. Simulated in key tiles,
+// per-tile costs left out, the busiest block against the mean: causal B4 H32 S2048, B2 H32
+// S4096 and B32 H16 S512 D128 1.03 (the non-persistent grid in the hardware's dynamic order:
+// 1.06-1.07), B8 H16 S1024 D64 1.06 (1.16); but B1 H32 S8192 D64 1.16 (1.09) and B1 H32 S16k
+// D128 1.03 (1.01), where a block gets only 5-8 units and rounding to whole units costs more
+// than the pairing saves. What a static schedule cannot do is adapt: blocks that start late
+// (another stream's kernel holding SMs) or run slow finish late; a dynamic one needs an atomic
+// counter reset between jobs, the next step if long causal sequences lose.
+// Expected (H100, against v18c; the profile above was of v18, and v18c's shorter blocks make
+// the fixed cost a larger share): B4 H32 S2048 D128 f16 +3 to +8% (600 -> 620-650 TFLOP/s),
+// causal +5 to +12% (the prologue and the balance: 468 -> 490-525), B2 H32 S4096 bf16 causal
+// +3 to +8% (581 -> 600-625); short sequences most: B32 H16 S512 D128 +10 to +25%, causal
+// more; D = 64 (B8 H16 S1024) +3 to +10%; long single sequences (S 8k-16k, causal) level or up
+// to 5% lower (the rounding above). What would say it did not work: less than 2% at S2048
+// non-causal and at S512 (then the prologue and epilogue cost less than the profile suggests,
+// and the time goes elsewhere); a loss on causal shapes only (the static pairing against the
+// hardware's dynamic order: try the atomic counter); a loss everywhere (the wait for Q at each
+// tile's start is exposed: ncu would show the tensor pipe idle at tile boundaries; at D = 64
+// there is room for a second Q buffer).
+// Measured: not yet (to be measured on an H100 against v18c in the same call).
+//
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
 // registers.
@@ -136,9 +179,9 @@ template <int D> struct Hp {
     // Registers per thread (setmaxnreg): every thread starts with START (the 64 Ki register
     // file over the block, as __launch_bounds__(THREADS, 1) lets ptxas use, in steps of 8);
     // the producer drops to PRODUCER and the consumers share what it frees. D = 128:
-    // 168 -> 24 / 240; D = 64: 128 -> 24 / 160.
+    // 168 -> 32 / 232; D = 64: 128 -> 32 / 160.
     static constexpr int START = 65536 / THREADS / 8 * 8;
-    static constexpr int PRODUCER = 24;
+    static constexpr int PRODUCER = 32;
     static constexpr int CONSUMER_RAW =
         (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
     static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
@@ -274,6 +317,14 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, uint3
                  " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
                  ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2),
                    "r"(c3), "r"(bar)
+                 : "memory");
+}
+// The same box fetched into L2 only (no barrier, no shared memory): a hint that the copy
+// which follows later will find it there.
+__device__ __forceinline__ void tma_prefetch_4d(const void *map, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                  : "memory");
 }
 __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
@@ -519,6 +570,34 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4
     }
 }
 
+// The block's tiles in schedule order (see attention_params.h): f(bh, m_block, last) for each,
+// last: the block's final tile. Producer and consumers walk the same sequence. One call
+// site, so the body is inlined: its arrays stay in registers.
+template <bool CAUSAL, typename F>
+__device__ __forceinline__ void for_each_tile(const gllm_cuda_hp_sched &sc, F &&f)
+{
+    int k = 0;                                       // the tile of unit u to do next
+    for (int u = (int)blockIdx.x; u < sc.units;) {
+        int bh, mb[2];
+        const int n = gllm_cuda_hp_unit(&sc, CAUSAL, u, &bh, mb);
+        const bool unit_done = k == n - 1;
+        f(bh, k == 0 ? mb[0] : mb[1], unit_done && u + (int)gridDim.x >= sc.units);
+        if (unit_done)
+            u += (int)gridDim.x, k = 0;
+        else
+            k++;
+    }
+}
+
+// Key tiles that query rows [m0, m0 + ROWS) read: causal, those with a key <= the last row
+// + shift (none when that is below 0).
+template <bool CAUSAL, int ROWS>
+__device__ __forceinline__ int key_tiles(int m0, int Skv, int shift)
+{
+    const int n_end = CAUSAL ? max(0, min(Skv, m0 + ROWS + shift)) : Skv;
+    return (n_end + HP_KEYS - 1) / HP_KEYS;
+}
+
 // TMA: the producer loads through hp's tensor maps (hp->a is p); else with cp.async from p
 // (hp is null).
 template <typename T, bool CAUSAL, int D, bool TMA>
@@ -529,27 +608,28 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // full[s]: stage s holds its tile (TMA: the elected producer thread arrives and the
     // bytes land; cp.async: the producer's 128 threads arrive); empty[s]: every consumer
-    // warpgroup is done with it (all their threads arrive).
-    __shared__ __align__(8) uint64_t bars[2 * HP_STAGES];
+    // warpgroup is done with it (all their threads arrive); q_empty: every consumer thread
+    // has read the tile's Q for the last time (its last Q K^T has completed), so the
+    // producer may load the next tile's.
+    __shared__ __align__(8) uint64_t bars[2 * HP_STAGES + 1];
     // Swizzle atoms must start on 1024-byte boundaries; the launch adds that much slack.
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
     const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[HP_STAGES]);
+    const uint32_t q_empty = smem_addr(&bars[2 * HP_STAGES]);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int bh = blockIdx.y, b = bh / (int)p.Hq, h = bh % (int)p.Hq;
-    const int hk = h / (int)(p.Hq / p.Hkv);
+    const int Hq = (int)p.Hq, group = (int)(p.Hq / p.Hkv);
     const int Sq = (int)p.Sq, Skv = (int)p.Skv;
-    // Causal: the heaviest blocks (last rows, most keys) first, so the last wave is light.
-    const int m0 = (CAUSAL ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x) * S::ROWS;
     const int shift = Skv - Sq;                      // causal: row r sees keys <= r + shift
-    const int n_end = CAUSAL ? max(0, min(Skv, m0 + S::ROWS + shift)) : Skv;
-    const int n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
+    const gllm_cuda_hp_sched sc =
+        gllm_cuda_hp_schedule(Sq, S::ROWS, (int)(p.B * p.Hq), CAUSAL, (int)gridDim.x);
     if (threadIdx.x == 0) {
         for (int i = 0; i < HP_STAGES; i++) {
             mbar_init(full0 + 8 * i, TMA ? 1 : 128);
             mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
         }
+        mbar_init(q_empty, S::CONSUMERS * 128);
         if constexpr (TMA) {
             // The initialised barriers, visible to the async proxy that completes TMA's bytes.
             asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -558,248 +638,314 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     }
     __syncthreads();
 
+    // Load g of the block (its K/V tiles counted across its work tiles) goes to stage
+    // g % HP_STAGES, in that stage's use g / HP_STAGES: the full and empty barriers' phases
+    // run on across tiles, and Q load n (the block's tiles with keys, counted) waits for
+    // q_empty's phase n - 1. A tile with no keys loads nothing, not even Q, and nobody
+    // arrives on q_empty for it.
     if (warp >= S::CONSUMERS * 4) {
         regs_dec<S::PRODUCER>();
+        uint32_t ld = 0, nq = 0;                     // K/V tiles and Q tiles loaded
         if constexpr (TMA) {
             // Producer, TMA: one thread issues every copy; the rest of the warpgroup only
-            // gave its registers back. Q comes with tile 0 on stage 0's barrier. TMA writes
-            // through the async proxy that wgmma reads, so no proxy fence.
+            // gave its registers back. Q comes with a tile's first K/V tile on its stage's
+            // barrier, loaded after it: the K/V copies go out while the consumers still read
+            // the previous tile's Q. TMA writes through the async proxy that wgmma reads, so
+            // no proxy fence.
             if (threadIdx.x != S::CONSUMERS * 128)
                 return;
             constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column boxes per tile
             constexpr uint32_t Q_TILE = S::ROWS * D * 2;
-            for (int j = 0; j < n_tiles; j++) {
-                const int st = j % HP_STAGES;
-                if (j >= HP_STAGES)
-                    mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
-                const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE, bar = full0 + 8 * st;
-                mbar_arrive_expect_tx(bar, 2 * S::KV_TILE + (j == 0 ? Q_TILE : 0));
+            for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
+                const int b = bh / Hq, h = bh - b * Hq, hk = h / group, m0 = mb * S::ROWS;
+                const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
+                // Q will wait for q_empty, near the end of the previous tile: until then it
+                // comes into L2, so that the copy after the wait is not a trip to memory.
+                if (nq > 0 && n_tiles > 0) {
 #pragma unroll
-                for (int c = 0; c < BLOCKS; c++) {
-                    const int col = c * GLLM_CUDA_HP_BOX_COLS;
-                    if (j == 0)
-                        tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &hp->q_map, bar, col, m0,
-                                    h, b);
-                    tma_load_4d(sk + (uint32_t)c * HP_KEYS * 128, &hp->k_map, bar, col,
-                                j * HP_KEYS, hk, b);
-                    tma_load_4d(sk + S::KV_TILE + (uint32_t)c * HP_KEYS * 128, &hp->v_map, bar, col,
-                                j * HP_KEYS, hk, b);
+                    for (int c = 0; c < BLOCKS; c++)
+                        tma_prefetch_4d(&hp->q_map, c * GLLM_CUDA_HP_BOX_COLS, m0, h, b);
                 }
-            }
+                for (int j = 0; j < n_tiles; j++, ld++) {
+                    const uint32_t st = ld % HP_STAGES;
+                    if (ld >= HP_STAGES)
+                        mbar_wait(empty0 + 8 * st, (ld / HP_STAGES - 1) & 1);
+                    const uint32_t sk = s_kv + st * 2 * S::KV_TILE, bar = full0 + 8 * st;
+                    mbar_arrive_expect_tx(bar, 2 * S::KV_TILE + (j == 0 ? Q_TILE : 0));
+#pragma unroll
+                    for (int c = 0; c < BLOCKS; c++) {
+                        const int col = c * GLLM_CUDA_HP_BOX_COLS;
+                        tma_load_4d(sk + (uint32_t)c * HP_KEYS * 128, &hp->k_map, bar, col,
+                                    j * HP_KEYS, hk, b);
+                        tma_load_4d(sk + S::KV_TILE + (uint32_t)c * HP_KEYS * 128, &hp->v_map,
+                                    bar, col, j * HP_KEYS, hk, b);
+                    }
+                    if (j == 0) {
+                        if (nq > 0)
+                            mbar_wait(q_empty, (nq - 1) & 1);
+#pragma unroll
+                        for (int c = 0; c < BLOCKS; c++)
+                            tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &hp->q_map, bar,
+                                        c * GLLM_CUDA_HP_BOX_COLS, m0, h, b);
+                        nq++;
+                    }
+                }
+            });
             return;
         } else {
-            // Producer, cp.async: Q with tile 0, then each tile once its stage is free. A tile
-            // is announced when this lane's copies of it have landed (cp.async.wait_group) and
-            // are fenced for wgmma's proxy, one tile behind the newest.
+            // Producer, cp.async: each K/V tile once its stage is free, then (a tile's first)
+            // Q once q_empty allows, each its own commit group. A stage is announced when
+            // this lane's copies for it have landed (cp.async.wait_group) and are fenced for
+            // wgmma's proxy, one load behind the newest, across tiles; so the previous
+            // tile's last stage is announced before the wait for q_empty, which its
+            // consumers need it for.
             const int i = threadIdx.x - S::CONSUMERS * 128;
-            const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1];
-            const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
-            const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
-            for (int j = 0; j < n_tiles; j++) {
-                const int st = j % HP_STAGES;
-                if (j >= HP_STAGES)
-                    mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
-                const uint32_t sk = s_kv + (uint32_t)st * 2 * S::KV_TILE;
-                if (j == 0)
-                    copy_tile<D, S::ROWS>(s_q, Q, p.q_st[2], m0, Sq, i);
-                copy_tile<D, HP_KEYS>(sk, K, p.k_st[2], j * HP_KEYS, Skv, i);
-                copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
-                cp_async_commit();
-                if (j > 0) {
-                    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-                    fence_proxy_async();
-                    mbar_arrive(full0 + 8 * ((j - 1) % HP_STAGES));
+            int pend = -1;                           // the stage loaded and not announced
+            for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
+                const int b = bh / Hq, h = bh - b * Hq, hk = h / group, m0 = mb * S::ROWS;
+                const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
+                const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
+                const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
+                for (int j = 0; j < n_tiles; j++, ld++) {
+                    const uint32_t st = ld % HP_STAGES;
+                    if (ld >= HP_STAGES)
+                        mbar_wait(empty0 + 8 * st, (ld / HP_STAGES - 1) & 1);
+                    const uint32_t sk = s_kv + st * 2 * S::KV_TILE;
+                    copy_tile<D, HP_KEYS>(sk, K, p.k_st[2], j * HP_KEYS, Skv, i);
+                    copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
+                    cp_async_commit();
+                    if (pend >= 0) {
+                        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                        fence_proxy_async();
+                        mbar_arrive(full0 + 8 * pend);
+                    }
+                    pend = (int)st;
+                    if (j == 0) {
+                        if (nq > 0)
+                            mbar_wait(q_empty, (nq - 1) & 1);
+                        const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] +
+                                     h * p.q_st[1];
+                        copy_tile<D, S::ROWS>(s_q, Q, p.q_st[2], m0, Sq, i);
+                        cp_async_commit();
+                        nq++;
+                    }
                 }
-            }
-            if (n_tiles > 0) {
+            });
+            if (pend >= 0) {
                 cp_async_wait_all();
                 fence_proxy_async();
-                mbar_arrive(full0 + 8 * ((n_tiles - 1) % HP_STAGES));
+                mbar_arrive(full0 + 8 * pend);
             }
             return;
         }
     }
 
-    // Consumers: warpgroup wg takes query rows [r_wg, r_wg + 64) of the head.
+    // Consumers: warpgroup wg takes query rows [m0 + 64 wg, m0 + 64 wg + 64) of each tile.
     regs_inc<S::CONSUMER>();
     // The warpgroup, broadcast from lane 0 so that the compiler knows it is warp-uniform and
     // keeps what derives from it (the wgmma descriptors) in uniform registers; the first row
     // of the warp in it.
     const int wg = __shfl_sync(0xffffffff, warp / 4, 0), wrow = (warp % 4) * 16;
-    const int r_wg = m0 + wg * 64;
     const int g = lane >> 2, t = lane & 3;
-    T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
-    float o[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; i++)
-        o[i] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
     const float qk_scale = p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;   // as attention_fwd.cu
     const bool pos_scale = qk_scale > 0.f;
     const float masked = pos_scale ? -INFINITY : INFINITY;
-
-    // The tiles this warpgroup computes, [0, n_mine): none for rows past the end (the last
-    // block's spare warpgroups); causal, those with a key <= its last row + shift. The rest,
-    // up to the block's n_tiles, it only waits for and releases: the other warpgroups still
-    // need the stage, and the empty barrier counts every consumer thread.
-    const int last_key = r_wg + 63 + shift;
-    const int n_mine = r_wg >= Sq ? 0
-                       : !CAUSAL  ? n_tiles
-                       : last_key < 0 ? 0
-                                      : min(n_tiles, last_key / HP_KEYS + 1);
-    const int row0 = r_wg + wrow + g;                 // this thread's first row
-    float scale_o[2] = {1.f, 1.f};
     // Descriptors: Q's rows of this warpgroup, and stage 0's K (K-major) and V (MN-major);
     // a stage's are those plus its offset (desc_add).
     const uint64_t dq = desc_k_major(s_q + (uint32_t)wg * 64 * 128);
     const uint64_t dk0 = desc_k_major(s_kv), dv0 = desc_mn_major(s_kv + S::KV_TILE);
-    auto k_desc = [&](int j) { return desc_add(dk0, (uint32_t)(j % HP_STAGES) * 2 * S::KV_TILE); };
-    auto v_desc = [&](int j) { return desc_add(dv0, (uint32_t)(j % HP_STAGES) * 2 * S::KV_TILE); };
-    // Ping-pong (S::PINGPONG): each consumer takes n_tiles + 1 turns, the block's count, not
-    // its own n_mine, in the order wg 0 turn 0, wg 1 turn 0, wg 0 turn 1, ...; turn t holds
-    // the wgmma issues that come before S of tile t is read (Q K^T of tile t and P V of tile
-    // t - 1, whichever this warpgroup has), turn n_tiles the last P V, and a turn with
-    // nothing to issue (past n_mine: fewer causal tiles, or rows past Sq) is only its
-    // sync and arrive, so the partner never waits on a warpgroup that has finished.
-    // turn_begin: wait until the partner has ended its previous turn (wg 0's turn 0 goes
-    // at once); turn_end: let the partner start its turn. Per barrier, syncs and arrivals
-    // match one for one (wg 1 skips the arrival after its last turn, which nobody waits
-    // for), so no phase is left open at exit.
-    int turn = 0;
-    auto turn_begin = [&]() {
-        if constexpr (S::PINGPONG) {
-            if (wg == 1)
-                named_sync<PP_BAR + 1>();
-            else if (turn > 0)
-                named_sync<PP_BAR>();
-        }
-    };
-    auto turn_end = [&]() {
-        if constexpr (S::PINGPONG) {
-            if (wg == 0)
-                named_arrive<PP_BAR + 1>();
-            else if (turn < n_tiles)
-                named_arrive<PP_BAR>();
-        }
-        turn++;
-    };
-
-    if constexpr (S::PIPELINE || !CAUSAL) {
-        // Intra-warpgroup pipelining (FlashAttention-3, section 3.2): tile j's S = Q K^T is
-        // issued before tile j - 1's O += P V, and the softmax of tile j runs while P V is
-        // on the tensor cores. O's rescale for tile j waits for the next iteration (P V of
-        // j - 1 must land first); row_sum's happens at once. Live across the softmax: O
-        // (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j (64).
-        float s[64];
-        uint32_t pf[8][4];
+    uint32_t base = 0;                               // K/V loads of the block's earlier tiles
+    // Ping-pong (S::PINGPONG): each consumer takes n_tiles + 1 turns per tile, the block's
+    // count, not its own n_mine, in the order wg 0 turn 0, wg 1 turn 0, wg 0 turn 1, ...,
+    // continued from one tile to the next; turn t of a tile holds the wgmma issues that
+    // come before S of key tile t is read (Q K^T of tile t and P V of tile t - 1, whichever
+    // this warpgroup has), turn n_tiles the last P V, and a turn with nothing to issue (past
+    // n_mine: fewer causal tiles, or rows past Sq; every turn of a tile with no keys) is only
+    // its sync and arrive, so the partner never waits on a warpgroup that has finished.
+    // turn_begin: wait until the partner has ended its previous turn (wg 0's first turn of
+    // the block goes at once); turn_end: let the partner start its turn. Per barrier, syncs
+    // and arrivals match one for one (wg 1 skips the arrival after the block's last turn,
+    // which nobody waits for), so no phase is left open at exit. The turns run on across
+    // tiles rather than restart: a restart would let wg 0 arrive on barrier 2 for the next
+    // tile's turn 0 before wg 1 had synced on it for this tile's last turn, two arrivals of
+    // the same warps in one phase.
+    int turns = 0;                                   // this warpgroup's turns in the block
+    for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool last_tile) {
+        const int b = bh / Hq, h = bh - b * Hq, m0 = mb * S::ROWS;
+        const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
+        const int r_wg = m0 + wg * 64;
+        T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
+        float o[D / 2];
 #pragma unroll
-        for (int i = 0; i < 64; i++)
-            s[i] = 0.f;
-        bool pending = false;                          // O still owes scale_o
-        if (n_mine > 0) {
-            mbar_wait(full0, 0);
-            turn_begin();
-            issue_qk<T, D>(s, dq, k_desc(0));
-            turn_end();
-            wg_wait<0>();
-            pin(s);
-            mask_tile<CAUSAL>(s, 0, Skv, r_wg, row0, shift, t, masked);
-            softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);   // O is 0: no rescale
-            pack_p<T>(s, pf);
-        }
-        for (int j = 1; j < n_mine; j++) {
-            const int st = j % HP_STAGES, prev = (j - 1) % HP_STAGES;
-            mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
-            turn_begin();
-            issue_qk<T, D>(s, dq, k_desc(j));
-            if (pending)
-                rescale_o<D>(o, scale_o);
-            issue_pv<T, D>(o, pf, v_desc(j - 1));
-            turn_end();
-            wg_wait<1>();                              // S of j is in; P V of j - 1 may not be
-            pin(s);
-            mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
-            pending = softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);
-            wg_wait<0>();
-            pin(o);
-            pin(pf);
-            mbar_arrive(empty0 + 8 * prev);            // this thread is done with stage j - 1
-            pack_p<T>(s, pf);
-        }
-        if (n_mine > 0) {
-            turn_begin();
-            if (pending)
-                rescale_o<D>(o, scale_o);
-            issue_pv<T, D>(o, pf, v_desc(n_mine - 1));
-            turn_end();
-            wg_wait<0>();
-            pin(o);
-            pin(pf);
-            mbar_arrive(empty0 + 8 * ((n_mine - 1) % HP_STAGES));
-        }
-    } else {
-        // One tile at a time: the other consumer warpgroups' GEMMs cover the softmax. With
-        // ping-pong, turn j + 1 runs from P V of tile j (issued and waited for) to the issue
-        // of Q K^T of tile j + 1, so the partner's softmax runs under both.
-        for (int j = 0; j < n_mine; j++) {
-            const int st = j % HP_STAGES;
-            mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
+        for (int i = 0; i < D / 2; i++)
+            o[i] = 0.f;
+        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+        // The key tiles this warpgroup computes, [0, n_mine): none for rows past the end
+        // (the last tile's spare warpgroups); causal, those with a key <= its last row +
+        // shift. The rest, up to the tile's n_tiles, it only waits for and releases: the
+        // other warpgroups still need the stage, and the empty barrier counts every
+        // consumer thread. Each thread arrives on q_empty once per tile with keys: after its
+        // last Q K^T has completed, or (n_mine = 0) once the first stage, and Q, are in:
+        // never before the producer has loaded this tile's Q, so never within the phase of
+        // the previous one.
+        const int last_key = r_wg + 63 + shift;
+        const int n_mine = r_wg >= Sq ? 0
+                           : !CAUSAL  ? n_tiles
+                           : last_key < 0 ? 0
+                                          : min(n_tiles, last_key / HP_KEYS + 1);
+        const int row0 = r_wg + wrow + g;             // this thread's first row
+        float scale_o[2] = {1.f, 1.f};
+        auto stage = [&](int j) { return (base + (uint32_t)j) % HP_STAGES; };
+        auto full_wait = [&](int j) {
+            mbar_wait(full0 + 8 * stage(j), ((base + (uint32_t)j) / HP_STAGES) & 1);
+        };
+        auto k_desc = [&](int j) { return desc_add(dk0, stage(j) * 2 * S::KV_TILE); };
+        auto v_desc = [&](int j) { return desc_add(dv0, stage(j) * 2 * S::KV_TILE); };
+        int turn = 0;                                  // turns of this tile
+        auto turn_begin = [&]() {
+            if constexpr (S::PINGPONG) {
+                if (wg == 1)
+                    named_sync<PP_BAR + 1>();
+                else if (turns > 0)
+                    named_sync<PP_BAR>();
+            }
+        };
+        auto turn_end = [&]() {
+            if constexpr (S::PINGPONG) {
+                if (wg == 0)
+                    named_arrive<PP_BAR + 1>();
+                else if (turn < n_tiles || !last_tile)
+                    named_arrive<PP_BAR>();
+            }
+            turn++;
+            turns++;
+        };
+
+        if constexpr (S::PIPELINE || !CAUSAL) {
+            // Intra-warpgroup pipelining (FlashAttention-3, section 3.2): tile j's S = Q K^T
+            // is issued before tile j - 1's O += P V, and the softmax of tile j runs while P V
+            // is on the tensor cores. O's rescale for tile j waits for the next iteration
+            // (P V of j - 1 must land first); row_sum's happens at once. Live across the
+            // softmax: O (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j (64).
             float s[64];
+            uint32_t pf[8][4];
 #pragma unroll
             for (int i = 0; i < 64; i++)
                 s[i] = 0.f;
-            if (j == 0)
+            bool pending = false;                      // O still owes scale_o
+            if (n_mine > 0) {
+                full_wait(0);
                 turn_begin();
-            issue_qk<T, D>(s, dq, k_desc(j));
-            turn_end();
-            wg_wait<0>();
-            pin(s);
-            mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
-            if (softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale))
-                rescale_o<D>(o, scale_o);
-            uint32_t pf[8][4];
-            pack_p<T>(s, pf);
+                issue_qk<T, D>(s, dq, k_desc(0));
+                turn_end();
+                wg_wait<0>();
+                pin(s);
+                if (n_mine == 1)
+                    mbar_arrive(q_empty);
+                mask_tile<CAUSAL>(s, 0, Skv, r_wg, row0, shift, t, masked);
+                softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);   // O is 0
+                pack_p<T>(s, pf);
+            }
+            for (int j = 1; j < n_mine; j++) {
+                full_wait(j);
+                turn_begin();
+                issue_qk<T, D>(s, dq, k_desc(j));
+                if (pending)
+                    rescale_o<D>(o, scale_o);
+                issue_pv<T, D>(o, pf, v_desc(j - 1));
+                turn_end();
+                wg_wait<1>();                          // S of j is in; P V of j - 1 may not be
+                pin(s);
+                if (j == n_mine - 1)
+                    mbar_arrive(q_empty);              // the last Q K^T has read Q
+                mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
+                pending = softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);
+                wg_wait<0>();
+                pin(o);
+                pin(pf);
+                mbar_arrive(empty0 + 8 * stage(j - 1));   // this thread is done with j - 1
+                pack_p<T>(s, pf);
+            }
+            if (n_mine > 0) {
+                turn_begin();
+                if (pending)
+                    rescale_o<D>(o, scale_o);
+                issue_pv<T, D>(o, pf, v_desc(n_mine - 1));
+                turn_end();
+                wg_wait<0>();
+                pin(o);
+                pin(pf);
+                mbar_arrive(empty0 + 8 * stage(n_mine - 1));
+            }
+        } else {
+            // One tile at a time: the other consumer warpgroups' GEMMs cover the softmax.
+            // With ping-pong, turn j + 1 runs from P V of tile j (issued and waited for) to
+            // the issue of Q K^T of tile j + 1, so the partner's softmax runs under both.
+            for (int j = 0; j < n_mine; j++) {
+                full_wait(j);
+                float s[64];
+#pragma unroll
+                for (int i = 0; i < 64; i++)
+                    s[i] = 0.f;
+                if (j == 0)
+                    turn_begin();
+                issue_qk<T, D>(s, dq, k_desc(j));
+                turn_end();
+                wg_wait<0>();
+                pin(s);
+                if (j == n_mine - 1)
+                    mbar_arrive(q_empty);
+                mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
+                if (softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale))
+                    rescale_o<D>(o, scale_o);
+                uint32_t pf[8][4];
+                pack_p<T>(s, pf);
+                turn_begin();
+                issue_pv<T, D>(o, pf, v_desc(j));
+                wg_wait<0>();
+                pin(o);
+                mbar_arrive(empty0 + 8 * stage(j));    // this thread is done with the stage
+            }
+            if (n_mine > 0)
+                turn_end();                            // turn n_mine: the last P V
+        }
+        // The tiles this warpgroup does not compute, and its empty turns: turn 0 if it
+        // computed nothing, then turn j + 1 with tile j.
+        if (n_mine == 0) {
             turn_begin();
-            issue_pv<T, D>(o, pf, v_desc(j));
-            wg_wait<0>();
-            pin(o);
-            mbar_arrive(empty0 + 8 * st);              // this thread is done with the stage
+            turn_end();
         }
-        if (n_mine > 0)
-            turn_end();                                // turn n_mine: the last P V
-    }
-    // The tiles this warpgroup does not compute, and its empty turns: turn 0 if it computed
-    // nothing, then turn j + 1 with tile j.
-    if (n_mine == 0) {
-        turn_begin();
-        turn_end();
-    }
-    for (int j = n_mine; j < n_tiles; j++) {
-        const int st = j % HP_STAGES;
-        mbar_wait(full0 + 8 * st, (j / HP_STAGES) & 1);
-        mbar_arrive(empty0 + 8 * st);
-        turn_begin();
-        turn_end();
-    }
+        for (int j = n_mine; j < n_tiles; j++) {
+            full_wait(j);
+            if (j == 0)
+                mbar_arrive(q_empty);                  // Q is in and this warpgroup skips it
+            mbar_arrive(empty0 + 8 * stage(j));
+            turn_begin();
+            turn_end();
+        }
+        base += (uint32_t)n_tiles;
 
+        // The epilogue: while it stores, the producer is already loading the next tile.
 #pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        float sum = row_sum[hr];
-        sum += __shfl_xor_sync(0xffffffff, sum, 1);
-        sum += __shfl_xor_sync(0xffffffff, sum, 2);
-        const int row = r_wg + wrow + g + 8 * hr;
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        if (row < Sq) {
-            T *orow = O + (int64_t)row * p.o_st[2];
+        for (int hr = 0; hr < 2; hr++) {
+            float sum = row_sum[hr];
+            sum += __shfl_xor_sync(0xffffffff, sum, 1);
+            sum += __shfl_xor_sync(0xffffffff, sum, 2);
+            const int row = r_wg + wrow + g + 8 * hr;
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            if (row < Sq) {
+                T *orow = O + (int64_t)row * p.o_st[2];
 #pragma unroll
-            for (int n = 0; n < D / 8; n++)
-                *reinterpret_cast<uint32_t *>(orow + n * 8 + 2 * t) =
-                    Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
-            if (p.lse && t == 0)
-                p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
-                    sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
+                for (int n = 0; n < D / 8; n++)
+                    *reinterpret_cast<uint32_t *>(orow + n * 8 + 2 * t) =
+                        Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
+                if (p.lse && t == 0)
+                    p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
+                        sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
+            }
         }
-    }
+    });
 }
 #endif // GLLM_HAVE_WGMMA
 

@@ -27,17 +27,76 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_TC_KEYS(D) ((D) == 64 ? 128 : 64)
 #define GLLM_CUDA_TC_SMEM(D) ((GLLM_CUDA_TC_ROWS(D) + 4 * GLLM_CUDA_TC_KEYS(D)) * (D) * 2)
 
-/* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d{64,128}[_causal] (sm_90a image only):
- * grid (ceil(Sq / GLLM_CUDA_HP_ROWS(D)), B * Hq), block GLLM_CUDA_HP_THREADS(D), dynamic
+/* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d{64,128}[_causal] (sm_90a image only),
+ * persistent: grid (gllm_cuda_hp_grid(...), 1), block GLLM_CUDA_HP_THREADS(D), dynamic
  * shared memory GLLM_CUDA_HP_SMEM(D) (Q plus GLLM_CUDA_HP_STAGES stages of K and V, plus
  * 1 KiB to align them). Same layout needs as the tensor-core kernels. 64 query rows per
- * consumer warpgroup: two at D = 128, three at D = 64; one producer warpgroup. */
+ * consumer warpgroup: two at D = 128, three at D = 64; one producer warpgroup. Each block
+ * works through the units gllm_cuda_hp_schedule defines, blockIdx.x, + gridDim.x, ... */
 #define GLLM_CUDA_HP_ROWS(D) ((D) == 64 ? 192 : 128)
 #define GLLM_CUDA_HP_KEYS 128
 #define GLLM_CUDA_HP_THREADS(D) (2 * GLLM_CUDA_HP_ROWS(D) + 128)  /* 128 per warpgroup */
 #define GLLM_CUDA_HP_STAGES 3
 #define GLLM_CUDA_HP_SMEM(D) \
     (1024 + (GLLM_CUDA_HP_ROWS(D) + 2 * GLLM_CUDA_HP_STAGES * GLLM_CUDA_HP_KEYS) * (D) * 2)
+
+/* The Hopper kernels' work: tiles of GLLM_CUDA_HP_ROWS(D) query rows of one head (b * Hq + h),
+ * grouped into units a block takes whole. Non-causal, or causal with no more tiles than
+ * blocks: a unit is one tile, units head by head, m-tiles in order (causal: last first, the
+ * heaviest). Causal with more tiles than blocks: a unit pairs m-tile M - 1 - q with m-tile q
+ * (M tiles per head), so every unit reads about M + 1 key tiles and a static stride over
+ * the units balances the blocks; pairs head by head, then (M odd) the heads' middle tiles,
+ * about half a pair each, to fill the last round. The same code runs in the kernels and on
+ * the host (the launch, tests). */
+#ifdef __CUDACC__
+#define GLLM_CUDA_HP_FN static __host__ __device__ __forceinline__
+#else
+#define GLLM_CUDA_HP_FN static inline
+#endif
+typedef struct gllm_cuda_hp_sched {
+    int32_t m_blocks;     /* query tiles per head, M: ceil(Sq / ROWS) */
+    int32_t heads;        /* B * Hq */
+    int32_t per_head;     /* units per head before the middle tiles: M, or M / 2 paired */
+    int32_t units;
+    int32_t pair;
+} gllm_cuda_hp_sched;
+
+/* heads: B * Hq; grid: the blocks launched (gllm_cuda_hp_grid). */
+GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t rows, int32_t heads,
+                                                         int32_t causal, int32_t grid)
+{
+    gllm_cuda_hp_sched s;
+    s.m_blocks = (Sq + rows - 1) / rows;
+    s.heads = heads;
+    s.pair = causal && s.m_blocks >= 2 && (int64_t)s.m_blocks * heads > grid;
+    s.per_head = s.pair ? s.m_blocks / 2 : s.m_blocks;
+    s.units = s.per_head * heads + (s.pair && s.m_blocks % 2 ? heads : 0);
+    return s;
+}
+
+/* Unit u: its head in *bh, its m-tiles in m[0] (and m[1]); returns how many (1 or 2). */
+GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_unit(const gllm_cuda_hp_sched *s, int32_t causal, int32_t u,
+                                          int32_t *bh, int32_t m[2])
+{
+    if (u >= s->per_head * s->heads) {           /* paired, M odd: a head's middle tile */
+        *bh = u - s->per_head * s->heads;
+        m[0] = m[1] = s->m_blocks / 2;
+        return 1;
+    }
+    const int32_t head = u / s->per_head, q = u - head * s->per_head;
+    *bh = head;
+    m[0] = causal ? s->m_blocks - 1 - q : q;
+    m[1] = q;
+    return s->pair ? 2 : 1;
+}
+
+/* Blocks to launch: one per SM, fewer when there are fewer tiles (at least 1). */
+GLLM_CUDA_HP_FN int64_t gllm_cuda_hp_grid(int64_t Sq, int64_t D, int64_t heads, int64_t sm_count)
+{
+    const int64_t tiles = (Sq + GLLM_CUDA_HP_ROWS(D) - 1) / GLLM_CUDA_HP_ROWS(D) * heads;
+    const int64_t g = tiles < sm_count ? tiles : sm_count;
+    return g > 0 ? g : 1;
+}
 
 /* gllm_attn_fwd_hopper_tma_{f16,bf16}_d{64,128}[_causal] (sm_90a image only): the same
  * kernels, launched the same way, whose producer loads Q, K and V with TMA. Their parameter

@@ -339,7 +339,9 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     CUfunction hopper = x->hopper[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
     const unsigned heads = (unsigned)(a->B * a->Hq);
     if (tc_eligible(a) && hopper) {
-        const int64_t rows = GLLM_CUDA_HP_ROWS(a->D);
+        /* Persistent: a block per SM (fewer when there are fewer tiles), each working
+         * through the schedule of attention_params.h. */
+        const int64_t grid = gllm_cuda_hp_grid(a->Sq, a->D, a->B * a->Hq, x->sm_count);
         /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
         CUfunction f = hopper;
         void *param = &p;
@@ -359,9 +361,8 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
                              (long long)a->k_st[1], (long long)a->k_st[2]);
             }
         }
-        r = cuda_launch(d, x, ln, f, (unsigned)((a->Sq + rows - 1) / rows), heads,
-                        (unsigned)GLLM_CUDA_HP_THREADS(a->D), (unsigned)GLLM_CUDA_HP_SMEM(a->D),
-                        param);
+        r = cuda_launch(d, x, ln, f, (unsigned)grid, 1, (unsigned)GLLM_CUDA_HP_THREADS(a->D),
+                        (unsigned)GLLM_CUDA_HP_SMEM(a->D), param);
     } else if (tc_eligible(a)) {
         CUfunction f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
         const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
