@@ -315,6 +315,13 @@ def main():
         # the Hopper kernels' cp.async producer (a head stride of 0, which TMA cannot take)
         (2, 8, 4, 300, 500, 128, "f16", True, None, True),
         (1, 8, 2, 700, 400, 64, "bf16", False, None, True),
+        # the persistent kernel (v20): more tiles than SMs, so each block runs several and
+        # reuses its Q buffer and stage ring across them: ragged rows, causal with Sq > Skv
+        # (tiles without keys among paired ones) and Sq < Skv, GQA, both producers
+        (3, 16, 16, 1500, 1500, 128, "f16", False), (2, 32, 8, 1999, 1999, 64, "bf16", False),
+        (4, 32, 8, 1000, 300, 128, "bf16", True), (4, 32, 8, 777, 1500, 64, "f16", True),
+        (4, 32, 4, 1000, 1200, 128, "f16", True, None, True),
+        (4, 32, 4, 900, 700, 64, "bf16", False, None, True),
     ]
     for _ in range(6):   # fresh random shapes every run
         r = [int(x) for x in torch.randint(1, 700, (2,), generator=rng)]
