@@ -12,6 +12,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -283,6 +284,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--skip-check", action="store_true")
+    ap.add_argument("--match", default=None,
+                    help="bench only the shapes whose name this regular expression finds")
     ap.add_argument("--no-cases", action="store_true",
                     help="skip the fixed float64 cases (a sweep still checks each of its shapes)")
     ap.add_argument("--sweep", action="store_true",
@@ -351,6 +354,10 @@ def main():
             shapes += [((16384 // S, 32, S, 128, "bf16", c), 32 // g) for g in (4, 8)
                        for c in (False, True) for S in (2048, 8192)]
         for shape, hkv in shapes:
+            B, H, S, D, dt, c = shape
+            name = f"B{B} H{H}{f' Hkv{hkv}' if hkv else ''} S{S} D{D} {dt}{' causal' if c else ''}"
+            if args.match and not re.search(args.match, name):
+                continue
             bench(client, *shape, args.iters, rows, Hkv=hkv,
                   results=results if args.sweep and not args.skip_check else None)
         swept = results[len(cases):]
