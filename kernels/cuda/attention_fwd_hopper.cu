@@ -147,7 +147,15 @@
 // hardware's dynamic order: try the atomic counter); a loss everywhere (the wait for Q at each
 // tile's start is exposed: ncu would show the tensor pipe idle at tile boundaries; at D = 64
 // there is room for a second Q buffer).
-// Measured: not yet (to be measured on an H100 against v18c in the same call).
+// Measured (H100, against v18c in the same call, two runs): 604/604 -> 634/633 TFLOP/s,
+// causal 473/473 -> 521/523, B2 H32 S4096 bf16 causal 588/584 -> 631/632, B8 H16 S1024 D64
+// 333/337 -> 351/348; the FA3-style sweep (16k tokens), D = 128: S512 371 -> 438 (+18%),
+// causal 226 -> 262, S1024 +12-15%, S2048 +4% / +11% causal, S8k-16k level. D = 64 gained
+// at S512 (+15%, causal +24%) and lost from S4096 on: 537 -> 487, 584 -> 531 at S16k
+// (-9%), causal 560 -> 488 (-13%). Launched with a block per tile (the v20 code without
+// persistence, grid = tiles) D = 64 lost the same at long S, so it is the v20 code at D = 64,
+// not the schedule; its inner loop has the same instruction mix as v18c's (649 SASS
+// instructions, 12 wgmma). Cause not found (docs/performance.md).
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
