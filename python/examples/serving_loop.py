@@ -15,7 +15,8 @@ as JSON with --json).
 Needs a CUDA gllmd (share "cuda_vmm_fd") and torch with CUDA. Each layer's append and
 attention go to gllmd as one run ordered on the current stream (GPU-side wait and signal,
 no host synchronisation); --host-sync synchronises the stream before each call instead, as
-before. Without MPS every hand-over between the two processes' contexts costs the GPU a
+before. Decode steps replay CUDA graphs of the work between attention calls, the same in
+both modes, as serving stacks do (DecodeGraphs); --eager launches every kernel from Python. Without MPS every hand-over between the two processes' contexts costs the GPU a
 context switch (docs/operations.md).
 """
 from __future__ import annotations
