@@ -296,6 +296,94 @@ def bench(client, g, B, Hq, Hkv, L, D, ps, iters, rows, d2d):
     pg.free()
 
 
+def upload(pg, t):
+    """t in a device tensor of its own, staged through the arena."""
+    b = bits(t).reshape(-1)
+    at = pg.take(b.nbytes)
+    pg.arena.map[at:at + b.nbytes] = b.tobytes()
+    dt = pg.c.call("dtensor_create", {"bytes": b.nbytes, "device": pg.device})["dtensor"]
+    pg.extra.append(dt)
+    pg.c.call("dtensor_copy", {"dtensor": dt, "offset": 0, "arena": pg.arena.id,
+                               "arena_offset": at, "bytes": b.nbytes, "to_device": True})
+    return dt
+
+
+def bench_prefill(client, g, B, prefix, new, Hq, Hkv, D, ps, dtype, iters, rows):
+    """Chunked prefill of `new` tokens per sequence over a cached prefix of `prefix`, kernel
+    against kernel: gllm's paged prefill, gllm's dense kernel on the same tokens (q as a
+    strided view of the same buffer, K and V gathered dense), and cuDNN from a CUDA graph.
+    Everything in device tensors: no copies in the timed jobs."""
+    L = prefix + new
+    P = B * ((L + ps - 1) // ps)
+    N = B * new
+    tb = N * Hq * D * 2
+    pg = Paged(client, P, ps, Hkv, D, dtype, 2 * tb + 4 * B * L * Hkv * D * 2 + 16 * (P + 4 * B))
+    kpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
+    vpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
+    pg.upload_pool(pg.kc, kpool)
+    pg.upload_pool(pg.vc, vpool)
+    indptr, indices, last = make_tables([L] * B, ps, P, g)
+    q = torch.randn(N, Hq, D, generator=g).to(TORCH[dtype])
+    qdt = upload(pg, q)
+    odt = pg.c.call("dtensor_create", {"bytes": tb})["dtensor"]
+    pg.extra.append(odt)
+    kc, vc = pg.pools()
+    params = {"k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32(indptr),
+              "kv_indices": pg.i32_device(indices), "kv_last_page_len": pg.i32(last),
+              "q": {"dtensor": qdt, "offset": 0, "dtype": dtype, "shape": [N, Hq, D]},
+              "out": {"dtensor": odt, "offset": 0, "dtype": dtype, "shape": [N, Hq, D]},
+              "qo_indptr": pg.i32([b * new for b in range(B + 1)])}
+    for _ in range(2):
+        client.call("attention_prefill", params)
+    paged = float(np.median([client.call("attention_prefill", params)["kernel_ns"] / 1e6
+                             for _ in range(iters)]))
+    # the same tokens for the dense kernel: q [B, Hq, new, D] over the packed rows, K and V
+    # [B, Hkv, L, D] gathered from the pages; causal aligned bottom-right (Sq < Skv)
+    kd = torch.stack([gather(kpool, indices, indptr, b, L) for b in range(B)]).permute(0, 2, 1, 3).contiguous()
+    vd = torch.stack([gather(vpool, indices, indptr, b, L) for b in range(B)]).permute(0, 2, 1, 3).contiguous()
+    kdt, vdt = upload(pg, kd), upload(pg, vd)
+    dense = {"q": {"dtensor": qdt, "offset": 0, "dtype": dtype, "shape": [B, Hq, new, D],
+                   "strides": [new * Hq * D, D, Hq * D, 1]},
+             "k": {"dtensor": kdt, "offset": 0, "dtype": dtype, "shape": [B, Hkv, L, D]},
+             "v": {"dtensor": vdt, "offset": 0, "dtype": dtype, "shape": [B, Hkv, L, D]},
+             "out": {"dtensor": odt, "offset": 0, "dtype": dtype, "shape": [B, Hq, new, D],
+                     "strides": [new * Hq * D, D, Hq * D, 1]},
+             "causal": True}
+    for _ in range(2):
+        client.call("attention", dense)
+    dense_ms = float(np.median([client.call("attention", dense)["kernel_ns"] / 1e6
+                                for _ in range(iters)]))
+    qt = q.cuda().view(B, new, Hq, D).transpose(1, 2)
+    kt, vt = kd.cuda(), vd.cuda()
+    mask = (torch.arange(L, device="cuda")[None, :] <=
+            (prefix + torch.arange(new, device="cuda"))[:, None])
+    fn = (lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, enable_gqa=True)) \
+        if prefix == 0 else \
+        (lambda: F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, enable_gqa=True))
+    cudnn = float("nan")
+    try:
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            cudnn = time_torch_graph(fn, iters)
+    except RuntimeError as e:
+        print(f"  cudnn unavailable: {str(e).splitlines()[0][:120]}", flush=True)
+    flops = 4 * D * Hq * B * (new * prefix + new * (new + 1) / 2)
+    row = {"shape": f"prefill B{B} Hq{Hq} Hkv{Hkv} prefix {prefix} new {new} D{D} {dtype} page {ps}",
+           "paged_tflops": flops / paged / 1e9, "dense_tflops": flops / dense_ms / 1e9,
+           "cudnn_graph_tflops": flops / cudnn / 1e9}
+    row["paged_vs_dense"] = row["paged_tflops"] / row["dense_tflops"]
+    row["case"] = benchrun.case(
+        "paged-prefill", row["shape"][len("prefill "):],
+        {"batch": B, "q_heads": Hq, "kv_heads": Hkv, "prefix": prefix, "new": new, "head_dim": D,
+         "dtype": dtype, "page_size": ps},
+        {"gllm_paged_tflops": row["paged_tflops"], "gllm_dense_tflops": row["dense_tflops"],
+         "cudnn_graph_tflops": row["cudnn_graph_tflops"]}, ["gllm_paged_tflops"])
+    rows.append(row)
+    print(f"  {row['shape']}: paged {row['paged_tflops']:.0f} TFLOP/s ({paged:.3f} ms), dense "
+          f"{row['dense_tflops']:.0f} ({dense_ms:.3f} ms), paged/dense {row['paged_vs_dense']:.2f}, "
+          f"cuDNN graph {row['cudnn_graph_tflops']:.0f}", flush=True)
+    pg.free()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
@@ -307,6 +395,10 @@ def main():
     ap.add_argument("--shapes", default="64:4096,1:8192", metavar="B:L,...",
                     help="decode shapes to time (Hq 32, Hkv 8, D 128, f16, pages of 16); "
                          "the default is issue 4's pair")
+    ap.add_argument("--prefill-shapes", default="8:0:2048,8:1536:512,32:0:512",
+                    metavar="B:PREFIX:NEW,...",
+                    help="chunked prefills to time (Hq 32, Hkv 8, D 128, bf16, pages of 16) "
+                         "against the dense kernel on the same tokens; empty: none")
     ap.add_argument("--expect-repeatable", action="store_true",
                     help="with --repeat-only: fail unless every output is the same")
     args = ap.parse_args()
@@ -324,6 +416,12 @@ def main():
             for prefill in (False, True):     # every other case reads kv_indices on the device
                 total += 1
                 passed += check(client, g, *c, prefill, i % 2 == 1, results)
+        # Long chunks (the Hopper paged prefill where it applies): 1000-3000 tokens, most of
+        # them new, pages of 16 and 64, D 64 and 128, GQA 4 and 8.
+        for c in [(4, 32, 8, 128, 16, "bf16"), (3, 16, 4, 64, 64, "f16"), (2, 32, 4, 128, 64, "f16"),
+                  (4, 16, 2, 64, 16, "bf16")]:
+            total += 1
+            passed += check(client, g, *c, True, True, results, min_len=1000, max_len=3000)
         # Batches of one-token sequences of at most 128 tokens, which are never split: their
         # plan travels in the launch's parameters (gllm_paged_attn_batch_*).
         for c in [(48, 32, 8, 128, 16, "f16"), (64, 16, 2, 64, 16, "bf16")]:
@@ -382,10 +480,16 @@ def main():
     for shape in args.shapes.split(","):
         B, L = (int(v) for v in shape.split(":"))
         bench(client, g, B, 32, 8, L, 128, 16, args.iters, rows, d2d)
+    prefill_rows = []
+    for shape in filter(None, args.prefill_shapes.split(",")):
+        B, prefix, new = (int(v) for v in shape.split(":"))
+        bench_prefill(client, g, B, prefix, new, 32, 8, 128, 16, "bf16", min(args.iters, 20),
+                      prefill_rows)
     meta = benchrun.meta("gpu_paged.py", client.caps, [os.path.basename(sys.argv[0])] + sys.argv[1:],
                          args.iters, benchrun.torch_peers(torch))
     with open(os.path.join(args.out, "gpu_paged.json"), "w") as f:
-        json.dump({"schema": benchrun.SCHEMA, "meta": meta, "cases": [r["case"] for r in rows],
+        json.dump({"schema": benchrun.SCHEMA, "meta": meta,
+                   "cases": [r["case"] for r in rows + prefill_rows],
                    "correctness": results}, f, indent=1)
         f.write("\n")
     print(f"\n{'decode shape':42} {'gllm':>6} {'cuDNN':>6} {'FA2':>6} {'xcuDNN':>7} {'ofD2D':>6} "
@@ -393,6 +497,11 @@ def main():
     for r in rows:
         print(f"{r['shape']:42} {r['gllm_gbps']:6.0f} {r['cudnn_gbps']:6.0f} {r['fa2_gbps']:6.0f} "
               f"{r['vs_cudnn']:7.2f} {r['vs_d2d']:6.2f} {r['cudnn_graph_gbps']:7.0f} {r['vs_cudnn_graph']:8.2f}")
+    if prefill_rows:
+        print(f"\n{'prefill shape':58} {'paged':>6} {'dense':>6} {'ratio':>6} {'cuDNNg':>7}  (TFLOP/s)")
+    for r in prefill_rows:
+        print(f"{r['shape']:58} {r['paged_tflops']:6.0f} {r['dense_tflops']:6.0f} "
+              f"{r['paged_vs_dense']:6.2f} {r['cudnn_graph_tflops']:7.0f}")
     return 0 if passed == total else 1
 
 
