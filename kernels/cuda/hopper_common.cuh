@@ -159,6 +159,14 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
     asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
                  ::"r"(bar), "r"(bytes) : "memory");
 }
+// Bytes TMA will complete on the barrier in its current phase, without an arrival: a producer
+// that learns its copies one at a time announces each before issuing it and arrives once at
+// the end, so the phase cannot complete between two of them.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
 // One TMA box of a 4-D tensor map (coordinates innermost first: column, row, head, batch) into
 // shared memory at dst, its bytes counted on bar. Rows outside the tensor arrive as zeros and
 // count all the same. map: the generic address of a __grid_constant__ parameter.
