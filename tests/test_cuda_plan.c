@@ -193,10 +193,28 @@ static void test_pp_items(void **state)
     make(&j, 3, 32, 8, dlen, dqn);
     j.p.dtype = GLLM_DTYPE_F16, j.p.nq = 191, j.p.num_pages = 1000;
     assert_int_equal(pp_items(&j.p), 0);
-    j.q_indptr[3] = 192, j.p.nq = 192;                    /* exactly 64 on average */
-    assert_int_equal(pp_items(&j.p), 1 + 1 + 1);
+    /* 64 on average but 47% of the computed scores used (the one-token sequence's tile). */
+    j.q_indptr[3] = 192, j.p.nq = 192;
+    assert_int_equal(pp_items(&j.p), 0);
+    /* Without it, 64%. */
+    const int elen[2] = {600, 700}, eqn[2] = {100, 91};
+    make(&j, 2, 32, 8, elen, eqn);
+    j.p.dtype = GLLM_DTYPE_F16, j.p.nq = 191, j.p.num_pages = 1000;
+    assert_int_equal(pp_items(&j.p), 2);
     /* More queries than keys: not a well-formed chunk, left to the paged kernel. */
-    j.kv_len[0] = 0;
+    j.kv_len[0] = 50;
+    assert_int_equal(pp_items(&j.p), 0);
+
+    /* A long prompt with a few decode steps at long contexts: taken; with many, not. */
+    static int mlen[64], mqn[64];
+    mlen[0] = mqn[0] = 4096;
+    for (int b = 1; b < 64; b++)
+        mlen[b] = 2048, mqn[b] = 1;
+    make(&j, 4, 32, 8, mlen, mqn);
+    j.p.dtype = GLLM_DTYPE_BF16, j.p.nq = 4096 + 3, j.p.num_pages = 100000;
+    assert_int_equal(pp_items(&j.p), 32 + 3);
+    make(&j, 41, 32, 8, mlen, mqn);
+    j.p.nq = 4096 + 40, j.p.dtype = GLLM_DTYPE_BF16, j.p.num_pages = 100000;
     assert_int_equal(pp_items(&j.p), 0);
 }
 

@@ -22,7 +22,9 @@
 // number read from kv_indices. The box lands at its row offset within the stage (page i of the
 // tile at row i * page_size, a multiple of 16 rows, so of the swizzle's 8-row atom), so the
 // stage is laid out exactly as the dense kernel's (hp_offset) and the consumer steps are shared
-// as they are. A page number outside the pool sets *bad_page and loads nothing; the bytes
+// as they are. The thread reads a tile's page numbers (up to 8) together, right after issuing
+// the previous tile's boxes, so their latency passes under its wait for a free stage rather
+// than as a chain of dependent loads before every tile. A page number outside the pool sets *bad_page and loads nothing; the bytes
 // announced on the stage's barrier (mbarrier.expect_tx before each page's boxes, one arrival
 // after the last) count only the boxes issued, so a bad page never leaves a barrier short.
 // Q: a box of ROWS tokens from a map over q [N, Hq, D] as (D, N, Hq, 1), at the item's first
@@ -42,8 +44,10 @@
 // so mask_tile is used as it is. Every item has at least one key (pos0 + 1 >= 1).
 //
 // Eligibility (cuda_paged.c): the sm_90a image and cuTensorMapEncodeTiled, f16/bf16, D 64 or
-// 128, page_size 16..128 dividing 128, the maps encoded, and on average at least
-// PP_MIN_Q_PER_SEQ (64) query tokens per sequence; else the paged kernel.
+// 128, page_size 16..128 dividing 128, the maps encoded, on average at least PP_MIN_Q_PER_SEQ
+// (64) query tokens per sequence, and at least PP_MIN_USED_PCT (50%) of the scores its whole
+// tiles compute needed by a query (cuda_plan.c: a long prompt batched with many decode steps
+// would otherwise give each step a 128-row tile over its whole context); else the paged kernel.
 //
 // Expected, before measuring (H100): on B64 x 2048-token prompts with an empty prefix (Hq 32,
 // Hkv 8, D 128, bf16, page 16) the work is the dense causal prefill's on the same tokens, with
@@ -101,21 +105,35 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             return;
         constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column blocks per tile
         constexpr uint32_t Q_TILE = S::ROWS * D * 2;
+        constexpr int MAX_PAGES = HP_KEYS / GLLM_CUDA_PP_MIN_PAGE;   // pages per key tile, at most
         const int ps = p.page_size, per_tile = HP_KEYS / ps;
         const uint32_t page_bytes = (uint32_t)ps * 128;        // one box: ps rows of 128 bytes
         const int seq_pages = (w.kv_len + ps - 1) / ps;
         const int hk = h / p.group;
         if (lane == 0) {
+            // The page numbers of the next tile are fetched as soon as the current tile's
+            // boxes are out, so that their latency passes while this thread waits for a free
+            // stage, not in a chain of dependent loads before each tile's copies.
+            uint32_t pg[MAX_PAGES];
+            auto fetch = [&](int j) {
+                const int pg0 = j * per_tile, npg = min(per_tile, seq_pages - pg0);
+#pragma unroll
+                for (int i = 0; i < MAX_PAGES; i++)
+                    pg[i] = i < npg ? (uint32_t)p.kv_indices[w.page0 + pg0 + i] : 0u;
+            };
+            fetch(0);
             for (int j = 0; j < n_tiles; j++) {
                 const uint32_t st = (uint32_t)j % HP_STAGES;
                 if (j >= HP_STAGES)
                     mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
                 const uint32_t sk = s_kv + st * 2 * S::KV_TILE;
                 const uint32_t bar = tail && j == n_tiles - 1 ? tail_bar : full0 + 8 * st;
-                const int pg0 = j * per_tile, npg = min(per_tile, seq_pages - pg0);
-                for (int i = 0; i < npg; i++) {
-                    const uint32_t pg = (uint32_t)p.kv_indices[w.page0 + pg0 + i];
-                    if (pg >= p.num_pages) {
+                const int npg = min(per_tile, seq_pages - j * per_tile);
+#pragma unroll
+                for (int i = 0; i < MAX_PAGES; i++) {
+                    if (i >= npg)
+                        break;
+                    if (pg[i] >= p.num_pages) {
                         *p.bad_page = 1;
                         continue;
                     }
@@ -125,9 +143,9 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
                     for (int c = 0; c < BLOCKS; c++) {
                         const int col = c * GLLM_CUDA_HP_BOX_COLS;
                         tma_load_4d(dst + (uint32_t)c * HP_KEYS * 128, &p.k_map, bar, col, 0, hk,
-                                    (int)pg);
+                                    (int)pg[i]);
                         tma_load_4d(dst + S::KV_TILE + (uint32_t)c * HP_KEYS * 128, &p.v_map, bar,
-                                    col, 0, hk, (int)pg);
+                                    col, 0, hk, (int)pg[i]);
                     }
                 }
                 if (j == 0) {
@@ -138,6 +156,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
                                     c * GLLM_CUDA_HP_BOX_COLS, w.q0, h, 0);
                 }
                 mbar_arrive(bar);
+                if (j + 1 < n_tiles)
+                    fetch(j + 1);
             }
         }
         __syncwarp();

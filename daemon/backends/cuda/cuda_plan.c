@@ -76,14 +76,19 @@ int64_t pp_items(const struct paged_args *p)
         p->num_pages < 1 || p->num_pages > INT32_MAX || p->Hq > INT32_MAX)
         return 0;
     const int64_t rows = GLLM_CUDA_HP_ROWS(p->D);
-    int64_t n = 0;
+    int64_t n = 0, used = 0, computed = 0;     /* scores: needed, and computed in whole tiles */
     for (int64_t b = 0; b < p->B; b++) {
-        const int32_t qn = p->q_indptr[b + 1] - p->q_indptr[b];
-        if (qn < 0 || qn > p->kv_len[b])
+        const int64_t qn = p->q_indptr[b + 1] - p->q_indptr[b], kv = p->kv_len[b];
+        if (qn < 0 || qn > kv)
             return 0;
-        n += (qn + rows - 1) / rows;
+        for (int64_t first = 0; first < qn; first += rows, n++) {
+            const int64_t nq = qn - first < rows ? qn - first : rows, pos0 = kv - qn + first;
+            used += nq * (pos0 + 1) + nq * (nq - 1) / 2;
+            computed += (pos0 + nq + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS *
+                        GLLM_CUDA_HP_KEYS * rows;
+        }
     }
-    return n <= PP_MAX_ITEMS ? n : 0;
+    return n <= PP_MAX_ITEMS && used * 100 >= computed * PP_MIN_USED_PCT ? n : 0;
 }
 
 void pp_plan(const struct paged_args *p, gllm_cuda_pp_work *work)
