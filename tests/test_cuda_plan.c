@@ -159,6 +159,121 @@ static void test_items_cover(void **state)
     free(seen), free(part_used), free(w), free(c);
 }
 
+/* The Hopper paged prefill takes prefill-sized chunks of f16/bf16, D 64/128, pages dividing
+ * 128 from 16 on, and nothing else. */
+static void test_pp_items(void **state)
+{
+    (void)state;
+    static struct job j;
+    const int len[2] = {2048, 3000}, qn[2] = {2048, 1000};
+    make(&j, 2, 32, 8, len, qn);
+    j.p.dtype = GLLM_DTYPE_BF16, j.p.nq = 3048, j.p.num_pages = 1000;
+    assert_int_equal(pp_items(&j.p), 16 + 8);             /* 128-token items at D = 128 */
+    j.p.D = 64;
+    assert_int_equal(pp_items(&j.p), 11 + 6);             /* 192 at D = 64 */
+    j.p.D = 96;
+    assert_int_equal(pp_items(&j.p), 0);
+    j.p.D = 128;
+    static const int64_t pages[][2] = {{8, 0}, {16, 24}, {32, 24}, {64, 24}, {128, 24}, {48, 0},
+                                       {256, 0}};
+    for (size_t i = 0; i < sizeof pages / sizeof *pages; i++) {
+        j.p.page_size = pages[i][0];
+        assert_int_equal(pp_items(&j.p), pages[i][1]);
+    }
+    j.p.page_size = 16;
+    j.p.dtype = GLLM_DTYPE_F32;
+    assert_int_equal(pp_items(&j.p), 0);
+    j.p.dtype = GLLM_DTYPE_F16;
+    assert_int_equal(pp_items(&j.p), 24);
+    j.p.op = PAGED_APPEND;
+    assert_int_equal(pp_items(&j.p), 0);
+
+    /* Decode-like: fewer than PP_MIN_Q_PER_SEQ queries per sequence on average. */
+    const int dlen[3] = {500, 600, 700}, dqn[3] = {1, 100, 90};
+    make(&j, 3, 32, 8, dlen, dqn);
+    j.p.dtype = GLLM_DTYPE_F16, j.p.nq = 191, j.p.num_pages = 1000;
+    assert_int_equal(pp_items(&j.p), 0);
+    /* 64 on average but 47% of the computed scores used (the one-token sequence's tile). */
+    j.q_indptr[3] = 192, j.p.nq = 192;
+    assert_int_equal(pp_items(&j.p), 0);
+    /* Without it, 64%. */
+    const int elen[2] = {600, 700}, eqn[2] = {100, 91};
+    make(&j, 2, 32, 8, elen, eqn);
+    j.p.dtype = GLLM_DTYPE_F16, j.p.nq = 191, j.p.num_pages = 1000;
+    assert_int_equal(pp_items(&j.p), 2);
+    /* More queries than keys: not a well-formed chunk, left to the paged kernel. */
+    j.kv_len[0] = 50;
+    assert_int_equal(pp_items(&j.p), 0);
+
+    /* A long prompt with a few decode steps at long contexts: taken; with many, not. */
+    static int mlen[64], mqn[64];
+    mlen[0] = mqn[0] = 4096;
+    for (int b = 1; b < 64; b++)
+        mlen[b] = 2048, mqn[b] = 1;
+    make(&j, 4, 32, 8, mlen, mqn);
+    j.p.dtype = GLLM_DTYPE_BF16, j.p.nq = 4096 + 3, j.p.num_pages = 100000;
+    assert_int_equal(pp_items(&j.p), 32 + 3);
+    make(&j, 41, 32, 8, mlen, mqn);
+    j.p.nq = 4096 + 40, j.p.dtype = GLLM_DTYPE_BF16, j.p.num_pages = 100000;
+    assert_int_equal(pp_items(&j.p), 0);
+}
+
+/* pp_plan: every query token of every sequence in exactly one item, items within one sequence,
+ * positions from the end of the sequence, each sequence's items last first, round by round. */
+static void test_pp_plan(void **state)
+{
+    (void)state;
+    static struct job j;
+    const int len[4] = {2048, 1536 + 300, 64, 1000}, qn[4] = {2048, 300, 64, 129};
+    make(&j, 4, 8, 2, len, qn);
+    j.p.dtype = GLLM_DTYPE_BF16, j.p.num_pages = 1000, j.p.nq = j.q_indptr[4];
+    for (int D = 64; D <= 128; D += 64) {
+        j.p.D = D;
+        const int rows = GLLM_CUDA_HP_ROWS(D);
+        const int64_t n = pp_items(&j.p);
+        assert_true(n > 0);
+        gllm_cuda_pp_work *w = calloc((size_t)n, sizeof *w);
+        unsigned char *seen = calloc((size_t)j.p.nq, 1);
+        assert_non_null(w);
+        assert_non_null(seen);
+        pp_plan(&j.p, w);
+        int last_m[4] = {1 << 30, 1 << 30, 1 << 30, 1 << 30};
+        for (int64_t i = 0; i < n; i++) {
+            int b = 0;
+            while (b < 3 && w[i].q0 >= j.q_indptr[b + 1])
+                b++;
+            const int local = w[i].q0 - j.q_indptr[b], nseq = j.q_indptr[b + 1] - j.q_indptr[b];
+            assert_true(w[i].nq >= 1 && w[i].nq <= rows && local % rows == 0);
+            assert_true(local + w[i].nq <= nseq);
+            assert_true(local + w[i].nq == nseq || w[i].nq == rows);
+            assert_int_equal(w[i].kv_len, j.kv_len[b]);
+            assert_int_equal(w[i].page0, j.indptr[b]);
+            assert_int_equal(w[i].pos0, j.kv_len[b] - nseq + local);
+            assert_true(local / rows < last_m[b]);            /* last m-tile first */
+            last_m[b] = local / rows;
+            for (int q = 0; q < w[i].nq; q++) {
+                assert_int_equal(seen[w[i].q0 + q], 0);
+                seen[w[i].q0 + q] = 1;
+            }
+            /* Round by round: an item's round (its m-tiles from the sequence's last) never
+             * goes below the one before it. */
+            if (i > 0) {
+                int pb = 0;
+                while (pb < 3 && w[i - 1].q0 >= j.q_indptr[pb + 1])
+                    pb++;
+                const int pn = j.q_indptr[pb + 1] - j.q_indptr[pb];
+                const int pround = (pn + rows - 1) / rows - 1 - (w[i - 1].q0 - j.q_indptr[pb]) / rows;
+                const int round = (nseq + rows - 1) / rows - 1 - local / rows;
+                assert_true(round >= pround);
+            }
+        }
+        for (int64_t q = 0; q < j.p.nq; q++)
+            assert_int_equal(seen[q], 1);
+        free(seen);
+        free(w);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -166,6 +281,8 @@ int main(void)
         cmocka_unit_test(test_tiling),
         cmocka_unit_test(test_one_wave),
         cmocka_unit_test(test_items_cover),
+        cmocka_unit_test(test_pp_items),
+        cmocka_unit_test(test_pp_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 /* cuda_tma's tensor maps against a fake driver: the arguments cuTensorMapEncodeTiled gets for
  * the Hopper kernels' Q, K and V, the layouts left to cp.async, a refusal reported; and the
- * persistent Hopper kernels' grid and tile schedule (attention_params.h). */
+ * persistent Hopper kernels' grid and tile schedule (attention_params.h); the paged prefill's maps. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -329,6 +329,42 @@ static void test_param_layout(void **state)
     assert_true(sizeof(gllm_cuda_hp_params) <= 4096);       /* the kernel parameter limit */
 }
 
+/* The paged prefill's maps: q [N, Hq, D] as (D, N, Hq, 1) with ROWS-token boxes, the pools
+ * [num_pages, page_size, Hkv, D] as (D, page_size, Hkv, num_pages) with one-page boxes. */
+static void test_pp_params(void **state)
+{
+    (void)state;
+    static gllm_cuda_pp_params pp;
+    const void *q = BASE, *k = (const void *)((uintptr_t)BASE + 0x1000000),
+               *v = (const void *)((uintptr_t)BASE + 0x2000000);
+    /* K misaligned: Q is encoded, then the call stops at K, so fk holds Q's arguments. */
+    assert_int_equal(cuda_tma_pp_params(&drv, &pp, true, q, 3000, 32, (const char *)k + 8, v, 500,
+                                        16, 8, 128, NULL),
+                     -EOPNOTSUPP);
+    assert_int_equal(fk.calls, 1);
+    assert_ptr_equal(fk.base, q);
+    const unsigned long long want_q[4] = {128, 3000, 32, 1};
+    const unsigned long long want_qs[3] = {32 * 128 * 2, 128 * 2, 3000ull * 32 * 128 * 2};
+    assert_memory_equal(fk.dims, want_q, sizeof want_q);
+    assert_memory_equal(fk.strides, want_qs, sizeof want_qs);
+    const unsigned want_qbox[4] = {64, GLLM_CUDA_HP_ROWS(128), 1, 1};
+    assert_memory_equal(fk.box, want_qbox, sizeof want_qbox);
+
+    fk.calls = 0;
+    assert_int_equal(cuda_tma_pp_params(&drv, &pp, true, q, 3000, 32, k, v, 500, 16, 8, 64, NULL), 0);
+    assert_int_equal(fk.calls, 3);
+    assert_int_equal(pp.k_map.opaque[0], 0x7a000002u);
+    assert_ptr_equal(fk.base, v);                  /* the last call, V's */
+    const unsigned long long want_kv[4] = {64, 16, 8, 500};
+    const unsigned long long want_kvs[3] = {8 * 64 * 2, 64 * 2, 16ull * 8 * 64 * 2};
+    assert_memory_equal(fk.dims, want_kv, sizeof want_kv);
+    assert_memory_equal(fk.strides, want_kvs, sizeof want_kvs);
+    const unsigned want_kvbox[4] = {64, 16, 1, 1};
+    assert_memory_equal(fk.box, want_kvbox, sizeof want_kvbox);
+    assert_int_equal(fk.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+    assert_int_equal(fk.dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -338,6 +374,7 @@ int main(void)
         cmocka_unit_test_setup(test_left_to_cp_async, setup),
         cmocka_unit_test_setup(test_driver_refuses, setup),
         cmocka_unit_test_setup(test_hp_params, setup),
+        cmocka_unit_test_setup(test_pp_params, setup),
         cmocka_unit_test_setup(test_cache, setup),
         cmocka_unit_test_setup(test_param_layout, setup),
         cmocka_unit_test(test_hp_schedule),

@@ -114,6 +114,37 @@ typedef struct gllm_cuda_hp_params {
     gllm_cuda_attn_params a;
 } gllm_cuda_hp_params;
 
+/* gllm_paged_prefill_hopper_{f16,bf16}_d{64,128} (sm_90a image only): chunked prefill over the
+ * paged cache, causal over it, with the dense Hopper kernel's consumers and a TMA producer.
+ * Grid (Hq, work items), block GLLM_CUDA_HP_THREADS(D), dynamic shared memory
+ * GLLM_CUDA_HP_SMEM(D). Block (h, u) computes head h of work item u: up to
+ * GLLM_CUDA_HP_ROWS(D) query tokens of one sequence, token i seeing keys <= pos0 + i.
+ * The parameter is passed __grid_constant__: q_map is q [N, Hq, D] as 4-D (D, N, Hq, 1), boxes
+ * of GLLM_CUDA_HP_BOX_COLS columns by GLLM_CUDA_HP_ROWS(D) tokens; k_map and v_map are the pools
+ * [num_pages, page_size, Hkv, D] as 4-D (D, page_size, Hkv, num_pages), boxes of
+ * GLLM_CUDA_HP_BOX_COLS columns by page_size rows (one page of one head); all with the 128-byte
+ * swizzle, as cuda_tma_map encodes them. page_size divides GLLM_CUDA_HP_KEYS and is at least
+ * GLLM_CUDA_PP_MIN_PAGE; out [N, Hq, D] contiguous. */
+#define GLLM_CUDA_PP_MIN_PAGE 16
+typedef struct gllm_cuda_pp_work {
+    int32_t q0;           /* the item's first query token (row of q and out) */
+    int32_t nq;           /* its query tokens, 1 .. GLLM_CUDA_HP_ROWS(D) */
+    int32_t pos0;         /* the position of token q0 in its sequence */
+    int32_t kv_len;       /* the sequence's tokens (keys) */
+    int32_t page0;        /* the sequence's first entry in kv_indices (its kv_indptr[b]) */
+} gllm_cuda_pp_work;
+
+typedef struct gllm_cuda_pp_params {
+    gllm_cuda_tmap q_map, k_map, v_map;
+    void *out;
+    const int32_t *kv_indices;
+    const gllm_cuda_pp_work *work;
+    int32_t *bad_page;    /* set (pinned host memory) when a page number is >= num_pages */
+    uint32_t num_pages;
+    int32_t Hq, group, page_size;
+    float scale;
+} gllm_cuda_pp_params;
+
 /* Generic kernels gllm_attn_generic_{f32,f16,bf16}: any strides, D <= 256; grid
  * (ceil(Sq / GLLM_CUDA_GENERIC_ROWS), B * Hq), block GLLM_CUDA_GENERIC_ROWS * 32. */
 #define GLLM_CUDA_GENERIC_ROWS 4

@@ -2,3 +2,4 @@
 #include "attention_fwd.cu"
 #include "attention_fwd_hopper.cu"
 #include "paged_attention.cu"
+#include "paged_prefill_hopper.cu"

@@ -331,6 +331,21 @@ int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *
             return GLLM_EBACKEND;
         }
     }
+    /* The Hopper paged prefill: TMA only, so only where the driver encodes tensor maps. */
+    for (int i = 0; i < 4 && strncmp(info->image, "sm_90a", 6) == 0 && d->cuTensorMapEncodeTiled;
+         i++) {
+        char name[64];
+        const int t = i / 2, k = i % 2, D = k ? 128 : 64;
+        CUfunction *f = &x->paged_prefill[t][k];
+        snprintf(name, sizeof name, "gllm_paged_prefill_hopper_%s_d%d", tnames[t], D);
+        if ((r = d->cuModuleGetFunction(f, x->mod, name)) ||
+            (r = d->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       GLLM_CUDA_HP_SMEM(D)))) {
+            snprintf(why, len, "GPU %d: kernel %s: %s", ordinal, name,
+                     cuda_error_text(d, r, buf, sizeof buf));
+            return GLLM_EBACKEND;
+        }
+    }
     if ((r = load_paged(d, x, why, len)) != CUDA_SUCCESS)
         return GLLM_EBACKEND;
     static const char *const gnames[3] = {"gllm_attn_generic_f32", "gllm_attn_generic_f16",

@@ -82,6 +82,8 @@ struct cuda_dev {
     CUfunction paged[2][2];        /* [bf16?][D == 128?] */
     CUfunction paged_batch[2][2];  /* the same, a batch's plan in the parameters */
     CUfunction paged_single[2][2]; /* the same, one split sequence's plan in them */
+    CUfunction paged_prefill[2][2]; /* [bf16?][D == 128?] Hopper chunked prefill (TMA); loaded
+                                    * with the sm_90a image where maps can be encoded */
     CUfunction append;
     struct cuda_graph_slot graphs[GLLM_CUDA_GRAPH_SLOTS];
     uint64_t graph_clock;          /* launches through cuda_launch */
@@ -89,6 +91,7 @@ struct cuda_dev {
     bool host_pointers;            /* kernels may use a registered host pointer as it is */
     bool tma_refused;              /* the driver refused a tensor map once (logged once) */
     struct cuda_tma_cache tma;     /* the Hopper prefill's last tensor maps */
+    struct cuda_tma_cache pp_tma;  /* the Hopper paged prefill's (cuda_paged.c) */
     gllm_device_info info;
     uint64_t deadline_ns;          /* the running job's watchdog deadline; 0: none */
     /* Queued jobs whose GPU-side wait has not been seen met (worker thread only): while

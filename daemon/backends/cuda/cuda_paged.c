@@ -116,10 +116,27 @@ struct staged {
     CUdeviceptr dev;
 };
 
-static int paged_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
-                         struct cuda_slot *sl, const void *args)
+/* The Hopper paged prefill (paged_prefill_hopper.cu) for chunked prefill: the one switch. Off,
+ * every attention job runs on the paged kernel. */
+#define PP_HOPPER_ON 1
+
+/* paged_enqueue_as's answer when the Hopper path's tensor maps were refused before anything
+ * was enqueued: the job goes to the paged kernel instead. */
+#define PP_REFUSED 1
+
+/* Work items of the Hopper paged prefill for this job on this device, or 0: the paged kernel. */
+static int64_t pp_wanted(const struct cuda_dev *x, const struct paged_args *p)
 {
-    const struct paged_args *p = args;
+    if (!PP_HOPPER_ON || p->op != PAGED_ATTEND ||
+        !x->paged_prefill[p->dtype == GLLM_DTYPE_BF16][p->D == 128])
+        return 0;
+    return pp_items(p);
+}
+
+/* hopper: pp_items' count of the Hopper paged prefill's work items, or 0. */
+static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                            struct cuda_slot *sl, const struct paged_args *p, int64_t hopper)
+{
     const struct cuda_driver *d = c->d;
     const bool append = p->op == PAGED_APPEND;
     const int64_t nrows = append ? p->nnew : p->nq;
@@ -161,6 +178,10 @@ static int paged_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lan
     bool batch = false, single = false;
     if (append) {
         up_bytes = (size_t)p->nnew * sizeof(int64_t);
+    } else if (hopper) {
+        /* Work items after the page table (when it goes up), as the paged kernel's. */
+        nwork = hopper;
+        up_bytes = align256((size_t)nidx * 4) + (size_t)nwork * sizeof(gllm_cuda_pp_work);
     } else {
         t = paged_tiling(p);
         int64_t total = 0, with_queries = 0;
@@ -240,6 +261,9 @@ static int paged_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lan
     } else if (batch) {
         for (int64_t b = 0; b < p->B; b++)
             bp.page0[b] = p->kv_indptr[b], bp.len[b] = p->kv_len[b];
+    } else if (hopper) {
+        memcpy(h, p->kv_indices, (size_t)nidx * 4);
+        pp_plan(p, (gllm_cuda_pp_work *)(void *)(h + tab_bytes));
     } else if (single) {
         sp.page0 = p->kv_indptr[0], sp.len = p->kv_len[0], sp.chunk = (int32_t)chunk1;
         sp.comb = (gllm_cuda_paged_combine){0, 1, 0, (int32_t)nwork};
@@ -254,18 +278,40 @@ static int paged_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lan
     CUresult r;
     uint64_t moved = 0;
     size_t at = 0;
+    for (int i = 0; i < PG_COUNT; i++) {
+        if (p->device_mask & (1u << i)) {
+            st[i].dev = (CUdeviceptr)(uintptr_t)st[i].host;
+        } else if (st[i].bytes) {
+            st[i].dev = ln->scratch + at;
+            at += align256(st[i].bytes);
+        }
+    }
+    /* The Hopper path's tensor maps, from where the kernel will read the tensors; refused,
+     * nothing is enqueued yet and the paged kernel takes the job. */
+    gllm_cuda_pp_params pp;
+    if (hopper) {
+        const int tr = cuda_tma_pp_params(
+            d, &pp, p->dtype == GLLM_DTYPE_BF16, (const void *)(uintptr_t)st[PG_Q].dev, p->nq,
+            p->Hq, (const void *)(uintptr_t)st[PG_KCACHE].dev,
+            (const void *)(uintptr_t)st[PG_VCACHE].dev, p->num_pages, p->page_size, p->Hkv, p->D,
+            &x->pp_tma);
+        if (tr != 0) {
+            if (tr == -EINVAL && !x->tma_refused) {
+                x->tma_refused = true;
+                backend_logf(&c->log, BACKEND_LOG_WARNING,
+                             "cuda: GPU %d: the driver refused a tensor map for a paged prefill "
+                             "(D %lld, page size %lld); such jobs run on the paged kernel",
+                             x->ordinal, (long long)p->D, (long long)p->page_size);
+            }
+            return PP_REFUSED;
+        }
+    }
     const bool staged = up_at > 0;        /* tensors in arenas: copies to time */
     if (staged)
         d->cuEventRecord(sl->ev[EV_COPY_IN], ln->stream);
     for (int i = 0; i < PG_COUNT; i++) {
-        if (p->device_mask & (1u << i)) {
-            st[i].dev = (CUdeviceptr)(uintptr_t)st[i].host;
+        if ((p->device_mask & (1u << i)) || !st[i].bytes)
             continue;
-        }
-        if (!st[i].bytes)
-            continue;
-        st[i].dev = ln->scratch + at;
-        at += align256(st[i].bytes);
         if (st[i].in) {
             if ((r = d->cuMemcpyHtoDAsync(st[i].dev, st[i].host, st[i].bytes, ln->stream)))
                 return cuda_fail(c, r, "copy to device");
@@ -297,6 +343,21 @@ static int paged_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lan
             a.vec16 &= st[i].dev % 16 == 0;
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
         r = cuda_launch(d, x, ln, x->append, (unsigned)p->nnew, 1, 128, 0, &a);
+    } else if (hopper) {
+        /* Block (h, u): head h of work item u (heads fastest, so that the blocks in flight
+         * share K and V in L2). */
+        pp.out = (void *)(uintptr_t)st[PG_OUT].dev;
+        pp.kv_indices = (const int32_t *)(uintptr_t)tbl;
+        pp.work = (const gllm_cuda_pp_work *)(uintptr_t)(up + tab_bytes);
+        pp.bad_page = (int32_t *)sl->bad_page;
+        pp.num_pages = (uint32_t)p->num_pages;
+        pp.Hq = (int32_t)p->Hq, pp.group = (int32_t)(p->Hq / p->Hkv);
+        pp.page_size = (int32_t)p->page_size, pp.scale = p->scale;
+        *sl->bad_page = 0;      /* the launch orders this store before the kernel's reads */
+        d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
+        r = cuda_launch(d, x, ln, x->paged_prefill[p->dtype == GLLM_DTYPE_BF16][p->D == 128],
+                        (unsigned)p->Hq, (unsigned)nwork, (unsigned)GLLM_CUDA_HP_THREADS(p->D),
+                        (unsigned)GLLM_CUDA_HP_SMEM(p->D), &pp);
     } else {
         const CUdeviceptr dwork = up + tab_bytes;
         gllm_cuda_paged_params k = {
@@ -367,6 +428,19 @@ static int paged_complete(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_sl
         return report_bad_page(c, x, p, sl->table, sl->table_in_place);
     cuda_read_timing(c->d, sl, p->timing);
     return 0;
+}
+
+static int paged_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                         struct cuda_slot *sl, const void *args)
+{
+    const struct paged_args *p = args;
+    const int64_t hopper = pp_wanted(x, p);
+    if (hopper) {
+        const int rc = paged_enqueue_as(c, x, ln, sl, p, hopper);
+        if (rc != PP_REFUSED)
+            return rc;
+    }
+    return paged_enqueue_as(c, x, ln, sl, p, 0);
 }
 
 static const struct cuda_op_type paged_op = {paged_enqueue, paged_complete};

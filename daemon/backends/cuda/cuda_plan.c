@@ -1,4 +1,5 @@
-/* Split-KV planning for the paged kernels: tiling, keys per block, work and combine items. */
+/* Planning for the paged kernels: split-KV tiling, keys per block, work and combine items, and
+ * the Hopper paged prefill's work items. */
 #include "cuda_plan.h"
 
 struct paged_tiling paged_tiling(const struct paged_args *p)
@@ -64,4 +65,52 @@ void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_
         }
     }
     *nwork = nw, *ncomb = nc, *nparts = np;
+}
+
+int64_t pp_items(const struct paged_args *p)
+{
+    if (p->op != PAGED_ATTEND || (p->dtype != GLLM_DTYPE_F16 && p->dtype != GLLM_DTYPE_BF16) ||
+        (p->D != 64 && p->D != 128) || p->page_size < GLLM_CUDA_PP_MIN_PAGE ||
+        p->page_size > GLLM_CUDA_HP_KEYS || GLLM_CUDA_HP_KEYS % p->page_size != 0 ||
+        p->B < 1 || p->nq < (int64_t)PP_MIN_Q_PER_SEQ * p->B || p->nq > INT32_MAX ||
+        p->num_pages < 1 || p->num_pages > INT32_MAX || p->Hq > INT32_MAX)
+        return 0;
+    const int64_t rows = GLLM_CUDA_HP_ROWS(p->D);
+    int64_t n = 0, used = 0, computed = 0;     /* scores: needed, and computed in whole tiles */
+    for (int64_t b = 0; b < p->B; b++) {
+        const int64_t qn = p->q_indptr[b + 1] - p->q_indptr[b], kv = p->kv_len[b];
+        if (qn < 0 || qn > kv)
+            return 0;
+        for (int64_t first = 0; first < qn; first += rows, n++) {
+            const int64_t nq = qn - first < rows ? qn - first : rows, pos0 = kv - qn + first;
+            used += nq * (pos0 + 1) + nq * (nq - 1) / 2;
+            computed += (pos0 + nq + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS *
+                        GLLM_CUDA_HP_KEYS * rows;
+        }
+    }
+    return n <= PP_MAX_ITEMS && used * 100 >= computed * PP_MIN_USED_PCT ? n : 0;
+}
+
+void pp_plan(const struct paged_args *p, gllm_cuda_pp_work *work)
+{
+    const int32_t rows = GLLM_CUDA_HP_ROWS(p->D);
+    int64_t n = 0;
+    for (int32_t k = 0, more = 1; more; k++) {
+        more = 0;
+        for (int64_t b = 0; b < p->B; b++) {
+            const int32_t q0 = p->q_indptr[b], qn = p->q_indptr[b + 1] - q0;
+            const int32_t tiles = (qn + rows - 1) / rows;
+            if (k >= tiles)
+                continue;
+            more |= k + 1 < tiles;
+            const int32_t m = tiles - 1 - k, first = m * rows;
+            work[n++] = (gllm_cuda_pp_work){
+                .q0 = q0 + first,
+                .nq = qn - first < rows ? qn - first : rows,
+                .pos0 = p->kv_len[b] - qn + first,
+                .kv_len = p->kv_len[b],
+                .page0 = p->kv_indptr[b],
+            };
+        }
+    }
 }

@@ -34,4 +34,29 @@ void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_
                 gllm_cuda_paged_work *work, gllm_cuda_paged_combine *comb, int64_t *nwork,
                 int64_t *ncomb, int64_t *nparts);
 
+/* ---- Hopper paged prefill (gllm_paged_prefill_hopper_*, attention_params.h) ----
+ * Worth it when the query tokens fill its 128- or 192-row tiles: on average at least this
+ * many per sequence (a decode-like job, one or a few tokens per sequence, stays on the paged
+ * kernel, whose 16-row blocks split the keys instead). */
+#define PP_MIN_Q_PER_SEQ 64
+/* ... and when at least this share (percent) of the scores its whole tiles compute are ones a
+ * query needs: a batch that mixes a long prefill with many decode steps at long contexts would
+ * give each decode step a 128-row tile streaming every key of its sequence (1 row in 128 used),
+ * and stays on the paged kernel. A causal prompt from an empty prefix uses about 90%. */
+#define PP_MIN_USED_PCT 50
+/* The most work items (grid.y of the launch). */
+#define PP_MAX_ITEMS 65535
+
+/* The Hopper paged prefill's work items for an attention job whose shape it takes (dtype
+ * f16/bf16, D 64 or 128, page_size a power of two from GLLM_CUDA_PP_MIN_PAGE to
+ * GLLM_CUDA_HP_KEYS, at least PP_MIN_Q_PER_SEQ query tokens per sequence on average and
+ * PP_MIN_USED_PCT of the computed scores used, every sequence's queries within its keys, at
+ * most PP_MAX_ITEMS items): their count, else 0. The
+ * device's part (the sm_90a image, tensor maps) is cuda_paged.c's. */
+int64_t pp_items(const struct paged_args *p);
+/* Writes pp_items(p) items, each up to GLLM_CUDA_HP_ROWS(p->D) query tokens of one sequence:
+ * round k takes every sequence's k-th m-tile from its last (the causal limit makes the last
+ * the heaviest), so the items run heaviest first. */
+void pp_plan(const struct paged_args *p, gllm_cuda_pp_work *work);
+
 #endif

@@ -1,4 +1,4 @@
-/* TMA tensor maps for the Hopper prefill kernels' producer (gllm_cuda_hp_params). */
+/* TMA tensor maps for the Hopper prefill kernels' producers (gllm_cuda_hp_params, gllm_cuda_pp_params). */
 #ifndef GLLMD_CUDA_TMA_H
 #define GLLMD_CUDA_TMA_H
 
@@ -38,6 +38,14 @@ struct cuda_tma_cache {
  * K and V GLLM_CUDA_HP_KEYS), from cache where it holds the same tensor (cache may be NULL);
  * 0, or the first failure as cuda_tma_map's. */
 int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
+                       struct cuda_tma_cache *cache);
+
+/* pp's q_map, k_map and v_map (attention_params.h, gllm_cuda_pp_params) for q [nq, Hq, D] at q
+ * and the pools [num_pages, page_size, Hkv, D] at k and v: Q boxes GLLM_CUDA_HP_ROWS(D) tokens,
+ * K and V boxes one page (page_size rows); cached as cuda_tma_hp_params's. */
+int cuda_tma_pp_params(const struct cuda_driver *d, gllm_cuda_pp_params *pp, bool bf16,
+                       const void *q, int64_t nq, int64_t Hq, const void *k, const void *v,
+                       int64_t num_pages, int64_t page_size, int64_t Hkv, int64_t D,
                        struct cuda_tma_cache *cache);
 
 #endif

@@ -1,0 +1,410 @@
+// Building blocks of gllmd's Hopper (sm_90a, wgmma) kernels, shared by the dense prefill
+// (attention_fwd_hopper.cu) and the paged prefill (paged_prefill_hopper.cu): the block shape
+// and register plan (Hp), the 128-byte swizzled tile layout, wgmma descriptors and wrappers,
+// mbarrier, TMA and named-barrier helpers, and the consumers' per-tile steps (Q K^T, P V,
+// masks, online softmax). Moved here unchanged from attention_fwd_hopper.cu; the rationale for
+// each lives in that file's header comment.
+#ifndef GLLM_HOPPER_COMMON_CUH
+#define GLLM_HOPPER_COMMON_CUH
+
+#include "attention_params.h"
+#include "mma_common.cuh"
+
+namespace {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GLLM_HAVE_WGMMA 1
+#endif
+
+constexpr int HP_KEYS = GLLM_CUDA_HP_KEYS;       // keys per tile
+constexpr int HP_STAGES = GLLM_CUDA_HP_STAGES;
+static_assert(HP_KEYS == 128, "tile shapes below");
+
+// Per head dimension: query rows per block (64 per consumer warpgroup), threads, and the
+// bytes of a K or V tile.
+template <int D> struct Hp {
+    static constexpr int ROWS = GLLM_CUDA_HP_ROWS(D);
+    static constexpr int CONSUMERS = ROWS / 64;
+    static constexpr int THREADS = GLLM_CUDA_HP_THREADS(D);
+    static constexpr uint32_t KV_TILE = HP_KEYS * D * 2;
+    static_assert(THREADS == 128 * (CONSUMERS + 1) && (D == 64 || D == 128), "shapes");
+    // Registers per thread (setmaxnreg): every thread starts with START (the 64 Ki register
+    // file over the block, as __launch_bounds__(THREADS, 1) lets ptxas use, in steps of 8);
+    // the producer drops to PRODUCER and the consumers share what it frees. D = 128:
+    // 168 -> 32 / 232; D = 64: 128 -> 32 / 160.
+    static constexpr int START = 65536 / THREADS / 8 * 8;
+    static constexpr int PRODUCER = 32;
+    static constexpr int CONSUMER_RAW =
+        (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
+    static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
+    // Consumers issue tile j's Q K^T before tile j - 1's P V (see the header comment);
+    // false: one tile at a time, v13's order, kept to measure the one against the other.
+    static constexpr bool PIPELINE = true;
+    // Two consumers take turns at issuing their GEMMs on named barriers (v17, see the
+    // header comment); false: v16, the consumers drift freely.
+    static constexpr bool PINGPONG = CONSUMERS == 2;
+    static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
+                      128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
+                  "setmaxnreg budget");
+};
+
+template <typename T> struct Tag {};
+
+#ifdef GLLM_HAVE_WGMMA
+// A [ROWS][D] tile as wgmma's 128-byte swizzle wants it: column blocks of 64 elements
+// (ROWS * 128 bytes each), rows of 128 bytes, the 16-byte unit u of row r stored at
+// u ^ (r % 8); 8-row groups (1024 bytes) are the swizzle's atoms.
+template <int ROWS>
+__device__ __forceinline__ uint32_t hp_offset(int row, int col)
+{
+    return (uint32_t)((col >> 6) * ROWS * 128 + row * 128 + ((((col & 63) >> 3) ^ (row & 7)) << 4) +
+                      (col & 7) * 2);
+}
+
+// Shared-memory matrix descriptors (PTX ISA, "matrix descriptor"): start address, leading
+// and stride byte offsets (all >> 4), 128-byte swizzle (mode 1 in bits 62-63).
+// K-major (K tile as B of Q K^T: its rows are the N dimension, the head dim is K and
+// contiguous): 8-row groups 1024 bytes apart; the leading offset is unused.
+__device__ __forceinline__ uint64_t desc_k_major(uint32_t saddr)
+{
+    return (uint64_t)((saddr >> 4) & 0x3FFF) | (1ull << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           (1ull << 62);
+}
+// MN-major (V tile as B of P V: keys are the K dimension, the head dim is N and
+// contiguous): column blocks of 64 (the N atoms) 16 KiB apart (unused at D = 64), 8-key
+// groups 1024 apart.
+__device__ __forceinline__ uint64_t desc_mn_major(uint32_t saddr)
+{
+    return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(16384 >> 4) << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// The descriptor of the tile `bytes` past the one d describes. The start field is a shared
+// address >> 4, and shared addresses lie below 2^18, so the sum never carries out of its 14
+// bits: one add, where desc_*_major(addr + bytes) per k-step was about ten instructions
+// (shift, masks, moves to uniform registers) before each wgmma (v18c).
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) { return d + (bytes >> 4); }
+
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Wait until at most N committed groups of this warpgroup are still in flight.
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// wgmma reads and writes its accumulators after the instruction has issued, which the
+// compiler cannot see: pinning every register with an empty asm after the wait (and
+// before the issue) keeps ordinary code on them in order with the wgmma.
+template <int N>
+__device__ __forceinline__ void pin(float (&r)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; i++)
+        asm volatile("" : "+f"(r[i])::"memory");
+}
+// The same for P, wgmma's A operand from registers: it is read after the instruction has
+// issued too, so P stays untouched until the wait that follows its wgmma.
+__device__ __forceinline__ void pin(uint32_t (&r)[8][4])
+{
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            asm volatile("" : "+r"(r[i][k])::"memory");
+}
+// Give registers back to the block's pool (producer) or take them from it (consumers; waits
+// until the pool has them). Every warp of the warpgroup executes the same one.
+template <int N> __device__ __forceinline__ void regs_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void regs_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+// cp.async writes through the generic proxy, wgmma reads through the async one.
+__device__ __forceinline__ void fence_proxy_async()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Named barriers of the ping-pong schedule (ids PP_BAR + consumer warpgroup; 0 is
+// __syncthreads'): a warpgroup waits on its own with bar.sync, its partner arrives on it with
+// bar.arrive, 128 threads each, so a phase completes at 256.
+constexpr int PP_BAR = 1;
+constexpr int PP_THREADS = 256;
+// The ids are immediates: with an id in a register ptxas reserves all 16 barriers.
+template <int ID> __device__ __forceinline__ void named_sync()
+{
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(PP_THREADS) : "memory");
+}
+template <int ID> __device__ __forceinline__ void named_arrive()
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(PP_THREADS) : "memory");
+}
+
+// mbarriers (shared memory): init by one thread; arrive; wait for a phase by its parity.
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar)
+                 : "memory");
+}
+// The elected producer thread's arrival that also announces the bytes TMA will complete on
+// the barrier for this phase (the phase ends when both the arrival and the bytes are in).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n"
+                 ::"r"(bar), "r"(bytes) : "memory");
+}
+// Bytes TMA will complete on the barrier in its current phase, without an arrival: a producer
+// that learns its copies one at a time announces each before issuing it and arrives once at
+// the end, so the phase cannot complete between two of them.
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+// One TMA box of a 4-D tensor map (coordinates innermost first: column, row, head, batch) into
+// shared memory at dst, its bytes counted on bar. Rows outside the tensor arrive as zeros and
+// count all the same. map: the generic address of a __grid_constant__ parameter.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *map, uint32_t bar, int c0,
+                                            int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+                 ::"r"(dst), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2),
+                   "r"(c3), "r"(bar)
+                 : "memory");
+}
+// The same box fetched into L2 only (no barrier, no shared memory): a hint that the copy
+// which follows later will find it there.
+__device__ __forceinline__ void tma_prefetch_4d(const void *map, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
+{
+    uint32_t done;
+    do
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    while (!done);
+}
+
+// D (64 x 128, fp32, the accumulator layout of mma.sync's m16n8 tiles, warp w holding rows
+// 16w..16w+15) = A (64 x 16, registers, mma.sync's A fragment layout) * B (16 x 128, shared
+// memory, desc_b) + (scale_d ? D : 0). TRANS_B: B is MN-major.
+// The 64 accumulator operands of an m64n128 wgmma, as asm text and as constraints.
+#define WG_ACC64_TEXT                                                                              \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                       \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "             \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "             \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_ACC64_OPS(d)                                                                            \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),        \
+    "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),     \
+    "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),     \
+    "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),     \
+    "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),     \
+    "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),     \
+    "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),     \
+    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),     \
+    "+f"(d[63])
+
+#define WGMMA_RS_M64N128K16(T, PTX)                                                            \
+    template <int TRANS_B>                                                                     \
+    __device__ __forceinline__ void wgmma_rs(Tag<T>, float (&d)[64],                   \
+                                                     const uint32_t (&a)[4], uint64_t desc_b,  \
+                                                     int scale_d)                              \
+    {                                                                                          \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %68, 0;\n"                              \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " {"           \
+                     WG_ACC64_TEXT "}, {%64, %65, %66, %67}, %69, p, 1, 1, %70;\n}\n"          \
+                     : WG_ACC64_OPS(d)                                                         \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(desc_b),  \
+                       "n"(TRANS_B));                                                          \
+    }
+WGMMA_RS_M64N128K16(__half, "f16")
+WGMMA_RS_M64N128K16(__nv_bfloat16, "bf16")
+
+// The same with N = 64 (P V at D = 64): 32 accumulators; wgmma_rs picks N by d's size.
+#define WG_ACC32_TEXT                                                                              \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                       \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_ACC32_OPS(d)                                                                            \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),            \
+    "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),        \
+    "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),     \
+    "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),     \
+    "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define WGMMA_RS_M64N64K16(T, PTX)                                                             \
+    template <int TRANS_B>                                                                     \
+    __device__ __forceinline__ void wgmma_rs(Tag<T>, float (&d)[32],                   \
+                                                     const uint32_t (&a)[4], uint64_t desc_b,  \
+                                                     int scale_d)                              \
+    {                                                                                          \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"                              \
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " {"            \
+                     WG_ACC32_TEXT "}, {%32, %33, %34, %35}, %37, p, 1, 1, %38;\n}\n"         \
+                     : WG_ACC32_OPS(d)                                                         \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(scale_d), "l"(desc_b),  \
+                       "n"(TRANS_B));                                                          \
+    }
+WGMMA_RS_M64N64K16(__half, "f16")
+WGMMA_RS_M64N64K16(__nv_bfloat16, "bf16")
+
+// D = A (64 x 16, shared memory, K-major, desc_a) * B (as above, K-major) + (scale_d ? D : 0).
+#define WGMMA_SS_M64N128K16(T, PTX)                                                            \
+    __device__ __forceinline__ void wgmma_ss_m64n128k16(Tag<T>, float (&d)[64], uint64_t desc_a,  \
+                                                        uint64_t desc_b, int scale_d)          \
+    {                                                                                          \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                              \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." PTX "." PTX " {"           \
+                     WG_ACC64_TEXT "}, %64, %65, p, 1, 1, 0, 0;\n}\n"                          \
+                     : WG_ACC64_OPS(d)                                                         \
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                \
+    }
+WGMMA_SS_M64N128K16(__half, "f16")
+WGMMA_SS_M64N128K16(__nv_bfloat16, "bf16")
+
+// The largest (MAX) or smallest score of each of a thread's two rows, across the 4 lanes
+// that share them; a uniform branch picks the direction, not a select per score.
+template <bool MAX>
+__device__ __forceinline__ void row_extreme(const float (&s)[64], float (&out)[2])
+{
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float x = s[2 * hr];
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+            x = MAX ? fmaxf(x, fmaxf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]))
+                    : fminf(x, fminf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]));
+        const float y = __shfl_xor_sync(0xffffffff, x, 1);
+        x = MAX ? fmaxf(x, y) : fminf(x, y);
+        const float z = __shfl_xor_sync(0xffffffff, x, 2);
+        out[hr] = MAX ? fmaxf(x, z) : fminf(x, z);
+    }
+}
+
+// S = Q K^T for one warpgroup's 64 rows against one K tile, issued and committed as one
+// wgmma group; the caller waits. s's old contents are not read (scale_d = 0 at kk = 0).
+// dq, dk: the descriptors of the warpgroup's Q rows and of the K tile; each k-step's are
+// those plus a constant (see desc_add).
+template <typename T, int D>
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint64_t dq, uint64_t dk)
+{
+    pin(s);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const uint32_t kcol = (uint32_t)(kk & 3) * 32;   // 16 elements within a 64-column block
+        wgmma_ss_m64n128k16(Tag<T>(), s, desc_add(dq, (uint32_t)(kk >> 2) * Hp<D>::ROWS * 128 + kcol),
+                            desc_add(dk, (uint32_t)(kk >> 2) * HP_KEYS * 128 + kcol), kk > 0);
+    }
+    wg_commit();
+}
+
+// O += P V for one V tile (keys are wgmma's K, 16 per step), issued and committed as one
+// group; the caller waits. dv: the V tile's MN-major descriptor.
+template <typename T, int D>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pf)[8][4], uint64_t dv)
+{
+    pin(o);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+        wgmma_rs<1>(Tag<T>(), o, pf[kk], desc_add(dv, (uint32_t)kk * 2048), 1);
+    wg_commit();
+}
+
+// Mask the tail tile (keys >= Skv) and, causal, the tiles crossing this warpgroup's
+// diagonal (row sees keys <= row + shift). row0: this thread's first row.
+template <bool CAUSAL>
+__device__ __forceinline__ void mask_tile(float (&s)[64], int n0, int Skv, int r_wg, int row0,
+                                          int shift, int t, float masked)
+{
+    if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > r_wg + shift)) {
+#pragma unroll
+        for (int i = 0; i < 64; i++) {
+            const int key = n0 + (i / 4) * 8 + 2 * t + (i & 1);
+            if (key >= Skv || (CAUSAL && key > row0 + 8 * ((i >> 1) & 1) + shift))
+                s[i] = masked;
+        }
+    }
+}
+
+// Online softmax of one score tile, base 2, with attention_fwd.cu's lazy rescale: the
+// reference max moves only when a row's maximum passes it by more than 8 (log2 units).
+// Leaves exp2(s * qk_scale - max) in s and adds it to row_sum. Returns whether O must be
+// multiplied by scale_o (warp-uniform); row_sum is rescaled here already.
+__device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2],
+                                             float (&row_sum)[2], float (&scale_o)[2],
+                                             float qk_scale, bool pos_scale)
+{
+    float tile_max[2];
+    if (pos_scale)
+        row_extreme<true>(s, tile_max);
+    else
+        row_extreme<false>(s, tile_max);
+    tile_max[0] *= qk_scale;
+    tile_max[1] *= qk_scale;
+    const bool grow = tile_max[0] > row_max[0] + 8.f || tile_max[1] > row_max[1] + 8.f;
+    const bool rescale = __any_sync(0xffffffff, grow);
+    if (rescale) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const float mx = fmaxf(row_max[hr], tile_max[hr]);
+            scale_o[hr] = mx == -INFINITY ? 1.f : fast_exp2(row_max[hr] - mx);
+            row_max[hr] = mx;
+            row_sum[hr] *= scale_o[hr];
+        }
+    }
+    const float ref[2] = {row_max[0] == -INFINITY ? 0.f : row_max[0],
+                          row_max[1] == -INFINITY ? 0.f : row_max[1]};
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        s[4 * n] = fast_exp2(fmaf(s[4 * n], qk_scale, -ref[0]));
+        s[4 * n + 1] = fast_exp2(fmaf(s[4 * n + 1], qk_scale, -ref[0]));
+        s[4 * n + 2] = fast_exp2(fmaf(s[4 * n + 2], qk_scale, -ref[1]));
+        s[4 * n + 3] = fast_exp2(fmaf(s[4 * n + 3], qk_scale, -ref[1]));
+        row_sum[0] += s[4 * n] + s[4 * n + 1];
+        row_sum[1] += s[4 * n + 2] + s[4 * n + 3];
+    }
+    return rescale;
+}
+
+// O's columns of each of a thread's two rows times that row's scale.
+template <int D>
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&scale_o)[2])
+{
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        o[4 * n] *= scale_o[0], o[4 * n + 1] *= scale_o[0];
+        o[4 * n + 2] *= scale_o[1], o[4 * n + 3] *= scale_o[1];
+    }
+}
+
+// P (the exponentials in s) as wgmma's A fragments: the accumulator layout of an m64n128
+// tile is, 16 keys at a time, the A layout of an m64k16 one.
+template <typename T>
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4])
+{
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        pf[n / 2][(n & 1) * 2] = Elem<T>::pack(s[4 * n], s[4 * n + 1]);
+        pf[n / 2][(n & 1) * 2 + 1] = Elem<T>::pack(s[4 * n + 2], s[4 * n + 3]);
+    }
+}
+
+#endif // GLLM_HAVE_WGMMA
+
+} // namespace
+
+#endif

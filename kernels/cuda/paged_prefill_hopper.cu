@@ -1,0 +1,327 @@
+// Hopper chunked prefill over the paged KV cache: D = 64 and 128, causal over the cache, wgmma
+// with a TMA producer (sm_90a only).
+//
+// The paged kernel (paged_attention.cu) is built for decode: 16 (token, head) rows per block,
+// mma.sync, split-KV. A prefill chunk of thousands of tokens per sequence runs it far below
+// the tensor cores' rate (an H100 serving loop's B64 x 2048-token prefill spent about 10x the
+// dense Hopper kernel's time in attention). Here the dense Hopper kernel's consumers
+// (attention_fwd_hopper.cu, its header comment says why each piece is as it is) run over the
+// cache: what differs is only where the producer finds a key tile and which keys a row sees.
+//
+// Work: a block per (head, work item), an item being up to Hp::ROWS query tokens of one
+// sequence (128 at D = 128, 192 at D = 64: the dense kernel's m-tile). The host plans the
+// items (cuda_paged.c) into the job's scratch, as the paged kernel's work list, heaviest first
+// (each sequence's last m-tile, which reads the most keys under the causal limit, before its
+// earlier ones, interleaved across sequences), heads fastest in the grid so that the blocks in
+// flight share K/V in L2. Not persistent: a first version; the dense kernel's v20 measured
+// +4-18% from persistence on short sequences, the same could follow here.
+//
+// Producer: one thread issues every copy, as the dense TMA producer. A key tile of 128 keys is
+// 128 / page_size pages; each page is one TMA box of page_size rows by 64 columns per 64-column
+// block, from a map over the pool viewed as 4-D (D, page_size, Hkv, num_pages), at the page's
+// number read from kv_indices. The box lands at its row offset within the stage (page i of the
+// tile at row i * page_size, a multiple of 16 rows, so of the swizzle's 8-row atom), so the
+// stage is laid out exactly as the dense kernel's (hp_offset) and the consumer steps are shared
+// as they are. The thread reads a tile's page numbers (up to 8) together, right after issuing
+// the previous tile's boxes, so their latency passes under its wait for a free stage rather
+// than as a chain of dependent loads before every tile. A page number outside the pool sets *bad_page and loads nothing; the bytes
+// announced on the stage's barrier (mbarrier.expect_tx before each page's boxes, one arrival
+// after the last) count only the boxes issued, so a bad page never leaves a barrier short.
+// Q: a box of ROWS tokens from a map over q [N, Hq, D] as (D, N, Hq, 1), at the item's first
+// token; rows past the item's tokens belong to the next sequence (or read as zeros past N):
+// computed harmlessly, never stored.
+//
+// Keys past the sequence's end: a tile's pages past the sequence's last one are not loaded,
+// and the last page's rows past kv_len hold whatever the pool holds there, which may be NaN.
+// Their scores are masked (-inf, P = 0), but 0 * NaN in P V is NaN, so in the one tile that has
+// such rows (the item's last, when kv_len is not a multiple of 128) the producer warp zeroes V
+// from the sequence's end down: that tile's boxes complete on a barrier of their own, the warp
+// waits for it, zeroes, fences for the async proxy and arrives on the stage's full barrier.
+// K needs no zeros: masking overwrites the scores.
+//
+// Masks: token i of the item (i local, from 0) sees keys <= pos0 + i and < kv_len; that is the
+// dense kernel's causal mask with shift = pos0 and rows counted from the item's first token,
+// so mask_tile is used as it is. Every item has at least one key (pos0 + 1 >= 1).
+//
+// Eligibility (cuda_paged.c): the sm_90a image and cuTensorMapEncodeTiled, f16/bf16, D 64 or
+// 128, page_size 16..128 dividing 128, the maps encoded, on average at least PP_MIN_Q_PER_SEQ
+// (64) query tokens per sequence, and at least PP_MIN_USED_PCT (50%) of the scores its whole
+// tiles compute needed by a query (cuda_plan.c: a long prompt batched with many decode steps
+// would otherwise give each step a 128-row tile over its whole context); else the paged kernel.
+//
+// Expected, before measuring (H100): on B64 x 2048-token prompts with an empty prefix (Hq 32,
+// Hkv 8, D 128, bf16, page 16) the work is the dense causal prefill's on the same tokens, with
+// 8 TMA boxes per 64-column block of a K/V tile instead of one, and no persistence: 0.85-0.95x
+// the dense kernel (the non-persistent dense kernel, v18c, ran 468 against v20's 521 TFLOP/s
+// causal at S2048, so about 0.9x from that alone), against about 0.1x for the paged kernel
+// today. For a chunk with a cached prefix (e.g. 512 new tokens after 1536 cached) the items'
+// key tiles are all full and unmasked but the last, so it should run at about the dense
+// kernel's non-causal rate per key tile, 5-10x the paged kernel. What would say it failed:
+// below 0.7x dense at B64 x 2048 (then the per-page boxes cost more than expected: try fewer,
+// taller boxes where pages are contiguous, or a page-size-128 map), wrong results only with
+// page sizes below 128 (the box offsets within a stage), or only with kv_len not a multiple of
+// 128 (the tail zeroing).
+//
+// Registers: the same plan as the dense kernel (Hp: the producer gives all but 32 back).
+#include "hopper_common.cuh"
+
+namespace {
+
+#ifdef GLLM_HAVE_WGMMA
+template <typename T, int D>
+__device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &p)
+{
+    using S = Hp<D>;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    // full[s] / empty[s] as the dense kernel's; tail: the last key tile's boxes when its V
+    // must be zeroed past the sequence's end before the consumers see it.
+    __shared__ __align__(8) uint64_t bars[2 * HP_STAGES + 1];
+    const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
+    const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
+    const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[HP_STAGES]);
+    const uint32_t tail_bar = smem_addr(&bars[2 * HP_STAGES]);
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int h = (int)blockIdx.x;
+    const gllm_cuda_pp_work w = p.work[blockIdx.y];
+    const int n_end = min(w.kv_len, w.pos0 + w.nq);  // one past the last key any token sees
+    const int n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
+    const int tail_rows = w.kv_len - (n_tiles - 1) * HP_KEYS;   // the last tile's keys, >= 1
+    const bool tail = tail_rows < HP_KEYS;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < HP_STAGES; i++) {
+            mbar_init(full0 + 8 * i, 1);
+            mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
+        }
+        mbar_init(tail_bar, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        fence_proxy_async();
+    }
+    __syncthreads();
+
+    if (warp >= S::CONSUMERS * 4) {
+        regs_dec<S::PRODUCER>();
+        if (warp != S::CONSUMERS * 4)
+            return;
+        constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column blocks per tile
+        constexpr uint32_t Q_TILE = S::ROWS * D * 2;
+        constexpr int MAX_PAGES = HP_KEYS / GLLM_CUDA_PP_MIN_PAGE;   // pages per key tile, at most
+        const int ps = p.page_size, per_tile = HP_KEYS / ps;
+        const uint32_t page_bytes = (uint32_t)ps * 128;        // one box: ps rows of 128 bytes
+        const int seq_pages = (w.kv_len + ps - 1) / ps;
+        const int hk = h / p.group;
+        if (lane == 0) {
+            // The page numbers of the next tile are fetched as soon as the current tile's
+            // boxes are out, so that their latency passes while this thread waits for a free
+            // stage, not in a chain of dependent loads before each tile's copies.
+            uint32_t pg[MAX_PAGES];
+            auto fetch = [&](int j) {
+                const int pg0 = j * per_tile, npg = min(per_tile, seq_pages - pg0);
+#pragma unroll
+                for (int i = 0; i < MAX_PAGES; i++)
+                    pg[i] = i < npg ? (uint32_t)p.kv_indices[w.page0 + pg0 + i] : 0u;
+            };
+            fetch(0);
+            for (int j = 0; j < n_tiles; j++) {
+                const uint32_t st = (uint32_t)j % HP_STAGES;
+                if (j >= HP_STAGES)
+                    mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
+                const uint32_t sk = s_kv + st * 2 * S::KV_TILE;
+                const uint32_t bar = tail && j == n_tiles - 1 ? tail_bar : full0 + 8 * st;
+                const int npg = min(per_tile, seq_pages - j * per_tile);
+#pragma unroll
+                for (int i = 0; i < MAX_PAGES; i++) {
+                    if (i >= npg)
+                        break;
+                    if (pg[i] >= p.num_pages) {
+                        *p.bad_page = 1;
+                        continue;
+                    }
+                    mbar_expect_tx(bar, 2 * BLOCKS * page_bytes);
+                    const uint32_t dst = sk + (uint32_t)i * page_bytes;
+#pragma unroll
+                    for (int c = 0; c < BLOCKS; c++) {
+                        const int col = c * GLLM_CUDA_HP_BOX_COLS;
+                        tma_load_4d(dst + (uint32_t)c * HP_KEYS * 128, &p.k_map, bar, col, 0, hk,
+                                    (int)pg[i]);
+                        tma_load_4d(dst + S::KV_TILE + (uint32_t)c * HP_KEYS * 128, &p.v_map, bar,
+                                    col, 0, hk, (int)pg[i]);
+                    }
+                }
+                if (j == 0) {
+                    mbar_expect_tx(bar, Q_TILE);
+#pragma unroll
+                    for (int c = 0; c < BLOCKS; c++)
+                        tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &p.q_map, bar,
+                                    c * GLLM_CUDA_HP_BOX_COLS, w.q0, h, 0);
+                }
+                mbar_arrive(bar);
+                if (j + 1 < n_tiles)
+                    fetch(j + 1);
+            }
+        }
+        __syncwarp();
+        if (tail) {
+            // The last tile's V rows [tail_rows, 128) as zeros, once its boxes are in (they
+            // would otherwise land over the zeros).
+            const uint32_t st = (uint32_t)(n_tiles - 1) % HP_STAGES;
+            const uint32_t sv = s_kv + st * 2 * S::KV_TILE + S::KV_TILE;
+            mbar_wait(tail_bar, 0);
+            const int units = (HP_KEYS - tail_rows) * 8;           // 16-byte units per block
+            for (int k = lane; k < BLOCKS * units; k += 32) {
+                const int c = k / units, u = k - c * units;
+                const uint32_t a = sv + (uint32_t)c * HP_KEYS * 128 +
+                                   (uint32_t)(tail_rows * 128 + u * 16);
+                asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a), "r"(0)
+                             : "memory");
+            }
+            fence_proxy_async();                       // the zeros, for wgmma's proxy
+            __syncwarp();
+            if (lane == 0)
+                mbar_arrive(full0 + 8 * st);
+        }
+        return;
+    }
+
+    // Consumers: warpgroup wg takes the item's tokens [64 wg, 64 wg + 64).
+    regs_inc<S::CONSUMER>();
+    const int wg = __shfl_sync(0xffffffff, warp / 4, 0), wrow = (warp % 4) * 16;
+    const int g = lane >> 2, t = lane & 3;
+    const float qk_scale = p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;   // as attention_fwd.cu
+    const bool pos_scale = qk_scale > 0.f;
+    const float masked = pos_scale ? -INFINITY : INFINITY;
+    const uint64_t dq = desc_k_major(s_q + (uint32_t)wg * 64 * 128);
+    const uint64_t dk0 = desc_k_major(s_kv), dv0 = desc_mn_major(s_kv + S::KV_TILE);
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++)
+        o[i] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    const int r_wg = wg * 64, shift = w.pos0, Skv = w.kv_len;
+    // The key tiles this warpgroup computes (none for tokens past the item's), the rest of
+    // n_tiles it only waits for and releases, as in the dense kernel.
+    const int n_mine = r_wg >= w.nq ? 0 : min(n_tiles, (r_wg + 63 + shift) / HP_KEYS + 1);
+    const int row0 = r_wg + wrow + g;
+    float scale_o[2] = {1.f, 1.f};
+    auto stage = [&](int j) { return (uint32_t)j % HP_STAGES; };
+    auto full_wait = [&](int j) { mbar_wait(full0 + 8 * stage(j), (j / HP_STAGES) & 1); };
+    auto k_desc = [&](int j) { return desc_add(dk0, stage(j) * 2 * S::KV_TILE); };
+    auto v_desc = [&](int j) { return desc_add(dv0, stage(j) * 2 * S::KV_TILE); };
+    // Ping-pong turns as the dense kernel's (its comment on them), within the block's one item:
+    // each warpgroup takes n_tiles + 1 turns; wg 1 skips the arrival after its last.
+    int turn = 0;
+    auto turn_begin = [&]() {
+        if constexpr (S::PINGPONG) {
+            if (wg == 1)
+                named_sync<PP_BAR + 1>();
+            else if (turn > 0)
+                named_sync<PP_BAR>();
+        }
+    };
+    auto turn_end = [&]() {
+        if constexpr (S::PINGPONG) {
+            if (wg == 0)
+                named_arrive<PP_BAR + 1>();
+            else if (turn < n_tiles)
+                named_arrive<PP_BAR>();
+        }
+        turn++;
+    };
+
+    // The dense kernel's pipelined loop: tile j's Q K^T before tile j - 1's P V.
+    {
+        float s[64];
+        uint32_t pf[8][4];
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            s[i] = 0.f;
+        bool pending = false;
+        if (n_mine > 0) {
+            full_wait(0);
+            turn_begin();
+            issue_qk<T, D>(s, dq, k_desc(0));
+            turn_end();
+            wg_wait<0>();
+            pin(s);
+            mask_tile<true>(s, 0, Skv, r_wg, row0, shift, t, masked);
+            softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);
+            pack_p<T>(s, pf);
+        }
+        for (int j = 1; j < n_mine; j++) {
+            full_wait(j);
+            turn_begin();
+            issue_qk<T, D>(s, dq, k_desc(j));
+            if (pending)
+                rescale_o<D>(o, scale_o);
+            issue_pv<T, D>(o, pf, v_desc(j - 1));
+            turn_end();
+            wg_wait<1>();
+            pin(s);
+            mask_tile<true>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
+            pending = softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);
+            wg_wait<0>();
+            pin(o);
+            pin(pf);
+            mbar_arrive(empty0 + 8 * stage(j - 1));
+            pack_p<T>(s, pf);
+        }
+        if (n_mine > 0) {
+            turn_begin();
+            if (pending)
+                rescale_o<D>(o, scale_o);
+            issue_pv<T, D>(o, pf, v_desc(n_mine - 1));
+            turn_end();
+            wg_wait<0>();
+            pin(o);
+            pin(pf);
+            mbar_arrive(empty0 + 8 * stage(n_mine - 1));
+        }
+    }
+    if (n_mine == 0) {
+        turn_begin();
+        turn_end();
+    }
+    for (int j = n_mine; j < n_tiles; j++) {
+        full_wait(j);
+        mbar_arrive(empty0 + 8 * stage(j));
+        turn_begin();
+        turn_end();
+    }
+
+    T *O = reinterpret_cast<T *>(p.out) + (int64_t)h * D;
+    const int64_t o_row = (int64_t)p.Hq * D;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float sum = row_sum[hr];
+        sum += __shfl_xor_sync(0xffffffff, sum, 1);
+        sum += __shfl_xor_sync(0xffffffff, sum, 2);
+        const int row = row0 + 8 * hr;
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        if (row < w.nq) {
+            T *orow = O + (int64_t)(w.q0 + row) * o_row;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                *reinterpret_cast<uint32_t *>(orow + n * 8 + 2 * t) =
+                    Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
+        }
+    }
+}
+#endif // GLLM_HAVE_WGMMA
+
+} // namespace
+
+#ifdef GLLM_HAVE_WGMMA
+#define PP_BODY(T, D) paged_prefill_hopper<T, D>(p)
+#else
+#define PP_BODY(T, D) __trap()  // never launched off sm_90a
+#endif
+#define PP_ENTRY(T, tname, D)                                                                  \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
+        gllm_paged_prefill_hopper_##tname##_d##D(const __grid_constant__ gllm_cuda_pp_params p) \
+    {                                                                                          \
+        PP_BODY(T, D);                                                                         \
+    }
+PP_ENTRY(__half, f16, 128)
+PP_ENTRY(__nv_bfloat16, bf16, 128)
+PP_ENTRY(__half, f16, 64)
+PP_ENTRY(__nv_bfloat16, bf16, 64)
