@@ -119,9 +119,18 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, devi
     pg = Paged(client, P, ps, Hkv, D, dtype, 4 * N * Hq * D * 2 + 16 * (P + 4 * B), device)
     kpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
     vpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
+    indptr, indices, last = make_tables(lens, ps, P, g)
+    # Slots no sequence owns hold NaN (past each sequence's last token, and the spare pages):
+    # a kernel that lets one into a score or a P V poisons the output.
+    owned = torch.zeros(P, ps, dtype=torch.bool)
+    for b in range(B):
+        pages = indices[indptr[b]:indptr[b + 1]]
+        for i, pgn in enumerate(pages):
+            owned[pgn, :(last[b] if i == len(pages) - 1 else ps)] = True
+    kpool[~owned] = float("nan")
+    vpool[~owned] = float("nan")
     pg.upload_pool(pg.kc, kpool)
     pg.upload_pool(pg.vc, vpool)
-    indptr, indices, last = make_tables(lens, ps, P, g)
     q = torch.randn(N, Hq, D, generator=g).to(TORCH[dtype])
     qb = bits(q)
     oq, oo = pg.take(qb.nbytes), pg.take(qb.nbytes)
