@@ -156,6 +156,13 @@
 // persistence, grid = tiles) D = 64 lost the same at long S, so it is the v20 code at D = 64,
 // not the schedule; its inner loop has the same instruction mix as v18c's (649 SASS
 // instructions, 12 wgmma). Cause not found (docs/performance.md).
+// Five stages at D = 64 (v20b): an ncu profile of B1 H32 S16k D64 put v20's loss on the
+// consumers' wait for full stages inside the key loop (16x v18c's samples there) while the
+// producer waited on empty ones, so K and V landed late; D = 64 has the shared memory for more
+// stages (Q 24 KiB + 5 x 32 KiB), D = 128 does not. Expected: +2-8% at D = 64, more at long S.
+// Measured (H100, two calls, against v20 in each): +2-4% on every D = 64 sweep shape (S16k
+// 530 -> 539, causal 495 -> 511, S4096 490 -> 508, S512 344 -> 351), D = 128 unchanged. The
+// rest of v20's D = 64 loss remains.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -239,12 +246,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // warpgroup is done with it (all their threads arrive); q_empty: every consumer thread
     // has read the tile's Q for the last time (its last Q K^T has completed), so the
     // producer may load the next tile's.
-    __shared__ __align__(8) uint64_t bars[2 * HP_STAGES + 1];
+    __shared__ __align__(8) uint64_t bars[2 * S::STAGES + 1];
     // Swizzle atoms must start on 1024-byte boundaries; the launch adds that much slack.
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
-    const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[HP_STAGES]);
-    const uint32_t q_empty = smem_addr(&bars[2 * HP_STAGES]);
+    const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[S::STAGES]);
+    const uint32_t q_empty = smem_addr(&bars[2 * S::STAGES]);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int Hq = (int)p.Hq, group = (int)(p.Hq / p.Hkv);
@@ -253,7 +260,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const gllm_cuda_hp_sched sc =
         gllm_cuda_hp_schedule(Sq, S::ROWS, (int)(p.B * p.Hq), CAUSAL, (int)gridDim.x);
     if (threadIdx.x == 0) {
-        for (int i = 0; i < HP_STAGES; i++) {
+        for (int i = 0; i < S::STAGES; i++) {
             mbar_init(full0 + 8 * i, TMA ? 1 : 128);
             mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
         }
@@ -267,7 +274,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     __syncthreads();
 
     // Load g of the block (its K/V tiles counted across its work tiles) goes to stage
-    // g % HP_STAGES, in that stage's use g / HP_STAGES: the full and empty barriers' phases
+    // g % S::STAGES, in that stage's use g / S::STAGES: the full and empty barriers' phases
     // run on across tiles, and Q load n (the block's tiles with keys, counted) waits for
     // q_empty's phase n - 1. A tile with no keys loads nothing, not even Q, and nobody
     // arrives on q_empty for it.
@@ -295,9 +302,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                         tma_prefetch_4d(&hp->q_map, c * GLLM_CUDA_HP_BOX_COLS, m0, h, b);
                 }
                 for (int j = 0; j < n_tiles; j++, ld++) {
-                    const uint32_t st = ld % HP_STAGES;
-                    if (ld >= HP_STAGES)
-                        mbar_wait(empty0 + 8 * st, (ld / HP_STAGES - 1) & 1);
+                    const uint32_t st = ld % S::STAGES;
+                    if (ld >= S::STAGES)
+                        mbar_wait(empty0 + 8 * st, (ld / S::STAGES - 1) & 1);
                     const uint32_t sk = s_kv + st * 2 * S::KV_TILE, bar = full0 + 8 * st;
                     mbar_arrive_expect_tx(bar, 2 * S::KV_TILE + (j == 0 ? Q_TILE : 0));
 #pragma unroll
@@ -335,9 +342,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
                 const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
                 for (int j = 0; j < n_tiles; j++, ld++) {
-                    const uint32_t st = ld % HP_STAGES;
-                    if (ld >= HP_STAGES)
-                        mbar_wait(empty0 + 8 * st, (ld / HP_STAGES - 1) & 1);
+                    const uint32_t st = ld % S::STAGES;
+                    if (ld >= S::STAGES)
+                        mbar_wait(empty0 + 8 * st, (ld / S::STAGES - 1) & 1);
                     const uint32_t sk = s_kv + st * 2 * S::KV_TILE;
                     copy_tile<D, HP_KEYS>(sk, K, p.k_st[2], j * HP_KEYS, Skv, i);
                     copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
@@ -424,9 +431,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                                           : min(n_tiles, last_key / HP_KEYS + 1);
         const int row0 = r_wg + wrow + g;             // this thread's first row
         float scale_o[2] = {1.f, 1.f};
-        auto stage = [&](int j) { return (base + (uint32_t)j) % HP_STAGES; };
+        auto stage = [&](int j) { return (base + (uint32_t)j) % S::STAGES; };
         auto full_wait = [&](int j) {
-            mbar_wait(full0 + 8 * stage(j), ((base + (uint32_t)j) / HP_STAGES) & 1);
+            mbar_wait(full0 + 8 * stage(j), ((base + (uint32_t)j) / S::STAGES) & 1);
         };
         auto k_desc = [&](int j) { return desc_add(dk0, stage(j) * 2 * S::KV_TILE); };
         auto v_desc = [&](int j) { return desc_add(dv0, stage(j) * 2 * S::KV_TILE); };

@@ -29,16 +29,17 @@ typedef struct gllm_cuda_attn_params {
 
 /* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d{64,128}[_causal] (sm_90a image only),
  * persistent: grid (gllm_cuda_hp_grid(...), 1), block GLLM_CUDA_HP_THREADS(D), dynamic
- * shared memory GLLM_CUDA_HP_SMEM(D) (Q plus GLLM_CUDA_HP_STAGES stages of K and V, plus
+ * shared memory GLLM_CUDA_HP_SMEM(D) (Q plus GLLM_CUDA_HP_STAGES(D) stages of K and V, plus
  * 1 KiB to align them). Same layout needs as the tensor-core kernels. 64 query rows per
  * consumer warpgroup: two at D = 128, three at D = 64; one producer warpgroup. Each block
  * works through the units gllm_cuda_hp_schedule defines, blockIdx.x, + gridDim.x, ... */
 #define GLLM_CUDA_HP_ROWS(D) ((D) == 64 ? 192 : 128)
 #define GLLM_CUDA_HP_KEYS 128
 #define GLLM_CUDA_HP_THREADS(D) (2 * GLLM_CUDA_HP_ROWS(D) + 128)  /* 128 per warpgroup */
-#define GLLM_CUDA_HP_STAGES 3
+/* K/V stages: 5 at D = 64 (v20b: +2-4% against 3), 3 at D = 128 (shared memory full). */
+#define GLLM_CUDA_HP_STAGES(D) ((D) == 64 ? 5 : 3)
 #define GLLM_CUDA_HP_SMEM(D) \
-    (1024 + (GLLM_CUDA_HP_ROWS(D) + 2 * GLLM_CUDA_HP_STAGES * GLLM_CUDA_HP_KEYS) * (D) * 2)
+    (1024 + (GLLM_CUDA_HP_ROWS(D) + 2 * GLLM_CUDA_HP_STAGES(D) * GLLM_CUDA_HP_KEYS) * (D) * 2)
 
 /* The Hopper kernels' work: tiles of GLLM_CUDA_HP_ROWS(D) query rows of one head (b * Hq + h),
  * grouped into units a block takes whole. Non-causal, or causal with no more tiles than

@@ -17,12 +17,12 @@ namespace {
 #endif
 
 constexpr int HP_KEYS = GLLM_CUDA_HP_KEYS;       // keys per tile
-constexpr int HP_STAGES = GLLM_CUDA_HP_STAGES;
 static_assert(HP_KEYS == 128, "tile shapes below");
 
 // Per head dimension: query rows per block (64 per consumer warpgroup), threads, and the
 // bytes of a K or V tile.
 template <int D> struct Hp {
+    static constexpr int STAGES = GLLM_CUDA_HP_STAGES(D);
     static constexpr int ROWS = GLLM_CUDA_HP_ROWS(D);
     static constexpr int CONSUMERS = ROWS / 64;
     static constexpr int THREADS = GLLM_CUDA_HP_THREADS(D);

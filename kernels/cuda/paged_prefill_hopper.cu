@@ -68,6 +68,10 @@
 // Right in 32 of 32 float64 cases (pages of 1, 16 and 64, D 64 and 128, chunks of up to 2800
 // tokens, every slot no sequence owns holding NaN). Short of the 0.9x target: the per-page
 // boxes and the missing persistence, not yet told apart.
+// Persistent (pp2, branch pppersist, measured and not merged): v20's design over the planned
+// items; H100, same call: B32 x 512 213 -> 252 (+18%), but B8 x 2048 405 -> 386 (-5%) and 1536
+// cached + 512 new 448 -> 390 (-13%), so the persistent loop costs long chunks more than the
+// prologues it hides; the per-page boxes remain the suspect there.
 //
 // Registers: the same plan as the dense kernel (Hp: the producer gives all but 32 back).
 #include "hopper_common.cuh"
@@ -82,11 +86,11 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // full[s] / empty[s] as the dense kernel's; tail: the last key tile's boxes when its V
     // must be zeroed past the sequence's end before the consumers see it.
-    __shared__ __align__(8) uint64_t bars[2 * HP_STAGES + 1];
+    __shared__ __align__(8) uint64_t bars[2 * S::STAGES + 1];
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
-    const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[HP_STAGES]);
-    const uint32_t tail_bar = smem_addr(&bars[2 * HP_STAGES]);
+    const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[S::STAGES]);
+    const uint32_t tail_bar = smem_addr(&bars[2 * S::STAGES]);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int h = (int)blockIdx.x;
@@ -96,7 +100,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     const int tail_rows = w.kv_len - (n_tiles - 1) * HP_KEYS;   // the last tile's keys, >= 1
     const bool tail = tail_rows < HP_KEYS;
     if (threadIdx.x == 0) {
-        for (int i = 0; i < HP_STAGES; i++) {
+        for (int i = 0; i < S::STAGES; i++) {
             mbar_init(full0 + 8 * i, 1);
             mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
         }
@@ -130,9 +134,9 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             };
             fetch(0);
             for (int j = 0; j < n_tiles; j++) {
-                const uint32_t st = (uint32_t)j % HP_STAGES;
-                if (j >= HP_STAGES)
-                    mbar_wait(empty0 + 8 * st, (j / HP_STAGES - 1) & 1);
+                const uint32_t st = (uint32_t)j % S::STAGES;
+                if (j >= S::STAGES)
+                    mbar_wait(empty0 + 8 * st, (j / S::STAGES - 1) & 1);
                 const uint32_t sk = s_kv + st * 2 * S::KV_TILE;
                 const uint32_t bar = tail && j == n_tiles - 1 ? tail_bar : full0 + 8 * st;
                 const int npg = min(per_tile, seq_pages - j * per_tile);
@@ -171,7 +175,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         if (tail) {
             // The last tile's V rows [tail_rows, 128) as zeros, once its boxes are in (they
             // would otherwise land over the zeros).
-            const uint32_t st = (uint32_t)(n_tiles - 1) % HP_STAGES;
+            const uint32_t st = (uint32_t)(n_tiles - 1) % S::STAGES;
             const uint32_t sv = s_kv + st * 2 * S::KV_TILE + S::KV_TILE;
             mbar_wait(tail_bar, 0);
             const int units = (HP_KEYS - tail_rows) * 8;           // 16-byte units per block
@@ -210,8 +214,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     const int n_mine = r_wg >= w.nq ? 0 : min(n_tiles, (r_wg + 63 + shift) / HP_KEYS + 1);
     const int row0 = r_wg + wrow + g;
     float scale_o[2] = {1.f, 1.f};
-    auto stage = [&](int j) { return (uint32_t)j % HP_STAGES; };
-    auto full_wait = [&](int j) { mbar_wait(full0 + 8 * stage(j), (j / HP_STAGES) & 1); };
+    auto stage = [&](int j) { return (uint32_t)j % S::STAGES; };
+    auto full_wait = [&](int j) { mbar_wait(full0 + 8 * stage(j), (j / S::STAGES) & 1); };
     auto k_desc = [&](int j) { return desc_add(dk0, stage(j) * 2 * S::KV_TILE); };
     auto v_desc = [&](int j) { return desc_add(dv0, stage(j) * 2 * S::KV_TILE); };
     // Ping-pong turns as the dense kernel's (its comment on them), within the block's one item:
