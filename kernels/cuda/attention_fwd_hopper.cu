@@ -163,6 +163,11 @@
 // Measured (H100, two calls, against v20 in each): +2-4% on every D = 64 sweep shape (S16k
 // 530 -> 539, causal 495 -> 511, S4096 490 -> 508, S512 344 -> 351), D = 128 unchanged. The
 // rest of v20's D = 64 loss remains.
+// The consumers' walk over a tile's keys is key_loop (hopper_common.cuh), shared with the
+// Hopper paged prefill since v20c; Hp::PIPELINE and v13's one-tile-at-a-time loop, kept only
+// to measure against, went with it. Same instruction count in both D = 128 and D = 64 dense
+// kernels; measured level (H100, same call: 632/635 -> 632/632, 522 -> 525/521, 631/627 ->
+// 625/628, 350/355 -> 356/365; 38 of 38 float64 cases, paged 32 of 32).
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -430,13 +435,10 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                            : last_key < 0 ? 0
                                           : min(n_tiles, last_key / HP_KEYS + 1);
         const int row0 = r_wg + wrow + g;             // this thread's first row
-        float scale_o[2] = {1.f, 1.f};
         auto stage = [&](int j) { return (base + (uint32_t)j) % S::STAGES; };
         auto full_wait = [&](int j) {
             mbar_wait(full0 + 8 * stage(j), ((base + (uint32_t)j) / S::STAGES) & 1);
         };
-        auto k_desc = [&](int j) { return desc_add(dk0, stage(j) * 2 * S::KV_TILE); };
-        auto v_desc = [&](int j) { return desc_add(dv0, stage(j) * 2 * S::KV_TILE); };
         int turn = 0;                                  // turns of this tile
         auto turn_begin = [&]() {
             if constexpr (S::PINGPONG) {
@@ -457,108 +459,10 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             turns++;
         };
 
-        if constexpr (S::PIPELINE || !CAUSAL) {
-            // Intra-warpgroup pipelining (FlashAttention-3, section 3.2): tile j's S = Q K^T
-            // is issued before tile j - 1's O += P V, and the softmax of tile j runs while P V
-            // is on the tensor cores. O's rescale for tile j waits for the next iteration
-            // (P V of j - 1 must land first); row_sum's happens at once. Live across the
-            // softmax: O (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j (64).
-            float s[64];
-            uint32_t pf[8][4];
-#pragma unroll
-            for (int i = 0; i < 64; i++)
-                s[i] = 0.f;
-            bool pending = false;                      // O still owes scale_o
-            if (n_mine > 0) {
-                full_wait(0);
-                turn_begin();
-                issue_qk<T, D>(s, dq, k_desc(0));
-                turn_end();
-                wg_wait<0>();
-                pin(s);
-                if (n_mine == 1)
-                    mbar_arrive(q_empty);
-                mask_tile<CAUSAL>(s, 0, Skv, r_wg, row0, shift, t, masked);
-                softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);   // O is 0
-                pack_p<T>(s, pf);
-            }
-            for (int j = 1; j < n_mine; j++) {
-                full_wait(j);
-                turn_begin();
-                issue_qk<T, D>(s, dq, k_desc(j));
-                if (pending)
-                    rescale_o<D>(o, scale_o);
-                issue_pv<T, D>(o, pf, v_desc(j - 1));
-                turn_end();
-                wg_wait<1>();                          // S of j is in; P V of j - 1 may not be
-                pin(s);
-                if (j == n_mine - 1)
-                    mbar_arrive(q_empty);              // the last Q K^T has read Q
-                mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
-                pending = softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);
-                wg_wait<0>();
-                pin(o);
-                pin(pf);
-                mbar_arrive(empty0 + 8 * stage(j - 1));   // this thread is done with j - 1
-                pack_p<T>(s, pf);
-            }
-            if (n_mine > 0) {
-                turn_begin();
-                if (pending)
-                    rescale_o<D>(o, scale_o);
-                issue_pv<T, D>(o, pf, v_desc(n_mine - 1));
-                turn_end();
-                wg_wait<0>();
-                pin(o);
-                pin(pf);
-                mbar_arrive(empty0 + 8 * stage(n_mine - 1));
-            }
-        } else {
-            // One tile at a time: the other consumer warpgroups' GEMMs cover the softmax.
-            // With ping-pong, turn j + 1 runs from P V of tile j (issued and waited for) to
-            // the issue of Q K^T of tile j + 1, so the partner's softmax runs under both.
-            for (int j = 0; j < n_mine; j++) {
-                full_wait(j);
-                float s[64];
-#pragma unroll
-                for (int i = 0; i < 64; i++)
-                    s[i] = 0.f;
-                if (j == 0)
-                    turn_begin();
-                issue_qk<T, D>(s, dq, k_desc(j));
-                turn_end();
-                wg_wait<0>();
-                pin(s);
-                if (j == n_mine - 1)
-                    mbar_arrive(q_empty);
-                mask_tile<CAUSAL>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
-                if (softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale))
-                    rescale_o<D>(o, scale_o);
-                uint32_t pf[8][4];
-                pack_p<T>(s, pf);
-                turn_begin();
-                issue_pv<T, D>(o, pf, v_desc(j));
-                wg_wait<0>();
-                pin(o);
-                mbar_arrive(empty0 + 8 * stage(j));    // this thread is done with the stage
-            }
-            if (n_mine > 0)
-                turn_end();                            // turn n_mine: the last P V
-        }
-        // The tiles this warpgroup does not compute, and its empty turns: turn 0 if it
-        // computed nothing, then turn j + 1 with tile j.
-        if (n_mine == 0) {
-            turn_begin();
-            turn_end();
-        }
-        for (int j = n_mine; j < n_tiles; j++) {
-            full_wait(j);
-            if (j == 0)
-                mbar_arrive(q_empty);                  // Q is in and this warpgroup skips it
-            mbar_arrive(empty0 + 8 * stage(j));
-            turn_begin();
-            turn_end();
-        }
+        const KeyWalk walk = {n_mine, n_tiles, dq, dk0, dv0, empty0, Skv, r_wg, row0, shift, t,
+                              masked, qk_scale, pos_scale};
+        key_loop<T, D, CAUSAL>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
+                               [&]() { mbar_arrive(q_empty); });
         base += (uint32_t)n_tiles;
 
         // The epilogue: while it stores, the producer is already loading the next tile.

@@ -37,9 +37,9 @@ template <int D> struct Hp {
     static constexpr int CONSUMER_RAW =
         (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
     static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
-    // Consumers issue tile j's Q K^T before tile j - 1's P V (see the header comment);
-    // false: one tile at a time, v13's order, kept to measure the one against the other.
-    static constexpr bool PIPELINE = true;
+    // Consumers always issue tile j's Q K^T before tile j - 1's P V (key_loop); v13's one
+    // tile at a time, kept until v20b to measure against, went when both kernels came to
+    // share key_loop.
     // Two consumers take turns at issuing their GEMMs on named barriers (v17, see the
     // header comment); false: v16, the consumers drift freely.
     static constexpr bool PINGPONG = CONSUMERS == 2;
@@ -403,6 +403,106 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4
     }
 }
 
+
+// What the consumers' walk over one query tile's key tiles needs (key_loop): the tiles this
+// warpgroup computes, [0, n_mine), and the block's, [0, n_tiles); the descriptors of its Q
+// rows and of stage 0's K and V; the first empty barrier; the mask's terms (mask_tile); the
+// softmax's scale.
+struct KeyWalk {
+    int n_mine, n_tiles;
+    uint64_t dq, dk0, dv0;
+    uint32_t empty0;
+    int Skv, r_wg, row0, shift, t;
+    float masked, qk_scale;
+    bool pos_scale;
+};
+
+// The consumers' walk over the key tiles of one query tile (the dense kernel) or work item
+// (the paged prefill). Tiles [0, n_mine) are computed with intra-warpgroup pipelining
+// (FlashAttention-3, section 3.2): tile j's S = Q K^T is issued before tile j - 1's O += P V,
+// and the softmax of tile j runs while P V is on the tensor cores; O's rescale for tile j
+// waits for the next iteration (P V of j - 1 must land first), row_sum's happens at once.
+// Live across the softmax: O (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j
+// (64). Tiles [n_mine, n_tiles) are only waited for and released: the other warpgroups still
+// need the stage, and the empty barrier counts every consumer thread. Each warpgroup takes
+// n_tiles + 1 ping-pong turns (turn j: the issues before S of tile j is read; the last: the
+// last P V; a turn with nothing to issue is only its sync and arrive). The caller's hooks:
+// full_wait(j) and stage(j) place key tile j in the stage ring, turn_begin() and turn_end()
+// take a turn, q_done() runs once this warpgroup no longer reads Q (its last Q K^T has
+// completed; with nothing to compute, once the first tile, and Q with it, is in). o, row_max
+// and row_sum are left for the epilogue.
+template <typename T, int D, bool CAUSAL, typename FullWait, typename Stage, typename TurnBegin,
+          typename TurnEnd, typename QDone>
+__device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], float (&row_max)[2],
+                                         float (&row_sum)[2], FullWait &&full_wait, Stage &&stage,
+                                         TurnBegin &&turn_begin, TurnEnd &&turn_end, QDone &&q_done)
+{
+    constexpr uint32_t KV_TILE = Hp<D>::KV_TILE;
+    auto k_desc = [&](int j) { return desc_add(w.dk0, stage(j) * 2 * KV_TILE); };
+    auto v_desc = [&](int j) { return desc_add(w.dv0, stage(j) * 2 * KV_TILE); };
+    float s[64];
+    uint32_t pf[8][4];
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        s[i] = 0.f;
+    float scale_o[2] = {1.f, 1.f};
+    bool pending = false;                              // O still owes scale_o
+    if (w.n_mine > 0) {
+        full_wait(0);
+        turn_begin();
+        issue_qk<T, D>(s, w.dq, k_desc(0));
+        turn_end();
+        wg_wait<0>();
+        pin(s);
+        if (w.n_mine == 1)
+            q_done();
+        mask_tile<CAUSAL>(s, 0, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
+        softmax_tile(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale);   // O is 0
+        pack_p<T>(s, pf);
+    }
+    for (int j = 1; j < w.n_mine; j++) {
+        full_wait(j);
+        turn_begin();
+        issue_qk<T, D>(s, w.dq, k_desc(j));
+        if (pending)
+            rescale_o<D>(o, scale_o);
+        issue_pv<T, D>(o, pf, v_desc(j - 1));
+        turn_end();
+        wg_wait<1>();                                  // S of j is in; P V of j - 1 may not be
+        pin(s);
+        if (j == w.n_mine - 1)
+            q_done();                                  // the last Q K^T has read Q
+        mask_tile<CAUSAL>(s, j * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
+        pending = softmax_tile(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale);
+        wg_wait<0>();
+        pin(o);
+        pin(pf);
+        mbar_arrive(w.empty0 + 8 * stage(j - 1));      // this thread is done with j - 1
+        pack_p<T>(s, pf);
+    }
+    if (w.n_mine > 0) {
+        turn_begin();
+        if (pending)
+            rescale_o<D>(o, scale_o);
+        issue_pv<T, D>(o, pf, v_desc(w.n_mine - 1));
+        turn_end();
+        wg_wait<0>();
+        pin(o);
+        pin(pf);
+        mbar_arrive(w.empty0 + 8 * stage(w.n_mine - 1));
+    } else {
+        turn_begin();                                  // turn 0, with nothing to issue
+        turn_end();
+    }
+    for (int j = w.n_mine; j < w.n_tiles; j++) {
+        full_wait(j);
+        if (j == 0)
+            q_done();                                  // Q is in and this warpgroup skips it
+        mbar_arrive(w.empty0 + 8 * stage(j));
+        turn_begin();
+        turn_end();
+    }
+}
 #endif // GLLM_HAVE_WGMMA
 
 } // namespace

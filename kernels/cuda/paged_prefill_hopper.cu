@@ -213,11 +213,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     // n_tiles it only waits for and releases, as in the dense kernel.
     const int n_mine = r_wg >= w.nq ? 0 : min(n_tiles, (r_wg + 63 + shift) / HP_KEYS + 1);
     const int row0 = r_wg + wrow + g;
-    float scale_o[2] = {1.f, 1.f};
     auto stage = [&](int j) { return (uint32_t)j % S::STAGES; };
     auto full_wait = [&](int j) { mbar_wait(full0 + 8 * stage(j), (j / S::STAGES) & 1); };
-    auto k_desc = [&](int j) { return desc_add(dk0, stage(j) * 2 * S::KV_TILE); };
-    auto v_desc = [&](int j) { return desc_add(dv0, stage(j) * 2 * S::KV_TILE); };
     // Ping-pong turns as the dense kernel's (its comment on them), within the block's one item:
     // each warpgroup takes n_tiles + 1 turns; wg 1 skips the arrival after its last.
     int turn = 0;
@@ -239,65 +236,11 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         turn++;
     };
 
-    // The dense kernel's pipelined loop: tile j's Q K^T before tile j - 1's P V.
-    {
-        float s[64];
-        uint32_t pf[8][4];
-#pragma unroll
-        for (int i = 0; i < 64; i++)
-            s[i] = 0.f;
-        bool pending = false;
-        if (n_mine > 0) {
-            full_wait(0);
-            turn_begin();
-            issue_qk<T, D>(s, dq, k_desc(0));
-            turn_end();
-            wg_wait<0>();
-            pin(s);
-            mask_tile<true>(s, 0, Skv, r_wg, row0, shift, t, masked);
-            softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);
-            pack_p<T>(s, pf);
-        }
-        for (int j = 1; j < n_mine; j++) {
-            full_wait(j);
-            turn_begin();
-            issue_qk<T, D>(s, dq, k_desc(j));
-            if (pending)
-                rescale_o<D>(o, scale_o);
-            issue_pv<T, D>(o, pf, v_desc(j - 1));
-            turn_end();
-            wg_wait<1>();
-            pin(s);
-            mask_tile<true>(s, j * HP_KEYS, Skv, r_wg, row0, shift, t, masked);
-            pending = softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);
-            wg_wait<0>();
-            pin(o);
-            pin(pf);
-            mbar_arrive(empty0 + 8 * stage(j - 1));
-            pack_p<T>(s, pf);
-        }
-        if (n_mine > 0) {
-            turn_begin();
-            if (pending)
-                rescale_o<D>(o, scale_o);
-            issue_pv<T, D>(o, pf, v_desc(n_mine - 1));
-            turn_end();
-            wg_wait<0>();
-            pin(o);
-            pin(pf);
-            mbar_arrive(empty0 + 8 * stage(n_mine - 1));
-        }
-    }
-    if (n_mine == 0) {
-        turn_begin();
-        turn_end();
-    }
-    for (int j = n_mine; j < n_tiles; j++) {
-        full_wait(j);
-        mbar_arrive(empty0 + 8 * stage(j));
-        turn_begin();
-        turn_end();
-    }
+    // The dense kernel's walk over the key tiles (key_loop), causal over the cache.
+    const KeyWalk walk = {n_mine, n_tiles, dq, dk0, dv0, empty0, Skv, r_wg, row0, shift, t,
+                          masked, qk_scale, pos_scale};
+    key_loop<T, D, true>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
+                         []() {});
 
     T *O = reinterpret_cast<T *>(p.out) + (int64_t)h * D;
     const int64_t o_row = (int64_t)p.Hq * D;
