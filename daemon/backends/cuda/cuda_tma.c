@@ -73,15 +73,12 @@ static int map_cached(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf1
     return r;
 }
 
-int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
+/* The three maps of a kernel's Q, K and V, each through map_cached (cache may be NULL). */
+static int maps_cached(const struct cuda_driver *d, gllm_cuda_tmap *const maps[3], bool bf16,
+                       const void *const base[3], const int64_t *const dims[3],
+                       const int64_t *const st[3], const unsigned rows[3],
                        struct cuda_tma_cache *cache)
 {
-    const gllm_cuda_attn_params *p = &hp->a;
-    const int64_t qd[4] = {p->B, p->Hq, p->Sq, p->D}, kd[4] = {p->B, p->Hkv, p->Skv, p->D};
-    gllm_cuda_tmap *maps[3] = {&hp->q_map, &hp->k_map, &hp->v_map};
-    const void *base[3] = {p->q, p->k, p->v};
-    const int64_t *dims[3] = {qd, kd, kd}, *st[3] = {p->q_st, p->k_st, p->v_st};
-    const unsigned rows[3] = {GLLM_CUDA_HP_ROWS(p->D), GLLM_CUDA_HP_KEYS, GLLM_CUDA_HP_KEYS};
     uint64_t unused = 0;
     for (int i = 0; i < 3; i++) {
         const int r = map_cached(d, maps[i], bf16, base[i], dims[i], st[i], rows[i],
@@ -91,6 +88,18 @@ int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, boo
             return r;
     }
     return 0;
+}
+
+int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
+                       struct cuda_tma_cache *cache)
+{
+    const gllm_cuda_attn_params *p = &hp->a;
+    const int64_t qd[4] = {p->B, p->Hq, p->Sq, p->D}, kd[4] = {p->B, p->Hkv, p->Skv, p->D};
+    gllm_cuda_tmap *maps[3] = {&hp->q_map, &hp->k_map, &hp->v_map};
+    const void *base[3] = {p->q, p->k, p->v};
+    const int64_t *dims[3] = {qd, kd, kd}, *st[3] = {p->q_st, p->k_st, p->v_st};
+    const unsigned rows[3] = {GLLM_CUDA_HP_ROWS(p->D), GLLM_CUDA_HP_KEYS, GLLM_CUDA_HP_KEYS};
+    return maps_cached(d, maps, bf16, base, dims, st, rows, cache);
 }
 
 /* Each tensor as cuda_tma_map's [B, H, S, D]: q as [1, Hq, nq, D] (a token's rows Hq * D apart,
@@ -107,13 +116,5 @@ int cuda_tma_pp_params(const struct cuda_driver *d, gllm_cuda_pp_params *pp, boo
     const void *base[3] = {q, k, v};
     const int64_t *dims[3] = {qd, kd, kd}, *st[3] = {qs, ks, ks};
     const unsigned rows[3] = {GLLM_CUDA_HP_ROWS(D), (unsigned)page_size, (unsigned)page_size};
-    uint64_t unused = 0;
-    for (int i = 0; i < 3; i++) {
-        const int r = map_cached(d, maps[i], bf16, base[i], dims[i], st[i], rows[i],
-                                 cache ? &cache->t[i] : NULL, cache ? &cache->hits : &unused,
-                                 cache ? &cache->encodes : &unused);
-        if (r)
-            return r;
-    }
-    return 0;
+    return maps_cached(d, maps, bf16, base, dims, st, rows, cache);
 }
