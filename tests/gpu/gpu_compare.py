@@ -189,6 +189,11 @@ def check_heads(job, q, k, v, causal, heads):
     return ((got - want).abs().max() / want.abs().max()).item()
 
 
+def shape_name(B, H, Hkv, S, D, dtype, causal):
+    """A bench shape as the results name it (Hkv only where it differs from H)."""
+    return f"B{B} H{H}{f' Hkv{Hkv}' if Hkv != H else ''} S{S} D{D} {dtype}{' causal' if causal else ''}"
+
+
 def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None):
     """results: also check the output (batch 0, first and last head) in float64 first."""
     Hkv = Hkv or H
@@ -199,7 +204,7 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
     job.fill(q, k, v)
     params = dict(job.params, causal=causal)
     del params["lse"]
-    name = f"B{B} H{H}{f' Hkv{Hkv}' if Hkv != H else ''} S{S} D{D} {dtype}{' causal' if causal else ''}"
+    name = shape_name(B, H, Hkv, S, D, dtype, causal)
     if results is not None:
         job.poison()
         client.call("attention", params)
@@ -355,8 +360,7 @@ def main():
                        for c in (False, True) for S in (2048, 8192)]
         for shape, hkv in shapes:
             B, H, S, D, dt, c = shape
-            name = f"B{B} H{H}{f' Hkv{hkv}' if hkv else ''} S{S} D{D} {dt}{' causal' if c else ''}"
-            if args.match and not re.search(args.match, name):
+            if args.match and not re.search(args.match, shape_name(B, H, hkv or H, S, D, dt, c)):
                 continue
             bench(client, *shape, args.iters, rows, Hkv=hkv,
                   results=results if args.sweep and not args.skip_check else None)

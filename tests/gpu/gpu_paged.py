@@ -53,14 +53,16 @@ class Paged:
         assert self.used <= self.arena.size
         return at
 
-    def upload_pool(self, dt_id, t):
+    def upload_pool(self, dt_id, t, staging=0):
+        """t into device tensor dt_id, staged at arena offset staging (the pool's at 0)."""
         b = bits(t).reshape(-1)
-        self.arena.map[0:b.nbytes] = b.tobytes()
+        self.arena.map[staging:staging + b.nbytes] = b.tobytes()
         step = 1 << 30
         for at in range(0, b.nbytes, step):
             n = min(step, b.nbytes - at)
             self.c.call("dtensor_copy", {"dtensor": dt_id, "offset": at, "arena": self.arena.id,
-                                          "arena_offset": at, "bytes": n, "to_device": True})
+                                          "arena_offset": staging + at, "bytes": n,
+                                          "to_device": True})
 
     def i32(self, values):
         a = np.asarray(values, dtype=np.int32)
@@ -307,13 +309,10 @@ def bench(client, g, B, Hq, Hkv, L, D, ps, iters, rows, d2d):
 
 def upload(pg, t):
     """t in a device tensor of its own, staged through the arena."""
-    b = bits(t).reshape(-1)
-    at = pg.take(b.nbytes)
-    pg.arena.map[at:at + b.nbytes] = b.tobytes()
-    dt = pg.c.call("dtensor_create", {"bytes": b.nbytes, "device": pg.device})["dtensor"]
+    nbytes = t.numel() * t.element_size()
+    dt = pg.c.call("dtensor_create", {"bytes": nbytes, "device": pg.device})["dtensor"]
     pg.extra.append(dt)
-    pg.c.call("dtensor_copy", {"dtensor": dt, "offset": 0, "arena": pg.arena.id,
-                               "arena_offset": at, "bytes": b.nbytes, "to_device": True})
+    pg.upload_pool(dt, t, pg.take(nbytes))
     return dt
 
 
