@@ -158,6 +158,8 @@ void arena_unref(struct arena *a)
     }
     if (a->pinned_by)
         backend_host_unregister(a->pinned_by, a->base);
+    if (a->mapped_by)
+        backend_host_unmap(a->mapped_by, a->base);
     munmap(a->base, (size_t)a->size);
     free(a);
 }

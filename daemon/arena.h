@@ -17,6 +17,7 @@ struct arena {
     void *base;
     uint64_t size;
     struct backend *pinned_by;  /* backend that registered the mapping, or NULL */
+    struct backend *mapped_by;  /* backend that mapped it in its own process, or NULL */
     bool device;                /* a device tensor: base is the backend's pointer */
     struct backend *owner;      /* device tensors: the backend that allocated base */
     int dev;

@@ -164,6 +164,17 @@ int backend_memory_info(struct backend *be, int dev, uint64_t *used, uint64_t *t
     return be->device->memory ? be->device->memory(be, dev, used, total) : -ENOTSUP;
 }
 
+int backend_host_map(struct backend *be, void *p, size_t len, int fd)
+{
+    return be->device->host_map ? be->device->host_map(be, p, len, fd) : -ENOTSUP;
+}
+
+void backend_host_unmap(struct backend *be, void *p)
+{
+    if (be->device->host_unmap)
+        be->device->host_unmap(be, p);
+}
+
 int backend_host_register(struct backend *be, void *p, size_t len)
 {
     return be->device->host_register ? be->device->host_register(be, p, len) : -ENOTSUP;

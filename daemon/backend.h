@@ -31,6 +31,11 @@ bool backend_has(const struct backend *be, uint32_t feature);
 int backend_device_info(struct backend *be, int dev, gllm_device_info *out);
 /* -ENOTSUP when the backend does not report memory. */
 int backend_memory_info(struct backend *be, int dev, uint64_t *used, uint64_t *total);
+/* An arena jobs will name (fd backs [p, p + len)): 0 when the backend holds it now (call
+ * backend_host_unmap when it goes), -ENOTSUP when it needs nothing (it runs in this
+ * process), else a code. */
+int backend_host_map(struct backend *be, void *p, size_t len, int fd);
+void backend_host_unmap(struct backend *be, void *p);
 /* Whether the backend registers host memory (GPUs): memory it must reach is registered. */
 bool backend_registers_host(const struct backend *be);
 /* 0 when p is now registered (pinned); -ENOTSUP when the backend has nothing to gain. */

@@ -25,6 +25,7 @@ void config_defaults(struct config *cfg)
     cfg->watchdog_ms = 20000;
     cfg->watchdog_gflops = 10;
     cfg->exit_on_reset_failure = true;
+    cfg->device_processes = true;
 }
 
 static char *trim(char *s)
@@ -163,6 +164,14 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
             return -EINVAL;
         }
         c->exit_on_reset_failure = val[1] == 'n';
+        return 0;
+    }
+    if (strcmp(key, "device_processes") == 0) {
+        if (strcmp(val, "on") != 0 && strcmp(val, "off") != 0) {
+            snprintf(why, whylen, "device_processes wants on or off");
+            return -EINVAL;
+        }
+        c->device_processes = val[1] == 'n';
         return 0;
     }
     if (strcmp(key, "deterministic") == 0) {

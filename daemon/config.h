@@ -41,6 +41,10 @@ struct config {
      * (status 3, for Restart=on-failure) or keep serving the other devices while its jobs
      * fail. */
     bool exit_on_reset_failure;
+    /* Each device's backend in a process of its own (daemon/devproc.c), so a fault that
+     * poisons a device's context ends that process alone and gllmd starts another while every
+     * connection stays up; off: in gllmd's process (a fault on CUDA then ends gllmd). */
+    bool device_processes;
 };
 
 /* Which fields the command line set, so a reload keeps them over the file's. */

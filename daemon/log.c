@@ -23,10 +23,17 @@ static bool stderr_is_journal(void)
     return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
 }
 
+static char log_who[32] = "gllmd";
+
 void log_init(int max_level)
 {
     log_max = max_level;
     log_journal = stderr_is_journal();
+}
+
+void log_set_who(const char *who)
+{
+    snprintf(log_who, sizeof log_who, "%s", who);
 }
 
 /* Backends log through this, so their lines follow the daemon's level, reloads included
@@ -71,8 +78,10 @@ void log_at(int level, const char *fmt, ...)
     va_end(ap);
     char clean[sizeof line * 2];
     escape_line(line, clean, sizeof clean);
+    const bool main_process = strcmp(log_who, "gllmd") == 0;
     if (log_journal)
-        fprintf(stderr, "<%d>%s\n", level, clean);
+        fprintf(stderr, "<%d>%s%s%s\n", level, main_process ? "" : log_who,
+                main_process ? "" : ": ", clean);
     else
-        fprintf(stderr, "gllmd: %s: %s\n", names[level & 7], clean);
+        fprintf(stderr, "%s: %s: %s\n", log_who, names[level & 7], clean);
 }

@@ -5,6 +5,8 @@
 #include <syslog.h>
 
 void log_init(int max_level);
+/* Who writes the lines ("gllmd", or "gllmd[device 0]" in a device process). */
+void log_set_who(const char *who);
 void log_at(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The hook handed to backends (backend_config.log): one line at a syslog level. */

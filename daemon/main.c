@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "config.h"
+#include "devproc.h"
 #include "log.h"
 #include "lifecycle.h"
 #include "methods.h"
@@ -106,6 +107,7 @@ static void print_config(const struct config *c, const char *socket_path)
     printf("watchdog_ms = %llu\nwatchdog_gflops = %llu\nexit_on_reset_failure = %s\n",
            (unsigned long long)c->watchdog_ms, (unsigned long long)c->watchdog_gflops,
            c->exit_on_reset_failure ? "on" : "off");
+    printf("device_processes = %s\n", c->device_processes ? "on" : "off");
     printf("allow_users =");
     for (int i = 0; i < c->policy.nuids; i++)
         printf("%s%u", i ? ", " : " ", (unsigned)c->policy.uids[i]);
@@ -146,6 +148,8 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {0},
     };
+    if (argc > 1 && strcmp(argv[1], "--device-process") == 0)
+        return devproc_child_main(argc, argv);     /* started by gllmd itself */
     static struct options o = {.config_path = CONFIG_DEFAULT_PATH};
     bool check_only = false;
     int c;
@@ -241,13 +245,17 @@ int main(int argc, char **argv)
     char why[512];
     struct backend_config bcfg = {.threads = cfg.threads, .deterministic = cfg.deterministic,
                                   .log = {.fn = log_hook, .level = LOG_DEBUG}};
-    int r = backend_select(cfg.backend, &bcfg, &be, why, sizeof why);
+    int r = cfg.device_processes
+                ? devproc_open(cfg.backend, &bcfg, cfg.log_level, &be, why, sizeof why)
+                : backend_select(cfg.backend, &bcfg, &be, why, sizeof why);
     if (r < 0) {
         log_err("backend '%s': %s", cfg.backend, why[0] ? why : gllm_strerror(r));
         return 1;
     }
     if (why[0])
         log_info("backend %s chosen; passed over %s", backend_name(be), why);
+    if (cfg.device_processes)
+        log_info("each device's backend runs in a process of its own (device_processes = on)");
 
     uv_loop_t loop;
     uv_loop_init(&loop);

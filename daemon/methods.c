@@ -209,6 +209,14 @@ void method_arena_register(struct rpc_call *c, const struct proto_msg *m)
         rpc_reply_error(c, r, "arena_register: %s", gllm_strerror(r));
         return;
     }
+    if ((r = backend_host_map(srv->be, a->base, size, c->fds[0])) == 0) {
+        a->mapped_by = srv->be;
+    } else if (r != -ENOTSUP) {
+        arena_unref(a);
+        rpc_reply_error(c, r, "arena_register: the device process cannot map it (%s)",
+                        gllm_strerror(r));
+        return;
+    }
     if (backend_host_register(srv->be, a->base, size) == 0)
         a->pinned_by = srv->be;
     if ((r = session_region_add(s, a)) < 0) {

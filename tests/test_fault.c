@@ -4,6 +4,7 @@
  * again, and nothing leaks. Also: out of device memory is a clean DEVMEM, and a release
  * gllmd has no debug_fault. */
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,16 +90,22 @@ static void scene(const char *kind, int want, const char *conf, const char *reas
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* Each scene runs twice: the device's backend in a device process of its own (the default;
+ * the reset replaces the process), and in gllmd's own process (the CPU backend's reset). */
+#define IN_PROCESS "device_processes = off\n"
+
 static void test_trap_contained(void **state)
 {
     (void)state;
     scene("trap", GLLM_EDEVLOST, "", "trapped");
+    scene("trap", GLLM_EDEVLOST, IN_PROCESS, "trapped");
 }
 
 static void test_oob_contained(void **state)
 {
     (void)state;
     scene("oob", GLLM_EDEVLOST, "", "unmapped");
+    scene("oob", GLLM_EDEVLOST, IN_PROCESS, "unmapped");
 }
 
 /* A job that never ends: the watchdog (300 ms here) fails it and resets the device. */
@@ -106,6 +113,51 @@ static void test_hang_watchdog(void **state)
 {
     (void)state;
     scene("spin", GLLM_EJOBTIMEOUT, "watchdog_ms = 300\n", "watchdog");
+    scene("spin", GLLM_EJOBTIMEOUT, "watchdog_ms = 300\n" IN_PROCESS, "watchdog");
+}
+
+/* A fault no reset in the process that met it undoes (every context-fatal fault on CUDA):
+ * with device processes it is contained like the others, since the reset is a new process. */
+static void test_sticky_contained(void **state)
+{
+    (void)state;
+    scene("sticky", GLLM_EDEVLOST, "", "sticky");
+}
+
+/* The device process killed from outside (the OOM killer, an operator): the job that finds
+ * it gone fails with DEVLOST, the device is reset, and B's connection is served on. */
+static void test_device_process_killed(void **state)
+{
+    (void)state;
+    struct daemon d;
+    assert_int_equal(start_fault_daemon(&d, ""), 0);
+    gllm_client *b = NULL;
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    struct live_job first;
+    submit_jobs(b, &first, 1, &SPEC, 100);
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    assert_int_equal(gllm_job_wait(b, first.id, &res), 0);
+    assert_int_equal(gllm_memory_release(first.arena), 0);
+
+    const long child = daemon_child_pid(&d);
+    assert_true(child > 0);
+    assert_int_equal(kill((pid_t)child, SIGKILL), 0);
+    struct live_job lost;
+    submit_jobs(b, &lost, 1, &SPEC, 200);
+    int s = gllm_job_wait(b, lost.id, &res);
+    assert_true(s == GLLM_EDEVLOST);
+    assert_non_null(strstr(gllm_client_last_error(b), "killed by signal 9"));
+    assert_int_equal(gllm_memory_release(lost.arena), 0);
+
+    struct live_job after;
+    submit_jobs(b, &after, 1, &SPEC, 300);
+    assert_int_equal(gllm_job_wait(b, after.id, &res), 0);
+    assert_true(job_output_ok(&after));
+    assert_int_equal(gllm_memory_release(after.arena), 0);
+    assert_true(daemon_child_pid(&d) != child);
+    assert_int_equal(device_resets(d.socket, NULL, 0, NULL), 1);
+    gllm_disconnect(b);
+    assert_int_equal(daemon_stop(&d), 0);
 }
 
 /* Twenty faults in a row, each losing 2 MiB of B's device tensors: every reset releases
@@ -146,15 +198,16 @@ static void test_repeated_faults(void **state)
     assert_int_equal(daemon_stop(&d), 0);
 }
 
-/* A fault that no reset in this process undoes (every context-fatal fault on CUDA; the CPU
- * backend's reset fails after this one): A gets DEVLOST, B's jobs in flight each end (done,
+/* With the backend in gllmd's process (device_processes off), a fault that no reset in this
+ * process undoes (every context-fatal fault on CUDA; the CPU backend's reset fails after
+ * this one): A gets DEVLOST, B's jobs in flight each end (done,
  * DEVLOST or DISCONNECTED, never a hang), gllmd exits with EXIT_DEVICE_LOST within its flush
  * bound, and a gllmd started again on the same socket serves B's new connection. */
 static void test_sticky_exits(void **state)
 {
     (void)state;
     struct daemon d;
-    assert_int_equal(start_fault_daemon(&d, ""), 0);
+    assert_int_equal(start_fault_daemon(&d, IN_PROCESS), 0);
     gllm_client *b = NULL;
     assert_int_equal(gllm_connect(d.socket, &b), 0);
     struct raw_client a;
@@ -181,7 +234,7 @@ static void test_sticky_exits(void **state)
     raw_client_close(&a);
     gllm_disconnect(b);
 
-    assert_int_equal(restart_fault_daemon(&d, ""), 0);
+    assert_int_equal(restart_fault_daemon(&d, IN_PROCESS), 0);
     assert_int_equal(gllm_connect(d.socket, &b), 0);
     struct live_job next;
     submit_jobs(b, &next, 1, &SPEC, 200);
@@ -199,7 +252,7 @@ static void test_sticky_kept_failed(void **state)
 {
     (void)state;
     struct daemon d;
-    assert_int_equal(start_fault_daemon(&d, "exit_on_reset_failure = off\n"), 0);
+    assert_int_equal(start_fault_daemon(&d, "exit_on_reset_failure = off\n" IN_PROCESS), 0);
     struct raw_client a;
     raw_client_open(&a, d.socket);
     assert_int_equal(raw_debug_fault(&a, "sticky"), 0);
@@ -264,6 +317,8 @@ int main(void)
         cmocka_unit_test(test_oob_contained),
         cmocka_unit_test(test_hang_watchdog),
         cmocka_unit_test(test_repeated_faults),
+        cmocka_unit_test(test_sticky_contained),
+        cmocka_unit_test(test_device_process_killed),
         cmocka_unit_test(test_sticky_exits),
         cmocka_unit_test(test_sticky_kept_failed),
         cmocka_unit_test(test_devmem_clean),

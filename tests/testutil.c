@@ -1,4 +1,5 @@
 /* Test helpers: a real gllmd per test or group, its status, raw protocol access, dense jobs. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -51,6 +52,30 @@ long daemon_rss_kib(const struct daemon *d)
             break;
     fclose(f);
     return kib;
+}
+
+long daemon_child_pid(const struct daemon *d)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)d->pid);
+    DIR *dir = opendir(path);
+    assert_non_null(dir);
+    long pid = -1;
+    struct dirent *e;
+    while (pid < 0 && (e = readdir(dir))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char kids[384];
+        snprintf(kids, sizeof kids, "%s/%s/children", path, e->d_name);
+        FILE *f = fopen(kids, "r");
+        if (!f)
+            continue;
+        if (fscanf(f, "%ld", &pid) != 1)
+            pid = -1;
+        fclose(f);
+    }
+    closedir(dir);
+    return pid;
 }
 
 int daemon_start(struct daemon *d, const char *const *extra)

@@ -39,6 +39,8 @@ int daemon_stop(struct daemon *d);
 bool daemon_socket_answers(const char *path);
 /* The daemon's resident memory in KiB, from /proc (the test fails if it cannot be read). */
 long daemon_rss_kib(const struct daemon *d);
+/* The pid of one of gllmd's children (a device process), or -1. */
+long daemon_child_pid(const struct daemon *d);
 /* One gllmd shared by a group of tests: CMocka group setup and teardown for it. */
 extern struct daemon group_daemon;
 int group_daemon_start(void **state);

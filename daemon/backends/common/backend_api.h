@@ -13,7 +13,7 @@
 
 /* Bumped when a vtable or an argument struct changes; the registry passes over a backend
  * built against another version. */
-#define BACKEND_API_VERSION 4
+#define BACKEND_API_VERSION 5
 
 /* ---- Logging: the daemon's logger, handed in through backend_config ---- */
 
@@ -227,6 +227,10 @@ struct backend_config {
     int threads;                /* CPU worker threads; 0 = one per online CPU */
     bool deterministic;         /* results may not depend on the order GPU blocks finish in */
     struct backend_log log;     /* the daemon's logger; zero: silent */
+    /* A device process's backend (daemon/devproc.c) opens one device: the one numbered
+     * device among those present (the driver's order), as device 0. false: every device. */
+    bool one_device;
+    int device;
 };
 
 /* Attention's kv_indices may stay in its arena (indices_in_arena): the backend checks every
@@ -272,6 +276,12 @@ struct backend_device_iface {
     int (*info)(struct backend *be, int dev, gllm_device_info *out);
     /* Optional: device memory in use and in all (GPUs), for status lines. */
     int (*memory)(struct backend *be, int dev, uint64_t *used, uint64_t *total);
+    /* Optional: host memory jobs will name (an arena: fd, a sealed memfd of len bytes, mapped
+     * at p), before host_register; host_unmap after host_unregister, when it goes. Only a
+     * backend that runs in another process (daemon/devproc.c) needs the fd: it maps fd there
+     * too and takes pointers into [p, p + len) as pointers into its own mapping. */
+    int (*host_map)(struct backend *be, void *p, size_t len, int fd);
+    void (*host_unmap)(struct backend *be, void *p);
     /* Optional: make host memory fast to copy from/to (pinning on GPUs), for every device. */
     int (*host_register)(struct backend *be, void *p, size_t len);
     void (*host_unregister)(struct backend *be, void *p);
@@ -343,6 +353,7 @@ struct backend {
     const struct backend_device_iface *device;
     void *ctx;                  /* the backend's own */
     int ndevices;
+    int present;                /* devices the driver reports, opened or not (one_device) */
     struct backend_caps caps;
 };
 

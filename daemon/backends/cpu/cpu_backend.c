@@ -86,6 +86,7 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
     be->device = &cpu_device_iface;
     be->ctx = c;
     be->ndevices = 1;
+    be->present = 1;            /* one device whatever one_device says */
     cpu_ledger_init(&c->ledger);
     cpu_queues_init(&c->queues, run_op);
     be->caps = (struct backend_caps){

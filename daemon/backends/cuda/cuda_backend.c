@@ -72,7 +72,9 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     c->d = d;
     c->deterministic = cfg->deterministic;
     c->log = cfg->log;
-    for (int i = 0; i < n && c->ndev < GLLM_MAX_DEVICES; i++) {
+    const int first = cfg->one_device ? cfg->device : 0;
+    const int end = cfg->one_device ? first + 1 : n;
+    for (int i = first < 0 ? n : first; i < end && i < n && c->ndev < GLLM_MAX_DEVICES; i++) {
         struct cuda_dev *x = &c->dev[c->ndev];
         if (cuda_device_open(d, i, x, why, sizeof why) < 0) {
             backend_logf(&cfg->log, BACKEND_LOG_WARNING, "cuda: passing over %s", why);
@@ -87,6 +89,7 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
         return GLLM_EBACKEND;
     }
     be->ndevices = c->ndev;
+    be->present = n;
     /* Dense attention takes every head dim up to the generic kernel's; paged attention's
      * narrower set is checked by cuda_paged_check. */
     be->caps = (struct backend_caps){

@@ -178,7 +178,9 @@ static int cp_open(const struct backend_config *cfg, struct backend **out)
     be->ctx = c;
     c->d = d;
     c->log = cfg->log;
-    for (int i = 0; i < n && c->ndev < GLLM_MAX_DEVICES; i++) {
+    const int first = cfg->one_device ? cfg->device : 0;
+    const int end = cfg->one_device ? first + 1 : n;
+    for (int i = first < 0 ? n : first; i < end && i < n && c->ndev < GLLM_MAX_DEVICES; i++) {
         struct cp_dev *x = &c->dev[c->ndev];
         *x = (struct cp_dev){.d = d, .log = &c->log};
         x->info.index = c->ndev;
@@ -194,6 +196,7 @@ static int cp_open(const struct backend_config *cfg, struct backend **out)
         return GLLM_EBACKEND;
     }
     be->ndevices = c->ndev;
+    be->present = n;
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = PK_MAX_D,

@@ -154,7 +154,9 @@ static int hsa_open(const struct backend_config *cfg, struct backend **out)
         hsa_close(be);
         return GLLM_EBACKEND;
     }
-    for (int i = 0; i < s.ngpu; i++) {
+    const int first = cfg->one_device ? cfg->device : 0;
+    const int end = cfg->one_device ? first + 1 : s.ngpu;
+    for (int i = first < 0 ? s.ngpu : first; i < end && i < s.ngpu; i++) {
         struct hsa_dev *x = &c->dev[c->ndev];
         *x = (struct hsa_dev){.rt = rt, .host = s.cpu, .locked = &c->locked, .log = cfg->log};
         x->info.index = c->ndev;
@@ -171,6 +173,7 @@ static int hsa_open(const struct backend_config *cfg, struct backend **out)
         return GLLM_EBACKEND;
     }
     be->ndevices = c->ndev;
+    be->present = s.ngpu;
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = PK_MAX_D,

@@ -1,0 +1,908 @@
+/* gllmd's side of the device processes: starting them, the backend that forwards each entry
+ * to a device's process, and the reset that replaces a process whose context is lost. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "devproc.h"
+#include "devproc_wire.h"
+#include "log.h"
+
+extern char **environ;
+
+/* How long a device process may take: to open its backend (CUDA with its kernels loaded),
+ * to answer a control request, to answer a poll, and past a job's own deadline (the
+ * process's watchdog answers first; this catches a process that cannot). Past any of them
+ * the process counts as lost and the device is reset. */
+#define HELLO_TIMEOUT_MS 60000
+#define CTL_TIMEOUT_MS 10000
+#define POLL_TIMEOUT_MS 5000
+#define JOB_GRACE_MS 2000
+/* A killed process's driver teardown: waited for this long, then left to be reaped later. */
+#define REAP_WAIT_MS 5000
+
+struct dp_chan {
+    int sock;
+    struct dp_msg *m;
+};
+
+struct dp_proc {
+    int ordinal;                /* the device among those the driver reports */
+    pid_t pid;
+    struct dp_chan ctl, work;
+    pthread_mutex_t ctl_lock;   /* one control request at a time */
+    atomic_bool down;           /* lost or being replaced: every call answers DEVLOST */
+    char down_why[160];
+    uint32_t gen;               /* bumped by each new process: queues opened before are gone */
+    gllm_device_info info;
+};
+
+/* An arena, kept for every device process started later. */
+struct dp_hostmap {
+    void *p;
+    size_t len;
+    int fd;
+    bool pinned;                /* registered by every device process's backend */
+    struct dp_hostmap *next;
+};
+
+/* A queue of a client: the device process's handle, and where each job in flight wants its
+ * timing and why. */
+#define DP_QUEUE_RING 64
+struct dp_queue {
+    uint64_t handle;
+    uint32_t gen;
+    struct {
+        struct attn_timing *timing;
+        char *why;
+        size_t why_len;
+    } out[DP_QUEUE_RING];
+    unsigned head, n;
+};
+
+struct dp_ctx {
+    struct backend be;
+    struct backend_iface iface;
+    struct backend_device_iface dev;
+    char name[16];
+    int threads, log_level;
+    bool deterministic;
+    uint32_t has;
+    int nproc;
+    struct dp_proc proc[GLLM_MAX_DEVICES];
+    pthread_mutex_t maps_lock;
+    struct dp_hostmap *maps;
+};
+
+static struct dp_ctx *ctx_of(struct backend *be)
+{
+    return be->ctx;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- starting and ending a process ---- */
+
+static void close_chan(struct dp_chan *c)
+{
+    if (c->sock >= 0)
+        close(c->sock);
+    if (c->m)
+        munmap(c->m, DP_AREA_BYTES);
+    c->sock = -1;
+    c->m = NULL;
+}
+
+/* An fd above the four a device process gets, so dup2 onto them never meets itself. */
+static int high_fd(int fd)
+{
+    if (fd < 0)
+        return fd;
+    int h = fcntl(fd, F_DUPFD_CLOEXEC, 10);
+    close(fd);
+    return h;
+}
+
+static int new_area(struct dp_msg **m)
+{
+    int fd = high_fd(memfd_create("gllmd-devproc", MFD_CLOEXEC));
+    if (fd < 0)
+        return -errno;
+    void *p = MAP_FAILED;
+    if (ftruncate(fd, DP_AREA_BYTES) == 0)
+        p = mmap(NULL, DP_AREA_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    *m = p;
+    return fd;
+}
+
+/* Waits up to ms for pid to end; true when it was reaped. */
+static bool reap(pid_t pid, int ms, int *status)
+{
+    for (int waited = 0;; waited++) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD))
+            return true;
+        if (waited >= ms)
+            return false;
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+}
+
+static void describe_status(int status, char *buf, size_t len)
+{
+    if (WIFSIGNALED(status))
+        snprintf(buf, len, "killed by signal %d", WTERMSIG(status));
+    else if (WIFEXITED(status))
+        snprintf(buf, len, "exited with status %d", WEXITSTATUS(status));
+    else
+        snprintf(buf, len, "ended");
+}
+
+/* Starts the device process for ordinal with backend name and waits for its hello. */
+static int spawn(struct dp_ctx *x, struct dp_proc *p, const char *name, struct dp_hello *hello,
+                 char *why, size_t len)
+{
+    int ctl[2] = {-1, -1}, work[2] = {-1, -1}, ctl_area = -1, work_area = -1, r;
+    struct dp_msg *cm = NULL, *wm = NULL;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl) < 0 ||
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, work) < 0) {
+        r = -errno;
+        snprintf(why, len, "socketpair: %s", strerror(-r));
+        goto fail;
+    }
+    for (int i = 0; i < 2; i++) {
+        ctl[i] = high_fd(ctl[i]);
+        work[i] = high_fd(work[i]);
+    }
+    if ((ctl_area = new_area(&cm)) < 0 || (work_area = new_area(&wm)) < 0) {
+        r = ctl_area < 0 ? ctl_area : work_area;
+        snprintf(why, len, "shared area: %s", strerror(-r));
+        goto fail;
+    }
+    char dev[16], threads[16], level[16], parent[24];
+    snprintf(dev, sizeof dev, "%d", p->ordinal);
+    snprintf(threads, sizeof threads, "%d", x->threads);
+    snprintf(level, sizeof level, "%d", x->log_level);
+    snprintf(parent, sizeof parent, "%ld", (long)getpid());
+    char *argv[16];
+    int n = 0;
+    argv[n++] = "gllmd";
+    argv[n++] = "--device-process";
+    argv[n++] = "--backend";
+    argv[n++] = (char *)name;
+    argv[n++] = "--device";
+    argv[n++] = dev;
+    argv[n++] = "--threads";
+    argv[n++] = threads;
+    argv[n++] = "--log-level";
+    argv[n++] = level;
+    argv[n++] = "--parent";
+    argv[n++] = parent;
+    if (x->deterministic)
+        argv[n++] = "--deterministic";
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, ctl[1], DP_FD_CTL);
+    posix_spawn_file_actions_adddup2(&fa, work[1], DP_FD_WORK);
+    posix_spawn_file_actions_adddup2(&fa, ctl_area, DP_FD_CTL_AREA);
+    posix_spawn_file_actions_adddup2(&fa, work_area, DP_FD_WORK_AREA);
+    pid_t pid;
+    r = -posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(ctl[1]);
+    close(work[1]);
+    close(ctl_area);
+    close(work_area);
+    ctl[1] = work[1] = ctl_area = work_area = -1;
+    if (r < 0) {
+        snprintf(why, len, "cannot start a device process: %s", strerror(-r));
+        goto fail;
+    }
+    int fd;
+    r = dp_wait(ctl[0], HELLO_TIMEOUT_MS, &fd);
+    if (fd >= 0)
+        close(fd);
+    if (r < 0 || cm->op != DP_HELLO || cm->status < 0) {
+        int st = 0;
+        char how[64] = "did not answer";
+        if (r == 0)
+            snprintf(why, len, "%s", cm->why[0] ? cm->why : gllm_strerror(cm->status));
+        kill(pid, SIGKILL);
+        if (reap(pid, REAP_WAIT_MS, &st) && r < 0)
+            describe_status(st, how, sizeof how);
+        if (r < 0)
+            snprintf(why, len, "the device process %s", how);
+        r = r < 0 ? GLLM_EBACKEND : cm->status;
+        goto fail;
+    }
+    *hello = cm->hello;
+    snprintf(why, len, "%s", cm->why);      /* what the backend's selection passed over */
+    p->pid = pid;
+    p->ctl = (struct dp_chan){.sock = ctl[0], .m = cm};
+    p->work = (struct dp_chan){.sock = work[0], .m = wm};
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (ctl[i] >= 0)
+            close(ctl[i]);
+        if (work[i] >= 0)
+            close(work[i]);
+    }
+    if (ctl_area >= 0)
+        close(ctl_area);
+    if (work_area >= 0)
+        close(work_area);
+    if (cm)
+        munmap(cm, DP_AREA_BYTES);
+    if (wm)
+        munmap(wm, DP_AREA_BYTES);
+    return r < 0 ? r : GLLM_EBACKEND;
+}
+
+/* ---- one request ---- */
+
+static void mark_down(struct dp_proc *p, const char *why)
+{
+    if (!atomic_exchange(&p->down, true))
+        snprintf(p->down_why, sizeof p->down_why, "%s", why);
+}
+
+static int devlost(const struct dp_proc *p, int dev, char *why, size_t len)
+{
+    if (why && len)
+        snprintf(why, len, "device %d: its process is lost (%s)", dev, p->down_why);
+    return GLLM_EDEVLOST;
+}
+
+/* Rings c with the request already in c->m and waits for the reply: 0 (the reply in c->m),
+ * or the process is lost (marked down) and the call answers late_code. */
+static int call(struct dp_proc *p, struct dp_chan *c, int fd_in, int timeout_ms, int *fd_out,
+                int late_code)
+{
+    int fd = -1;
+    int r = dp_ring(c->sock, fd_in);
+    if (r == 0)
+        r = dp_wait(c->sock, timeout_ms, &fd);
+    if (r == 0) {
+        if (fd_out)
+            *fd_out = fd;
+        else if (fd >= 0)
+            close(fd);
+        return 0;
+    }
+    char what[120];
+    int st;
+    if (r == -ETIMEDOUT)
+        snprintf(what, sizeof what, "pid %ld did not answer within %d ms", (long)p->pid,
+                 timeout_ms);
+    else if (reap(p->pid, 200, &st)) {
+        char how[64];
+        describe_status(st, how, sizeof how);
+        snprintf(what, sizeof what, "pid %ld %s", (long)p->pid, how);
+        p->pid = 0;
+    } else {
+        snprintf(what, sizeof what, "pid %ld: %s", (long)p->pid, strerror(-r));
+    }
+    mark_down(p, what);
+    return r == -ETIMEDOUT ? late_code : GLLM_EDEVLOST;
+}
+
+/* A control request of p: m prepared by fill under the lock. */
+static int ctl_call(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in, int *fd_out,
+                    struct dp_msg *reply, char *why, size_t len)
+{
+    pthread_mutex_lock(&p->ctl_lock);
+    if (atomic_load(&p->down) || !p->ctl.m) {
+        pthread_mutex_unlock(&p->ctl_lock);
+        return devlost(p, dev, why, len);
+    }
+    memcpy(p->ctl.m, req, offsetof(struct dp_msg, job));
+    int r = call(p, &p->ctl, fd_in, CTL_TIMEOUT_MS, fd_out, GLLM_EDEVLOST);
+    if (r == 0)
+        memcpy(reply, p->ctl.m, offsetof(struct dp_msg, job));
+    pthread_mutex_unlock(&p->ctl_lock);
+    if (r < 0)
+        return devlost(p, dev, why, len);
+    if (reply->status < 0 && why && len && reply->why[0])
+        snprintf(why, len, "%s", reply->why);
+    return reply->status;
+}
+
+static struct dp_proc *proc_of(struct backend *be, int dev)
+{
+    struct dp_ctx *x = ctx_of(be);
+    return dev >= 0 && dev < x->nproc ? &x->proc[dev] : NULL;
+}
+
+/* ---- the forwarding backend ---- */
+
+static int fwd_info(struct backend *be, int dev, gllm_device_info *out)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    if (!p)
+        return -ENODEV;
+    *out = p->info;
+    return 0;
+}
+
+static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *total)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    struct dp_msg m = {.op = DP_MEMORY}, rep;
+    int r = ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
+    if (r == 0) {
+        *used = rep.used;
+        *total = rep.total;
+    }
+    return r;
+}
+
+static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned)
+{
+    struct dp_msg m = {.op = DP_HOST_MAP, .a = (uint64_t)(uintptr_t)h->p, .b = h->len}, rep;
+    int r = ctl_call(p, dev, &m, h->fd, NULL, &rep, NULL, 0);
+    *pinned = r == 0 && rep.pinned;
+    return r;
+}
+
+static void unmap_in(struct dp_proc *p, int dev, void *ptr)
+{
+    struct dp_msg m = {.op = DP_HOST_UNMAP, .a = (uint64_t)(uintptr_t)ptr}, rep;
+    ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
+}
+
+/* Every device process maps the arena; one that is down gets it when it is replaced. */
+static int fwd_host_map(struct backend *be, void *ptr, size_t len, int fd)
+{
+    struct dp_ctx *x = ctx_of(be);
+    struct dp_hostmap *h = calloc(1, sizeof *h);
+    if (!h)
+        return -ENOMEM;
+    *h = (struct dp_hostmap){.p = ptr, .len = len, .fd = fcntl(fd, F_DUPFD_CLOEXEC, 10),
+                             .pinned = true};
+    if (h->fd < 0) {
+        int e = errno;
+        free(h);
+        return -e;
+    }
+    int r = 0, mapped = 0;
+    pthread_mutex_lock(&x->maps_lock);
+    for (int i = 0; i < x->nproc; i++, mapped = i) {
+        if (atomic_load(&x->proc[i].down))
+            continue;          /* its replacement maps it */
+        bool pinned;
+        r = map_in(&x->proc[i], i, h, &pinned);
+        h->pinned = h->pinned && pinned;
+        if (r == GLLM_EDEVLOST) {
+            r = 0;             /* that process is lost: its replacement maps it */
+            continue;
+        }
+        if (r < 0)
+            break;
+    }
+    if (r < 0) {
+        for (int i = 0; i < mapped; i++)
+            if (!atomic_load(&x->proc[i].down))
+                unmap_in(&x->proc[i], i, ptr);
+        pthread_mutex_unlock(&x->maps_lock);
+        close(h->fd);
+        free(h);
+        return r;
+    }
+    h->next = x->maps;
+    x->maps = h;
+    pthread_mutex_unlock(&x->maps_lock);
+    return 0;
+}
+
+static void fwd_host_unmap(struct backend *be, void *ptr)
+{
+    struct dp_ctx *x = ctx_of(be);
+    pthread_mutex_lock(&x->maps_lock);
+    struct dp_hostmap **pp = &x->maps;
+    while (*pp && (*pp)->p != ptr)
+        pp = &(*pp)->next;
+    struct dp_hostmap *h = *pp;
+    if (h) {
+        *pp = h->next;
+        for (int i = 0; i < x->nproc; i++)
+            if (!atomic_load(&x->proc[i].down))
+                unmap_in(&x->proc[i], i, ptr);
+        close(h->fd);
+        free(h);
+    }
+    pthread_mutex_unlock(&x->maps_lock);
+}
+
+/* The device processes registered the arena when they mapped it (unregistered it when they
+ * unmap it): this answers whether every one did. */
+static int fwd_host_register(struct backend *be, void *ptr, size_t len)
+{
+    (void)len;
+    struct dp_ctx *x = ctx_of(be);
+    int r = -ENOTSUP;
+    pthread_mutex_lock(&x->maps_lock);
+    for (struct dp_hostmap *h = x->maps; h; h = h->next)
+        if (h->p == ptr) {
+            r = h->pinned ? 0 : GLLM_EBACKEND;
+            break;
+        }
+    pthread_mutex_unlock(&x->maps_lock);
+    return r;
+}
+
+static void fwd_host_unregister(struct backend *be, void *ptr)
+{
+    (void)be;
+    (void)ptr;
+}
+
+static int fwd_alloc(struct backend *be, int dev, size_t bytes, void **out)
+{
+    struct dp_msg m = {.op = DP_ALLOC, .b = bytes}, rep;
+    int r = ctl_call(proc_of(be, dev), dev, &m, -1, NULL, &rep, NULL, 0);
+    if (r == 0)
+        *out = (void *)(uintptr_t)rep.a;
+    return r;
+}
+
+static void fwd_free(struct backend *be, int dev, void *ptr)
+{
+    struct dp_msg m = {.op = DP_FREE, .a = (uint64_t)(uintptr_t)ptr}, rep;
+    ctl_call(proc_of(be, dev), dev, &m, -1, NULL, &rep, NULL, 0);
+}
+
+static int fwd_share_alloc(struct backend *be, int dev, size_t bytes, struct backend_shared *out,
+                           int *fd)
+{
+    struct dp_msg m = {.op = DP_SHARE_ALLOC, .b = bytes}, rep;
+    int got = -1;
+    int r = ctl_call(proc_of(be, dev), dev, &m, -1, &got, &rep, NULL, 0);
+    if (r == 0 && got < 0)
+        r = GLLM_EBACKEND;
+    if (r < 0) {
+        if (got >= 0)
+            close(got);
+        return r;
+    }
+    *out = rep.shared;
+    *fd = got;
+    return 0;
+}
+
+static int fwd_share_import(struct backend *be, int dev, int fd, size_t bytes,
+                            struct backend_shared *out, char *why, size_t len)
+{
+    struct dp_msg m = {.op = DP_SHARE_IMPORT, .b = bytes}, rep;
+    int r = ctl_call(proc_of(be, dev), dev, &m, fd, NULL, &rep, why, len);
+    if (r == 0)
+        *out = rep.shared;
+    return r;
+}
+
+static void fwd_share_free(struct backend *be, int dev, const struct backend_shared *s)
+{
+    struct dp_msg m = {.op = DP_SHARE_FREE, .shared = *s}, rep;
+    ctl_call(proc_of(be, dev), dev, &m, -1, NULL, &rep, NULL, 0);
+}
+
+/* ---- work: the device's worker thread only ---- */
+
+static int work_timeout_ms(uint64_t deadline_ns)
+{
+    if (!deadline_ns)
+        return -1;
+    const uint64_t now = mono_ns();
+    const uint64_t left_ms = deadline_ns > now ? (deadline_ns - now) / 1000000u : 0;
+    return left_ms > 86400000u ? 86400000 : (int)left_ms + JOB_GRACE_MS;
+}
+
+/* A work request already in p->work.m: 0 with the reply there, or the process is lost. */
+static int work_call(struct dp_proc *p, int timeout_ms, int late_code)
+{
+    if (atomic_load(&p->down) || !p->work.m)
+        return GLLM_EDEVLOST;
+    return call(p, &p->work, -1, timeout_ms, NULL, late_code);
+}
+
+/* q opened in p's current process (a queue outlives the process it was opened in). */
+static int queue_current(struct dp_proc *p, struct dp_queue *q)
+{
+    if (q->gen == p->gen)
+        return 0;
+    struct dp_msg *m = p->work.m;
+    m->op = DP_QUEUE_OPEN;
+    int r = work_call(p, HELLO_TIMEOUT_MS, GLLM_EDEVLOST);
+    if (r < 0 || (r = m->status) < 0)
+        return r;
+    q->handle = m->a;
+    q->gen = p->gen;
+    q->head = q->n = 0;
+    return 0;
+}
+
+/* Sends a job (its args are in p->work.m->job.u already) and answers for it as the backend
+ * would, its timing and why written where args want them (for a queued one: when polled). */
+static int work_job(struct backend *be, int dev, uint32_t op, struct dp_queue *q,
+                    const struct backend_sync *sync, uint64_t deadline_ns,
+                    struct attn_timing *timing, char *why, size_t why_len)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    if (atomic_load(&p->down) || !p->work.m)
+        return devlost(p, dev, why, why_len);
+    struct dp_msg *m = p->work.m;
+    if (q) {
+        int r = queue_current(p, q);
+        if (r < 0)
+            return r == GLLM_EDEVLOST ? devlost(p, dev, why, why_len) : r;
+        if (q->n == DP_QUEUE_RING) {
+            snprintf(why, why_len, "device %d: queue full in gllmd's record", dev);
+            return GLLM_EBACKEND;
+        }
+    }
+    m->op = op;
+    m->job.has_sync = sync != NULL;
+    if (sync)
+        m->job.sync = *sync;
+    m->job.queue = q ? q->handle : 0;
+    int r = work_call(p, work_timeout_ms(deadline_ns), GLLM_EJOBTIMEOUT);
+    if (r < 0) {
+        if (r == GLLM_EJOBTIMEOUT)
+            snprintf(why, why_len, "device %d: its process %s", dev, p->down_why);
+        else
+            devlost(p, dev, why, why_len);
+        return r;
+    }
+    r = m->status;
+    if (r == BACKEND_PENDING && q) {
+        const unsigned i = (q->head + q->n++) % DP_QUEUE_RING;
+        q->out[i].timing = timing;
+        q->out[i].why = why;
+        q->out[i].why_len = why_len;
+        return r;
+    }
+    if (timing)
+        *timing = m->timing;
+    if (why && why_len)
+        snprintf(why, why_len, "%s", m->why);
+    return r;
+}
+
+static void clear_tables(struct dp_job *j)
+{
+    j->tab_indptr = j->tab_indices = j->tab_len = j->tab_qindptr = 0;
+}
+
+static int fwd_copy(struct backend *be, int dev, const struct copy_args *c)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    if (p->work.m) {
+        p->work.m->job.u.copy = *c;
+        clear_tables(&p->work.m->job);
+    }
+    return work_job(be, dev, DP_COPY, (struct dp_queue *)c->queue, c->sync, c->deadline_ns,
+                    c->timing, c->why, c->why_len);
+}
+
+static int fwd_attention(struct backend *be, int dev, const struct attn_args *a)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    if (p->work.m) {
+        p->work.m->job.u.attn = *a;
+        clear_tables(&p->work.m->job);
+    }
+    return work_job(be, dev, DP_ATTENTION, (struct dp_queue *)a->queue, a->sync, a->deadline_ns,
+                    a->timing, a->why, a->why_len);
+}
+
+/* The page tables that are gllmd's own copies go behind the message. */
+static int put_tables(struct dp_msg *m, const struct paged_args *a)
+{
+    struct dp_job *j = &m->job;
+    clear_tables(j);
+    const int64_t nidx = a->kv_indptr ? a->kv_indptr[a->B] : 0;
+    j->tab_indptr = a->kv_indptr ? a->B + 1 : 0;
+    j->tab_indices = a->kv_indices && !a->indices_on_device && !a->indices_in_arena ? nidx : 0;
+    j->tab_len = a->kv_len ? a->B : 0;
+    j->tab_qindptr = a->q_indptr ? a->B + 1 : 0;
+    if (j->tab_indptr + j->tab_indices + j->tab_len + j->tab_qindptr > DP_TABLE_MAX) {
+        clear_tables(j);
+        return GLLM_ELIMIT;
+    }
+    int32_t *t = dp_tables(m);
+    memcpy(t, a->kv_indptr, (size_t)j->tab_indptr * 4);
+    t += j->tab_indptr;
+    memcpy(t, a->kv_indices, (size_t)j->tab_indices * 4);
+    t += j->tab_indices;
+    memcpy(t, a->kv_len, (size_t)j->tab_len * 4);
+    t += j->tab_len;
+    memcpy(t, a->q_indptr, (size_t)j->tab_qindptr * 4);
+    return 0;
+}
+
+static int fwd_paged(struct backend *be, int dev, const struct paged_args *a)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    if (p->work.m) {
+        p->work.m->job.u.paged = *a;
+        if (put_tables(p->work.m, a) < 0) {
+            snprintf(a->why, a->why_len, "the page tables pass what one request carries");
+            return GLLM_ELIMIT;
+        }
+    }
+    return work_job(be, dev, DP_PAGED, (struct dp_queue *)a->queue, a->sync, a->deadline_ns,
+                    a->timing, a->why, a->why_len);
+}
+
+static int fwd_queue_open(struct backend *be, int dev, struct backend_queue **out)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    struct dp_queue *q = calloc(1, sizeof *q);
+    if (!q)
+        return -ENOMEM;
+    q->gen = p->gen - 1;       /* opened in the process at its first job */
+    int r = queue_current(p, q);
+    if (r < 0) {
+        free(q);
+        return r;
+    }
+    *out = (struct backend_queue *)q;
+    return 0;
+}
+
+static int fwd_queue_poll(struct backend *be, int dev, struct backend_queue *bq, bool cancel)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    struct dp_queue *q = (struct dp_queue *)bq;
+    if (q->gen != p->gen || !q->n)
+        return GLLM_EDEVLOST;      /* a reset discarded what was in flight */
+    struct dp_msg *m = p->work.m;
+    if (atomic_load(&p->down) || !m)
+        return GLLM_EDEVLOST;
+    m->op = DP_QUEUE_POLL;
+    m->a = q->handle;
+    m->b = cancel;
+    int r = work_call(p, POLL_TIMEOUT_MS, GLLM_EDEVLOST);
+    const unsigned i = q->head;
+    if (r == 0 && (r = m->status) == BACKEND_PENDING)
+        return r;
+    if (r == GLLM_EDEVLOST && atomic_load(&p->down)) {
+        if (q->out[i].why && q->out[i].why_len)
+            devlost(p, dev, q->out[i].why, q->out[i].why_len);
+    } else {
+        if (q->out[i].timing)
+            *q->out[i].timing = m->timing;
+        if (q->out[i].why && q->out[i].why_len)
+            snprintf(q->out[i].why, q->out[i].why_len, "%s", m->why);
+    }
+    q->head = (q->head + 1) % DP_QUEUE_RING;
+    q->n--;
+    return r;
+}
+
+static void fwd_queue_close(struct backend *be, int dev, struct backend_queue *bq)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    struct dp_queue *q = (struct dp_queue *)bq;
+    if (q->gen == p->gen) {
+        struct dp_msg m = {.op = DP_QUEUE_CLOSE, .a = q->handle}, rep;
+        ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
+    }
+    free(q);
+}
+
+static int fwd_inject_fault(struct backend *be, int dev, enum backend_fault kind,
+                            uint64_t deadline_ns, char *why, size_t len)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    if (atomic_load(&p->down) || !p->work.m)
+        return devlost(p, dev, why, len);
+    struct dp_msg *m = p->work.m;
+    m->op = DP_INJECT_FAULT;
+    m->a = kind;
+    m->b = deadline_ns;
+    int r = work_call(p, work_timeout_ms(deadline_ns), GLLM_EJOBTIMEOUT);
+    if (r < 0) {
+        snprintf(why, len, "device %d: its process %s", dev, p->down_why);
+        return r;
+    }
+    snprintf(why, len, "%s", m->why);
+    return m->status;
+}
+
+/* ---- the reset: a new process in place of the lost one ---- */
+
+static void end_process(struct dp_proc *p, bool kill_first)
+{
+    if (kill_first && p->pid > 0)
+        kill(p->pid, SIGKILL);
+    pthread_mutex_lock(&p->ctl_lock);     /* a control request on the old process ends */
+    close_chan(&p->ctl);
+    pthread_mutex_unlock(&p->ctl_lock);
+    close_chan(&p->work);
+    if (p->pid > 0) {
+        int st;
+        if (!kill_first && !reap(p->pid, 2000, &st))
+            kill(p->pid, SIGKILL);
+        if (!reap(p->pid, REAP_WAIT_MS, &st))
+            log_warn("device %d: process %ld not reaped after %d ms; going on without it",
+                     p->info.index, (long)p->pid, REAP_WAIT_MS);
+    }
+    p->pid = 0;
+}
+
+static int fwd_reset(struct backend *be, int dev, char *why, size_t len)
+{
+    struct dp_ctx *x = ctx_of(be);
+    struct dp_proc *p = proc_of(be, dev);
+    mark_down(p, "being replaced after a fault");
+    const pid_t old = p->pid;
+    end_process(p, true);
+    struct dp_hello hello;
+    struct dp_proc fresh = {.ordinal = p->ordinal};
+    int r = spawn(x, &fresh, x->name, &hello, why, len);
+    if (r < 0)
+        return r;
+    pthread_mutex_lock(&p->ctl_lock);
+    p->pid = fresh.pid;
+    p->ctl = fresh.ctl;
+    p->work = fresh.work;
+    p->gen++;
+    pthread_mutex_unlock(&p->ctl_lock);
+    /* The arenas again, before anything else can reach the new process. */
+    pthread_mutex_lock(&x->maps_lock);
+    atomic_store(&p->down, false);
+    for (struct dp_hostmap *h = x->maps; h && r == 0; h = h->next) {
+        bool pinned;
+        r = map_in(p, dev, h, &pinned);
+        h->pinned = h->pinned && pinned;
+    }
+    pthread_mutex_unlock(&x->maps_lock);
+    if (r < 0) {
+        mark_down(p, "could not map the arenas again");
+        snprintf(why, len, "the new device process could not map the arenas (%s)",
+                 gllm_strerror(r));
+        return r;
+    }
+    log_info("device %d: process %ld replaced by %ld", dev, (long)old, (long)p->pid);
+    return 0;
+}
+
+/* ---- open and close ---- */
+
+static void dp_close(struct backend *be)
+{
+    if (!be)
+        return;
+    struct dp_ctx *x = ctx_of(be);
+    for (int i = 0; i < x->nproc; i++) {
+        end_process(&x->proc[i], false);   /* the channels closed: it exits by itself */
+        pthread_mutex_destroy(&x->proc[i].ctl_lock);
+    }
+    while (x->maps) {
+        struct dp_hostmap *h = x->maps;
+        x->maps = h->next;
+        close(h->fd);
+        free(h);
+    }
+    pthread_mutex_destroy(&x->maps_lock);
+    free(x);
+}
+
+static int dp_probe(char *why, size_t len)
+{
+    (void)why;
+    (void)len;
+    return 1;
+}
+
+static int dp_open_unused(const struct backend_config *cfg, struct backend **out)
+{
+    (void)cfg;
+    (void)out;
+    return -ENOTSUP;
+}
+
+/* The entries the device processes' backend has, forwarded; reset always. */
+static void fill_iface(struct dp_ctx *x)
+{
+    const uint32_t h = x->has;
+    x->iface = (struct backend_iface){.api_version = BACKEND_API_VERSION, .name = x->name,
+                                      .probe = dp_probe, .open = dp_open_unused,
+                                      .close = dp_close};
+    x->dev = (struct backend_device_iface){
+        .info = fwd_info,
+        .memory = h & DP_HAS_MEMORY ? fwd_memory : NULL,
+        .host_map = fwd_host_map,
+        .host_unmap = fwd_host_unmap,
+        .host_register = h & DP_HAS_REGISTER ? fwd_host_register : NULL,
+        .host_unregister = h & DP_HAS_REGISTER ? fwd_host_unregister : NULL,
+        .alloc = h & DP_HAS_ALLOC ? fwd_alloc : NULL,
+        .free = fwd_free,
+        .copy = fwd_copy,
+        .attention = fwd_attention,
+        .paged = h & DP_HAS_PAGED ? fwd_paged : NULL,
+        .share_alloc = h & DP_HAS_SHARE ? fwd_share_alloc : NULL,
+        .share_import = h & DP_HAS_SHARE ? fwd_share_import : NULL,
+        .share_free = h & DP_HAS_SHARE ? fwd_share_free : NULL,
+        .reset = fwd_reset,
+        .inject_fault = h & DP_HAS_FAULT ? fwd_inject_fault : NULL,
+        .queue_open = h & DP_HAS_QUEUES ? fwd_queue_open : NULL,
+        .queue_poll = h & DP_HAS_QUEUES ? fwd_queue_poll : NULL,
+        .queue_close = h & DP_HAS_QUEUES ? fwd_queue_close : NULL,
+    };
+    x->be.iface = &x->iface;
+    x->be.device = &x->dev;
+}
+
+int devproc_open(const char *name, const struct backend_config *cfg, int log_level,
+                 struct backend **out, char *why, size_t len)
+{
+    struct dp_ctx *x = calloc(1, sizeof *x);
+    if (!x)
+        return -ENOMEM;
+    x->be.ctx = x;
+    x->threads = cfg->threads;
+    x->deterministic = cfg->deterministic;
+    x->log_level = log_level;
+    pthread_mutex_init(&x->maps_lock, NULL);
+    for (int i = 0; i < GLLM_MAX_DEVICES; i++) {
+        pthread_mutex_init(&x->proc[i].ctl_lock, NULL);
+        x->proc[i].ctl.sock = x->proc[i].work.sock = -1;
+    }
+    struct dp_hello hello;
+    struct dp_proc *first = &x->proc[0];
+    int r = spawn(x, first, name, &hello, why, len);
+    if (r < 0) {
+        for (int i = 0; i < GLLM_MAX_DEVICES; i++)
+            pthread_mutex_destroy(&x->proc[i].ctl_lock);
+        pthread_mutex_destroy(&x->maps_lock);
+        free(x);
+        return r;
+    }
+    snprintf(x->name, sizeof x->name, "%s", hello.backend);
+    x->has = hello.has;
+    x->be.caps = hello.caps;
+    first->info = hello.info;
+    x->nproc = 1;
+    const int present = hello.present < GLLM_MAX_DEVICES ? hello.present : GLLM_MAX_DEVICES;
+    for (int ord = 1; ord < present; ord++) {
+        struct dp_proc *p = &x->proc[x->nproc];
+        p->ordinal = ord;
+        char reason[200];
+        if (spawn(x, p, x->name, &hello, reason, sizeof reason) < 0) {
+            log_warn("%s: passing over device %d: %s", x->name, ord, reason);
+            continue;
+        }
+        p->info = hello.info;
+        p->info.index = x->nproc++;
+    }
+    x->be.ndevices = x->nproc;
+    x->be.present = hello.present;
+    fill_iface(x);
+    *out = &x->be;
+    return 0;
+}

@@ -1,0 +1,21 @@
+/* Device processes: each device's backend runs in a process of its own, which gllmd starts,
+ * talks to (devproc_wire.h) and, after a fault that poisons the device's context, replaces,
+ * while every connection stays up (docs/hardening.md, "Device processes"). */
+#ifndef GLLMD_DEVPROC_H
+#define GLLMD_DEVPROC_H
+
+#include <stddef.h>
+
+#include "backend_api.h"
+
+/* Opens name ("auto" or a backend's) in one device process per device: the first picks the
+ * backend and says how many devices there are, the rest open the same backend on the others.
+ * The backend returned forwards every entry and has a reset entry that replaces a device's
+ * process. log_level: the processes' (syslog priority). why: one line on failure. */
+int devproc_open(const char *name, const struct backend_config *cfg, int log_level,
+                 struct backend **out, char *why, size_t len);
+
+/* main() of a device process (gllmd --device-process ...), started by devproc_open. */
+int devproc_child_main(int argc, char **argv);
+
+#endif
