@@ -46,6 +46,8 @@ struct dp_proc {
     atomic_bool down;           /* lost or being replaced: every call answers DEVLOST */
     char down_why[160];
     uint32_t gen;               /* bumped by each new process: queues opened before are gone */
+    uint64_t spin_ns;           /* gllmd spins this long for a reply (0: the CPU backend, whose
+                                 * jobs need the cores a spin would take) */
     gllm_device_info info;
 };
 
@@ -241,6 +243,7 @@ static int spawn(struct dp_ctx *x, struct dp_proc *p, const char *name, struct d
     *hello = cm->hello;
     snprintf(why, len, "%s", cm->why);      /* what the backend's selection passed over */
     p->pid = pid;
+    p->spin_ns = strcmp(cm->hello.backend, "cpu") != 0 ? DP_SPIN_REPLY_NS : 0;
     p->ctl = (struct dp_chan){.sock = ctl[0], .m = cm};
     p->work = (struct dp_chan){.sock = work[0], .m = wm};
     return 0;
@@ -277,22 +280,10 @@ static int devlost(const struct dp_proc *p, int dev, char *why, size_t len)
     return GLLM_EDEVLOST;
 }
 
-/* Rings c with the request already in c->m and waits for the reply: 0 (the reply in c->m),
- * or the process is lost (marked down) and the call answers late_code. */
-static int call(struct dp_proc *p, struct dp_chan *c, int fd_in, int timeout_ms, int *fd_out,
-                int late_code)
+/* Marks p lost after a failed exchange (r: -ETIMEDOUT after timeout_ms, else the peer gone
+ * or an error) and answers late_code for a timeout, DEVLOST otherwise. */
+static int lost(struct dp_proc *p, int r, int timeout_ms, int late_code)
 {
-    int fd = -1;
-    int r = dp_ring(c->sock, fd_in);
-    if (r == 0)
-        r = dp_wait(c->sock, timeout_ms, &fd);
-    if (r == 0) {
-        if (fd_out)
-            *fd_out = fd;
-        else if (fd >= 0)
-            close(fd);
-        return 0;
-    }
     char what[120];
     int st;
     if (r == -ETIMEDOUT)
@@ -308,6 +299,66 @@ static int call(struct dp_proc *p, struct dp_chan *c, int fd_in, int timeout_ms,
     }
     mark_down(p, what);
     return r == -ETIMEDOUT ? late_code : GLLM_EDEVLOST;
+}
+
+/* Rings c with the request already in c->m and waits for the reply through the socket: 0
+ * (the reply in c->m), or the process is lost (marked down) and the call answers late_code. */
+static int call(struct dp_proc *p, struct dp_chan *c, int fd_in, int timeout_ms, int *fd_out,
+                int late_code)
+{
+    int fd = -1;
+    int r = dp_ring(c->sock, fd_in);
+    if (r == 0)
+        r = dp_wait(c->sock, timeout_ms, &fd);
+    if (r < 0)
+        return lost(p, r, timeout_ms, late_code);
+    if (fd_out)
+        *fd_out = fd;
+    else if (fd >= 0)
+        close(fd);
+    return 0;
+}
+
+/* The work channel's exchange through its doorbell (devproc_wire.h, struct dp_bell). */
+static int bell_call(struct dp_proc *p, int timeout_ms, int late_code)
+{
+    struct dp_chan *c = &p->work;
+    struct dp_bell *b = &c->m->bell;
+    const uint64_t n = atomic_load_explicit(&b->req, memory_order_relaxed) + 1;
+    atomic_store_explicit(&b->req, n, memory_order_release);
+    atomic_thread_fence(memory_order_seq_cst);
+    int r = 0;
+    if (atomic_load_explicit(&b->child_waiting, memory_order_relaxed) &&
+        (r = dp_ring(c->sock, -1)) < 0)
+        return lost(p, r, timeout_ms, late_code);
+    const uint64_t deadline = timeout_ms < 0 ? 0 : mono_ns() + (uint64_t)timeout_ms * 1000000u;
+    bool gone = false;
+    for (;;) {
+        if (dp_spin(&b->rep, n, p->spin_ns, c->sock, &gone))
+            return 0;
+        if (gone)
+            return lost(p, -EPIPE, timeout_ms, late_code);
+        atomic_store_explicit(&b->parent_waiting, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&b->rep, memory_order_acquire) == n) {
+            atomic_store_explicit(&b->parent_waiting, 0, memory_order_relaxed);
+            return 0;
+        }
+        int ms = -1;
+        if (deadline) {
+            const uint64_t now = mono_ns();
+            if (now >= deadline)
+                return lost(p, -ETIMEDOUT, timeout_ms, late_code);
+            ms = (int)((deadline - now + 999999u) / 1000000u);
+        }
+        int fd;
+        r = dp_wait(c->sock, ms, &fd);
+        atomic_store_explicit(&b->parent_waiting, 0, memory_order_relaxed);
+        if (fd >= 0)
+            close(fd);
+        if (r < 0)
+            return lost(p, r, timeout_ms, late_code);
+    }
 }
 
 /* A control request of p: m prepared by fill under the lock. */
@@ -351,7 +402,7 @@ static int fwd_info(struct backend *be, int dev, gllm_device_info *out)
 static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *total)
 {
     struct dp_proc *p = proc_of(be, dev);
-    struct dp_msg m = {.op = DP_MEMORY}, rep;
+    struct dp_msg m = {.op = DP_MEMORY}, rep = {0};
     int r = ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
     if (r == 0) {
         *used = rep.used;
@@ -362,7 +413,7 @@ static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *tot
 
 static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned)
 {
-    struct dp_msg m = {.op = DP_HOST_MAP, .a = (uint64_t)(uintptr_t)h->p, .b = h->len}, rep;
+    struct dp_msg m = {.op = DP_HOST_MAP, .a = (uint64_t)(uintptr_t)h->p, .b = h->len}, rep = {0};
     int r = ctl_call(p, dev, &m, h->fd, NULL, &rep, NULL, 0);
     *pinned = r == 0 && rep.pinned;
     return r;
@@ -370,7 +421,7 @@ static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned
 
 static void unmap_in(struct dp_proc *p, int dev, void *ptr)
 {
-    struct dp_msg m = {.op = DP_HOST_UNMAP, .a = (uint64_t)(uintptr_t)ptr}, rep;
+    struct dp_msg m = {.op = DP_HOST_UNMAP, .a = (uint64_t)(uintptr_t)ptr}, rep = {0};
     ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
 }
 
@@ -462,7 +513,7 @@ static void fwd_host_unregister(struct backend *be, void *ptr)
 
 static int fwd_alloc(struct backend *be, int dev, size_t bytes, void **out)
 {
-    struct dp_msg m = {.op = DP_ALLOC, .b = bytes}, rep;
+    struct dp_msg m = {.op = DP_ALLOC, .b = bytes}, rep = {0};
     int r = ctl_call(proc_of(be, dev), dev, &m, -1, NULL, &rep, NULL, 0);
     if (r == 0)
         *out = (void *)(uintptr_t)rep.a;
@@ -471,14 +522,14 @@ static int fwd_alloc(struct backend *be, int dev, size_t bytes, void **out)
 
 static void fwd_free(struct backend *be, int dev, void *ptr)
 {
-    struct dp_msg m = {.op = DP_FREE, .a = (uint64_t)(uintptr_t)ptr}, rep;
+    struct dp_msg m = {.op = DP_FREE, .a = (uint64_t)(uintptr_t)ptr}, rep = {0};
     ctl_call(proc_of(be, dev), dev, &m, -1, NULL, &rep, NULL, 0);
 }
 
 static int fwd_share_alloc(struct backend *be, int dev, size_t bytes, struct backend_shared *out,
                            int *fd)
 {
-    struct dp_msg m = {.op = DP_SHARE_ALLOC, .b = bytes}, rep;
+    struct dp_msg m = {.op = DP_SHARE_ALLOC, .b = bytes}, rep = {0};
     int got = -1;
     int r = ctl_call(proc_of(be, dev), dev, &m, -1, &got, &rep, NULL, 0);
     if (r == 0 && got < 0)
@@ -496,7 +547,7 @@ static int fwd_share_alloc(struct backend *be, int dev, size_t bytes, struct bac
 static int fwd_share_import(struct backend *be, int dev, int fd, size_t bytes,
                             struct backend_shared *out, char *why, size_t len)
 {
-    struct dp_msg m = {.op = DP_SHARE_IMPORT, .b = bytes}, rep;
+    struct dp_msg m = {.op = DP_SHARE_IMPORT, .b = bytes}, rep = {0};
     int r = ctl_call(proc_of(be, dev), dev, &m, fd, NULL, &rep, why, len);
     if (r == 0)
         *out = rep.shared;
@@ -505,7 +556,7 @@ static int fwd_share_import(struct backend *be, int dev, int fd, size_t bytes,
 
 static void fwd_share_free(struct backend *be, int dev, const struct backend_shared *s)
 {
-    struct dp_msg m = {.op = DP_SHARE_FREE, .shared = *s}, rep;
+    struct dp_msg m = {.op = DP_SHARE_FREE, .shared = *s}, rep = {0};
     ctl_call(proc_of(be, dev), dev, &m, -1, NULL, &rep, NULL, 0);
 }
 
@@ -525,7 +576,7 @@ static int work_call(struct dp_proc *p, int timeout_ms, int late_code)
 {
     if (atomic_load(&p->down) || !p->work.m)
         return GLLM_EDEVLOST;
-    return call(p, &p->work, -1, timeout_ms, NULL, late_code);
+    return bell_call(p, timeout_ms, late_code);
 }
 
 /* q opened in p's current process (a queue outlives the process it was opened in). */
@@ -708,7 +759,7 @@ static void fwd_queue_close(struct backend *be, int dev, struct backend_queue *b
     struct dp_proc *p = proc_of(be, dev);
     struct dp_queue *q = (struct dp_queue *)bq;
     if (q->gen == p->gen) {
-        struct dp_msg m = {.op = DP_QUEUE_CLOSE, .a = q->handle}, rep;
+        struct dp_msg m = {.op = DP_QUEUE_CLOSE, .a = q->handle}, rep = {0};
         ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
     }
     free(q);

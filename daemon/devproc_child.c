@@ -375,17 +375,33 @@ static struct dp_msg *map_area(int fd)
     return p == MAP_FAILED ? NULL : p;
 }
 
+/* The work channel: requests through its doorbell (devproc_wire.h, struct dp_bell). */
 static void *work_main(void *arg)
 {
     struct dp_msg *m = arg;
+    struct dp_bell *b = &m->bell;
+    uint64_t done = 0;
     for (;;) {
-        int fd;
-        if (dp_wait(DP_FD_WORK, -1, &fd) < 0)
-            _exit(0);               /* gllmd closed the channel or is gone */
-        if (fd >= 0)
-            close(fd);
+        bool gone = false;
+        while (!dp_spin(&b->req, done + 1, DP_SPIN_REQUEST_NS, DP_FD_WORK, &gone)) {
+            if (gone)
+                _exit(0);           /* gllmd closed the channel or is gone */
+            atomic_store_explicit(&b->child_waiting, 1, memory_order_relaxed);
+            atomic_thread_fence(memory_order_seq_cst);
+            if (atomic_load_explicit(&b->req, memory_order_acquire) != done + 1) {
+                int fd;
+                if (dp_wait(DP_FD_WORK, -1, &fd) < 0)
+                    _exit(0);
+                if (fd >= 0)
+                    close(fd);
+            }
+            atomic_store_explicit(&b->child_waiting, 0, memory_order_relaxed);
+        }
         serve_work(m);
-        if (dp_ring(DP_FD_WORK, -1) < 0)
+        atomic_store_explicit(&b->rep, ++done, memory_order_release);
+        atomic_thread_fence(memory_order_seq_cst);
+        if (atomic_load_explicit(&b->parent_waiting, memory_order_relaxed) &&
+            dp_ring(DP_FD_WORK, -1) < 0)
             _exit(0);
     }
     return NULL;

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "devproc_wire.h"
@@ -79,4 +80,35 @@ int dp_wait(int sock, int timeout_ms, int *fd)
         return -EPROTO;
     }
     return 0;
+}
+
+bool dp_peer_gone(int sock)
+{
+    struct pollfd p = {.fd = sock, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL));
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+bool dp_spin(_Atomic uint64_t *counter, uint64_t want, uint64_t spin_ns, int sock, bool *gone)
+{
+    const uint64_t until = mono_ns() + spin_ns;
+    for (unsigned i = 1;; i++) {
+        if (atomic_load_explicit(counter, memory_order_acquire) == want)
+            return true;
+        if (i % 256 == 0) {
+            if (mono_ns() >= until)
+                return false;
+            if (i % 4096 == 0 && dp_peer_gone(sock)) {
+                *gone = true;
+                return false;
+            }
+        }
+        __asm__ __volatile__("" ::: "memory");
+    }
 }

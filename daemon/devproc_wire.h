@@ -4,6 +4,7 @@
 #ifndef GLLMD_DEVPROC_WIRE_H
 #define GLLMD_DEVPROC_WIRE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -79,6 +80,23 @@ struct dp_job {
     int64_t tab_indptr, tab_indices, tab_len, tab_qindptr;
 };
 
+/* The work channel's doorbell in its area: each side spins on the other's counter for a
+ * while (a device's jobs come microseconds apart in a decode loop, and a wake-up through the
+ * socket costs several), then sets its waiting flag and sleeps on the socket, which the
+ * other side rings only while that flag is set. Every ring only wakes: the counters say what
+ * happened, so a ring that comes late is harmless. */
+struct dp_bell {
+    _Atomic uint64_t req;       /* requests gllmd has written */
+    _Atomic uint64_t rep;       /* replies the device process has written */
+    _Atomic uint32_t child_waiting, parent_waiting;
+};
+
+/* How long each side spins: the device process for gllmd's next request (as gllmd's device
+ * worker spins for a client's next job, scheduler.c), gllmd for the reply (as it would spin
+ * on the stream). */
+#define DP_SPIN_REQUEST_NS 50000u
+#define DP_SPIN_REPLY_NS 2000000u
+
 struct dp_msg {
     uint32_t op;                /* enum dp_op */
     int32_t status;             /* the reply's: 0, BACKEND_PENDING or a code */
@@ -90,6 +108,7 @@ struct dp_msg {
     struct backend_shared shared;
     struct dp_hello hello;
     struct dp_job job;
+    struct dp_bell bell;        /* the work channel's; unused on the control channel */
     /* int32_t tables[] follow, aligned: dp_tables() */
 };
 
@@ -107,5 +126,10 @@ int dp_ring(int sock, int fd);
 /* Waits for the other side's ring at most timeout_ms (-1: for ever); *fd gets an fd that
  * came with it, else -1. 0, -ETIMEDOUT, -EPIPE when the other side is gone, or -errno. */
 int dp_wait(int sock, int timeout_ms, int *fd);
+/* Whether the other side of sock has gone (a look, no wait). */
+bool dp_peer_gone(int sock);
+/* Spins on *counter until it reaches want, at most spin_ns; true when it did. On a look every
+ * few microseconds sock's peer is checked: gone, *gone is set and it returns false. */
+bool dp_spin(_Atomic uint64_t *counter, uint64_t want, uint64_t spin_ns, int sock, bool *gone);
 
 #endif
