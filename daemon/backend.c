@@ -270,6 +270,16 @@ int backend_reset(struct backend *be, int dev, char *why, size_t len)
     return be->device->reset(be, dev, why, len);
 }
 
+bool backend_watches_loss(const struct backend *be)
+{
+    return be->device->lost != NULL && be->device->reset != NULL;
+}
+
+bool backend_device_lost(struct backend *be, int dev, char *why, size_t len)
+{
+    return backend_watches_loss(be) && be->device->lost(be, dev, why, len);
+}
+
 bool backend_recovers_in_process(const struct backend *be)
 {
     return be->device->reset != NULL;

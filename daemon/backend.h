@@ -60,6 +60,10 @@ int backend_paged(struct backend *be, int dev, const struct paged_args *p);
 /* On the device's worker thread: the reset after a context-fatal error or a hung job, and
  * the test-only fault (backend_api.h). -ENOTSUP when the backend has no such entry. */
 int backend_reset(struct backend *be, int dev, char *why, size_t len);
+/* Whether be says when a device is lost while idle (its lost entry, with reset), and whether
+ * dev is (why: one line). On dev's worker thread. */
+bool backend_watches_loss(const struct backend *be);
+bool backend_device_lost(struct backend *be, int dev, char *why, size_t len);
 /* Whether a device of be can be reset in this process after a fault (it has a reset entry);
  * if not, only a new process brings the device back. */
 bool backend_recovers_in_process(const struct backend *be);

@@ -784,6 +784,19 @@ static int fwd_inject_fault(struct backend *be, int dev, enum backend_fault kind
     return m->status;
 }
 
+/* A process lost while nothing of its device ran: found down by a control request, or gone
+ * (its socket closed) with no request at all. */
+static bool fwd_lost(struct backend *be, int dev, char *why, size_t len)
+{
+    struct dp_proc *p = proc_of(be, dev);
+    if (!atomic_load(&p->down) && p->work.m && dp_peer_gone(p->work.sock))
+        lost(p, -EPIPE, 0, GLLM_EDEVLOST);
+    if (!atomic_load(&p->down))
+        return false;
+    snprintf(why, len, "its process is lost (%s)", p->down_why);
+    return true;
+}
+
 /* ---- the reset: a new process in place of the lost one ---- */
 
 static void end_process(struct dp_proc *p, bool kill_first)
@@ -900,6 +913,7 @@ static void fill_iface(struct dp_ctx *x)
         .share_import = h & DP_HAS_SHARE ? fwd_share_import : NULL,
         .share_free = h & DP_HAS_SHARE ? fwd_share_free : NULL,
         .reset = fwd_reset,
+        .lost = fwd_lost,
         .inject_fault = h & DP_HAS_FAULT ? fwd_inject_fault : NULL,
         .queue_open = h & DP_HAS_QUEUES ? fwd_queue_open : NULL,
         .queue_poll = h & DP_HAS_QUEUES ? fwd_queue_poll : NULL,

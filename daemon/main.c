@@ -78,8 +78,9 @@ static int reload(struct server *s, void *arg)
         return -EINVAL;
     }
     if (cfg.threads != 0 || strcmp(cfg.backend, "auto") != 0 || cfg.socket_path[0] ||
-        cfg.deterministic)
-        log_info("reload: socket, backend, threads and deterministic take effect at the next start");
+        cfg.deterministic || !cfg.device_processes)
+        log_info("reload: socket, backend, threads, deterministic and device_processes take "
+                 "effect at the next start");
     server_apply_config(s, &cfg);
     return 0;
 }

@@ -38,6 +38,9 @@ struct worker {
     /* The backend has queues: jobs ordered with their client are submitted to their lane's
      * and finished by polling (poll_flying); fly lists the lanes with jobs there. */
     bool queues;
+    /* The backend says when the device is lost while idle (a device process that ended):
+     * the idle worker looks every LOST_CHECK_MS and resets it. */
+    bool watch_loss;
     struct lane *fly;                     /* worker thread only */
     uint64_t fly_events;                  /* jobs submitted or finished through queues */
 };
@@ -164,6 +167,8 @@ static struct job *take_job(struct worker *w, struct lane **lane)
  * client stepping a decode loop sends its next job within microseconds, and catching it
  * awake saves the futex wake-up (several microseconds of the daemon's added latency). */
 #define WORKER_SPIN_NS 50000
+/* How often an idle worker asks whether its device was lost meanwhile (backend_device_lost). */
+#define LOST_CHECK_MS 100
 /* Polling waiting jobs' counters: spinning this long, then sleeping this long between looks
  * (a sleep costs 50-80 us with the kernel's timer slack). A serving loop's producers (a
  * layer's projections) run hundreds of microseconds to milliseconds: spinning through them
@@ -731,8 +736,23 @@ static void *worker_main(void *arg)
             spin_for_work(w, seen);
             pthread_mutex_lock(&w->lock);
         }
-        while (!w->ring_head && !w->fly && !w->stop)
-            pthread_cond_wait(&w->wake, &w->lock);
+        while (!w->ring_head && !w->fly && !w->stop) {
+            if (!w->watch_loss) {
+                pthread_cond_wait(&w->wake, &w->lock);
+                continue;
+            }
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_nsec += LOST_CHECK_MS * 1000000l;
+            until.tv_sec += until.tv_nsec / 1000000000l;
+            until.tv_nsec %= 1000000000l;
+            if (pthread_cond_timedwait(&w->wake, &w->lock, &until) != ETIMEDOUT || w->failed)
+                continue;
+            pthread_mutex_unlock(&w->lock);
+            if (backend_device_lost(w->be, w->dev, reason, sizeof reason))
+                reset_device(w, reason);
+            pthread_mutex_lock(&w->lock);
+        }
         if (!w->ring_head && !w->fly) {
             pthread_mutex_unlock(&w->lock);
             break;
@@ -835,7 +855,7 @@ static int start_worker(struct sched *s, uv_loop_t *loop, struct backend *be, in
         return -ENOMEM;
     }
     *w = (struct worker){.sched = s, .be = be, .dev = dev, .scratch = scratch,
-                         .queues = backend_has_queues(be)};
+                         .queues = backend_has_queues(be), .watch_loss = backend_watches_loss(be)};
     int r = uv_async_init(loop, &w->async, on_finished);
     if (r < 0) {
         free(scratch);
@@ -845,7 +865,11 @@ static int start_worker(struct sched *s, uv_loop_t *loop, struct backend *be, in
     w->async.data = w;
     s->open_handles++;
     pthread_mutex_init(&w->lock, NULL);
-    pthread_cond_init(&w->wake, NULL);
+    pthread_condattr_t ca;     /* the idle wait's deadline is on CLOCK_MONOTONIC */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->wake, &ca);
+    pthread_condattr_destroy(&ca);
     r = pthread_create(&w->thread, NULL, worker_main, w);
     if (r != 0) {
         uv_close((uv_handle_t *)&w->async, free_worker);

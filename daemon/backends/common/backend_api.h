@@ -319,6 +319,11 @@ struct backend_device_iface {
      * again, else a code and a one-line why; NULL: the device cannot be brought back in this
      * process (the daemon exits, or with exit_on_reset_failure off the device stays failed). */
     int (*reset)(struct backend *be, int dev, char *why, size_t len);
+    /* Optional, on dev's worker thread while it has nothing to run, every LOST_CHECK_MS or so:
+     * whether dev's context is known lost without a job having met it (a device process that
+     * ended while idle, or on another thread's request), with why; the worker then resets
+     * it at once, so a device does not wait for a job to fail first. */
+    bool (*lost)(struct backend *be, int dev, char *why, size_t len);
     /* Optional, fault-injection builds (GLLM_FAULT_INJECTION), on dev's worker thread: runs
      * a fault of kind on dev in place of a job and returns what that job would: GLLM_EDEVLOST
      * for a trap, an out-of-bounds read or a sticky fault, GLLM_EJOBTIMEOUT once deadline_ns (non-zero) has
