@@ -44,8 +44,9 @@ struct dp_proc {
     struct dp_chan ctl, work;
     pthread_mutex_t ctl_lock;   /* one control request at a time */
     atomic_bool down;           /* lost or being replaced: every call answers DEVLOST */
+    pthread_mutex_t why_lock;   /* down_why, written by whichever thread found the loss */
     char down_why[160];
-    uint32_t gen;               /* bumped by each new process: queues opened before are gone */
+    _Atomic uint32_t gen;       /* bumped by each new process: queues opened before are gone */
     uint64_t spin_ns;           /* gllmd spins this long for a reply (0: the CPU backend, whose
                                  * jobs need the cores a spin would take) */
     gllm_device_info info;
@@ -146,6 +147,23 @@ static bool reap(pid_t pid, int ms, int *status)
         pid_t r = waitpid(pid, status, WNOHANG);
         if (r == pid || (r < 0 && errno == ECHILD))
             return true;
+        if (waited >= ms)
+            return false;
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
+}
+
+/* Whether pid has ended, waiting up to ms, its status left for reap (so its pid cannot be
+ * reused while gllmd may still kill it). */
+static bool ended(pid_t pid, int ms, int *status)
+{
+    for (int waited = 0;; waited++) {
+        siginfo_t si = {0};
+        if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
+            *status = si.si_code == CLD_EXITED ? (si.si_status & 0xff) << 8
+                                               : si.si_status & 0x7f;
+            return true;
+        }
         if (waited >= ms)
             return false;
         nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
@@ -269,14 +287,29 @@ fail:
 
 static void mark_down(struct dp_proc *p, const char *why)
 {
-    if (!atomic_exchange(&p->down, true))
+    pthread_mutex_lock(&p->why_lock);
+    if (!atomic_load(&p->down)) {
         snprintf(p->down_why, sizeof p->down_why, "%s", why);
+        atomic_store(&p->down, true);
+    }
+    pthread_mutex_unlock(&p->why_lock);
 }
 
-static int devlost(const struct dp_proc *p, int dev, char *why, size_t len)
+/* Writes prefix and why p is down into buf. */
+static void down_reason(struct dp_proc *p, const char *prefix, char *buf, size_t len)
 {
-    if (why && len)
-        snprintf(why, len, "device %d: its process is lost (%s)", dev, p->down_why);
+    pthread_mutex_lock(&p->why_lock);
+    snprintf(buf, len, "%s%s", prefix, p->down_why);
+    pthread_mutex_unlock(&p->why_lock);
+}
+
+static int devlost(struct dp_proc *p, int dev, char *why, size_t len)
+{
+    if (why && len) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "device %d: its process is lost: ", dev);
+        down_reason(p, prefix, why, len);
+    }
     return GLLM_EDEVLOST;
 }
 
@@ -289,11 +322,10 @@ static int lost(struct dp_proc *p, int r, int timeout_ms, int late_code)
     if (r == -ETIMEDOUT)
         snprintf(what, sizeof what, "pid %ld did not answer within %d ms", (long)p->pid,
                  timeout_ms);
-    else if (reap(p->pid, 200, &st)) {
+    else if (ended(p->pid, 200, &st)) {
         char how[64];
         describe_status(st, how, sizeof how);
         snprintf(what, sizeof what, "pid %ld %s", (long)p->pid, how);
-        p->pid = 0;
     } else {
         snprintf(what, sizeof what, "pid %ld: %s", (long)p->pid, strerror(-r));
     }
@@ -621,9 +653,11 @@ static int work_job(struct backend *be, int dev, uint32_t op, struct dp_queue *q
     m->job.queue = q ? q->handle : 0;
     int r = work_call(p, work_timeout_ms(deadline_ns), GLLM_EJOBTIMEOUT);
     if (r < 0) {
-        if (r == GLLM_EJOBTIMEOUT)
-            snprintf(why, why_len, "device %d: its process %s", dev, p->down_why);
-        else
+        if (r == GLLM_EJOBTIMEOUT) {
+            char prefix[48];
+            snprintf(prefix, sizeof prefix, "device %d: its process: ", dev);
+            down_reason(p, prefix, why, why_len);
+        } else
             devlost(p, dev, why, why_len);
         return r;
     }
@@ -777,7 +811,9 @@ static int fwd_inject_fault(struct backend *be, int dev, enum backend_fault kind
     m->b = deadline_ns;
     int r = work_call(p, work_timeout_ms(deadline_ns), GLLM_EJOBTIMEOUT);
     if (r < 0) {
-        snprintf(why, len, "device %d: its process %s", dev, p->down_why);
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "device %d: its process: ", dev);
+        down_reason(p, prefix, why, len);
         return r;
     }
     snprintf(why, len, "%s", m->why);
@@ -793,7 +829,7 @@ static bool fwd_lost(struct backend *be, int dev, char *why, size_t len)
         lost(p, -EPIPE, 0, GLLM_EDEVLOST);
     if (!atomic_load(&p->down))
         return false;
-    snprintf(why, len, "its process is lost (%s)", p->down_why);
+    down_reason(p, "its process is lost: ", why, len);
     return true;
 }
 
@@ -864,7 +900,10 @@ static void dp_close(struct backend *be)
     struct dp_ctx *x = ctx_of(be);
     for (int i = 0; i < x->nproc; i++) {
         end_process(&x->proc[i], false);   /* the channels closed: it exits by itself */
+    }
+    for (int i = 0; i < GLLM_MAX_DEVICES; i++) {
         pthread_mutex_destroy(&x->proc[i].ctl_lock);
+        pthread_mutex_destroy(&x->proc[i].why_lock);
     }
     while (x->maps) {
         struct dp_hostmap *h = x->maps;
@@ -936,14 +975,17 @@ int devproc_open(const char *name, const struct backend_config *cfg, int log_lev
     pthread_mutex_init(&x->maps_lock, NULL);
     for (int i = 0; i < GLLM_MAX_DEVICES; i++) {
         pthread_mutex_init(&x->proc[i].ctl_lock, NULL);
+        pthread_mutex_init(&x->proc[i].why_lock, NULL);
         x->proc[i].ctl.sock = x->proc[i].work.sock = -1;
     }
     struct dp_hello hello;
     struct dp_proc *first = &x->proc[0];
     int r = spawn(x, first, name, &hello, why, len);
     if (r < 0) {
-        for (int i = 0; i < GLLM_MAX_DEVICES; i++)
+        for (int i = 0; i < GLLM_MAX_DEVICES; i++) {
             pthread_mutex_destroy(&x->proc[i].ctl_lock);
+            pthread_mutex_destroy(&x->proc[i].why_lock);
+        }
         pthread_mutex_destroy(&x->maps_lock);
         free(x);
         return r;
