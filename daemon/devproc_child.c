@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,12 @@ struct cq {
 
 static struct {
     struct backend *be;
+    /* Requests each thread has finished. gllmd sends a job naming memory only after the
+     * control request that made it was answered, and a free only after the last job that
+     * used it was; that order runs through gllmd, so each thread also reads the other's count
+     * (acquire) before a request and bumps its own (release) after one, which makes it an
+     * order within this process too (for ThreadSanitizer; it costs an atomic each way). */
+    atomic_ulong ctl_done, work_done;
     pthread_rwlock_t maps_lock;
     struct hmap *maps;
     int nmaps, cap;
@@ -397,7 +404,9 @@ static void *work_main(void *arg)
             }
             atomic_store_explicit(&b->child_waiting, 0, memory_order_relaxed);
         }
+        (void)atomic_load_explicit(&dp.ctl_done, memory_order_acquire);
         serve_work(m);
+        atomic_fetch_add_explicit(&dp.work_done, 1, memory_order_release);
         atomic_store_explicit(&b->rep, ++done, memory_order_release);
         atomic_thread_fence(memory_order_seq_cst);
         if (atomic_load_explicit(&b->parent_waiting, memory_order_relaxed) &&
@@ -482,7 +491,9 @@ int devproc_child_main(int argc, char **argv)
         int fd, out = -1;
         if (dp_wait(DP_FD_CTL, -1, &fd) < 0)
             _exit(0);
+        (void)atomic_load_explicit(&dp.work_done, memory_order_acquire);
         serve_ctl(ctl, fd, &out);
+        atomic_fetch_add_explicit(&dp.ctl_done, 1, memory_order_release);
         int rr = dp_ring(DP_FD_CTL, out);
         if (out >= 0)
             close(out);

@@ -495,6 +495,7 @@ void method_job_refused(struct rpc_call *c, const struct proto_msg *m)
         return;
     }
     job->sync.signal = (void *)slot;
+    job->sync.signal_host = true;  /* signals live in arenas (sync_counter) */
     job->refused = c->refused;
     job->replied = true;           /* the refusal was the reply */
     job->method = (uint8_t)metrics_method_of(m->method);

@@ -128,6 +128,12 @@ uint64_t device_used(const char *sock)
 
 uint64_t device_resets(const char *sock, char *reason, size_t len, uint64_t *reset_ns)
 {
+    return device_resets_on(sock, 0, reason, len, reset_ns);
+}
+
+uint64_t device_resets_on(const char *sock, int dev, char *reason, size_t len,
+                          uint64_t *reset_ns)
+{
     int fd = raw_connect(sock);
     raw_hello(fd);
     struct proto_buf b;
@@ -144,15 +150,14 @@ uint64_t device_resets(const char *sock, char *reason, size_t len, uint64_t *res
     const msgpack_object *devs = proto_map_get(m.result, "devices");
     assert_non_null(devs);
     assert_int_equal(devs->type, MSGPACK_OBJECT_ARRAY);
-    assert_true(devs->via.array.size >= 1);
+    assert_true(dev >= 0 && devs->via.array.size > (uint32_t)dev);
+    const msgpack_object *d = &devs->via.array.ptr[dev];
     uint64_t resets = 0;
-    assert_int_equal(proto_get_u64(&devs->via.array.ptr[0], "resets", true, &resets), 0);
+    assert_int_equal(proto_get_u64(d, "resets", true, &resets), 0);
     if (reason)
-        assert_int_equal(proto_get_str(&devs->via.array.ptr[0], "last_reset_reason", true,
-                                       reason, len), 0);
+        assert_int_equal(proto_get_str(d, "last_reset_reason", true, reason, len), 0);
     if (reset_ns)
-        assert_int_equal(proto_get_u64(&devs->via.array.ptr[0], "last_reset_ns", true,
-                                       reset_ns), 0);
+        assert_int_equal(proto_get_u64(d, "last_reset_ns", true, reset_ns), 0);
     proto_msg_free(&m);
     close(fd);
     return resets;
@@ -224,8 +229,8 @@ static size_t kv_bytes(void)
 int dev_job_upload(gllm_client *c, struct dev_job *d)
 {
     int r;
-    if ((r = gllm_dtensor_create(c, kv_bytes(), 0, &d->kd)) < 0 ||
-        (r = gllm_dtensor_create(c, kv_bytes(), 0, &d->vd)) < 0)
+    if ((r = gllm_dtensor_create(c, kv_bytes(), d->device, &d->kd)) < 0 ||
+        (r = gllm_dtensor_create(c, kv_bytes(), d->device, &d->vd)) < 0)
         return r;
     if ((r = gllm_memory_copy(c, d->kd, 0, d->j.arena, d->k_off, kv_bytes())) < 0 ||
         (r = gllm_memory_copy(c, d->vd, 0, d->j.arena, d->v_off, kv_bytes())) < 0)
@@ -238,6 +243,12 @@ int dev_job_upload(gllm_client *c, struct dev_job *d)
 
 void dev_job_setup(gllm_client *c, struct dev_job *d, uint64_t seed)
 {
+    dev_job_setup_on(c, d, seed, 0);
+}
+
+void dev_job_setup_on(gllm_client *c, struct dev_job *d, uint64_t seed, int device)
+{
+    d->device = device;
     assert_int_equal(job_setup(c, &d->j, &SPEC, seed), 0);
     d->k_off = d->j.p.k.offset;
     d->v_off = d->j.p.v.offset;

@@ -28,6 +28,9 @@ uint64_t device_used(const char *sock);
 /* Device 0's resets from status, its last reason into reason (NULL: not wanted) and, when
  * reset_ns is not NULL, how long that reset took. */
 uint64_t device_resets(const char *sock, char *reason, size_t len, uint64_t *reset_ns);
+/* The same for device dev. */
+uint64_t device_resets_on(const char *sock, int dev, char *reason, size_t len,
+                          uint64_t *reset_ns);
 
 /* Client A: a raw connection (debug_fault arms the connection's next job) with one arena. */
 struct raw_client {
@@ -48,9 +51,12 @@ struct dev_job {
     struct live_job j;
     gllm_memory *kd, *vd;
     uint64_t k_off, v_off;      /* K and V in the arena */
+    int device;                 /* of kd and vd */
 };
 
 void dev_job_setup(gllm_client *c, struct dev_job *d, uint64_t seed);
+/* The same with the device tensors on device. */
+void dev_job_setup_on(gllm_client *c, struct dev_job *d, uint64_t seed, int device);
 /* (Re)makes the device tensors and copies K and V in: 0 or the first error. */
 int dev_job_upload(gllm_client *c, struct dev_job *d);
 /* Runs it: 0 (output checked against the reference) or the error. */

@@ -96,7 +96,7 @@ static void end_inflight(gllm_client *b, struct live_job *jobs, int n, int count
 static void print_result(const char *mode, const char *kind, int want, const char *msg,
                          int status, double detect_ms, double exit_ms, double start_ms,
                          double serving_ms, const int counts[3], long long used_delta,
-                         long long fds_delta, uint64_t reset_ns)
+                         long long fds_delta, uint64_t reset_ns, long rss_delta_kib)
 {
     char esc_msg[300];
     json_escape(msg, esc_msg, sizeof esc_msg);
@@ -109,10 +109,10 @@ static void print_result(const char *mode, const char *kind, int want, const cha
            "\"start_ms\": %.2f, \"reset_ms\": %.2f, \"fault_to_serving_ms\": %.2f, "
            "\"target_ms\": 1000, \"b_inflight_ok\": %d, \"b_inflight_devlost\": %d, "
            "\"b_inflight_disconnected\": %d, \"device_used_delta_bytes\": %lld, "
-           "\"gllmd_fds_delta\": %lld}\n",
+           "\"gllmd_fds_delta\": %lld, \"gllmd_rss_delta_kib\": %ld}\n",
            mode, kind, want, esc_msg, status, detect_ms, exit_ms, start_ms,
            (double)reset_ns / 1e6, serving_ms, counts[0], counts[1], counts[2], used_delta,
-           fds_delta);
+           fds_delta, rss_delta_kib);
     fflush(stdout);
 }
 
@@ -124,6 +124,7 @@ static void gpu_scene(const char *kind, int want)
     assert_int_equal(start_fault_daemon(&d, CONF), 0);
     const uint64_t used0 = device_used(d.socket);
     const int fds0 = settled_fds(&d);
+    const long rss0 = daemon_rss_kib(&d);
 
     gllm_client *b = NULL;
     assert_int_equal(gllm_connect(d.socket, &b), 0);
@@ -172,12 +173,15 @@ static void gpu_scene(const char *kind, int want)
     wait_quiet(d.socket, 0);
     const long long used_delta = (long long)device_used(d.socket) - (long long)used0;
     const long long fds_delta = (long long)settled_fds(&d) - fds0;
+    const long rss_delta = daemon_rss_kib(&d) - rss0;
     print_result("device_processes", kind, want, msg, -1, detect_ms, 0, 0, serving_ms, counts,
-                 used_delta, fds_delta, reset_ns);
+                 used_delta, fds_delta, reset_ns, rss_delta);
     /* The old process's device memory went back to the driver (status counts the GPU's);
      * the new process has its own context, so a little more or less is in use. */
     assert_true(used_delta < 256ll << 20);
     assert_int_equal(fds_delta, 0);
+    /* gllmd's host memory: the allocator keeps some of what it was given. */
+    assert_true(rss_delta < 16 * 1024);
     assert_int_equal(daemon_stop(&d), 0);
 }
 
@@ -230,7 +234,7 @@ static void gpu_scene_in_process(const char *kind, int want)
     assert_int_equal(gllm_memory_release(next.arena), 0);
     gllm_disconnect(b);
     print_result("in_process", kind, want, msg, status, detect_ms, exit_ms, start_ms,
-                 serving_ms, counts, 0, 0, 0);
+                 serving_ms, counts, 0, 0, 0, 0);
     assert_int_equal(daemon_stop(&d), 0);
 }
 
@@ -259,6 +263,58 @@ static void test_repeated(void **state)
         gpu_scene(i % 2 ? "trap" : "oob", GLLM_EDEVLOST);
 }
 
+/* Two devices or more: A's fault on device 0 leaves device 1 alone. B's device tensors on
+ * device 1 and its jobs there run through the fault and after it, device 1 is never reset,
+ * and only device 0's tensors are lost. Skipped (passing) on one device. */
+static void test_other_device_untouched(void **state)
+{
+    (void)state;
+    struct daemon d;
+    setenv("GLLM_TEST_BACKEND", "cuda", 1);
+    assert_int_equal(start_fault_daemon(&d, CONF), 0);
+    gllm_client *b = NULL;
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    gllm_caps caps = GLLM_CAPS_INIT;
+    assert_int_equal(gllm_client_caps(b, &caps), 0);
+    if (caps.ndevices < 2) {
+        printf("{\"test\": \"fault_gpu\", \"scene\": \"other_device_untouched\", "
+               "\"skipped\": \"one device\"}\n");
+        gllm_disconnect(b);
+        assert_int_equal(daemon_stop(&d), 0);
+        return;
+    }
+    struct dev_job on0, on1;
+    dev_job_setup_on(b, &on0, 7, 0);
+    dev_job_setup_on(b, &on1, 8, 1);
+    assert_int_equal(dev_job_run(b, &on0), 0);
+    assert_int_equal(dev_job_run(b, &on1), 0);
+
+    struct raw_client a;
+    raw_client_open(&a, d.socket);
+    assert_int_equal(raw_debug_fault(&a, "oob"), 0);
+    char msg[256];
+    assert_int_equal(raw_attention(&a, msg, sizeof msg), GLLM_EDEVLOST);
+    /* Device 1 served throughout: its tensors are the same ones, never lost. */
+    int ok1 = 0;
+    for (int i = 0; i < 20; i++)
+        ok1 += dev_job_run(b, &on1) == 0;
+    assert_int_equal(ok1, 20);
+    assert_int_equal(dev_job_run(b, &on0), GLLM_EDEVLOST);
+    assert_int_equal(device_resets_on(d.socket, 0, NULL, 0, NULL), 1);
+    assert_int_equal(device_resets_on(d.socket, 1, NULL, 0, NULL), 0);
+    printf("{\"test\": \"fault_gpu\", \"scene\": \"other_device_untouched\", \"devices\": %d, "
+           "\"device1_jobs_ok_after_fault\": %d, \"device0_resets\": 1, "
+           "\"device1_resets\": 0}\n", caps.ndevices, ok1);
+    fflush(stdout);
+    dev_job_free(&on1);
+    assert_int_equal(gllm_memory_release(on0.kd), 0);
+    assert_int_equal(gllm_memory_release(on0.vd), 0);
+    assert_int_equal(gllm_memory_release(on0.j.arena), 0);
+    raw_client_close(&a);
+    gllm_disconnect(b);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 static void test_oob_in_process(void **state)
 {
     (void)state;
@@ -275,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_trap),
         cmocka_unit_test(test_spin),
         cmocka_unit_test(test_repeated),
+        cmocka_unit_test(test_other_device_untouched),
         cmocka_unit_test(test_oob_in_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
