@@ -168,6 +168,21 @@
 // to measure against, went with it. Same instruction count in both D = 128 and D = 64 dense
 // kernels; measured level (H100, same call: 632/635 -> 632/632, 522 -> 525/521, 631/627 ->
 // 625/628, 350/355 -> 356/365; 38 of 38 float64 cases, paged 32 of 32).
+// The epilogue (v20d). Two probes first, each a build that skipped one thing (H100, same
+// call, S512-2048 of the sweep): a producer that did not wait for q_empty before loading the
+// next Q (results wrong, timing the upper bound of hiding Q's load) was level everywhere; an
+// epilogue that stored no O ran D = 128 S512 429 -> 530 TFLOP/s (+24%), causal 267 -> 349,
+// S1k +13%, S2k +6%, D = 64 S512 +7%. So the end of a tile waits on the O stores, not on Q.
+// Each lane stored 4 bytes per 8-column block, a quad half a 32-byte sector per instruction;
+// now neighbours swap one block of each pair so each lane stores 8 bytes and a quad a whole
+// sector (store_o_row, hopper_common.cuh; the paged prefill's epilogue too). Expected: part of
+// the probe's gain, +5-15% at S512 D128, +2-6% at S1-2k, level from 8k. Measured (H100, two
+// rounds, against v20c in the same call): D = 128 f16 S512 429/440 -> 463/464, S1k 556/550 ->
+// 576/577, S2k 632/631 -> 649/647, S4k 678/677 -> 686/687; bf16 S512 442/439 -> 477/476;
+// causal S512 +5-7%, S1k +4-5%, S2k +3-5%; GQA S2048 666/668 -> 685/685. D = 64: S512 +1%,
+// S4k -2%, so D = 64 keeps its 4-byte stores. The rest of the probe's gain would need the
+// stores off the consumers' path (shared memory and a TMA store), for which D = 128 has no
+// shared memory left (Q 32 KiB + 3 stages of 64 KiB).
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -473,16 +488,10 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             sum += __shfl_xor_sync(0xffffffff, sum, 2);
             const int row = r_wg + wrow + g + 8 * hr;
             const float inv = sum > 0.f ? 1.f / sum : 0.f;
-            if (row < Sq) {
-                T *orow = O + (int64_t)row * p.o_st[2];
-#pragma unroll
-                for (int n = 0; n < D / 8; n++)
-                    *reinterpret_cast<uint32_t *>(orow + n * 8 + 2 * t) =
-                        Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
-                if (p.lse && t == 0)
-                    p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
-                        sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
-            }
+            store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv, t, row < Sq);
+            if (row < Sq && p.lse && t == 0)
+                p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
+                    sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
         }
     });
 }

@@ -503,8 +503,45 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
         turn_end();
     }
 }
+// One output row of a consumer's tile (row g + 8 hr of its warp), scaled by inv and stored
+// when write is set; every lane of the warp must call it (a shuffle), write or not. The
+// wgmma accumulator gives lane t of a quad columns 8n + 2t and 8n + 2t + 1 of each 8-column
+// block n, so a store per block writes 4 bytes and a quad covers 16 bytes of a row: half of
+// each 32-byte sector per instruction. Here neighbours t and t ^ 1 swap one block of each
+// pair (n, n + 1), so that even lanes hold 4 columns of block n and odd lanes 4 of block
+// n + 1, and each stores 8 bytes: half the store instructions, and a quad writes a whole
+// 32-byte sector of the row. (An epilogue that stored nothing ran S512 D128 24% faster and
+// S2k 6%: the stores, not the Q load behind them, held the consumers at a tile's end.) At
+// D = 64 the pairs gained 1% at S512 and lost 2% at S4096 (v20d): there each lane stores
+// per block as before.
+template <typename T, int D>
+__device__ __forceinline__ void store_o_row(T *orow, const float (&o)[D / 2], int hr, float inv,
+                                            int t, bool write)
+{
+    if constexpr (D < 128) {
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            if (write)
+                *reinterpret_cast<uint32_t *>(orow + n * 8 + 2 * t) =
+                    Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
+        return;
+    }
+    const bool odd = t & 1;
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+        const uint32_t a = Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
+        const uint32_t c =
+            Elem<T>::pack(o[4 * n + 4 + 2 * hr] * inv, o[4 * n + 4 + 2 * hr + 1] * inv);
+        const uint32_t got = __shfl_xor_sync(0xffffffff, odd ? a : c, 1);
+        if (write)
+            *reinterpret_cast<uint2 *>(orow + (odd ? 8 * n + 8 + 2 * (t - 1) : 8 * n + 2 * t)) =
+                odd ? make_uint2(got, c) : make_uint2(a, got);
+    }
+}
+
 #endif // GLLM_HAVE_WGMMA
 
 } // namespace
+
 
 #endif

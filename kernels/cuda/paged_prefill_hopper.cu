@@ -251,13 +251,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         sum += __shfl_xor_sync(0xffffffff, sum, 2);
         const int row = row0 + 8 * hr;
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        if (row < w.nq) {
-            T *orow = O + (int64_t)(w.q0 + row) * o_row;
-#pragma unroll
-            for (int n = 0; n < D / 8; n++)
-                *reinterpret_cast<uint32_t *>(orow + n * 8 + 2 * t) =
-                    Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
-        }
+        store_o_row<T, D>(O + (int64_t)(w.q0 + row) * o_row, o, hr, inv, t, row < w.nq);
     }
 }
 #endif // GLLM_HAVE_WGMMA
