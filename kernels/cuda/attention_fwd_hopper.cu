@@ -180,9 +180,13 @@
 // rounds, against v20c in the same call): D = 128 f16 S512 429/440 -> 463/464, S1k 556/550 ->
 // 576/577, S2k 632/631 -> 649/647, S4k 678/677 -> 686/687; bf16 S512 442/439 -> 477/476;
 // causal S512 +5-7%, S1k +4-5%, S2k +3-5%; GQA S2048 666/668 -> 685/685. D = 64: S512 +1%,
-// S4k -2%, so D = 64 keeps its 4-byte stores. The rest of the probe's gain would need the
-// stores off the consumers' path (shared memory and a TMA store), for which D = 128 has no
-// shared memory left (Q 32 KiB + 3 stages of 64 KiB).
+// S4k -2%, so D = 64 keeps its 4-byte stores. Then a second round of shuffles (v20e) so that
+// each lane stores a whole 8-column block (16 bytes, the quad 64 contiguous bytes). Expected:
+// +1-4% at S512-1k, level beyond. Measured (two rounds against v20d, same call): f16 S512
+// 463/461 -> 478/470, bf16 467/468 -> 477/483, S1k +1-2.5%, S2k-4k level, causal S512
+// -1% to +3%. The rest of the probe's gain would need the stores off the consumers' path
+// (shared memory and a TMA store), for which D = 128 has no shared memory left (Q 32 KiB + 3
+// stages of 64 KiB).
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer

@@ -504,16 +504,16 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
     }
 }
 // One output row of a consumer's tile (row g + 8 hr of its warp), scaled by inv and stored
-// when write is set; every lane of the warp must call it (a shuffle), write or not. The
+// when write is set; every lane of the warp must call it (shuffles), write or not. The
 // wgmma accumulator gives lane t of a quad columns 8n + 2t and 8n + 2t + 1 of each 8-column
 // block n, so a store per block writes 4 bytes and a quad covers 16 bytes of a row: half of
-// each 32-byte sector per instruction. Here neighbours t and t ^ 1 swap one block of each
-// pair (n, n + 1), so that even lanes hold 4 columns of block n and odd lanes 4 of block
-// n + 1, and each stores 8 bytes: half the store instructions, and a quad writes a whole
-// 32-byte sector of the row. (An epilogue that stored nothing ran S512 D128 24% faster and
-// S2k 6%: the stores, not the Q load behind them, held the consumers at a tile's end.) At
-// D = 64 the pairs gained 1% at S512 and lost 2% at S4096 (v20d): there each lane stores
-// per block as before.
+// each 32-byte sector per instruction. At D = 128 the quad transposes its four blocks
+// n..n + 3 in two rounds of shuffles so that each lane stores one whole block, 16 bytes, and
+// the quad 64 contiguous bytes. (An epilogue that stored nothing ran S512 D128 24% faster and
+// S2k 6%: the stores, not the Q load behind them, held the consumers at a tile's end.
+// Measured on an H100: 8-byte pairs +6-8% at S512 against 4-byte stores, 16-byte blocks
+// another +1-3% at S512-1k.) At D = 64 the 8-byte pairs gained 1% at S512 and lost 2% at
+// S4096 (v20d): there each lane stores per block as before.
 template <typename T, int D>
 __device__ __forceinline__ void store_o_row(T *orow, const float (&o)[D / 2], int hr, float inv,
                                             int t, bool write)
@@ -526,16 +526,28 @@ __device__ __forceinline__ void store_o_row(T *orow, const float (&o)[D / 2], in
                     Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
         return;
     }
-    const bool odd = t & 1;
+    const bool odd = t & 1, high = t & 2;
 #pragma unroll
-    for (int n = 0; n < D / 8; n += 2) {
-        const uint32_t a = Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
-        const uint32_t c =
-            Elem<T>::pack(o[4 * n + 4 + 2 * hr] * inv, o[4 * n + 4 + 2 * hr + 1] * inv);
-        const uint32_t got = __shfl_xor_sync(0xffffffff, odd ? a : c, 1);
+    for (int n = 0; n < D / 8; n += 4) {
+        uint32_t v[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            v[i] = Elem<T>::pack(o[4 * (n + i) + 2 * hr] * inv, o[4 * (n + i) + 2 * hr + 1] * inv);
+        // Round 1 (lanes t, t ^ 1): x holds 4 columns of block n + odd, y 4 of block
+        // n + 2 + odd, both at half high of the block.
+        const uint32_t ga = __shfl_xor_sync(0xffffffff, odd ? v[0] : v[1], 1);
+        const uint32_t gb = __shfl_xor_sync(0xffffffff, odd ? v[2] : v[3], 1);
+        const uint2 x = odd ? make_uint2(ga, v[1]) : make_uint2(v[0], ga);
+        const uint2 y = odd ? make_uint2(gb, v[3]) : make_uint2(v[2], gb);
+        // Round 2 (lanes t, t ^ 2, the other half of the same blocks): the low lane gathers
+        // block n + odd, the high one block n + 2 + odd, 8 columns each.
+        const uint2 send = high ? x : y;
+        const uint2 got = make_uint2(__shfl_xor_sync(0xffffffff, send.x, 2),
+                                     __shfl_xor_sync(0xffffffff, send.y, 2));
+        const uint4 row = high ? make_uint4(got.x, got.y, y.x, y.y)
+                               : make_uint4(x.x, x.y, got.x, got.y);
         if (write)
-            *reinterpret_cast<uint2 *>(orow + (odd ? 8 * n + 8 + 2 * (t - 1) : 8 * n + 2 * t)) =
-                odd ? make_uint2(got, c) : make_uint2(a, got);
+            *reinterpret_cast<uint4 *>(orow + 8 * (n + (high ? 2 : 0) + (odd ? 1 : 0))) = row;
     }
 }
 
