@@ -116,126 +116,120 @@ static void print_result(const char *mode, const char *kind, int want, const cha
     fflush(stdout);
 }
 
+/* What every scene does up to the fault: gllmd-fault with conf, client B with device tensors
+ * and 16 jobs in flight, client A armed with kind, A's faulting job answered with want, B's
+ * jobs in flight ended (counts: done, DEVLOST, DISCONNECTED). */
+struct scene {
+    struct daemon d;
+    gllm_client *b;
+    struct raw_client a;
+    struct dev_job dj;
+    uint64_t used0, t0;
+    int fds0;
+    long rss0;
+    double detect_ms;
+    int counts[3];
+    char msg[256];
+};
+
+static void scene_fault(struct scene *sc, const char *conf, const char *kind, int want)
+{
+    memset(sc, 0, sizeof *sc);
+    setenv("GLLM_TEST_BACKEND", "cuda", 1);
+    assert_int_equal(start_fault_daemon(&sc->d, conf), 0);
+    sc->used0 = device_used(sc->d.socket);
+    sc->fds0 = settled_fds(&sc->d);
+    sc->rss0 = daemon_rss_kib(&sc->d);
+    assert_int_equal(gllm_connect(sc->d.socket, &sc->b), 0);
+    dev_job_setup(sc->b, &sc->dj, 7);
+    assert_int_equal(dev_job_run(sc->b, &sc->dj), 0);
+    raw_client_open(&sc->a, sc->d.socket);
+    assert_int_equal(raw_debug_fault(&sc->a, kind), 0);
+    enum { N = 16 };
+    struct live_job inflight[N];
+    submit_jobs(sc->b, inflight, N, &SPEC, 100);
+    sc->t0 = now_ns_test();
+    assert_int_equal(raw_attention(&sc->a, sc->msg, sizeof sc->msg), want);
+    sc->detect_ms = ms_since(sc->t0);
+    end_inflight(sc->b, inflight, N, sc->counts);
+}
+
 /* Device processes: the device comes back under B's open connection. */
 static void gpu_scene(const char *kind, int want)
 {
-    struct daemon d;
-    setenv("GLLM_TEST_BACKEND", "cuda", 1);
-    assert_int_equal(start_fault_daemon(&d, CONF), 0);
-    const uint64_t used0 = device_used(d.socket);
-    const int fds0 = settled_fds(&d);
-    const long rss0 = daemon_rss_kib(&d);
-
-    gllm_client *b = NULL;
-    assert_int_equal(gllm_connect(d.socket, &b), 0);
-    struct dev_job dj;
-    dev_job_setup(b, &dj, 7);
-    assert_int_equal(dev_job_run(b, &dj), 0);
-
-    struct raw_client a;
-    raw_client_open(&a, d.socket);
-    assert_int_equal(raw_debug_fault(&a, kind), 0);
-    enum { N = 16 };
-    struct live_job inflight[N];
-    submit_jobs(b, inflight, N, &SPEC, 100);
-
-    char msg[256];
-    const uint64_t t0 = now_ns_test();
-    assert_int_equal(raw_attention(&a, msg, sizeof msg), want);
-    const double detect_ms = ms_since(t0);
-    int counts[3] = {0, 0, 0};
-    end_inflight(b, inflight, N, counts);
-    assert_int_equal(counts[2], 0);          /* no connection ended */
+    struct scene sc;
+    scene_fault(&sc, CONF, kind, want);
+    assert_int_equal(sc.counts[2], 0);          /* no connection ended */
 
     /* B's next job on the same connection, behind the reset. */
     struct live_job next;
-    submit_jobs(b, &next, 1, &SPEC, 300);
+    submit_jobs(sc.b, &next, 1, &SPEC, 300);
     gllm_job_result res = GLLM_JOB_RESULT_INIT;
-    assert_int_equal(gllm_job_wait(b, next.id, &res), 0);
-    const double serving_ms = ms_since(t0);
+    assert_int_equal(gllm_job_wait(sc.b, next.id, &res), 0);
+    const double serving_ms = ms_since(sc.t0);
     assert_true(job_output_ok(&next));
     assert_int_equal(gllm_memory_release(next.arena), 0);
     /* A's next job too. */
-    assert_int_equal(raw_attention(&a, NULL, 0), 0);
+    assert_int_equal(raw_attention(&sc.a, NULL, 0), 0);
 
     /* B's device tensors went with the old process: DEVLOST; freed and made again, they serve. */
-    assert_int_equal(dev_job_run(b, &dj), GLLM_EDEVLOST);
-    assert_int_equal(gllm_memory_release(dj.kd), 0);
-    assert_int_equal(gllm_memory_release(dj.vd), 0);
-    assert_int_equal(dev_job_upload(b, &dj), 0);
-    assert_int_equal(dev_job_run(b, &dj), 0);
+    assert_int_equal(dev_job_run(sc.b, &sc.dj), GLLM_EDEVLOST);
+    assert_int_equal(gllm_memory_release(sc.dj.kd), 0);
+    assert_int_equal(gllm_memory_release(sc.dj.vd), 0);
+    assert_int_equal(dev_job_upload(sc.b, &sc.dj), 0);
+    assert_int_equal(dev_job_run(sc.b, &sc.dj), 0);
     uint64_t reset_ns = 0;
-    assert_int_equal(device_resets(d.socket, NULL, 0, &reset_ns), 1);
+    assert_int_equal(device_resets(sc.d.socket, NULL, 0, &reset_ns), 1);
 
-    dev_job_free(&dj);
-    raw_client_close(&a);
-    gllm_disconnect(b);
-    wait_quiet(d.socket, 0);
-    const long long used_delta = (long long)device_used(d.socket) - (long long)used0;
-    const long long fds_delta = (long long)settled_fds(&d) - fds0;
-    const long rss_delta = daemon_rss_kib(&d) - rss0;
-    print_result("device_processes", kind, want, msg, -1, detect_ms, 0, 0, serving_ms, counts,
-                 used_delta, fds_delta, reset_ns, rss_delta);
+    dev_job_free(&sc.dj);
+    raw_client_close(&sc.a);
+    gllm_disconnect(sc.b);
+    wait_quiet(sc.d.socket, 0);
+    const long long used_delta = (long long)device_used(sc.d.socket) - (long long)sc.used0;
+    const long long fds_delta = (long long)settled_fds(&sc.d) - sc.fds0;
+    const long rss_delta = daemon_rss_kib(&sc.d) - sc.rss0;
+    print_result("device_processes", kind, want, sc.msg, -1, sc.detect_ms, 0, 0, serving_ms,
+                 sc.counts, used_delta, fds_delta, reset_ns, rss_delta);
     /* The old process's device memory went back to the driver (status counts the GPU's);
      * the new process has its own context, so a little more or less is in use. */
     assert_true(used_delta < 256ll << 20);
     assert_int_equal(fds_delta, 0);
     /* gllmd's host memory: the allocator keeps some of what it was given. */
     assert_true(rss_delta < 16 * 1024);
-    assert_int_equal(daemon_stop(&d), 0);
+    assert_int_equal(daemon_stop(&sc.d), 0);
 }
 
 /* device_processes off: gllmd exits with status 3 and a new gllmd serves. */
 static void gpu_scene_in_process(const char *kind, int want)
 {
-    struct daemon d;
-    setenv("GLLM_TEST_BACKEND", "cuda", 1);
-    assert_int_equal(start_fault_daemon(&d, CONF_IN_PROCESS), 0);
-
-    gllm_client *b = NULL;
-    assert_int_equal(gllm_connect(d.socket, &b), 0);
-    struct dev_job dj;
-    dev_job_setup(b, &dj, 7);
-    assert_int_equal(dev_job_run(b, &dj), 0);
-
-    struct raw_client a;
-    raw_client_open(&a, d.socket);
-    assert_int_equal(raw_debug_fault(&a, kind), 0);
-    enum { N = 16 };
-    struct live_job inflight[N];
-    submit_jobs(b, inflight, N, &SPEC, 100);
-
-    char msg[256];
-    const uint64_t t0 = now_ns_test();
-    assert_int_equal(raw_attention(&a, msg, sizeof msg), want);
-    const double detect_ms = ms_since(t0);
-    int counts[3] = {0, 0, 0};
-    end_inflight(b, inflight, N, counts);
+    struct scene sc;
+    scene_fault(&sc, CONF_IN_PROCESS, kind, want);
     /* gllmd bounds its exit by a 1 s flush of replies; 5 s is a failure, not a wait. */
-    const int status = wait_daemon_exit(&d, 5000);
-    const double exit_ms = ms_since(t0);
+    const int status = wait_daemon_exit(&sc.d, 5000);
+    const double exit_ms = ms_since(sc.t0);
     assert_int_equal(status, EXIT_DEVICE_LOST);
-    release_any(dj.kd);
-    release_any(dj.vd);
-    release_any(dj.j.arena);
-    gllm_disconnect(b);
-    raw_client_close(&a);
+    release_any(sc.dj.kd);
+    release_any(sc.dj.vd);
+    release_any(sc.dj.j.arena);
+    gllm_disconnect(sc.b);
+    raw_client_close(&sc.a);
 
     const uint64_t t_restart = now_ns_test();
-    assert_int_equal(restart_fault_daemon(&d, CONF_IN_PROCESS), 0);
+    assert_int_equal(restart_fault_daemon(&sc.d, CONF_IN_PROCESS), 0);
     const double start_ms = ms_since(t_restart);
-    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    gllm_client *b = NULL;
+    assert_int_equal(gllm_connect(sc.d.socket, &b), 0);
     struct live_job next;
     submit_jobs(b, &next, 1, &SPEC, 300);
     gllm_job_result res = GLLM_JOB_RESULT_INIT;
     assert_int_equal(gllm_job_wait(b, next.id, &res), 0);
-    const double serving_ms = ms_since(t0);
+    const double serving_ms = ms_since(sc.t0);
     assert_true(job_output_ok(&next));
     assert_int_equal(gllm_memory_release(next.arena), 0);
     gllm_disconnect(b);
-    print_result("in_process", kind, want, msg, status, detect_ms, exit_ms, start_ms,
-                 serving_ms, counts, 0, 0, 0, 0);
-    assert_int_equal(daemon_stop(&d), 0);
+    print_result("in_process", kind, want, sc.msg, status, sc.detect_ms, exit_ms, start_ms,
+                 serving_ms, sc.counts, 0, 0, 0, 0);
+    assert_int_equal(daemon_stop(&sc.d), 0);
 }
 
 static void test_oob(void **state)
