@@ -681,24 +681,29 @@ static void clear_tables(struct dp_job *j)
     j->tab_indptr = j->tab_indices = j->tab_len = j->tab_qindptr = 0;
 }
 
+/* The job part of dev's work message, no tables behind it; NULL while the process is down. */
+static struct dp_job *job_slot(struct backend *be, int dev)
+{
+    struct dp_msg *m = proc_of(be, dev)->work.m;
+    if (m)
+        clear_tables(&m->job);
+    return m ? &m->job : NULL;
+}
+
 static int fwd_copy(struct backend *be, int dev, const struct copy_args *c)
 {
-    struct dp_proc *p = proc_of(be, dev);
-    if (p->work.m) {
-        p->work.m->job.u.copy = *c;
-        clear_tables(&p->work.m->job);
-    }
+    struct dp_job *j = job_slot(be, dev);
+    if (j)
+        j->u.copy = *c;
     return work_job(be, dev, DP_COPY, (struct dp_queue *)c->queue, c->sync, c->deadline_ns,
                     c->timing, c->why, c->why_len);
 }
 
 static int fwd_attention(struct backend *be, int dev, const struct attn_args *a)
 {
-    struct dp_proc *p = proc_of(be, dev);
-    if (p->work.m) {
-        p->work.m->job.u.attn = *a;
-        clear_tables(&p->work.m->job);
-    }
+    struct dp_job *j = job_slot(be, dev);
+    if (j)
+        j->u.attn = *a;
     return work_job(be, dev, DP_ATTENTION, (struct dp_queue *)a->queue, a->sync, a->deadline_ns,
                     a->timing, a->why, a->why_len);
 }
