@@ -184,7 +184,10 @@
 // each lane stores a whole 8-column block (16 bytes, the quad 64 contiguous bytes). Expected:
 // +1-4% at S512-1k, level beyond. Measured (two rounds against v20d, same call): f16 S512
 // 463/461 -> 478/470, bf16 467/468 -> 477/483, S1k +1-2.5%, S2k-4k level, causal S512
-// -1% to +3%. The rest of the probe's gain would need the stores off the consumers' path
+// -1% to +3%. The same at D = 64, against its 4-byte stores (two rounds, same call): S512
+// 351/352 -> 357/355, S1k 411/409 -> 420/419, bf16 S2k 482/488 -> 494/495, S4k 503/501 ->
+// 508/510, causal S512 +2-3%, S8k-16k level; so both head dims store 16-byte blocks. The
+// rest of the probe's gain would need the stores off the consumers' path
 // (shared memory and a TMA store), for which D = 128 has no shared memory left (Q 32 KiB + 3
 // stages of 64 KiB).
 //

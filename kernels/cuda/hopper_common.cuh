@@ -507,25 +507,18 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
 // when write is set; every lane of the warp must call it (shuffles), write or not. The
 // wgmma accumulator gives lane t of a quad columns 8n + 2t and 8n + 2t + 1 of each 8-column
 // block n, so a store per block writes 4 bytes and a quad covers 16 bytes of a row: half of
-// each 32-byte sector per instruction. At D = 128 the quad transposes its four blocks
-// n..n + 3 in two rounds of shuffles so that each lane stores one whole block, 16 bytes, and
-// the quad 64 contiguous bytes. (An epilogue that stored nothing ran S512 D128 24% faster and
-// S2k 6%: the stores, not the Q load behind them, held the consumers at a tile's end.
-// Measured on an H100: 8-byte pairs +6-8% at S512 against 4-byte stores, 16-byte blocks
-// another +1-3% at S512-1k.) At D = 64 the 8-byte pairs gained 1% at S512 and lost 2% at
-// S4096 (v20d): there each lane stores per block as before.
+// each 32-byte sector per instruction. Here the quad transposes its four blocks n..n + 3 in
+// two rounds of shuffles so that each lane stores one whole block, 16 bytes, and the quad 64
+// contiguous bytes. (An epilogue that stored nothing ran S512 D128 24% faster and S2k 6%: the
+// stores, not the Q load behind them, held the consumers at a tile's end. Measured on an
+// H100 at D = 128: 8-byte pairs +6-8% at S512 against 4-byte stores, 16-byte blocks another
+// +1-3% at S512-1k; at D = 64 the pairs lost 2% at S4096, the 16-byte blocks gained 1-3%
+// everywhere up to S4096.)
 template <typename T, int D>
 __device__ __forceinline__ void store_o_row(T *orow, const float (&o)[D / 2], int hr, float inv,
                                             int t, bool write)
 {
-    if constexpr (D < 128) {
-#pragma unroll
-        for (int n = 0; n < D / 8; n++)
-            if (write)
-                *reinterpret_cast<uint32_t *>(orow + n * 8 + 2 * t) =
-                    Elem<T>::pack(o[4 * n + 2 * hr] * inv, o[4 * n + 2 * hr + 1] * inv);
-        return;
-    }
+    static_assert(D % 32 == 0, "blocks are transposed four at a time");
     const bool odd = t & 1, high = t & 2;
 #pragma unroll
     for (int n = 0; n < D / 8; n += 4) {
