@@ -94,13 +94,6 @@ static struct dp_ctx *ctx_of(struct backend *be)
     return be->ctx;
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* ---- starting and ending a process ---- */
 
 static void close_chan(struct dp_chan *c)
@@ -363,7 +356,7 @@ static int bell_call(struct dp_proc *p, int timeout_ms, int late_code)
     if (atomic_load_explicit(&b->child_waiting, memory_order_relaxed) &&
         (r = dp_ring(c->sock, -1)) < 0)
         return lost(p, r, timeout_ms, late_code);
-    const uint64_t deadline = timeout_ms < 0 ? 0 : mono_ns() + (uint64_t)timeout_ms * 1000000u;
+    const uint64_t deadline = timeout_ms < 0 ? 0 : backend_now_ns() + (uint64_t)timeout_ms * 1000000u;
     bool gone = false;
     for (;;) {
         if (dp_spin(&b->rep, n, p->spin_ns, c->sock, &gone))
@@ -378,7 +371,7 @@ static int bell_call(struct dp_proc *p, int timeout_ms, int late_code)
         }
         int ms = -1;
         if (deadline) {
-            const uint64_t now = mono_ns();
+            const uint64_t now = backend_now_ns();
             if (now >= deadline)
                 return lost(p, -ETIMEDOUT, timeout_ms, late_code);
             ms = (int)((deadline - now + 999999u) / 1000000u);
@@ -598,7 +591,7 @@ static int work_timeout_ms(uint64_t deadline_ns)
 {
     if (!deadline_ns)
         return -1;
-    const uint64_t now = mono_ns();
+    const uint64_t now = backend_now_ns();
     const uint64_t left_ms = deadline_ns > now ? (deadline_ns - now) / 1000000u : 0;
     return left_ms > 86400000u ? 86400000 : (int)left_ms + JOB_GRACE_MS;
 }
@@ -920,26 +913,12 @@ static void dp_close(struct backend *be)
     free(x);
 }
 
-static int dp_probe(char *why, size_t len)
-{
-    (void)why;
-    (void)len;
-    return 1;
-}
-
-static int dp_open_unused(const struct backend_config *cfg, struct backend **out)
-{
-    (void)cfg;
-    (void)out;
-    return -ENOTSUP;
-}
-
-/* The entries the device processes' backend has, forwarded; reset always. */
+/* The entries the device processes' backend has, forwarded; reset always. The backend
+ * vtable has no probe or open: it is opened by devproc_open, never from the registry. */
 static void fill_iface(struct dp_ctx *x)
 {
     const uint32_t h = x->has;
     x->iface = (struct backend_iface){.api_version = BACKEND_API_VERSION, .name = x->name,
-                                      .probe = dp_probe, .open = dp_open_unused,
                                       .close = dp_close};
     x->dev = (struct backend_device_iface){
         .info = fwd_info,

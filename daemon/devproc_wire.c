@@ -3,7 +3,6 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "devproc_wire.h"
@@ -88,21 +87,14 @@ bool dp_peer_gone(int sock)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL));
 }
 
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 bool dp_spin(_Atomic uint64_t *counter, uint64_t want, uint64_t spin_ns, int sock, bool *gone)
 {
-    const uint64_t until = mono_ns() + spin_ns;
+    const uint64_t until = backend_now_ns() + spin_ns;
     for (unsigned i = 1;; i++) {
         if (atomic_load_explicit(counter, memory_order_acquire) == want)
             return true;
         if (i % 256 == 0) {
-            if (mono_ns() >= until)
+            if (backend_now_ns() >= until)
                 return false;
             if (i % 4096 == 0 && dp_peer_gone(sock)) {
                 *gone = true;
