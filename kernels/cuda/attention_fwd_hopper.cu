@@ -190,6 +190,10 @@
 // rest of the probe's gain would need the stores off the consumers' path
 // (shared memory and a TMA store), for which D = 128 has no shared memory left (Q 32 KiB + 3
 // stages of 64 KiB).
+// The consumers' setup (their place, the descriptors, the softmax's scale) is consumer_setup
+// in hopper_common.cuh since v20f, shared with the paged prefill (which had repeated it): the
+// same PTX instruction mix in every dense kernel; the GPU check level (H100: 659/545/643/367
+// TFLOP/s on the bench shapes, 38 of 38 and 32 of 32 float64).
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -280,7 +284,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[S::STAGES]);
     const uint32_t q_empty = smem_addr(&bars[2 * S::STAGES]);
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
     const int Hq = (int)p.Hq, group = (int)(p.Hq / p.Hkv);
     const int Sq = (int)p.Sq, Skv = (int)p.Skv;
     const int shift = Skv - Sq;                      // causal: row r sees keys <= r + shift
@@ -404,18 +408,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 
     // Consumers: warpgroup wg takes query rows [m0 + 64 wg, m0 + 64 wg + 64) of each tile.
     regs_inc<S::CONSUMER>();
-    // The warpgroup, broadcast from lane 0 so that the compiler knows it is warp-uniform and
-    // keeps what derives from it (the wgmma descriptors) in uniform registers; the first row
-    // of the warp in it.
-    const int wg = __shfl_sync(0xffffffff, warp / 4, 0), wrow = (warp % 4) * 16;
-    const int g = lane >> 2, t = lane & 3;
-    const float qk_scale = p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;   // as attention_fwd.cu
-    const bool pos_scale = qk_scale > 0.f;
-    const float masked = pos_scale ? -INFINITY : INFINITY;
-    // Descriptors: Q's rows of this warpgroup, and stage 0's K (K-major) and V (MN-major);
-    // a stage's are those plus its offset (desc_add).
-    const uint64_t dq = desc_k_major(s_q + (uint32_t)wg * 64 * 128);
-    const uint64_t dk0 = desc_k_major(s_kv), dv0 = desc_mn_major(s_kv + S::KV_TILE);
+    const Consumer c = consumer_setup<D>(p.scale, s_q, s_kv);
+    const int wg = c.wg, wrow = c.wrow, g = c.g, t = c.t;
     uint32_t base = 0;                               // K/V loads of the block's earlier tiles
     // Ping-pong (S::PINGPONG): each consumer takes n_tiles + 1 turns per tile, the block's
     // count, not its own n_mine, in the order wg 0 turn 0, wg 1 turn 0, wg 0 turn 1, ...,
@@ -481,8 +475,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             turns++;
         };
 
-        const KeyWalk walk = {n_mine, n_tiles, dq, dk0, dv0, empty0, Skv, r_wg, row0, shift, t,
-                              masked, qk_scale, pos_scale};
+        const KeyWalk walk = key_walk(c, n_mine, n_tiles, empty0, Skv, r_wg, row0, shift);
         key_loop<T, D, CAUSAL>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
                                [&]() { mbar_arrive(q_empty); });
         base += (uint32_t)n_tiles;

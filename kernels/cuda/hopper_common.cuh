@@ -417,6 +417,46 @@ struct KeyWalk {
     bool pos_scale;
 };
 
+// A consumer thread's place in its block and the walk's constant terms, the same in the dense
+// kernel and the paged prefill. The warpgroup is broadcast from lane 0 so that the compiler
+// knows it is warp-uniform and keeps what derives from it (the wgmma descriptors: Q's rows of
+// this warpgroup, stage 0's K, K-major, and V, MN-major; a stage's are those plus its
+// offset, desc_add) in uniform registers; wrow is the warp's first row in the warpgroup.
+struct Consumer {
+    int wg, wrow, g, t;
+    uint64_t dq, dk0, dv0;
+    float qk_scale, masked;
+    bool pos_scale;
+};
+
+template <int D>
+__device__ __forceinline__ Consumer consumer_setup(float scale, uint32_t s_q, uint32_t s_kv)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    Consumer c;
+    c.wg = __shfl_sync(0xffffffff, warp / 4, 0);
+    c.wrow = (warp % 4) * 16;
+    c.g = lane >> 2;
+    c.t = lane & 3;
+    c.dq = desc_k_major(s_q + (uint32_t)c.wg * 64 * 128);
+    c.dk0 = desc_k_major(s_kv);
+    c.dv0 = desc_mn_major(s_kv + Hp<D>::KV_TILE);
+    c.qk_scale = scale != 0.f ? scale * LOG2E : FLT_MIN;      // as attention_fwd.cu
+    c.pos_scale = c.qk_scale > 0.f;
+    c.masked = c.pos_scale ? -INFINITY : INFINITY;
+    return c;
+}
+
+// The walk over one tile for consumer c: its rows from r_wg (row0: this thread's first),
+// the tiles it computes and the block's, keys up to Skv, the mask's shift.
+__device__ __forceinline__ KeyWalk key_walk(const Consumer &c, int n_mine, int n_tiles,
+                                            uint32_t empty0, int Skv, int r_wg, int row0,
+                                            int shift)
+{
+    return {n_mine, n_tiles, c.dq, c.dk0, c.dv0, empty0, Skv, r_wg, row0, shift, c.t,
+            c.masked, c.qk_scale, c.pos_scale};
+}
+
 // The consumers' walk over the key tiles of one query tile (the dense kernel) or work item
 // (the paged prefill). Tiles [0, n_mine) are computed with intra-warpgroup pipelining
 // (FlashAttention-3, section 3.2): tile j's S = Q K^T is issued before tile j - 1's O += P V,

@@ -196,13 +196,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
 
     // Consumers: warpgroup wg takes the item's tokens [64 wg, 64 wg + 64).
     regs_inc<S::CONSUMER>();
-    const int wg = __shfl_sync(0xffffffff, warp / 4, 0), wrow = (warp % 4) * 16;
-    const int g = lane >> 2, t = lane & 3;
-    const float qk_scale = p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;   // as attention_fwd.cu
-    const bool pos_scale = qk_scale > 0.f;
-    const float masked = pos_scale ? -INFINITY : INFINITY;
-    const uint64_t dq = desc_k_major(s_q + (uint32_t)wg * 64 * 128);
-    const uint64_t dk0 = desc_k_major(s_kv), dv0 = desc_mn_major(s_kv + S::KV_TILE);
+    const Consumer c = consumer_setup<D>(p.scale, s_q, s_kv);
+    const int wg = c.wg, wrow = c.wrow, g = c.g, t = c.t;
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; i++)
@@ -237,8 +232,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     };
 
     // The dense kernel's walk over the key tiles (key_loop), causal over the cache.
-    const KeyWalk walk = {n_mine, n_tiles, dq, dk0, dv0, empty0, Skv, r_wg, row0, shift, t,
-                          masked, qk_scale, pos_scale};
+    const KeyWalk walk = key_walk(c, n_mine, n_tiles, empty0, Skv, r_wg, row0, shift);
     key_loop<T, D, true>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
                          []() {});
 
