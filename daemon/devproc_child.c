@@ -57,7 +57,8 @@ static struct {
 } dp = {.maps_lock = PTHREAD_RWLOCK_INITIALIZER, .queues_lock = PTHREAD_MUTEX_INITIALIZER};
 
 /* gllmd's pointer p into an arena, as this process maps it; NULL stays NULL. false when p is
- * in no arena (gllmd validated it: this would be a bug, refused rather than followed). */
+ * in no arena (gllmd validated it: this would be a bug, refused rather than followed). The
+ * caller holds maps_lock for reading. */
 static bool here(const void *p, void **out)
 {
     if (!p) {
@@ -65,15 +66,12 @@ static bool here(const void *p, void **out)
         return true;
     }
     const uintptr_t a = (uintptr_t)p;
-    bool found = false;
-    pthread_rwlock_rdlock(&dp.maps_lock);
-    for (int i = 0; i < dp.nmaps && !found; i++)
+    for (int i = 0; i < dp.nmaps; i++)
         if (a >= dp.maps[i].gllmd && a - dp.maps[i].gllmd < dp.maps[i].len) {
             *out = dp.maps[i].here + (a - dp.maps[i].gllmd);
-            found = true;
+            return true;
         }
-    pthread_rwlock_unlock(&dp.maps_lock);
-    return found;
+    return false;
 }
 
 #define HERE(field)                                                                        \
@@ -90,8 +88,8 @@ static bool here(const void *p, void **out)
     } while (0)
 
 /* Points o's args at its own sync, timing, why and tables, and its host pointers at this
- * process's mappings. */
-static bool bind_op(struct op *o, uint32_t op, struct backend_queue *q)
+ * process's mappings (maps_lock held for reading). */
+static bool bind_args(struct op *o, uint32_t op, struct backend_queue *q)
 {
     struct dp_job *j = &o->job;
     struct backend_sync *sync = j->has_sync ? &j->sync : NULL;
@@ -149,6 +147,14 @@ static bool bind_op(struct op *o, uint32_t op, struct backend_queue *q)
     }
 #undef BIND
     return false;
+}
+
+static bool bind_op(struct op *o, uint32_t op, struct backend_queue *q)
+{
+    pthread_rwlock_rdlock(&dp.maps_lock);
+    const bool ok = bind_args(o, op, q);
+    pthread_rwlock_unlock(&dp.maps_lock);
+    return ok;
 }
 
 static struct cq *find_queue(uint64_t handle, bool unlink)
