@@ -153,10 +153,8 @@ static void test_driver_refuses(void **state)
     assert_int_equal(fk.calls, 1);
 }
 
-/* The three maps of one call: Q's box as tall as the block's rows, K's and V's a key tile;
- * K and V over Hkv heads and Skv keys (GQA, Sq != Skv). */
-/* hp zeroed, then a contiguous [B, H, S, D] prefill of these sizes at BASE: Q, then K and V
- * 1 and 2 MiB on. */
+/* hp zeroed, then a contiguous [B, H, S, D] prefill of these sizes at BASE: Q, then K, V and O
+ * 1, 2 and 2.5 MiB on. */
 static gllm_cuda_attn_params *hp_setup(gllm_cuda_hp_params *hp, int64_t B, int64_t Hq,
                                        int64_t Hkv, int64_t Sq, int64_t Skv, int64_t D)
 {
@@ -164,14 +162,19 @@ static gllm_cuda_attn_params *hp_setup(gllm_cuda_hp_params *hp, int64_t B, int64
     gllm_cuda_attn_params *p = &hp->a;
     p->q = BASE, p->k = (const void *)((uintptr_t)BASE + 0x100000);
     p->v = (const void *)((uintptr_t)BASE + 0x200000);
+    p->out = (void *)((uintptr_t)BASE + 0x280000);
     p->B = B, p->Hq = Hq, p->Hkv = Hkv, p->Sq = Sq, p->Skv = Skv, p->D = D;
     const int64_t q_st[4] = {Hq * Sq * D, Sq * D, D, 1}, kv_st[4] = {Hkv * Skv * D, Skv * D, D, 1};
     memcpy(p->q_st, q_st, sizeof q_st);
     memcpy(p->k_st, kv_st, sizeof kv_st);
     memcpy(p->v_st, kv_st, sizeof kv_st);
+    memcpy(p->o_st, q_st, sizeof q_st);
     return p;
 }
 
+/* The maps of one call: Q's box as tall as the block's rows, K's and V's a key tile (K and V
+ * over Hkv heads and Skv keys: GQA, Sq != Skv), and at D = 128 O's, a consumer warpgroup's
+ * rows; D = 64 stores O from registers and needs no map of it. */
 static void test_hp_params(void **state)
 {
     (void)state;
@@ -179,15 +182,32 @@ static void test_hp_params(void **state)
     gllm_cuda_attn_params *p = hp_setup(&hp, 2, 8, 2, 100, 300, 64);
     assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), 0);
     assert_int_equal(fk.calls, 3);
+    assert_ptr_equal(fk.base, p->v);
+    assert_int_equal(fk.box[1], GLLM_CUDA_HP_KEYS);
+    p->o_st[2] = 68;                               /* never looked at */
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), 0);
+    assert_int_equal(fk.calls, 6);
+
+    fk.calls = 0;
+    p = hp_setup(&hp, 2, 8, 2, 100, 300, 128);
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), 0);
+    assert_int_equal(fk.calls, 4);
     assert_int_equal(hp.q_map.opaque[0], 0x7a000001u);
     assert_int_equal(hp.k_map.opaque[0], 0x7a000002u);
     assert_int_equal(hp.v_map.opaque[0], 0x7a000003u);
-    /* The last call, V's */
-    assert_ptr_equal(fk.base, p->v);
-    const unsigned long long want_kv[4] = {64, 300, 2, 2};
-    assert_memory_equal(fk.dims, want_kv, sizeof want_kv);
-    assert_int_equal(fk.box[1], GLLM_CUDA_HP_KEYS);
+    assert_int_equal(hp.o_map.opaque[0], 0x7a000004u);
+    /* The last call, O's: Q's shape, 64-row boxes */
+    assert_ptr_equal(fk.base, p->out);
+    const unsigned long long want_o[4] = {128, 100, 8, 2};
+    assert_memory_equal(fk.dims, want_o, sizeof want_o);
+    assert_int_equal(fk.box[1], GLLM_CUDA_HP_O_ROWS);
     assert_int_equal(fk.dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    /* An O that TMA cannot take fails the call after the other three. */
+    fk.calls = 0;
+    p->o_st[2] = 68;
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), -EOPNOTSUPP);
+    assert_int_equal(fk.calls, 3);
+    p = hp_setup(&hp, 2, 8, 2, 100, 300, 64);
 
     /* Q's box: GLLM_CUDA_HP_ROWS(D) rows, 192 at D = 64, 128 at D = 128; a Q that TMA cannot
      * take stops there. */
@@ -213,25 +233,26 @@ static void test_cache(void **state)
     gllm_cuda_hp_params hp;
     gllm_cuda_attn_params *p = hp_setup(&hp, 1, 4, 4, 256, 256, 128);
     assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
-    assert_int_equal(fk.calls, 3);
-    memset(&hp.q_map, 0, 3 * sizeof hp.q_map);
+    assert_int_equal(fk.calls, 4);
+    memset(&hp.q_map, 0, 4 * sizeof hp.q_map);
     assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
-    assert_int_equal(fk.calls, 3);                 /* all three from the cache */
-    assert_int_equal(cache.hits, 3);
+    assert_int_equal(fk.calls, 4);                 /* all four from the cache */
+    assert_int_equal(cache.hits, 4);
     assert_int_equal(hp.q_map.opaque[0], 0x7a000001u);
     assert_int_equal(hp.v_map.opaque[0], 0x7a000003u);
+    assert_int_equal(hp.o_map.opaque[0], 0x7a000004u);
     p->v = (const void *)((uintptr_t)BASE + 0x300000);
     assert_int_equal(cuda_tma_hp_params(&drv, &hp, false, &cache), 0);
-    assert_int_equal(fk.calls, 4);                 /* V moved: only V encoded */
-    assert_int_equal(hp.v_map.opaque[0], 0x7a000004u);
+    assert_int_equal(fk.calls, 5);                 /* V moved: only V encoded */
+    assert_int_equal(hp.v_map.opaque[0], 0x7a000005u);
     assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, &cache), 0);
-    assert_int_equal(fk.calls, 7);                 /* another element type: every map */
+    assert_int_equal(fk.calls, 9);                 /* another element type: every map */
     fk.answer = 1;
     p->q = (const void *)((uintptr_t)BASE + 0x400000);
     assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, &cache), -EINVAL);
     assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, &cache), -EINVAL);
-    assert_int_equal(fk.calls, 9);                 /* a refusal is not remembered as a map */
-    assert_int_equal(cache.encodes, 7);
+    assert_int_equal(fk.calls, 11);                /* a refusal is not remembered as a map */
+    assert_int_equal(cache.encodes, 9);
 }
 
 /* Key tiles a Hopper tile of rows [m0, m0 + rows) reads, as the kernel counts them. */
@@ -324,7 +345,8 @@ static void test_param_layout(void **state)
     assert_int_equal(offsetof(gllm_cuda_hp_params, q_map), 0);
     assert_int_equal(offsetof(gllm_cuda_hp_params, k_map), 128);
     assert_int_equal(offsetof(gllm_cuda_hp_params, v_map), 256);
-    assert_int_equal(offsetof(gllm_cuda_hp_params, a), 384);
+    assert_int_equal(offsetof(gllm_cuda_hp_params, o_map), 384);
+    assert_int_equal(offsetof(gllm_cuda_hp_params, a), 512);
     assert_int_equal(_Alignof(gllm_cuda_hp_params), 128);
     assert_true(sizeof(gllm_cuda_hp_params) <= 4096);       /* the kernel parameter limit */
 }

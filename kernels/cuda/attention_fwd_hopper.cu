@@ -272,17 +272,18 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 {
     using S = Hp<D>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    // full[s]: stage s holds its tile (TMA: the elected producer thread arrives and the
-    // bytes land; cp.async: the producer's 128 threads arrive); empty[s]: every consumer
-    // warpgroup is done with it (all their threads arrive); q_empty: every consumer thread
-    // has read the tile's Q for the last time (its last Q K^T has completed), so the
-    // producer may load the next tile's.
-    __shared__ __align__(8) uint64_t bars[2 * S::STAGES + 1];
+    // Full K[s], full V[s]: stage s holds its K (V) tile (TMA: the elected producer thread
+    // arrives and the bytes land; cp.async: the producer's 128 threads arrive); empty K[s],
+    // empty V[s]: every consumer warpgroup is done with it (all their threads arrive), in
+    // kv_bar's order; q_empty: every consumer thread has read the tile's Q for the last time
+    // (its last Q K^T has completed), so the producer may load the next tile's.
+    __shared__ __align__(8) uint64_t bars[4 * S::STAGES + 1];
     // Swizzle atoms must start on 1024-byte boundaries; the launch adds that much slack.
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
-    const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[S::STAGES]);
-    const uint32_t q_empty = smem_addr(&bars[2 * S::STAGES]);
+    const uint32_t s_o = s_kv + S::STAGES * 2 * S::KV_TILE;    // O: 64 rows per warpgroup
+    const uint32_t full0 = smem_addr(&bars[0]), empty0 = kv_bar<S::STAGES>(full0, 0, 2);
+    const uint32_t q_empty = smem_addr(&bars[4 * S::STAGES]);
 
     const int warp = threadIdx.x / 32;
     const int Hq = (int)p.Hq, group = (int)(p.Hq / p.Hkv);
@@ -291,7 +292,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const gllm_cuda_hp_sched sc =
         gllm_cuda_hp_schedule(Sq, S::ROWS, (int)(p.B * p.Hq), CAUSAL, (int)gridDim.x);
     if (threadIdx.x == 0) {
-        for (int i = 0; i < S::STAGES; i++) {
+        for (int i = 0; i < 2 * S::STAGES; i++) {
             mbar_init(full0 + 8 * i, TMA ? 1 : 128);
             mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
         }
@@ -314,14 +315,32 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         uint32_t ld = 0, nq = 0;                     // K/V tiles and Q tiles loaded
         if constexpr (TMA) {
             // Producer, TMA: one thread issues every copy; the rest of the warpgroup only
-            // gave its registers back. Q comes with a tile's first K/V tile on its stage's
-            // barrier, loaded after it: the K/V copies go out while the consumers still read
-            // the previous tile's Q. TMA writes through the async proxy that wgmma reads, so
-            // no proxy fence.
+            // gave its registers back. V goes one load behind K (v21): load g's K as soon as
+            // its K slot is free, then load g - 1's V, so K, which the consumers need a turn
+            // before V and release a turn earlier, gets the lead. Q comes with a tile's first
+            // K tile on its barrier, loaded after it and after the previous tile's last V:
+            // those copies go out while the consumers still read the previous tile's Q. TMA
+            // writes through the async proxy that wgmma reads, so no proxy fence.
             if (threadIdx.x != S::CONSUMERS * 128)
                 return;
             constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column boxes per tile
             constexpr uint32_t Q_TILE = S::ROWS * D * 2;
+            int v_row = -1, v_hk = 0, v_b = 0;       // the V tile owed (row -1: none), load v_ld
+            uint32_t v_ld = 0;
+            auto load_v = [&]() {
+                if (v_row < 0)
+                    return;
+                const uint32_t st = v_ld % S::STAGES, bar = kv_bar<S::STAGES>(full0, st, 1);
+                if (v_ld >= S::STAGES)
+                    mbar_wait(kv_bar<S::STAGES>(empty0, st, 1), (v_ld / S::STAGES - 1) & 1);
+                const uint32_t sv = s_kv + st * 2 * S::KV_TILE + S::KV_TILE;
+                mbar_arrive_expect_tx(bar, S::KV_TILE);
+#pragma unroll
+                for (int c = 0; c < BLOCKS; c++)
+                    tma_load_4d(sv + (uint32_t)c * HP_KEYS * 128, &hp->v_map, bar,
+                                c * GLLM_CUDA_HP_BOX_COLS, v_row, v_hk, v_b);
+                v_row = -1;
+            };
             for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
                 const int b = bh / Hq, h = bh - b * Hq, hk = h / group, m0 = mb * S::ROWS;
                 const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
@@ -333,19 +352,16 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                         tma_prefetch_4d(&hp->q_map, c * GLLM_CUDA_HP_BOX_COLS, m0, h, b);
                 }
                 for (int j = 0; j < n_tiles; j++, ld++) {
-                    const uint32_t st = ld % S::STAGES;
+                    const uint32_t st = ld % S::STAGES, bar = kv_bar<S::STAGES>(full0, st, 0);
                     if (ld >= S::STAGES)
-                        mbar_wait(empty0 + 8 * st, (ld / S::STAGES - 1) & 1);
-                    const uint32_t sk = s_kv + st * 2 * S::KV_TILE, bar = full0 + 8 * st;
-                    mbar_arrive_expect_tx(bar, 2 * S::KV_TILE + (j == 0 ? Q_TILE : 0));
+                        mbar_wait(kv_bar<S::STAGES>(empty0, st, 0), (ld / S::STAGES - 1) & 1);
+                    const uint32_t sk = s_kv + st * 2 * S::KV_TILE;
+                    mbar_arrive_expect_tx(bar, S::KV_TILE + (j == 0 ? Q_TILE : 0));
 #pragma unroll
-                    for (int c = 0; c < BLOCKS; c++) {
-                        const int col = c * GLLM_CUDA_HP_BOX_COLS;
-                        tma_load_4d(sk + (uint32_t)c * HP_KEYS * 128, &hp->k_map, bar, col,
-                                    j * HP_KEYS, hk, b);
-                        tma_load_4d(sk + S::KV_TILE + (uint32_t)c * HP_KEYS * 128, &hp->v_map,
-                                    bar, col, j * HP_KEYS, hk, b);
-                    }
+                    for (int c = 0; c < BLOCKS; c++)
+                        tma_load_4d(sk + (uint32_t)c * HP_KEYS * 128, &hp->k_map, bar,
+                                    c * GLLM_CUDA_HP_BOX_COLS, j * HP_KEYS, hk, b);
+                    load_v();
                     if (j == 0) {
                         if (nq > 0)
                             mbar_wait(q_empty, (nq - 1) & 1);
@@ -355,16 +371,20 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                                         c * GLLM_CUDA_HP_BOX_COLS, m0, h, b);
                         nq++;
                     }
+                    v_row = j * HP_KEYS, v_hk = hk, v_b = b, v_ld = ld;
                 }
             });
+            load_v();
             return;
         } else {
-            // Producer, cp.async: each K/V tile once its stage is free, then (a tile's first)
-            // Q once q_empty allows, each its own commit group. A stage is announced when
-            // this lane's copies for it have landed (cp.async.wait_group) and are fenced for
-            // wgmma's proxy, one load behind the newest, across tiles; so the previous
-            // tile's last stage is announced before the wait for q_empty, which its
-            // consumers need it for.
+            // Producer, cp.async: each K and V tile once its slot is free, then (a tile's
+            // first) Q once q_empty allows, each its own commit group. A stage (K and V) is
+            // announced when this lane's copies for it have landed (cp.async.wait_group) and
+            // are fenced for wgmma's proxy, one load behind the newest, across tiles: after
+            // the next K has gone out and before the wait for the next V's slot, which with
+            // two stages is free only once the consumers have the announced K (their P V of
+            // two loads back goes out with its Q K^T); so too the previous tile's last stage
+            // is announced before the wait for q_empty, which its consumers need it for.
             const int i = threadIdx.x - S::CONSUMERS * 128;
             int pend = -1;                           // the stage loaded and not announced
             for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
@@ -373,18 +393,22 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
                 const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
                 for (int j = 0; j < n_tiles; j++, ld++) {
-                    const uint32_t st = ld % S::STAGES;
-                    if (ld >= S::STAGES)
-                        mbar_wait(empty0 + 8 * st, (ld / S::STAGES - 1) & 1);
+                    const uint32_t st = ld % S::STAGES, phase = (ld / S::STAGES - 1) & 1;
                     const uint32_t sk = s_kv + st * 2 * S::KV_TILE;
+                    if (ld >= S::STAGES)
+                        mbar_wait(kv_bar<S::STAGES>(empty0, st, 0), phase);
                     copy_tile<D, HP_KEYS>(sk, K, p.k_st[2], j * HP_KEYS, Skv, i);
-                    copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
                     cp_async_commit();
                     if (pend >= 0) {
                         asm volatile("cp.async.wait_group 1;\n" ::: "memory");
                         fence_proxy_async();
-                        mbar_arrive(full0 + 8 * pend);
+                        mbar_arrive(kv_bar<S::STAGES>(full0, pend, 0));
+                        mbar_arrive(kv_bar<S::STAGES>(full0, pend, 1));
                     }
+                    if (ld >= S::STAGES)
+                        mbar_wait(kv_bar<S::STAGES>(empty0, st, 1), phase);
+                    copy_tile<D, HP_KEYS>(sk + S::KV_TILE, V, p.v_st[2], j * HP_KEYS, Skv, i);
+                    cp_async_commit();
                     pend = (int)st;
                     if (j == 0) {
                         if (nq > 0)
@@ -400,7 +424,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             if (pend >= 0) {
                 cp_async_wait_all();
                 fence_proxy_async();
-                mbar_arrive(full0 + 8 * pend);
+                mbar_arrive(kv_bar<S::STAGES>(full0, pend, 0));
+                mbar_arrive(kv_bar<S::STAGES>(full0, pend, 1));
             }
             return;
         }
@@ -410,6 +435,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     regs_inc<S::CONSUMER>();
     const Consumer c = consumer_setup<D>(p.scale, s_q, s_kv);
     const int wg = c.wg, wrow = c.wrow, g = c.g, t = c.t;
+    const bool o_thread = threadIdx.x % 128 == 0;    // issues the warpgroup's O stores
     uint32_t base = 0;                               // K/V loads of the block's earlier tiles
     // Ping-pong (S::PINGPONG): each consumer takes n_tiles + 1 turns per tile, the block's
     // count, not its own n_mine, in the order wg 0 turn 0, wg 1 turn 0, wg 0 turn 1, ...,
@@ -452,8 +478,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                                           : min(n_tiles, last_key / HP_KEYS + 1);
         const int row0 = r_wg + wrow + g;             // this thread's first row
         auto stage = [&](int j) { return (base + (uint32_t)j) % S::STAGES; };
-        auto full_wait = [&](int j) {
-            mbar_wait(full0 + 8 * stage(j), ((base + (uint32_t)j) / S::STAGES) & 1);
+        auto full_wait = [&](int j, int v) {
+            mbar_wait(kv_bar<S::STAGES>(full0, stage(j), v), ((base + (uint32_t)j) / S::STAGES) & 1);
         };
         int turn = 0;                                  // turns of this tile
         auto turn_begin = [&]() {
@@ -476,24 +502,51 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         };
 
         const KeyWalk walk = key_walk(c, n_mine, n_tiles, empty0, Skv, r_wg, row0, shift);
-        key_loop<T, D, CAUSAL>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
+        key_loop<T, D, CAUSAL, S::STAGES>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
                                [&]() { mbar_arrive(q_empty); });
         base += (uint32_t)n_tiles;
 
         // The epilogue: while it stores, the producer is already loading the next tile.
+        float inv[2];
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
             float sum = row_sum[hr];
             sum += __shfl_xor_sync(0xffffffff, sum, 1);
             sum += __shfl_xor_sync(0xffffffff, sum, 2);
             const int row = r_wg + wrow + g + 8 * hr;
-            const float inv = sum > 0.f ? 1.f / sum : 0.f;
-            store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv, t, row < Sq);
+            inv[hr] = sum > 0.f ? 1.f / sum : 0.f;
             if (row < Sq && p.lse && t == 0)
                 p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
                     sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
         }
+        if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D)) {
+            // O through shared memory and a TMA store (v21): the warpgroup writes its tile
+            // once the previous tile's store has read it, and one thread sends it out (rows
+            // past Sq lie outside the map and are not written) while the warpgroup goes on.
+            const uint32_t s_ow = s_o + (uint32_t)wg * 64 * D * 2;
+            if (o_thread)
+                bulk_wait_read();
+            wg_sync(wg);
+            write_o_tile<T, D>(s_ow, o, inv, wrow);
+            fence_proxy_async();
+            wg_sync(wg);
+            if (o_thread) {
+#pragma unroll
+                for (int c = 0; c < D / GLLM_CUDA_HP_BOX_COLS; c++)
+                    tma_store_4d(&hp->o_map, s_ow + (uint32_t)c * 64 * 128,
+                                 c * GLLM_CUDA_HP_BOX_COLS, r_wg, h, b);
+                bulk_commit();
+            }
+        } else {
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int row = r_wg + wrow + g + 8 * hr;
+                store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv[hr], t, row < Sq);
+            }
+        }
     });
+    if (TMA && GLLM_CUDA_HP_O_TILE(D) && o_thread)
+        bulk_wait_all();                             // shared memory stays until the stores land
 }
 #endif // GLLM_HAVE_WGMMA
 

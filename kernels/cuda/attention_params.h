@@ -36,10 +36,22 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_HP_ROWS(D) ((D) == 64 ? 192 : 128)
 #define GLLM_CUDA_HP_KEYS 128
 #define GLLM_CUDA_HP_THREADS(D) (2 * GLLM_CUDA_HP_ROWS(D) + 128)  /* 128 per warpgroup */
-/* K/V stages: 5 at D = 64 (v20b: +2-4% against 3), 3 at D = 128 (shared memory full). */
-#define GLLM_CUDA_HP_STAGES(D) ((D) == 64 ? 5 : 3)
-#define GLLM_CUDA_HP_SMEM(D) \
-    (1024 + (GLLM_CUDA_HP_ROWS(D) + 2 * GLLM_CUDA_HP_STAGES(D) * GLLM_CUDA_HP_KEYS) * (D) * 2)
+/* K/V stages of the dense kernels: 5 at D = 64 (v20b: +2-4% against 3); 2 at D = 128, where
+ * the third of v20 went to an O tile (v21: with K and V on barriers of their own, two stages
+ * ran level with three, and O through shared memory and a TMA store gained 2-10% at S512-1k).
+ * D = 64 stores O from registers (its TMA store measured level to -3%). The paged prefill
+ * keeps three stages at D = 128 (its per-page boxes take longer to land) and no O tile (an
+ * item's rows past its tokens belong to the next sequence: no whole-box store). Dynamic
+ * shared memory: 1024 bytes of slack for the swizzle atoms' alignment, Q, the stages' K and
+ * V, and the O tile. */
+#define GLLM_CUDA_HP_STAGES(D) ((D) == 64 ? 5 : 2)
+#define GLLM_CUDA_PP_STAGES(D) ((D) == 64 ? 5 : 3)
+#define GLLM_CUDA_HP_O_TILE(D) ((D) == 128)
+#define GLLM_CUDA_HP_SMEM(D)                                                                  \
+    (1024 + ((1 + GLLM_CUDA_HP_O_TILE(D)) * GLLM_CUDA_HP_ROWS(D) +                            \
+             2 * GLLM_CUDA_HP_STAGES(D) * GLLM_CUDA_HP_KEYS) * (D) * 2)
+#define GLLM_CUDA_PP_SMEM(D) \
+    (1024 + (GLLM_CUDA_HP_ROWS(D) + 2 * GLLM_CUDA_PP_STAGES(D) * GLLM_CUDA_HP_KEYS) * (D) * 2)
 
 /* The Hopper kernels' work: tiles of GLLM_CUDA_HP_ROWS(D) query rows of one head (b * Hq + h),
  * grouped into units a block takes whole. Non-causal, or causal with no more tiles than
@@ -100,18 +112,21 @@ GLLM_CUDA_HP_FN int64_t gllm_cuda_hp_grid(int64_t Sq, int64_t D, int64_t heads, 
 }
 
 /* gllm_attn_fwd_hopper_tma_{f16,bf16}_d{64,128}[_causal] (sm_90a image only): the same
- * kernels, launched the same way, whose producer loads Q, K and V with TMA. Their parameter
- * is a gllm_cuda_hp_params, passed __grid_constant__ (the tensor maps are read where they lie
- * in parameter memory): a as for the others, and q_map, k_map and v_map from
- * cuTensorMapEncodeTiled: 4-D (D, S, H, B) with byte strides, 16-bit elements, boxes of
- * GLLM_CUDA_HP_BOX_COLS columns by GLLM_CUDA_HP_ROWS(D) rows (Q) or GLLM_CUDA_HP_KEYS rows
- * (K, V), the 128-byte swizzle, rows outside the tensor read as zeros. */
+ * kernels, launched the same way, whose producer loads Q, K and V with TMA and whose
+ * consumers store O with TMA where GLLM_CUDA_HP_O_TILE(D) (v21). Their parameter is a gllm_cuda_hp_params, passed
+ * __grid_constant__ (the tensor maps are read where they lie in parameter memory): a as for
+ * the others, and q_map, k_map, v_map and o_map from cuTensorMapEncodeTiled: 4-D (D, S, H, B)
+ * with byte strides, 16-bit elements, boxes of GLLM_CUDA_HP_BOX_COLS columns by
+ * GLLM_CUDA_HP_ROWS(D) rows (Q), GLLM_CUDA_HP_KEYS rows (K, V) or GLLM_CUDA_HP_O_ROWS rows (O:
+ * a consumer warpgroup's), the 128-byte swizzle, rows outside the tensor read as zeros (and
+ * not written). */
 #define GLLM_CUDA_HP_BOX_COLS 64
+#define GLLM_CUDA_HP_O_ROWS 64
 typedef struct gllm_cuda_tmap {
     __attribute__((aligned(128))) uint64_t opaque[16];   /* the driver's CUtensorMap */
 } gllm_cuda_tmap;
 typedef struct gllm_cuda_hp_params {
-    gllm_cuda_tmap q_map, k_map, v_map;
+    gllm_cuda_tmap q_map, k_map, v_map, o_map;
     gllm_cuda_attn_params a;
 } gllm_cuda_hp_params;
 

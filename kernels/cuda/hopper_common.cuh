@@ -19,10 +19,11 @@ namespace {
 constexpr int HP_KEYS = GLLM_CUDA_HP_KEYS;       // keys per tile
 static_assert(HP_KEYS == 128, "tile shapes below");
 
-// Per head dimension: query rows per block (64 per consumer warpgroup), threads, and the
-// bytes of a K or V tile.
-template <int D> struct Hp {
-    static constexpr int STAGES = GLLM_CUDA_HP_STAGES(D);
+// Per head dimension: query rows per block (64 per consumer warpgroup), threads, the bytes of
+// a K or V tile, and the K/V stages (the dense kernels' unless named: the paged prefill's are
+// GLLM_CUDA_PP_STAGES).
+template <int D, int STAGES_ = GLLM_CUDA_HP_STAGES(D)> struct Hp {
+    static constexpr int STAGES = STAGES_;
     static constexpr int ROWS = GLLM_CUDA_HP_ROWS(D);
     static constexpr int CONSUMERS = ROWS / 64;
     static constexpr int THREADS = GLLM_CUDA_HP_THREADS(D);
@@ -195,6 +196,61 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
                      "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done) : "r"(bar), "r"(parity) : "memory");
     while (!done);
+}
+
+// O's TMA store (v21): a consumer warpgroup's tile, written to shared memory by stmatrix in the
+// 128-byte swizzle, goes out as boxes of a 4-D tensor map (coordinates innermost first), in a
+// bulk group of the issuing thread; wait_read: that thread's groups have read their shared
+// memory (the tile may be written again); wait_all: and written it out.
+__device__ __forceinline__ void tma_store_4d(const void *map, uint32_t src, int c0, int c1, int c2,
+                                             int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+                 ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2),
+                   "r"(c3)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit()
+{
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read()
+{
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_all()
+{
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+}
+// Four 8x8 matrices of 16-bit elements from the mma accumulator layout (register i: matrix
+// i's row lane / 4, columns 2 (lane % 4) and + 1) to shared memory, lane l giving the address
+// of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
+                                            uint32_t r3)
+{
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n"
+                 ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+}
+// A consumer warpgroup's own barrier (its 128 threads), ids O_BAR + warpgroup: after the
+// ping-pong pair (1, 2), immediates as named_sync's.
+constexpr int O_BAR = 4;
+__device__ __forceinline__ void wg_sync(int wg)
+{
+    if (wg == 0)
+        asm volatile("bar.sync %0, 128;\n" ::"n"(O_BAR) : "memory");
+    else if (wg == 1)
+        asm volatile("bar.sync %0, 128;\n" ::"n"(O_BAR + 1) : "memory");
+    else
+        asm volatile("bar.sync %0, 128;\n" ::"n"(O_BAR + 2) : "memory");
+}
+
+// The K/V ring's barriers (v21): four arrays of STAGES mbarriers from bar0, full K, full V,
+// empty K, empty V; kv_bar(full0, s, v) is stage s's full barrier for K (v = 0) or V (v = 1),
+// kv_bar(empty0, s, v) its empty one, empty0 being kv_bar(full0, 0, 2).
+template <int STAGES> __device__ __forceinline__ uint32_t kv_bar(uint32_t bar0, uint32_t s, int v)
+{
+    return bar0 + 8 * (s + (uint32_t)v * STAGES);
 }
 
 // D (64 x 128, fp32, the accumulator layout of mma.sync's m16n8 tiles, warp w holding rows
@@ -463,16 +519,19 @@ __device__ __forceinline__ KeyWalk key_walk(const Consumer &c, int n_mine, int n
 // and the softmax of tile j runs while P V is on the tensor cores; O's rescale for tile j
 // waits for the next iteration (P V of j - 1 must land first), row_sum's happens at once.
 // Live across the softmax: O (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j
-// (64). Tiles [n_mine, n_tiles) are only waited for and released: the other warpgroups still
-// need the stage, and the empty barrier counts every consumer thread. Each warpgroup takes
-// n_tiles + 1 ping-pong turns (turn j: the issues before S of tile j is read; the last: the
-// last P V; a turn with nothing to issue is only its sync and arrive). The caller's hooks:
-// full_wait(j) and stage(j) place key tile j in the stage ring, turn_begin() and turn_end()
-// take a turn, q_done() runs once this warpgroup no longer reads Q (its last Q K^T has
-// completed; with nothing to compute, once the first tile, and Q with it, is in). o, row_max
-// and row_sum are left for the epilogue.
-template <typename T, int D, bool CAUSAL, typename FullWait, typename Stage, typename TurnBegin,
-          typename TurnEnd, typename QDone>
+// (64). K and V of a stage have barriers of their own (v21, kv_bar): K of tile j is released
+// as soon as its Q K^T has completed, a turn before V of tile j, whose P V comes a turn
+// later, so the producer can refill K that much earlier. Tiles [n_mine, n_tiles) are only
+// waited for and released: the other warpgroups still need the stage, and the empty
+// barriers count every consumer thread. Each warpgroup takes n_tiles + 1 ping-pong turns
+// (turn j: the issues before S of tile j is read; the last: the last P V; a turn with
+// nothing to issue is only its sync and arrive). The caller's hooks: full_wait(j, v) (v: 0
+// K, 1 V) and stage(j) place key tile j in the stage ring, turn_begin() and turn_end() take
+// a turn, q_done() runs once this warpgroup no longer reads Q (its last Q K^T has completed;
+// with nothing to compute, once the first tile, and Q with it, is in). o, row_max and
+// row_sum are left for the epilogue.
+template <typename T, int D, bool CAUSAL, int STAGES, typename FullWait, typename Stage,
+          typename TurnBegin, typename TurnEnd, typename QDone>
 __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], float (&row_max)[2],
                                          float (&row_sum)[2], FullWait &&full_wait, Stage &&stage,
                                          TurnBegin &&turn_begin, TurnEnd &&turn_end, QDone &&q_done)
@@ -480,6 +539,7 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
     constexpr uint32_t KV_TILE = Hp<D>::KV_TILE;
     auto k_desc = [&](int j) { return desc_add(w.dk0, stage(j) * 2 * KV_TILE); };
     auto v_desc = [&](int j) { return desc_add(w.dv0, stage(j) * 2 * KV_TILE); };
+    auto release = [&](int j, int v) { mbar_arrive(kv_bar<STAGES>(w.empty0, stage(j), v)); };
     float s[64];
     uint32_t pf[8][4];
 #pragma unroll
@@ -488,12 +548,13 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
     float scale_o[2] = {1.f, 1.f};
     bool pending = false;                              // O still owes scale_o
     if (w.n_mine > 0) {
-        full_wait(0);
+        full_wait(0, 0);
         turn_begin();
         issue_qk<T, D>(s, w.dq, k_desc(0));
         turn_end();
         wg_wait<0>();
         pin(s);
+        release(0, 0);
         if (w.n_mine == 1)
             q_done();
         mask_tile<CAUSAL>(s, 0, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
@@ -501,7 +562,8 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
         pack_p<T>(s, pf);
     }
     for (int j = 1; j < w.n_mine; j++) {
-        full_wait(j);
+        full_wait(j, 0);
+        full_wait(j - 1, 1);
         turn_begin();
         issue_qk<T, D>(s, w.dq, k_desc(j));
         if (pending)
@@ -510,6 +572,7 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
         turn_end();
         wg_wait<1>();                                  // S of j is in; P V of j - 1 may not be
         pin(s);
+        release(j, 0);                                 // this thread is done with K of j
         if (j == w.n_mine - 1)
             q_done();                                  // the last Q K^T has read Q
         mask_tile<CAUSAL>(s, j * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
@@ -517,10 +580,11 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
         wg_wait<0>();
         pin(o);
         pin(pf);
-        mbar_arrive(w.empty0 + 8 * stage(j - 1));      // this thread is done with j - 1
+        release(j - 1, 1);                             // and with V of j - 1
         pack_p<T>(s, pf);
     }
     if (w.n_mine > 0) {
+        full_wait(w.n_mine - 1, 1);
         turn_begin();
         if (pending)
             rescale_o<D>(o, scale_o);
@@ -529,16 +593,18 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
         wg_wait<0>();
         pin(o);
         pin(pf);
-        mbar_arrive(w.empty0 + 8 * stage(w.n_mine - 1));
+        release(w.n_mine - 1, 1);
     } else {
         turn_begin();                                  // turn 0, with nothing to issue
         turn_end();
     }
     for (int j = w.n_mine; j < w.n_tiles; j++) {
-        full_wait(j);
+        full_wait(j, 0);
         if (j == 0)
             q_done();                                  // Q is in and this warpgroup skips it
-        mbar_arrive(w.empty0 + 8 * stage(j));
+        release(j, 0);
+        full_wait(j, 1);
+        release(j, 1);
         turn_begin();
         turn_end();
     }
@@ -581,6 +647,28 @@ __device__ __forceinline__ void store_o_row(T *orow, const float (&o)[D / 2], in
                                : make_uint4(x.x, x.y, got.x, got.y);
         if (write)
             *reinterpret_cast<uint4 *>(orow + 8 * (n + (high ? 2 : 0) + (odd ? 1 : 0))) = row;
+    }
+}
+
+// A consumer warpgroup's O tile (its 64 rows, o scaled by each row's inv) into shared memory
+// at s_ow as the O map's boxes want it: column blocks of 64 (64 rows of 128 bytes each),
+// hp_offset<64>'s swizzle, so that the eight rows of each 8x8 matrix land in eight different
+// 16-byte bank groups. stmatrix takes matrices (row half 0, block n), (1, n), (0, n + 1),
+// (1, n + 1) per instruction: D / 16 of them instead of store_o_row's shuffles and D / 32
+// 16-byte global stores per row half.
+template <typename T, int D>
+__device__ __forceinline__ void write_o_tile(uint32_t s_ow, const float (&o)[D / 2],
+                                             const float (&inv)[2], int wrow)
+{
+    const int lane = threadIdx.x % 32, m = lane >> 3;
+    const int row = wrow + (lane & 7) + 8 * (m & 1);
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+        const uint32_t a = s_ow + hp_offset<64>(row, 8 * (n + (m >> 1)));
+        stmatrix_x4(a, Elem<T>::pack(o[4 * n] * inv[0], o[4 * n + 1] * inv[0]),
+                    Elem<T>::pack(o[4 * n + 2] * inv[1], o[4 * n + 3] * inv[1]),
+                    Elem<T>::pack(o[4 * n + 4] * inv[0], o[4 * n + 5] * inv[0]),
+                    Elem<T>::pack(o[4 * n + 6] * inv[1], o[4 * n + 7] * inv[1]));
     }
 }
 

@@ -82,15 +82,15 @@ namespace {
 template <typename T, int D>
 __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &p)
 {
-    using S = Hp<D>;
+    using S = Hp<D, GLLM_CUDA_PP_STAGES(D)>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // full[s] / empty[s] as the dense kernel's; tail: the last key tile's boxes when its V
     // must be zeroed past the sequence's end before the consumers see it.
-    __shared__ __align__(8) uint64_t bars[2 * S::STAGES + 1];
+    __shared__ __align__(8) uint64_t bars[4 * S::STAGES + 1];
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
-    const uint32_t full0 = smem_addr(&bars[0]), empty0 = smem_addr(&bars[S::STAGES]);
-    const uint32_t tail_bar = smem_addr(&bars[2 * S::STAGES]);
+    const uint32_t full0 = smem_addr(&bars[0]), empty0 = kv_bar<S::STAGES>(full0, 0, 2);
+    const uint32_t tail_bar = smem_addr(&bars[4 * S::STAGES]);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int h = (int)blockIdx.x;
@@ -100,7 +100,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     const int tail_rows = w.kv_len - (n_tiles - 1) * HP_KEYS;   // the last tile's keys, >= 1
     const bool tail = tail_rows < HP_KEYS;
     if (threadIdx.x == 0) {
-        for (int i = 0; i < S::STAGES; i++) {
+        for (int i = 0; i < 2 * S::STAGES; i++) {
             mbar_init(full0 + 8 * i, 1);
             mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
         }
@@ -116,61 +116,63 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             return;
         constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column blocks per tile
         constexpr uint32_t Q_TILE = S::ROWS * D * 2;
-        constexpr int MAX_PAGES = HP_KEYS / GLLM_CUDA_PP_MIN_PAGE;   // pages per key tile, at most
         const int ps = p.page_size, per_tile = HP_KEYS / ps;
         const uint32_t page_bytes = (uint32_t)ps * 128;        // one box: ps rows of 128 bytes
         const int seq_pages = (w.kv_len + ps - 1) / ps;
         const int hk = h / p.group;
-        if (lane == 0) {
-            // The page numbers of the next tile are fetched as soon as the current tile's
-            // boxes are out, so that their latency passes while this thread waits for a free
-            // stage, not in a chain of dependent loads before each tile's copies.
-            uint32_t pg[MAX_PAGES];
-            auto fetch = [&](int j) {
-                const int pg0 = j * per_tile, npg = min(per_tile, seq_pages - pg0);
-#pragma unroll
-                for (int i = 0; i < MAX_PAGES; i++)
-                    pg[i] = i < npg ? (uint32_t)p.kv_indices[w.page0 + pg0 + i] : 0u;
-            };
-            fetch(0);
-            for (int j = 0; j < n_tiles; j++) {
-                const uint32_t st = (uint32_t)j % S::STAGES;
-                if (j >= S::STAGES)
-                    mbar_wait(empty0 + 8 * st, (j / S::STAGES - 1) & 1);
-                const uint32_t sk = s_kv + st * 2 * S::KV_TILE;
-                const uint32_t bar = tail && j == n_tiles - 1 ? tail_bar : full0 + 8 * st;
-                const int npg = min(per_tile, seq_pages - j * per_tile);
-#pragma unroll
-                for (int i = 0; i < MAX_PAGES; i++) {
-                    if (i >= npg)
-                        break;
-                    if (pg[i] >= p.num_pages) {
-                        *p.bad_page = 1;
-                        continue;
-                    }
-                    mbar_expect_tx(bar, 2 * BLOCKS * page_bytes);
-                    const uint32_t dst = sk + (uint32_t)i * page_bytes;
-#pragma unroll
-                    for (int c = 0; c < BLOCKS; c++) {
-                        const int col = c * GLLM_CUDA_HP_BOX_COLS;
-                        tma_load_4d(dst + (uint32_t)c * HP_KEYS * 128, &p.k_map, bar, col, 0, hk,
-                                    (int)pg[i]);
-                        tma_load_4d(dst + S::KV_TILE + (uint32_t)c * HP_KEYS * 128, &p.v_map, bar,
-                                    col, 0, hk, (int)pg[i]);
-                    }
-                }
-                if (j == 0) {
-                    mbar_expect_tx(bar, Q_TILE);
+        // Lane i < 128 / page_size owns page i of every key tile: it reads the page's number
+        // (the next tile's as soon as this tile's boxes are out, so the load's latency passes
+        // under the wait for a free stage), announces its bytes and issues its boxes; lane 0
+        // arrives once every lane's boxes are announced, and adds Q to the first tile's K.
+        // V goes one tile behind K, as in the dense kernel (v21): tile j's K, then tile
+        // j - 1's V.
+        auto fetch = [&](int j) {
+            const int pgi = j * per_tile + lane;
+            return lane < per_tile && pgi < seq_pages ? (uint32_t)p.kv_indices[w.page0 + pgi]
+                                                      : 0u;
+        };
+        // Tile j's K (v = 0) or V (v = 1) from this lane's page pg.
+        auto load = [&](int j, int v, uint32_t pg) {
+            const uint32_t st = (uint32_t)j % S::STAGES;
+            if (j >= S::STAGES)
+                mbar_wait(kv_bar<S::STAGES>(empty0, st, v), (j / S::STAGES - 1) & 1);
+            const uint32_t bar = v && tail && j == n_tiles - 1 ? tail_bar
+                                                               : kv_bar<S::STAGES>(full0, st, v);
+            const uint32_t dst = s_kv + st * 2 * S::KV_TILE + (uint32_t)v * S::KV_TILE;
+            const int npg = min(per_tile, seq_pages - j * per_tile);
+            if (lane < npg) {
+                if (pg >= p.num_pages) {
+                    *p.bad_page = 1;
+                } else {
+                    mbar_expect_tx(bar, BLOCKS * page_bytes);
 #pragma unroll
                     for (int c = 0; c < BLOCKS; c++)
-                        tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &p.q_map, bar,
-                                    c * GLLM_CUDA_HP_BOX_COLS, w.q0, h, 0);
+                        tma_load_4d(dst + (uint32_t)lane * page_bytes + (uint32_t)c * HP_KEYS * 128,
+                                    v ? &p.v_map : &p.k_map, bar, c * GLLM_CUDA_HP_BOX_COLS, 0,
+                                    hk, (int)pg);
                 }
-                mbar_arrive(bar);
-                if (j + 1 < n_tiles)
-                    fetch(j + 1);
             }
+            if (j == 0 && v == 0 && lane == 0) {
+                mbar_expect_tx(bar, Q_TILE);
+#pragma unroll
+                for (int c = 0; c < BLOCKS; c++)
+                    tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &p.q_map, bar,
+                                c * GLLM_CUDA_HP_BOX_COLS, w.q0, h, 0);
+            }
+            __syncwarp();
+            if (lane == 0)
+                mbar_arrive(bar);
+        };
+        uint32_t my_pg = fetch(0), prev_pg = 0;
+        for (int j = 0; j < n_tiles; j++) {
+            load(j, 0, my_pg);
+            if (j > 0)
+                load(j - 1, 1, prev_pg);
+            prev_pg = my_pg;
+            if (j + 1 < n_tiles)
+                my_pg = fetch(j + 1);
         }
+        load(n_tiles - 1, 1, prev_pg);
         __syncwarp();
         if (tail) {
             // The last tile's V rows [tail_rows, 128) as zeros, once its boxes are in (they
@@ -189,7 +191,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             fence_proxy_async();                       // the zeros, for wgmma's proxy
             __syncwarp();
             if (lane == 0)
-                mbar_arrive(full0 + 8 * st);
+                mbar_arrive(kv_bar<S::STAGES>(full0, st, 1));
         }
         return;
     }
@@ -209,7 +211,9 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     const int n_mine = r_wg >= w.nq ? 0 : min(n_tiles, (r_wg + 63 + shift) / HP_KEYS + 1);
     const int row0 = r_wg + wrow + g;
     auto stage = [&](int j) { return (uint32_t)j % S::STAGES; };
-    auto full_wait = [&](int j) { mbar_wait(full0 + 8 * stage(j), (j / S::STAGES) & 1); };
+    auto full_wait = [&](int j, int v) {
+        mbar_wait(kv_bar<S::STAGES>(full0, stage(j), v), (j / S::STAGES) & 1);
+    };
     // Ping-pong turns as the dense kernel's (its comment on them), within the block's one item:
     // each warpgroup takes n_tiles + 1 turns; wg 1 skips the arrival after its last.
     int turn = 0;
@@ -233,7 +237,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
 
     // The dense kernel's walk over the key tiles (key_loop), causal over the cache.
     const KeyWalk walk = key_walk(c, n_mine, n_tiles, empty0, Skv, r_wg, row0, shift);
-    key_loop<T, D, true>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
+    key_loop<T, D, true, S::STAGES>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
                          []() {});
 
     T *O = reinterpret_cast<T *>(p.out) + (int64_t)h * D;

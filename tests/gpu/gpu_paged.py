@@ -404,9 +404,10 @@ def main():
                     help="decode shapes to time (Hq 32, Hkv 8, D 128, f16, pages of 16); "
                          "the default is issue 4's pair")
     ap.add_argument("--prefill-shapes", default="8:0:2048,8:1536:512,32:0:512",
-                    metavar="B:PREFIX:NEW,...",
-                    help="chunked prefills to time (Hq 32, Hkv 8, D 128, bf16, pages of 16) "
-                         "against the dense kernel on the same tokens; empty: none")
+                    metavar="B:PREFIX:NEW[:PAGE],...",
+                    help="chunked prefills to time (Hq 32, Hkv 8, D 128, bf16, pages of 16 "
+                         "unless PAGE says otherwise) against the dense kernel on the same "
+                         "tokens; empty: none")
     ap.add_argument("--expect-repeatable", action="store_true",
                     help="with --repeat-only: fail unless every output is the same")
     args = ap.parse_args()
@@ -490,9 +491,9 @@ def main():
         bench(client, g, B, 32, 8, L, 128, 16, args.iters, rows, d2d)
     prefill_rows = []
     for shape in filter(None, args.prefill_shapes.split(",")):
-        B, prefix, new = (int(v) for v in shape.split(":"))
-        bench_prefill(client, g, B, prefix, new, 32, 8, 128, 16, "bf16", min(args.iters, 20),
-                      prefill_rows)
+        B, prefix, new, *page = (int(v) for v in shape.split(":"))
+        bench_prefill(client, g, B, prefix, new, 32, 8, 128, page[0] if page else 16, "bf16",
+                      min(args.iters, 20), prefill_rows)
     meta = benchrun.meta("gpu_paged.py", client.caps, [os.path.basename(sys.argv[0])] + sys.argv[1:],
                          args.iters, benchrun.torch_peers(torch))
     with open(os.path.join(args.out, "gpu_paged.json"), "w") as f:

@@ -77,16 +77,17 @@ void cuda_read_timing(const struct cuda_driver *d, const struct cuda_slot *sl,
     t->copy_bytes = sl->moved;
 }
 
-/* A Hopper (sm_90a) kernel of the image by name, allowed GLLM_CUDA_HP_SMEM(D) of dynamic
- * shared memory; nonzero with why filled in when the driver refuses either. */
+/* A Hopper (sm_90a) kernel of the image by name, allowed smem bytes of dynamic shared memory
+ * (GLLM_CUDA_HP_SMEM or GLLM_CUDA_PP_SMEM); nonzero with why filled in when the driver refuses
+ * either. */
 static int load_hopper(const struct cuda_driver *d, struct cuda_dev *x, CUfunction *f,
-                       const char *name, int D, int ordinal, char *why, size_t len)
+                       const char *name, int smem, int ordinal, char *why, size_t len)
 {
     char buf[128];
     CUresult r;
     if ((r = d->cuModuleGetFunction(f, x->mod, name)) ||
         (r = d->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                   GLLM_CUDA_HP_SMEM(D)))) {
+                                   smem))) {
         snprintf(why, len, "GPU %d: kernel %s: %s", ordinal, name,
                  cuda_error_text(d, r, buf, sizeof buf));
         return -1;
@@ -339,8 +340,8 @@ int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *
             break;
         snprintf(name, sizeof name, "gllm_attn_fwd_hopper_%s%s_d%d%s", tma ? "tma_" : "",
                  tnames[t], D, c ? "_causal" : "");
-        if (load_hopper(d, x, tma ? &x->hopper_tma[k][t][c] : &x->hopper[k][t][c], name, D,
-                        ordinal, why, len))
+        if (load_hopper(d, x, tma ? &x->hopper_tma[k][t][c] : &x->hopper[k][t][c], name,
+                        GLLM_CUDA_HP_SMEM(D), ordinal, why, len))
             return GLLM_EBACKEND;
     }
     /* The Hopper paged prefill: TMA only, so only where the driver encodes tensor maps. */
@@ -349,7 +350,8 @@ int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *
         char name[64];
         const int t = i / 2, k = i % 2, D = k ? 128 : 64;
         snprintf(name, sizeof name, "gllm_paged_prefill_hopper_%s_d%d", tnames[t], D);
-        if (load_hopper(d, x, &x->paged_prefill[t][k], name, D, ordinal, why, len))
+        if (load_hopper(d, x, &x->paged_prefill[t][k], name, GLLM_CUDA_PP_SMEM(D), ordinal, why,
+                        len))
             return GLLM_EBACKEND;
     }
     if ((r = load_paged(d, x, why, len)) != CUDA_SUCCESS)

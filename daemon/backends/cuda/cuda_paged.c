@@ -357,7 +357,7 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
         r = cuda_launch(d, x, ln, x->paged_prefill[p->dtype == GLLM_DTYPE_BF16][p->D == 128],
                         (unsigned)p->Hq, (unsigned)nwork, (unsigned)GLLM_CUDA_HP_THREADS(p->D),
-                        (unsigned)GLLM_CUDA_HP_SMEM(p->D), &pp);
+                        (unsigned)GLLM_CUDA_PP_SMEM(p->D), &pp);
     } else {
         const CUdeviceptr dwork = up + tab_bytes;
         gllm_cuda_paged_params k = {

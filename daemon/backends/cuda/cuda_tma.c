@@ -73,14 +73,14 @@ static int map_cached(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf1
     return r;
 }
 
-/* The three maps of a kernel's Q, K and V, each through map_cached (cache may be NULL). */
-static int maps_cached(const struct cuda_driver *d, gllm_cuda_tmap *const maps[3], bool bf16,
-                       const void *const base[3], const int64_t *const dims[3],
-                       const int64_t *const st[3], const unsigned rows[3],
+/* The n maps of a kernel's Q, K and V (and O), each through map_cached (cache may be NULL). */
+static int maps_cached(const struct cuda_driver *d, int n, gllm_cuda_tmap *const maps[],
+                       bool bf16, const void *const base[], const int64_t *const dims[],
+                       const int64_t *const st[], const unsigned rows[],
                        struct cuda_tma_cache *cache)
 {
     uint64_t unused = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < n; i++) {
         const int r = map_cached(d, maps[i], bf16, base[i], dims[i], st[i], rows[i],
                                  cache ? &cache->t[i] : NULL, cache ? &cache->hits : &unused,
                                  cache ? &cache->encodes : &unused);
@@ -95,11 +95,14 @@ int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, boo
 {
     const gllm_cuda_attn_params *p = &hp->a;
     const int64_t qd[4] = {p->B, p->Hq, p->Sq, p->D}, kd[4] = {p->B, p->Hkv, p->Skv, p->D};
-    gllm_cuda_tmap *maps[3] = {&hp->q_map, &hp->k_map, &hp->v_map};
-    const void *base[3] = {p->q, p->k, p->v};
-    const int64_t *dims[3] = {qd, kd, kd}, *st[3] = {p->q_st, p->k_st, p->v_st};
-    const unsigned rows[3] = {GLLM_CUDA_HP_ROWS(p->D), GLLM_CUDA_HP_KEYS, GLLM_CUDA_HP_KEYS};
-    return maps_cached(d, maps, bf16, base, dims, st, rows, cache);
+    gllm_cuda_tmap *maps[4] = {&hp->q_map, &hp->k_map, &hp->v_map, &hp->o_map};
+    const void *base[4] = {p->q, p->k, p->v, p->out};
+    const int64_t *dims[4] = {qd, kd, kd, qd}, *st[4] = {p->q_st, p->k_st, p->v_st, p->o_st};
+    const unsigned rows[4] = {GLLM_CUDA_HP_ROWS(p->D), GLLM_CUDA_HP_KEYS, GLLM_CUDA_HP_KEYS,
+                              GLLM_CUDA_HP_O_ROWS};
+    /* O's map only where the kernel stores O with TMA. */
+    return maps_cached(d, GLLM_CUDA_HP_O_TILE(p->D) ? 4 : 3, maps, bf16, base, dims, st, rows,
+                       cache);
 }
 
 /* Each tensor as cuda_tma_map's [B, H, S, D]: q as [1, Hq, nq, D] (a token's rows Hq * D apart,
@@ -116,5 +119,5 @@ int cuda_tma_pp_params(const struct cuda_driver *d, gllm_cuda_pp_params *pp, boo
     const void *base[3] = {q, k, v};
     const int64_t *dims[3] = {qd, kd, kd}, *st[3] = {qs, ks, ks};
     const unsigned rows[3] = {GLLM_CUDA_HP_ROWS(D), (unsigned)page_size, (unsigned)page_size};
-    return maps_cached(d, maps, bf16, base, dims, st, rows, cache);
+    return maps_cached(d, 3, maps, bf16, base, dims, st, rows, cache);
 }

@@ -30,13 +30,14 @@ struct cuda_tma_cached {
     uint64_t map[16];
 };
 struct cuda_tma_cache {
-    struct cuda_tma_cached t[3];         /* Q, K, V */
+    struct cuda_tma_cached t[4];         /* Q, K, V, O */
     uint64_t hits, encodes;
 };
 
-/* hp's q_map, k_map and v_map for the tensors of hp->a (Q boxes GLLM_CUDA_HP_ROWS(D) rows,
- * K and V GLLM_CUDA_HP_KEYS), from cache where it holds the same tensor (cache may be NULL);
- * 0, or the first failure as cuda_tma_map's. */
+/* hp's q_map, k_map, v_map and (where GLLM_CUDA_HP_O_TILE(D)) o_map for the tensors of hp->a
+ * (Q boxes GLLM_CUDA_HP_ROWS(D) rows, K and V GLLM_CUDA_HP_KEYS, O GLLM_CUDA_HP_O_ROWS), from
+ * cache where it holds the same tensor (cache may be NULL); 0, or the first failure as
+ * cuda_tma_map's. */
 int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
                        struct cuda_tma_cache *cache);
 
