@@ -117,8 +117,8 @@
 // 15-25% of a 4-key-tile one (S = 512). Here the producer runs on across tiles: the next
 // tile's first K/V tile goes out as soon as a stage is free, while the consumers finish the
 // current one, and its Q once every consumer has completed its last Q K^T of the current tile
-// (q_empty: there is no room for a second Q buffer at D = 128, Q 32 KiB + 3 stages of 64 KiB =
-// 224 KiB), so Q lands during the last softmax, P V and the O stores; TMA prefetches it into
+// (q_empty; a second Q buffer, possible since v21, measured level), so Q lands during the last
+// softmax, P V and the O stores; TMA prefetches it into
 // L2 when the producer starts the tile's loads, one to three key tiles before that wait ends,
 // so the copy after it is a trip to L2 only. Stages and barrier phases run on a block-wide
 // load counter; the ping-pong turns run on across tiles. The schedule (gllm_cuda_hp_schedule,
@@ -194,6 +194,41 @@
 // in hopper_common.cuh since v20f, shared with the paged prefill (which had repeated it): the
 // same PTX instruction mix in every dense kernel; the GPU check level (H100: 659/545/643/367
 // TFLOP/s on the bench shapes, 38 of 38 and 32 of 32 float64).
+//
+// K and V on barriers of their own (v21). A probe first: v20's D = 128 on two stages (the
+// third's 64 KiB would hold O for a TMA store) lost 16-25% at S512-2k (H100, same call: S2k
+// 662 -> 484 TFLOP/s): a stage, K and V together, came free only once both warpgroups' P V of
+// it had landed, a turn after their Q K^T had finished with its K, so with two stages K had
+// one turn of lead. Now each stage has full and empty barriers for K and for V (kv_bar); a
+// consumer releases K of tile j once its Q K^T has completed and V once its P V has, and the
+// producer issues tile j's K, then tile j - 1's V, so K comes free, and goes out again, a
+// turn earlier. Expected: two stages level with v20's three, three a little ahead. Measured
+// (same call, S512-2k of the sweep): split on three stages within -2/+5% of v20 (noise),
+// split on two stages level with v20's three (S512 462 against 472, S2k 641 against 648,
+// causal S512 293 against 277). D = 128 therefore runs on two stages and its third stage's
+// shared memory holds O: each warpgroup writes its 64 x 128 tile with stmatrix in the
+// 128-byte swizzle (write_o_tile), fences, and one thread sends it out as two TMA boxes in a
+// bulk group (o_map, 64-row boxes; rows past Sq are outside the map and not written), waiting
+// only before the next tile writes the buffer again (cp.async.bulk.wait_group.read). This
+// takes the O stores off the consumers' path, which v20d's probe priced at up to 24% at S512.
+// Expected: +5-12% at D = 128 S512, +2-6% at S1k, level from S2k. Measured against v20e in the
+// same call (FA3's sweep, 56/56 float64): S512 472 -> 485, bf16 479 -> 498, causal 284 ->
+// 308 and 287 -> 312 (+3-9%); S1k +1%, causal +4%; S2k level; S4k-16k -1 to -2% (the third
+// stage's lead at long S). At D = 64 the same TMA store measured level to -3%, so D = 64
+// keeps five stages and its register stores, and gains from the split alone: S8k-16k +5-9%
+// (540 -> 580, 538 -> 588, causal 500 -> 532), which wins back most of v20's unexplained
+// long-S loss there (the consumers waited on full stages: K now lands a turn earlier).
+// The cp.async producer takes the split too: it announces each stage after the next K has
+// gone out and before it waits for the next V's slot (with two stages that slot comes free
+// only after the consumers have the announced K: the first version, announcing after V,
+// deadlocked on gpu_compare's head-stride-0 case, and the watchdog reset the device).
+// Tried on v21 and dropped (bench/results/h100-prefill-v21.json): a second Q buffer (shared
+// memory allowed it now): level everywhere, so the wait for Q is not exposed; D = 64 on two
+// consumer warpgroups of 64 rows (no idle warpgroup in a 512-row head's last tile): -7 to
+// -15%; carrying a tile's last P V into the next tile's first turn, so that the tile
+// boundary costs one turn instead of two half turns (the fitted per-tile cost is about 1.9
+// key tiles' worth at D = 128): right results, -25 to -30% on every shape, long S too, with no
+// spills and, after a fix, no serialised wgmma; cause not found.
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer

@@ -29,8 +29,8 @@ typedef struct gllm_cuda_attn_params {
 
 /* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d{64,128}[_causal] (sm_90a image only),
  * persistent: grid (gllm_cuda_hp_grid(...), 1), block GLLM_CUDA_HP_THREADS(D), dynamic
- * shared memory GLLM_CUDA_HP_SMEM(D) (Q plus GLLM_CUDA_HP_STAGES(D) stages of K and V, plus
- * 1 KiB to align them). Same layout needs as the tensor-core kernels. 64 query rows per
+ * shared memory GLLM_CUDA_HP_SMEM(D) (Q, GLLM_CUDA_HP_STAGES(D) stages of K and V, the O
+ * tile where GLLM_CUDA_HP_O_TILE(D), and 1 KiB to align them). Same layout needs as the tensor-core kernels. 64 query rows per
  * consumer warpgroup: two at D = 128, three at D = 64; one producer warpgroup. Each block
  * works through the units gllm_cuda_hp_schedule defines, blockIdx.x, + gridDim.x, ... */
 #define GLLM_CUDA_HP_ROWS(D) ((D) == 64 ? 192 : 128)
@@ -40,8 +40,9 @@ typedef struct gllm_cuda_attn_params {
  * the third of v20 went to an O tile (v21: with K and V on barriers of their own, two stages
  * ran level with three, and O through shared memory and a TMA store gained 2-10% at S512-1k).
  * D = 64 stores O from registers (its TMA store measured level to -3%). The paged prefill
- * keeps three stages at D = 128 (its per-page boxes take longer to land) and no O tile (an
- * item's rows past its tokens belong to the next sequence: no whole-box store). Dynamic
+ * keeps three stages at D = 128 and register stores (an item's rows past its tokens belong
+ * to the next sequence; two stages with an O tile for the warpgroups whose rows are all the
+ * item's measured 2-4% slower). Dynamic
  * shared memory: 1024 bytes of slack for the swizzle atoms' alignment, Q, the stages' K and
  * V, and the O tile. */
 #define GLLM_CUDA_HP_STAGES(D) ((D) == 64 ? 5 : 2)

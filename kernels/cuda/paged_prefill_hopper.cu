@@ -16,17 +16,19 @@
 // flight share K/V in L2. Not persistent: a first version; the dense kernel's v20 measured
 // +4-18% from persistence on short sequences, the same could follow here.
 //
-// Producer: one thread issues every copy, as the dense TMA producer. A key tile of 128 keys is
-// 128 / page_size pages; each page is one TMA box of page_size rows by 64 columns per 64-column
+// Producer: the producer warp; lane i issues page i's boxes of every key tile (v21: one thread
+// issuing all of them, as the dense TMA producer does, cost 6-9%, below). A key tile of 128
+// keys is 128 / page_size pages; each page is one TMA box of page_size rows by 64 columns per 64-column
 // block, from a map over the pool viewed as 4-D (D, page_size, Hkv, num_pages), at the page's
 // number read from kv_indices. The box lands at its row offset within the stage (page i of the
 // tile at row i * page_size, a multiple of 16 rows, so of the swizzle's 8-row atom), so the
 // stage is laid out exactly as the dense kernel's (hp_offset) and the consumer steps are shared
-// as they are. The thread reads a tile's page numbers (up to 8) together, right after issuing
-// the previous tile's boxes, so their latency passes under its wait for a free stage rather
-// than as a chain of dependent loads before every tile. A page number outside the pool sets *bad_page and loads nothing; the bytes
-// announced on the stage's barrier (mbarrier.expect_tx before each page's boxes, one arrival
-// after the last) count only the boxes issued, so a bad page never leaves a barrier short.
+// as they are. Each lane reads its page's number of the next tile right after issuing this
+// tile's boxes, so the load's latency passes under the wait for a free stage rather than as a
+// chain of dependent loads before every tile. A page number outside the pool sets *bad_page
+// and loads nothing; the bytes announced on a barrier (mbarrier.expect_tx by each lane before
+// its page's boxes, one arrival by lane 0 after the warp has synced) count only the boxes
+// issued, so a bad page never leaves a barrier short.
 // Q: a box of ROWS tokens from a map over q [N, Hq, D] as (D, N, Hq, 1), at the item's first
 // token; rows past the item's tokens belong to the next sequence (or read as zeros past N):
 // computed harmlessly, never stored.
@@ -35,8 +37,9 @@
 // and the last page's rows past kv_len hold whatever the pool holds there, which may be NaN.
 // Their scores are masked (-inf, P = 0), but 0 * NaN in P V is NaN, so in the one tile that has
 // such rows (the item's last, when kv_len is not a multiple of 128) the producer warp zeroes V
-// from the sequence's end down: that tile's boxes complete on a barrier of their own, the warp
-// waits for it, zeroes, fences for the async proxy and arrives on the stage's full barrier.
+// from the sequence's end down: that tile's V boxes complete on a barrier of their own, the
+// warp waits for it, zeroes, fences for the async proxy and arrives on the stage's full V
+// barrier.
 // K needs no zeros: masking overwrites the scores.
 //
 // Masks: token i of the item (i local, from 0) sees keys <= pos0 + i and < kv_len; that is the
@@ -72,6 +75,21 @@
 // items; H100, same call: B32 x 512 213 -> 252 (+18%), but B8 x 2048 405 -> 386 (-5%) and 1536
 // cached + 512 new 448 -> 390 (-13%), so the persistent loop costs long chunks more than the
 // prologues it hides; the per-page boxes remain the suspect there.
+//
+// The producer warp's lanes (v21). Measured first (H100, same call, pf1 as above): pages of
+// 128 (a box per 64-column block, as the dense kernel) ran 534 / 561 / 278 TFLOP/s against
+// 437 / 470 / 243 at pages of 16 (0.90-0.92x the dense kernel against 0.74-0.77 on the long
+// chunks), so the per-page boxes cost 10-18% and the missing persistence the rest. One thread
+// issued 8 pages x 2 blocks x 2 (K, V) boxes and 8 byte announcements per stage; now lane i
+// reads page i's number (one register, not eight) and announces and issues that page's
+// boxes, and lane 0 arrives once the warp has synced. Expected +5-10% at pages of 16.
+// Measured (same call): 437 -> 475, 470 -> 504, 243 -> 258 (+6-9%); pages of 128 level. With
+// K and V on barriers of their own (V one tile behind K, the dense kernel's v21; the tail's
+// zeroing now waits on V's boxes only) another +1-5%: the final tree's call against b5c7564,
+// 442 -> 473, 475 -> 484, 244 -> 267 TFLOP/s (0.79 / 0.79 / 0.70x the dense kernel, which
+// moved too). Two stages measured level here and an O tile with a TMA store for warpgroups
+// whose rows are all the item's lost 2-4%, so the paged prefill keeps three stages and
+// register stores (GLLM_CUDA_PP_STAGES).
 //
 // Registers: the same plan as the dense kernel (Hp: the producer gives all but 32 back).
 #include "hopper_common.cuh"
