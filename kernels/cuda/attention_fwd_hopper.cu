@@ -514,7 +514,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         const int row0 = r_wg + wrow + g;             // this thread's first row
         auto stage = [&](int j) { return (base + (uint32_t)j) % S::STAGES; };
         auto full_wait = [&](int j, int v) {
-            mbar_wait(kv_bar<S::STAGES>(full0, stage(j), v), ((base + (uint32_t)j) / S::STAGES) & 1);
+            mbar_wait(kv_bar<S::STAGES>(full0, stage(j), v),
+                      ((base + (uint32_t)j) / S::STAGES) & 1);
         };
         int turn = 0;                                  // turns of this tile
         auto turn_begin = [&]() {
@@ -537,8 +538,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         };
 
         const KeyWalk walk = key_walk(c, n_mine, n_tiles, empty0, Skv, r_wg, row0, shift);
-        key_loop<T, D, CAUSAL, S::STAGES>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
-                               [&]() { mbar_arrive(q_empty); });
+        key_loop<T, D, CAUSAL, S::STAGES>(walk, o, row_max, row_sum, full_wait, stage, turn_begin,
+                                          turn_end, [&]() { mbar_arrive(q_empty); });
         base += (uint32_t)n_tiles;
 
         // The epilogue: while it stores, the producer is already loading the next tile.

@@ -16,30 +16,33 @@
 // flight share K/V in L2. Not persistent: a first version; the dense kernel's v20 measured
 // +4-18% from persistence on short sequences, the same could follow here.
 //
-// Producer: the producer warp; lane i issues page i's boxes of every key tile (v21: one thread
-// issuing all of them, as the dense TMA producer does, cost 6-9%, below). A key tile of 128
-// keys is 128 / page_size pages; each page is one TMA box of page_size rows by 64 columns per 64-column
-// block, from a map over the pool viewed as 4-D (D, page_size, Hkv, num_pages), at the page's
-// number read from kv_indices. The box lands at its row offset within the stage (page i of the
-// tile at row i * page_size, a multiple of 16 rows, so of the swizzle's 8-row atom), so the
-// stage is laid out exactly as the dense kernel's (hp_offset) and the consumer steps are shared
-// as they are. Each lane reads its page's number of the next tile right after issuing this
-// tile's boxes, so the load's latency passes under the wait for a free stage rather than as a
+// Producer: the producer warpgroup's warps, one per (K or V, 64-column block): two at D = 64,
+// four at D = 128, each walking the item's key tiles on its own; lane i of a warp issues page
+// i's box of every key tile (v21: one thread issuing all of them, as the dense TMA producer
+// does, cost 20-25%, below). A key tile of 128 keys is 128 / page_size pages; each page is one
+// TMA box of page_size rows by 64 columns per 64-column block, from a map over the pool
+// viewed as 4-D (D, page_size, Hkv, num_pages), at the page's number read from kv_indices.
+// The box lands at its row offset within the stage (page i of the tile at row i * page_size,
+// a multiple of 16 rows, so of the swizzle's 8-row atom), so the stage is laid out exactly as
+// the dense kernel's (hp_offset) and the consumer steps are shared as they are. Each lane reads its page's number of the next tile right after issuing this
+// tile's box, so the load's latency passes under the wait for a free stage rather than as a
 // chain of dependent loads before every tile. A page number outside the pool sets *bad_page
 // and loads nothing; the bytes announced on a barrier (mbarrier.expect_tx by each lane before
-// its page's boxes, one arrival by lane 0 after the warp has synced) count only the boxes
-// issued, so a bad page never leaves a barrier short.
-// Q: a box of ROWS tokens from a map over q [N, Hq, D] as (D, N, Hq, 1), at the item's first
+// its page's box, one arrival per warp by lane 0 after the warp has synced: a stage's full
+// barriers count one arrival per column block) count only the boxes issued, so a bad page
+// never leaves a barrier short.
+// Q: a box of ROWS tokens per 64-column block, issued by that block's K warp with the item's
+// first K tile, from a map over q [N, Hq, D] as (D, N, Hq, 1), at the item's first
 // token; rows past the item's tokens belong to the next sequence (or read as zeros past N):
 // computed harmlessly, never stored.
 //
 // Keys past the sequence's end: a tile's pages past the sequence's last one are not loaded,
 // and the last page's rows past kv_len hold whatever the pool holds there, which may be NaN.
 // Their scores are masked (-inf, P = 0), but 0 * NaN in P V is NaN, so in the one tile that has
-// such rows (the item's last, when kv_len is not a multiple of 128) the producer warp zeroes V
-// from the sequence's end down: that tile's V boxes complete on a barrier of their own, the
-// warp waits for it, zeroes, fences for the async proxy and arrives on the stage's full V
-// barrier.
+// such rows (the item's last, when kv_len is not a multiple of 128) the V warps zero V from
+// the sequence's end down, each its column block: that tile's V boxes complete on a barrier
+// of their own, each V warp waits for it, zeroes, fences for the async proxy and arrives on
+// the stage's full V barrier.
 // K needs no zeros: masking overwrites the scores.
 //
 // Masks: token i of the item (i local, from 0) sees keys <= pos0 + i and < kv_len; that is the
@@ -89,7 +92,13 @@
 // 442 -> 473, 475 -> 484, 244 -> 267 TFLOP/s (0.79 / 0.79 / 0.70x the dense kernel, which
 // moved too). Two stages measured level here and an O tile with a TMA store for warpgroups
 // whose rows are all the item's lost 2-4%, so the paged prefill keeps three stages and
-// register stores (GLLM_CUDA_PP_STAGES).
+// register stores (GLLM_CUDA_PP_STAGES). Then a warp for K and one for V, each on its own
+// barriers, so that neither waits on the other's issues (the warpgroup's other three warps
+// had nothing to do). Expected +3-10% on the long chunks if the single warp's issues still
+// held the stages back. Measured (same call, with B64 x 2048 added): 466 -> 520, 493 -> 547,
+// 268 -> 272, 470 -> 530 TFLOP/s (+11-13% on the long chunks, B32 x 512 +1.5%). And a warp per
+// (K or V, column block), four at D = 128 (same call against two): 520 -> 533, 555 -> 556,
+// 271 -> 273, 526 -> 540: 0.90 / 0.94 / 0.73 / 0.90x the dense kernel on the same tokens.
 //
 // Registers: the same plan as the dense kernel (Hp: the producer gives all but 32 back).
 #include "hopper_common.cuh"
@@ -119,10 +128,10 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     const bool tail = tail_rows < HP_KEYS;
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2 * S::STAGES; i++) {
-            mbar_init(full0 + 8 * i, 1);
+            mbar_init(full0 + 8 * i, D / GLLM_CUDA_HP_BOX_COLS);   // a producer warp per block
             mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
         }
-        mbar_init(tail_bar, 1);
+        mbar_init(tail_bar, D / GLLM_CUDA_HP_BOX_COLS);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         fence_proxy_async();
     }
@@ -130,27 +139,29 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
 
     if (warp >= S::CONSUMERS * 4) {
         regs_dec<S::PRODUCER>();
-        if (warp != S::CONSUMERS * 4)
-            return;
         constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column blocks per tile
+        // Producer warp pw: K (v = 0) or V (v = 1) of 64-column block cb (and Q, and the
+        // zeros past a sequence's end, of that block).
+        const int pw = warp - S::CONSUMERS * 4, v = pw & 1, cb = pw >> 1;
+        if (cb >= BLOCKS)
+            return;
         constexpr uint32_t Q_TILE = S::ROWS * D * 2;
         const int ps = p.page_size, per_tile = HP_KEYS / ps;
         const uint32_t page_bytes = (uint32_t)ps * 128;        // one box: ps rows of 128 bytes
         const int seq_pages = (w.kv_len + ps - 1) / ps;
         const int hk = h / p.group;
         // Lane i < 128 / page_size owns page i of every key tile: it reads the page's number
-        // (the next tile's as soon as this tile's boxes are out, so the load's latency passes
-        // under the wait for a free stage), announces its bytes and issues its boxes; lane 0
-        // arrives once every lane's boxes are announced, and adds Q to the first tile's K.
-        // V goes one tile behind K, as in the dense kernel (v21): tile j's K, then tile
-        // j - 1's V.
+        // (the next tile's as soon as this tile's box is out, so the load's latency passes
+        // under the wait for a free stage), announces its bytes and issues its box; lane 0
+        // arrives once every lane's box is announced, and (K warps) adds Q's block to the
+        // first tile.
         auto fetch = [&](int j) {
             const int pgi = j * per_tile + lane;
             return lane < per_tile && pgi < seq_pages ? (uint32_t)p.kv_indices[w.page0 + pgi]
                                                       : 0u;
         };
         // Tile j's K (v = 0) or V (v = 1) from this lane's page pg.
-        auto load = [&](int j, int v, uint32_t pg) {
+        auto load = [&](int j, uint32_t pg) {
             const uint32_t st = (uint32_t)j % S::STAGES;
             if (j >= S::STAGES)
                 mbar_wait(kv_bar<S::STAGES>(empty0, st, v), (j / S::STAGES - 1) & 1);
@@ -162,46 +173,37 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
                 if (pg >= p.num_pages) {
                     *p.bad_page = 1;
                 } else {
-                    mbar_expect_tx(bar, BLOCKS * page_bytes);
-#pragma unroll
-                    for (int c = 0; c < BLOCKS; c++)
-                        tma_load_4d(dst + (uint32_t)lane * page_bytes + (uint32_t)c * HP_KEYS * 128,
-                                    v ? &p.v_map : &p.k_map, bar, c * GLLM_CUDA_HP_BOX_COLS, 0,
-                                    hk, (int)pg);
+                    mbar_expect_tx(bar, page_bytes);
+                    tma_load_4d(dst + (uint32_t)lane * page_bytes + (uint32_t)cb * HP_KEYS * 128,
+                                v ? &p.v_map : &p.k_map, bar, cb * GLLM_CUDA_HP_BOX_COLS, 0, hk,
+                                (int)pg);
                 }
             }
             if (j == 0 && v == 0 && lane == 0) {
-                mbar_expect_tx(bar, Q_TILE);
-#pragma unroll
-                for (int c = 0; c < BLOCKS; c++)
-                    tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &p.q_map, bar,
-                                c * GLLM_CUDA_HP_BOX_COLS, w.q0, h, 0);
+                mbar_expect_tx(bar, Q_TILE / BLOCKS);
+                tma_load_4d(s_q + (uint32_t)cb * S::ROWS * 128, &p.q_map, bar,
+                            cb * GLLM_CUDA_HP_BOX_COLS, w.q0, h, 0);
             }
             __syncwarp();
             if (lane == 0)
                 mbar_arrive(bar);
         };
-        uint32_t my_pg = fetch(0), prev_pg = 0;
+        uint32_t my_pg = fetch(0);
         for (int j = 0; j < n_tiles; j++) {
-            load(j, 0, my_pg);
-            if (j > 0)
-                load(j - 1, 1, prev_pg);
-            prev_pg = my_pg;
+            load(j, my_pg);
             if (j + 1 < n_tiles)
                 my_pg = fetch(j + 1);
         }
-        load(n_tiles - 1, 1, prev_pg);
         __syncwarp();
-        if (tail) {
+        if (v == 1 && tail) {
             // The last tile's V rows [tail_rows, 128) as zeros, once its boxes are in (they
             // would otherwise land over the zeros).
             const uint32_t st = (uint32_t)(n_tiles - 1) % S::STAGES;
             const uint32_t sv = s_kv + st * 2 * S::KV_TILE + S::KV_TILE;
             mbar_wait(tail_bar, 0);
             const int units = (HP_KEYS - tail_rows) * 8;           // 16-byte units per block
-            for (int k = lane; k < BLOCKS * units; k += 32) {
-                const int c = k / units, u = k - c * units;
-                const uint32_t a = sv + (uint32_t)c * HP_KEYS * 128 +
+            for (int u = lane; u < units; u += 32) {
+                const uint32_t a = sv + (uint32_t)cb * HP_KEYS * 128 +
                                    (uint32_t)(tail_rows * 128 + u * 16);
                 asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a), "r"(0)
                              : "memory");
@@ -255,8 +257,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
 
     // The dense kernel's walk over the key tiles (key_loop), causal over the cache.
     const KeyWalk walk = key_walk(c, n_mine, n_tiles, empty0, Skv, r_wg, row0, shift);
-    key_loop<T, D, true, S::STAGES>(walk, o, row_max, row_sum, full_wait, stage, turn_begin, turn_end,
-                         []() {});
+    key_loop<T, D, true, S::STAGES>(walk, o, row_max, row_sum, full_wait, stage, turn_begin,
+                                    turn_end, []() {});
 
     T *O = reinterpret_cast<T *>(p.out) + (int64_t)h * D;
     const int64_t o_row = (int64_t)p.Hq * D;
