@@ -356,7 +356,8 @@ static int bell_call(struct dp_proc *p, int timeout_ms, int late_code)
     if (atomic_load_explicit(&b->child_waiting, memory_order_relaxed) &&
         (r = dp_ring(c->sock, -1)) < 0)
         return lost(p, r, timeout_ms, late_code);
-    const uint64_t deadline = timeout_ms < 0 ? 0 : backend_now_ns() + (uint64_t)timeout_ms * 1000000u;
+    const uint64_t deadline =
+        timeout_ms < 0 ? 0 : backend_now_ns() + (uint64_t)timeout_ms * 1000000u;
     bool gone = false;
     for (;;) {
         if (dp_spin(&b->rep, n, p->spin_ns, c->sock, &gone))

@@ -491,7 +491,6 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         const int b = bh / Hq, h = bh - b * Hq, m0 = mb * S::ROWS;
         const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
         const int r_wg = m0 + wg * 64;
-        T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
         float o[D / 2];
 #pragma unroll
         for (int i = 0; i < D / 2; i++)
@@ -512,11 +511,6 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                            : last_key < 0 ? 0
                                           : min(n_tiles, last_key / HP_KEYS + 1);
         const int row0 = r_wg + wrow + g;             // this thread's first row
-        auto stage = [&](int j) { return (base + (uint32_t)j) % S::STAGES; };
-        auto full_wait = [&](int j, int v) {
-            mbar_wait(kv_bar<S::STAGES>(full0, stage(j), v),
-                      ((base + (uint32_t)j) / S::STAGES) & 1);
-        };
         int turn = 0;                                  // turns of this tile
         auto turn_begin = [&]() {
             if constexpr (S::PINGPONG) {
@@ -537,9 +531,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             turns++;
         };
 
-        const KeyWalk walk = key_walk(c, n_mine, n_tiles, empty0, Skv, r_wg, row0, shift);
-        key_loop<T, D, CAUSAL, S::STAGES>(walk, o, row_max, row_sum, full_wait, stage, turn_begin,
-                                          turn_end, [&]() { mbar_arrive(q_empty); });
+        const KeyWalk walk = key_walk(c, n_mine, n_tiles, full0, base, Skv, r_wg, row0, shift);
+        key_loop<T, D, CAUSAL, S::STAGES>(walk, o, row_max, row_sum, turn_begin, turn_end,
+                                          [&]() { mbar_arrive(q_empty); });
         base += (uint32_t)n_tiles;
 
         // The epilogue: while it stores, the producer is already loading the next tile.
@@ -574,6 +568,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 bulk_commit();
             }
         } else {
+            T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
                 const int row = r_wg + wrow + g + 8 * hr;

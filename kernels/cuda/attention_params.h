@@ -30,9 +30,10 @@ typedef struct gllm_cuda_attn_params {
 /* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d{64,128}[_causal] (sm_90a image only),
  * persistent: grid (gllm_cuda_hp_grid(...), 1), block GLLM_CUDA_HP_THREADS(D), dynamic
  * shared memory GLLM_CUDA_HP_SMEM(D) (Q, GLLM_CUDA_HP_STAGES(D) stages of K and V, the O
- * tile where GLLM_CUDA_HP_O_TILE(D), and 1 KiB to align them). Same layout needs as the tensor-core kernels. 64 query rows per
- * consumer warpgroup: two at D = 128, three at D = 64; one producer warpgroup. Each block
- * works through the units gllm_cuda_hp_schedule defines, blockIdx.x, + gridDim.x, ... */
+ * tile where GLLM_CUDA_HP_O_TILE(D), and 1 KiB to align them). Same layout needs as the
+ * tensor-core kernels. 64 query rows per consumer warpgroup: two at D = 128, three at D = 64;
+ * one producer warpgroup. Each block works through the units gllm_cuda_hp_schedule defines,
+ * blockIdx.x, + gridDim.x, ... */
 #define GLLM_CUDA_HP_ROWS(D) ((D) == 64 ? 192 : 128)
 #define GLLM_CUDA_HP_KEYS 128
 #define GLLM_CUDA_HP_THREADS(D) (2 * GLLM_CUDA_HP_ROWS(D) + 128)  /* 128 per warpgroup */
@@ -42,17 +43,16 @@ typedef struct gllm_cuda_attn_params {
  * D = 64 stores O from registers (its TMA store measured level to -3%). The paged prefill
  * keeps three stages at D = 128 and register stores (an item's rows past its tokens belong
  * to the next sequence; two stages with an O tile for the warpgroups whose rows are all the
- * item's measured 2-4% slower). Dynamic
- * shared memory: 1024 bytes of slack for the swizzle atoms' alignment, Q, the stages' K and
- * V, and the O tile. */
+ * item's measured 2-4% slower). Dynamic shared memory (GLLM_CUDA_HP_SMEM_OF): 1024 bytes of
+ * slack for the swizzle atoms' alignment, Q, the stages' K and V, and the O tile if any. */
 #define GLLM_CUDA_HP_STAGES(D) ((D) == 64 ? 5 : 2)
 #define GLLM_CUDA_PP_STAGES(D) ((D) == 64 ? 5 : 3)
 #define GLLM_CUDA_HP_O_TILE(D) ((D) == 128)
-#define GLLM_CUDA_HP_SMEM(D)                                                                  \
-    (1024 + ((1 + GLLM_CUDA_HP_O_TILE(D)) * GLLM_CUDA_HP_ROWS(D) +                            \
-             2 * GLLM_CUDA_HP_STAGES(D) * GLLM_CUDA_HP_KEYS) * (D) * 2)
-#define GLLM_CUDA_PP_SMEM(D) \
-    (1024 + (GLLM_CUDA_HP_ROWS(D) + 2 * GLLM_CUDA_PP_STAGES(D) * GLLM_CUDA_HP_KEYS) * (D) * 2)
+#define GLLM_CUDA_HP_SMEM_OF(D, STAGES, O_TILE)                                               \
+    (1024 + ((1 + (O_TILE)) * GLLM_CUDA_HP_ROWS(D) + 2 * (STAGES) * GLLM_CUDA_HP_KEYS) * (D) * 2)
+#define GLLM_CUDA_HP_SMEM(D) \
+    GLLM_CUDA_HP_SMEM_OF(D, GLLM_CUDA_HP_STAGES(D), GLLM_CUDA_HP_O_TILE(D))
+#define GLLM_CUDA_PP_SMEM(D) GLLM_CUDA_HP_SMEM_OF(D, GLLM_CUDA_PP_STAGES(D), 0)
 
 /* The Hopper kernels' work: tiles of GLLM_CUDA_HP_ROWS(D) query rows of one head (b * Hq + h),
  * grouped into units a block takes whole. Non-causal, or causal with no more tiles than
@@ -114,13 +114,13 @@ GLLM_CUDA_HP_FN int64_t gllm_cuda_hp_grid(int64_t Sq, int64_t D, int64_t heads, 
 
 /* gllm_attn_fwd_hopper_tma_{f16,bf16}_d{64,128}[_causal] (sm_90a image only): the same
  * kernels, launched the same way, whose producer loads Q, K and V with TMA and whose
- * consumers store O with TMA where GLLM_CUDA_HP_O_TILE(D) (v21). Their parameter is a gllm_cuda_hp_params, passed
- * __grid_constant__ (the tensor maps are read where they lie in parameter memory): a as for
- * the others, and q_map, k_map, v_map and o_map from cuTensorMapEncodeTiled: 4-D (D, S, H, B)
- * with byte strides, 16-bit elements, boxes of GLLM_CUDA_HP_BOX_COLS columns by
- * GLLM_CUDA_HP_ROWS(D) rows (Q), GLLM_CUDA_HP_KEYS rows (K, V) or GLLM_CUDA_HP_O_ROWS rows (O:
- * a consumer warpgroup's), the 128-byte swizzle, rows outside the tensor read as zeros (and
- * not written). */
+ * consumers store O with TMA where GLLM_CUDA_HP_O_TILE(D) (v21). Their parameter is a
+ * gllm_cuda_hp_params, passed __grid_constant__ (the tensor maps are read where they lie in
+ * parameter memory): a as for the others, and q_map, k_map, v_map and o_map from
+ * cuTensorMapEncodeTiled: 4-D (D, S, H, B) with byte strides, 16-bit elements, boxes of
+ * GLLM_CUDA_HP_BOX_COLS columns by GLLM_CUDA_HP_ROWS(D) rows (Q), GLLM_CUDA_HP_KEYS rows (K, V)
+ * or GLLM_CUDA_HP_O_ROWS rows (O: a consumer warpgroup's), the 128-byte swizzle, rows outside
+ * the tensor read as zeros (and not written). */
 #define GLLM_CUDA_HP_BOX_COLS 64
 #define GLLM_CUDA_HP_O_ROWS 64
 typedef struct gllm_cuda_tmap {

@@ -205,7 +205,8 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
 __device__ __forceinline__ void tma_store_4d(const void *map, uint32_t src, int c0, int c1, int c2,
                                              int c3)
 {
-    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n"
+    asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
+                 " [%0, {%2, %3, %4, %5}], [%1];\n"
                  ::"l"(reinterpret_cast<uint64_t>(map)), "r"(src), "r"(c0), "r"(c1), "r"(c2),
                    "r"(c3)
                  : "memory");
@@ -462,12 +463,14 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4
 
 // What the consumers' walk over one query tile's key tiles needs (key_loop): the tiles this
 // warpgroup computes, [0, n_mine), and the block's, [0, n_tiles); the descriptors of its Q
-// rows and of stage 0's K and V; the first empty barrier; the mask's terms (mask_tile); the
+// rows and of stage 0's K and V; the K/V ring (kv_bar's first barrier, and load0: the
+// block's loads before this tile's first, so that key tile j is load load0 + j, in stage
+// (load0 + j) % STAGES, phase (load0 + j) / STAGES); the mask's terms (mask_tile); the
 // softmax's scale.
 struct KeyWalk {
     int n_mine, n_tiles;
     uint64_t dq, dk0, dv0;
-    uint32_t empty0;
+    uint32_t full0, load0;
     int Skv, r_wg, row0, shift, t;
     float masked, qk_scale;
     bool pos_scale;
@@ -506,10 +509,10 @@ __device__ __forceinline__ Consumer consumer_setup(float scale, uint32_t s_q, ui
 // The walk over one tile for consumer c: its rows from r_wg (row0: this thread's first),
 // the tiles it computes and the block's, keys up to Skv, the mask's shift.
 __device__ __forceinline__ KeyWalk key_walk(const Consumer &c, int n_mine, int n_tiles,
-                                            uint32_t empty0, int Skv, int r_wg, int row0,
-                                            int shift)
+                                            uint32_t full0, uint32_t load0, int Skv, int r_wg,
+                                            int row0, int shift)
 {
-    return {n_mine, n_tiles, c.dq, c.dk0, c.dv0, empty0, Skv, r_wg, row0, shift, c.t,
+    return {n_mine, n_tiles, c.dq, c.dk0, c.dv0, full0, load0, Skv, r_wg, row0, shift, c.t,
             c.masked, c.qk_scale, c.pos_scale};
 }
 
@@ -525,21 +528,25 @@ __device__ __forceinline__ KeyWalk key_walk(const Consumer &c, int n_mine, int n
 // waited for and released: the other warpgroups still need the stage, and the empty
 // barriers count every consumer thread. Each warpgroup takes n_tiles + 1 ping-pong turns
 // (turn j: the issues before S of tile j is read; the last: the last P V; a turn with
-// nothing to issue is only its sync and arrive). The caller's hooks: full_wait(j, v) (v: 0
-// K, 1 V) and stage(j) place key tile j in the stage ring, turn_begin() and turn_end() take
-// a turn, q_done() runs once this warpgroup no longer reads Q (its last Q K^T has completed;
-// with nothing to compute, once the first tile, and Q with it, is in). o, row_max and
-// row_sum are left for the epilogue.
-template <typename T, int D, bool CAUSAL, int STAGES, typename FullWait, typename Stage,
-          typename TurnBegin, typename TurnEnd, typename QDone>
+// nothing to issue is only its sync and arrive). The caller's hooks: turn_begin() and
+// turn_end() take a turn, q_done() runs once this warpgroup no longer reads Q (its last
+// Q K^T has completed; with nothing to compute, once the first tile, and Q with it, is in).
+// o, row_max and row_sum are left for the epilogue.
+template <typename T, int D, bool CAUSAL, int STAGES, typename TurnBegin, typename TurnEnd,
+          typename QDone>
 __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], float (&row_max)[2],
-                                         float (&row_sum)[2], FullWait &&full_wait, Stage &&stage,
-                                         TurnBegin &&turn_begin, TurnEnd &&turn_end, QDone &&q_done)
+                                         float (&row_sum)[2], TurnBegin &&turn_begin,
+                                         TurnEnd &&turn_end, QDone &&q_done)
 {
     constexpr uint32_t KV_TILE = Hp<D>::KV_TILE;
+    const uint32_t empty0 = kv_bar<STAGES>(w.full0, 0, 2);
+    auto stage = [&](int j) { return (w.load0 + (uint32_t)j) % STAGES; };
+    auto full_wait = [&](int j, int v) {
+        mbar_wait(kv_bar<STAGES>(w.full0, stage(j), v), ((w.load0 + (uint32_t)j) / STAGES) & 1);
+    };
     auto k_desc = [&](int j) { return desc_add(w.dk0, stage(j) * 2 * KV_TILE); };
     auto v_desc = [&](int j) { return desc_add(w.dv0, stage(j) * 2 * KV_TILE); };
-    auto release = [&](int j, int v) { mbar_arrive(kv_bar<STAGES>(w.empty0, stage(j), v)); };
+    auto release = [&](int j, int v) { mbar_arrive(kv_bar<STAGES>(empty0, stage(j), v)); };
     float s[64];
     uint32_t pf[8][4];
 #pragma unroll

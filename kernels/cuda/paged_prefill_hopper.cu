@@ -24,9 +24,10 @@
 // viewed as 4-D (D, page_size, Hkv, num_pages), at the page's number read from kv_indices.
 // The box lands at its row offset within the stage (page i of the tile at row i * page_size,
 // a multiple of 16 rows, so of the swizzle's 8-row atom), so the stage is laid out exactly as
-// the dense kernel's (hp_offset) and the consumer steps are shared as they are. Each lane reads its page's number of the next tile right after issuing this
-// tile's box, so the load's latency passes under the wait for a free stage rather than as a
-// chain of dependent loads before every tile. A page number outside the pool sets *bad_page
+// the dense kernel's (hp_offset) and the consumer steps are shared as they are. Each lane
+// reads its page's number of the next tile right after issuing this tile's box, so the load's
+// latency passes under the wait for a free stage rather than as a chain of dependent loads
+// before every tile. A page number outside the pool sets *bad_page
 // and loads nothing; the bytes announced on a barrier (mbarrier.expect_tx by each lane before
 // its page's box, one arrival per warp by lane 0 after the warp has synced: a stage's full
 // barriers count one arrival per column block) count only the boxes issued, so a bad page
@@ -230,10 +231,6 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     // n_tiles it only waits for and releases, as in the dense kernel.
     const int n_mine = r_wg >= w.nq ? 0 : min(n_tiles, (r_wg + 63 + shift) / HP_KEYS + 1);
     const int row0 = r_wg + wrow + g;
-    auto stage = [&](int j) { return (uint32_t)j % S::STAGES; };
-    auto full_wait = [&](int j, int v) {
-        mbar_wait(kv_bar<S::STAGES>(full0, stage(j), v), (j / S::STAGES) & 1);
-    };
     // Ping-pong turns as the dense kernel's (its comment on them), within the block's one item:
     // each warpgroup takes n_tiles + 1 turns; wg 1 skips the arrival after its last.
     int turn = 0;
@@ -256,9 +253,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     };
 
     // The dense kernel's walk over the key tiles (key_loop), causal over the cache.
-    const KeyWalk walk = key_walk(c, n_mine, n_tiles, empty0, Skv, r_wg, row0, shift);
-    key_loop<T, D, true, S::STAGES>(walk, o, row_max, row_sum, full_wait, stage, turn_begin,
-                                    turn_end, []() {});
+    const KeyWalk walk = key_walk(c, n_mine, n_tiles, full0, 0, Skv, r_wg, row0, shift);
+    key_loop<T, D, true, S::STAGES>(walk, o, row_max, row_sum, turn_begin, turn_end, []() {});
 
     T *O = reinterpret_cast<T *>(p.out) + (int64_t)h * D;
     const int64_t o_row = (int64_t)p.Hq * D;
