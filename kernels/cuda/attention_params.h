@@ -133,9 +133,10 @@ typedef struct gllm_cuda_hp_params {
 
 /* gllm_paged_prefill_hopper_{f16,bf16}_d{64,128} (sm_90a image only): chunked prefill over the
  * paged cache, causal over it, with the dense Hopper kernel's consumers and a TMA producer.
- * Grid (Hq, work items), block GLLM_CUDA_HP_THREADS(D), dynamic shared memory
- * GLLM_CUDA_HP_SMEM(D). Block (h, u) computes head h of work item u: up to
- * GLLM_CUDA_HP_ROWS(D) query tokens of one sequence, token i seeing keys <= pos0 + i.
+ * Persistent: grid (gllm_cuda_pp_grid(units, SMs), 1), block GLLM_CUDA_HP_THREADS(D), dynamic
+ * shared memory GLLM_CUDA_PP_SMEM(D). A unit is head h of work item i (unit i * Hq + h: heads
+ * fastest); each block takes the units gllm_cuda_pp_unit gives it, round by round. A work item
+ * is up to GLLM_CUDA_HP_ROWS(D) query tokens of one sequence, token i seeing keys <= pos0 + i.
  * The parameter is passed __grid_constant__: q_map is q [N, Hq, D] as 4-D (D, N, Hq, 1), boxes
  * of GLLM_CUDA_HP_BOX_COLS columns by GLLM_CUDA_HP_ROWS(D) tokens; k_map and v_map are the pools
  * [num_pages, page_size, Hkv, D] as 4-D (D, page_size, Hkv, num_pages), boxes of
@@ -160,7 +161,27 @@ typedef struct gllm_cuda_pp_params {
     uint32_t num_pages;
     int32_t Hq, group, page_size;
     float scale;
+    int32_t units;        /* work items times Hq */
 } gllm_cuda_pp_params;
+
+/* Blocks to launch: one per SM, fewer when there are fewer units (at least 1). */
+GLLM_CUDA_HP_FN int64_t gllm_cuda_pp_grid(int64_t units, int64_t sm_count)
+{
+    const int64_t g = units < sm_count ? units : sm_count;
+    return g > 0 ? g : 1;
+}
+
+/* The unit block x of a grid takes in round r, or -1 when it has none (then none in any later
+ * round). Rounds go through the units grid at a time in the plan's order (heaviest items
+ * first, heads fastest, so that the units in flight share K/V in L2), alternating direction:
+ * block x takes the x-th unit of an even round and the x-th from the end of an odd one, since
+ * the weights fall from round to round and a fixed direction would give the first blocks the
+ * heaviest unit of every round. */
+GLLM_CUDA_HP_FN int32_t gllm_cuda_pp_unit(int32_t r, int32_t x, int32_t grid, int32_t units)
+{
+    const int64_t u = (int64_t)r * grid + (r & 1 ? grid - 1 - x : x);
+    return u < units ? (int32_t)u : -1;
+}
 
 /* Generic kernels gllm_attn_generic_{f32,f16,bf16}: any strides, D <= 256; grid
  * (ceil(Sq / GLLM_CUDA_GENERIC_ROWS), B * Hq), block GLLM_CUDA_GENERIC_ROWS * 32. */

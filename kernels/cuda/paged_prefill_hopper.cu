@@ -8,13 +8,16 @@
 // (attention_fwd_hopper.cu, its header comment says why each piece is as it is) run over the
 // cache: what differs is only where the producer finds a key tile and which keys a row sees.
 //
-// Work: a block per (head, work item), an item being up to Hp::ROWS query tokens of one
-// sequence (128 at D = 128, 192 at D = 64: the dense kernel's m-tile). The host plans the
-// items (cuda_paged.c) into the job's scratch, as the paged kernel's work list, heaviest first
-// (each sequence's last m-tile, which reads the most keys under the causal limit, before its
-// earlier ones, interleaved across sequences), heads fastest in the grid so that the blocks in
-// flight share K/V in L2. Not persistent: a first version; the dense kernel's v20 measured
-// +4-18% from persistence on short sequences, the same could follow here.
+// Work: units of (work item, head), an item being up to Hp::ROWS query tokens of one sequence
+// (128 at D = 128, 192 at D = 64: the dense kernel's m-tile). The host plans the items
+// (cuda_paged.c) into the job's scratch, as the paged kernel's work list, heaviest first (each
+// sequence's last m-tile, which reads the most keys under the causal limit, before its earlier
+// ones, interleaved across sequences); unit i * Hq + h is head h of item i, heads fastest so that
+// the units in flight share K/V in L2. Persistent since pp3: a block per SM takes its units
+// round by round (gllm_cuda_pp_unit, attention_params.h: grid units per round in the plan's
+// order, alternating direction), and the producer runs on across units as in the dense kernel
+// (its header comment, v20): the next unit's first K/V tiles go out while the consumers finish
+// the current one, and its Q once every consumer has completed its last Q K^T (q_empty).
 //
 // Producer: the producer warpgroup's warps, one per (K or V, 64-column block): two at D = 64,
 // four at D = 128, each walking the item's key tiles on its own; lane i of a warp issues page
@@ -101,43 +104,90 @@
 // (K or V, column block), four at D = 128 (same call against two): 520 -> 533, 555 -> 556,
 // 271 -> 273, 526 -> 540: 0.90 / 0.94 / 0.73 / 0.90x the dense kernel on the same tokens.
 //
+// Persistent (pp3), on the producer warps: the dense kernel's v20 design (above), with the load
+// counter, q_empty, the tail barrier's phases and the ping-pong turns carried across units.
+// No figure was written down before measuring; the prior was pp2's (above): short chunks up
+// about 18%, long ones down 5-13%, then with a single producer thread issuing every box.
+// Measured (same call, Hq 32, Hkv 8, D 128, bf16, page 16): B8 x 2048 530 -> 556/559 TFLOP/s
+// (0.89 -> 0.95x the dense kernel), 1536 cached + 512 new 559 -> 562/575 (0.92 -> 0.93-0.94),
+// B32 x 512 277 -> 343/348 (0.73 -> 0.91-0.92; pages of 128 275 -> 341/347), B64 x 2048 524 ->
+// 549/559 (0.87 -> 0.92-0.94), B16 x 1024 412 -> 464/465 (0.83 -> 0.93-0.94); 32 of 32 float64
+// cases. The same code launched with a block per unit (grid = units, so not persistent) ran
+// 3-7% below 90fe3f0: the loop's own cost, which persistence more than repays. A second call
+// with the consumers reading the next unit's item a unit ahead (kept; within noise of pp3):
+// D128 0.95 / 0.95-0.96 / 0.89-0.90 (B32 x 512) / 0.91-0.98 (B64 x 2048); D = 64, against
+// 0.92 / 0.96 / 0.73, 0.98 / 0.97-0.98 / 0.95 (B32 x 512 187 -> 247 TFLOP/s).
+// The D = 64 producer spills 4 bytes at its 32 registers (D = 128: none); not found which
+// value, without SASS tools here.
+//
 // Registers: the same plan as the dense kernel (Hp: the producer gives all but 32 back).
 #include "hopper_common.cuh"
 
 namespace {
 
 #ifdef GLLM_HAVE_WGMMA
+// What a unit's walk needs of its item: h, the item, and its key tiles (n_tiles: up to the last
+// key any token sees), the last one's keys (tail_rows, 1..128; tail: fewer than 128, so its V
+// rows past the sequence's end are zeroed).
+struct PpUnit {
+    int h;
+    gllm_cuda_pp_work w;
+    int n_tiles, tail_rows;
+    bool tail;
+};
+
+__device__ __forceinline__ PpUnit pp_unit(const gllm_cuda_pp_params &p, int u,
+                                          const gllm_cuda_pp_work &w)
+{
+    PpUnit x;
+    x.h = u % p.Hq;
+    x.w = w;
+    const int n_end = min(w.kv_len, w.pos0 + w.nq);   // one past the last key any token sees
+    x.n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
+    x.tail_rows = w.kv_len - (x.n_tiles - 1) * HP_KEYS;
+    x.tail = x.tail_rows < HP_KEYS;
+    return x;
+}
+
+// The work item of unit u, or zeros when u < 0 (no unit).
+__device__ __forceinline__ gllm_cuda_pp_work pp_work_of(const gllm_cuda_pp_params &p, int u)
+{
+    return u >= 0 ? p.work[u / p.Hq] : gllm_cuda_pp_work{0, 0, 0, 0, 0};
+}
+
 template <typename T, int D>
 __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &p)
 {
     using S = Hp<D, GLLM_CUDA_PP_STAGES(D)>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    // full[s] / empty[s] as the dense kernel's; tail: the last key tile's boxes when its V
-    // must be zeroed past the sequence's end before the consumers see it.
-    __shared__ __align__(8) uint64_t bars[4 * S::STAGES + 1];
+    // full[s] / empty[s] as the dense kernel's; tail: the last key tile's boxes of an item whose
+    // V must be zeroed past the sequence's end before the consumers see it (one phase per such
+    // item); q_empty: every consumer thread has read the unit's Q for the last time.
+    __shared__ __align__(8) uint64_t bars[4 * S::STAGES + 2];
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
     const uint32_t full0 = smem_addr(&bars[0]), empty0 = kv_bar<S::STAGES>(full0, 0, 2);
     const uint32_t tail_bar = smem_addr(&bars[4 * S::STAGES]);
+    const uint32_t q_empty = smem_addr(&bars[4 * S::STAGES + 1]);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int h = (int)blockIdx.x;
-    const gllm_cuda_pp_work w = p.work[blockIdx.y];
-    const int n_end = min(w.kv_len, w.pos0 + w.nq);  // one past the last key any token sees
-    const int n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
-    const int tail_rows = w.kv_len - (n_tiles - 1) * HP_KEYS;   // the last tile's keys, >= 1
-    const bool tail = tail_rows < HP_KEYS;
+    const int x = (int)blockIdx.x, grid = (int)gridDim.x;
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2 * S::STAGES; i++) {
             mbar_init(full0 + 8 * i, D / GLLM_CUDA_HP_BOX_COLS);   // a producer warp per block
             mbar_init(empty0 + 8 * i, S::CONSUMERS * 128);
         }
         mbar_init(tail_bar, D / GLLM_CUDA_HP_BOX_COLS);
+        mbar_init(q_empty, S::CONSUMERS * 128);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         fence_proxy_async();
     }
     __syncthreads();
 
+    // Load g of the block (its K/V tiles counted across its units) goes to stage g % STAGES in
+    // that stage's use g / STAGES, as in the dense kernel; Q of the block's unit n waits for
+    // q_empty's phase n - 1 (every unit has keys), the tail zeroing of its k-th tail item for
+    // tail_bar's phase k.
     if (warp >= S::CONSUMERS * 4) {
         regs_dec<S::PRODUCER>();
         constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column blocks per tile
@@ -149,123 +199,152 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         constexpr uint32_t Q_TILE = S::ROWS * D * 2;
         const int ps = p.page_size, per_tile = HP_KEYS / ps;
         const uint32_t page_bytes = (uint32_t)ps * 128;        // one box: ps rows of 128 bytes
-        const int seq_pages = (w.kv_len + ps - 1) / ps;
-        const int hk = h / p.group;
-        // Lane i < 128 / page_size owns page i of every key tile: it reads the page's number
-        // (the next tile's as soon as this tile's box is out, so the load's latency passes
-        // under the wait for a free stage), announces its bytes and issues its box; lane 0
-        // arrives once every lane's box is announced, and (K warps) adds Q's block to the
-        // first tile.
-        auto fetch = [&](int j) {
-            const int pgi = j * per_tile + lane;
-            return lane < per_tile && pgi < seq_pages ? (uint32_t)p.kv_indices[w.page0 + pgi]
-                                                      : 0u;
-        };
-        // Tile j's K (v = 0) or V (v = 1) from this lane's page pg.
-        auto load = [&](int j, uint32_t pg) {
-            const uint32_t st = (uint32_t)j % S::STAGES;
-            if (j >= S::STAGES)
-                mbar_wait(kv_bar<S::STAGES>(empty0, st, v), (j / S::STAGES - 1) & 1);
-            const uint32_t bar = v && tail && j == n_tiles - 1 ? tail_bar
-                                                               : kv_bar<S::STAGES>(full0, st, v);
-            const uint32_t dst = s_kv + st * 2 * S::KV_TILE + (uint32_t)v * S::KV_TILE;
-            const int npg = min(per_tile, seq_pages - j * per_tile);
-            if (lane < npg) {
-                if (pg >= p.num_pages) {
-                    *p.bad_page = 1;
-                } else {
-                    mbar_expect_tx(bar, page_bytes);
-                    tma_load_4d(dst + (uint32_t)lane * page_bytes + (uint32_t)cb * HP_KEYS * 128,
-                                v ? &p.v_map : &p.k_map, bar, cb * GLLM_CUDA_HP_BOX_COLS, 0, hk,
-                                (int)pg);
+        uint32_t ld = 0, ntail = 0;            // loads and tail items so far
+        // The producer runs stages ahead of the consumers, so it reads each unit's item when
+        // it comes to it (its registers are few).
+        for (int r = 0, u; (u = gllm_cuda_pp_unit(r, x, grid, p.units)) >= 0; r++) {
+            const PpUnit un = pp_unit(p, u, pp_work_of(p, u));
+            const gllm_cuda_pp_work &w = un.w;
+            const int seq_pages = (w.kv_len + ps - 1) / ps, hk = un.h / p.group;
+            // Q will wait for q_empty, near the end of the previous unit: until then it comes
+            // into L2, so that the copy after the wait is not a trip to memory.
+            if (v == 0 && lane == 0 && r > 0)
+                tma_prefetch_4d(&p.q_map, cb * GLLM_CUDA_HP_BOX_COLS, w.q0, un.h, 0);
+            // Lane i < 128 / page_size owns page i of every key tile: it reads the page's
+            // number (the next tile's as soon as this tile's box is out, so the load's latency
+            // passes under the wait for a free stage), announces its bytes and issues its box;
+            // lane 0 arrives once every lane's box is announced, and (K warps) adds Q's block
+            // to the unit's first tile once the consumers are done with the previous Q.
+            auto fetch = [&](int j) {
+                const int pgi = j * per_tile + lane;
+                return lane < per_tile && pgi < seq_pages ? (uint32_t)p.kv_indices[w.page0 + pgi]
+                                                          : 0u;
+            };
+            uint32_t my_pg = fetch(0);
+            for (int j = 0; j < un.n_tiles; j++) {
+                const uint32_t g = ld + (uint32_t)j, st = g % S::STAGES;
+                if (g >= S::STAGES)
+                    mbar_wait(kv_bar<S::STAGES>(empty0, st, v), (g / S::STAGES - 1) & 1);
+                const uint32_t bar = v && un.tail && j == un.n_tiles - 1
+                                         ? tail_bar
+                                         : kv_bar<S::STAGES>(full0, st, v);
+                const uint32_t dst = s_kv + st * 2 * S::KV_TILE + (uint32_t)v * S::KV_TILE;
+                const int npg = min(per_tile, seq_pages - j * per_tile);
+                if (lane < npg) {
+                    if (my_pg >= p.num_pages) {
+                        *p.bad_page = 1;
+                    } else {
+                        mbar_expect_tx(bar, page_bytes);
+                        tma_load_4d(dst + (uint32_t)lane * page_bytes +
+                                        (uint32_t)cb * HP_KEYS * 128,
+                                    v ? &p.v_map : &p.k_map, bar, cb * GLLM_CUDA_HP_BOX_COLS, 0,
+                                    hk, (int)my_pg);
+                    }
                 }
+                if (j + 1 < un.n_tiles)
+                    my_pg = fetch(j + 1);
+                if (j == 0 && v == 0 && lane == 0) {
+                    if (r > 0)
+                        mbar_wait(q_empty, (r - 1) & 1);
+                    mbar_expect_tx(bar, Q_TILE / BLOCKS);
+                    tma_load_4d(s_q + (uint32_t)cb * S::ROWS * 128, &p.q_map, bar,
+                                cb * GLLM_CUDA_HP_BOX_COLS, w.q0, un.h, 0);
+                }
+                __syncwarp();
+                if (lane == 0)
+                    mbar_arrive(bar);
             }
-            if (j == 0 && v == 0 && lane == 0) {
-                mbar_expect_tx(bar, Q_TILE / BLOCKS);
-                tma_load_4d(s_q + (uint32_t)cb * S::ROWS * 128, &p.q_map, bar,
-                            cb * GLLM_CUDA_HP_BOX_COLS, w.q0, h, 0);
+            ld += (uint32_t)un.n_tiles;
+            if (un.tail) {
+                if (v == 1) {
+                    // The last tile's V rows [tail_rows, 128) as zeros, once its boxes are in
+                    // (they would otherwise land over the zeros).
+                    const uint32_t st = (ld - 1) % S::STAGES;
+                    const uint32_t sv = s_kv + st * 2 * S::KV_TILE + S::KV_TILE;
+                    mbar_wait(tail_bar, ntail & 1);
+                    const int units = (HP_KEYS - un.tail_rows) * 8;   // 16-byte units per block
+                    for (int i = lane; i < units; i += 32) {
+                        const uint32_t a = sv + (uint32_t)cb * HP_KEYS * 128 +
+                                           (uint32_t)(un.tail_rows * 128 + i * 16);
+                        asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a), "r"(0)
+                                     : "memory");
+                    }
+                    fence_proxy_async();               // the zeros, for wgmma's proxy
+                    __syncwarp();
+                    if (lane == 0)
+                        mbar_arrive(kv_bar<S::STAGES>(full0, st, 1));
+                }
+                ntail++;
             }
-            __syncwarp();
-            if (lane == 0)
-                mbar_arrive(bar);
-        };
-        uint32_t my_pg = fetch(0);
-        for (int j = 0; j < n_tiles; j++) {
-            load(j, my_pg);
-            if (j + 1 < n_tiles)
-                my_pg = fetch(j + 1);
-        }
-        __syncwarp();
-        if (v == 1 && tail) {
-            // The last tile's V rows [tail_rows, 128) as zeros, once its boxes are in (they
-            // would otherwise land over the zeros).
-            const uint32_t st = (uint32_t)(n_tiles - 1) % S::STAGES;
-            const uint32_t sv = s_kv + st * 2 * S::KV_TILE + S::KV_TILE;
-            mbar_wait(tail_bar, 0);
-            const int units = (HP_KEYS - tail_rows) * 8;           // 16-byte units per block
-            for (int u = lane; u < units; u += 32) {
-                const uint32_t a = sv + (uint32_t)cb * HP_KEYS * 128 +
-                                   (uint32_t)(tail_rows * 128 + u * 16);
-                asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(a), "r"(0)
-                             : "memory");
-            }
-            fence_proxy_async();                       // the zeros, for wgmma's proxy
-            __syncwarp();
-            if (lane == 0)
-                mbar_arrive(kv_bar<S::STAGES>(full0, st, 1));
         }
         return;
     }
 
-    // Consumers: warpgroup wg takes the item's tokens [64 wg, 64 wg + 64).
+    // Consumers: warpgroup wg takes the unit's tokens [64 wg, 64 wg + 64).
     regs_inc<S::CONSUMER>();
     const Consumer c = consumer_setup<D>(p.scale, s_q, s_kv);
-    const int wg = c.wg, wrow = c.wrow, g = c.g, t = c.t;
-    float o[D / 2];
+    const int wg = c.wg, wrow = c.wrow, t = c.t;
+    uint32_t base = 0;                               // K/V loads of the block's earlier units
+    int turns = 0;                                   // this warpgroup's turns in the block
+    // The next unit's item is read a unit ahead, so that the load is not on the path.
+    int u = gllm_cuda_pp_unit(0, x, grid, p.units);
+    gllm_cuda_pp_work w_next = pp_work_of(p, u);
+    for (int r = 1; u >= 0; r++) {
+        const PpUnit un = pp_unit(p, u, w_next);
+        u = gllm_cuda_pp_unit(r, x, grid, p.units);
+        w_next = pp_work_of(p, u);
+        const bool last_unit = u < 0;
+        const gllm_cuda_pp_work &w = un.w;
+        float o[D / 2];
 #pragma unroll
-    for (int i = 0; i < D / 2; i++)
-        o[i] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-    const int r_wg = wg * 64, shift = w.pos0, Skv = w.kv_len;
-    // The key tiles this warpgroup computes (none for tokens past the item's), the rest of
-    // n_tiles it only waits for and releases, as in the dense kernel.
-    const int n_mine = r_wg >= w.nq ? 0 : min(n_tiles, (r_wg + 63 + shift) / HP_KEYS + 1);
-    const int row0 = r_wg + wrow + g;
-    // Ping-pong turns as the dense kernel's (its comment on them), within the block's one item:
-    // each warpgroup takes n_tiles + 1 turns; wg 1 skips the arrival after its last.
-    int turn = 0;
-    auto turn_begin = [&]() {
-        if constexpr (S::PINGPONG) {
-            if (wg == 1)
-                named_sync<PP_BAR + 1>();
-            else if (turn > 0)
-                named_sync<PP_BAR>();
-        }
-    };
-    auto turn_end = [&]() {
-        if constexpr (S::PINGPONG) {
-            if (wg == 0)
-                named_arrive<PP_BAR + 1>();
-            else if (turn < n_tiles)
-                named_arrive<PP_BAR>();
-        }
-        turn++;
-    };
+        for (int i = 0; i < D / 2; i++)
+            o[i] = 0.f;
+        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+        const int r_wg = wg * 64, shift = w.pos0, n_tiles = un.n_tiles;
+        // The key tiles this warpgroup computes (none for tokens past the item's), the rest of
+        // n_tiles it only waits for and releases, as in the dense kernel.
+        const int n_mine = r_wg >= w.nq ? 0 : min(n_tiles, (r_wg + 63 + shift) / HP_KEYS + 1);
+        const int row0 = r_wg + wrow + c.g;
+        // Ping-pong turns as the dense kernel's (its comment on them), run on across units:
+        // each warpgroup takes n_tiles + 1 turns per unit; wg 1 skips the arrival after the
+        // block's last.
+        int turn = 0;
+        auto turn_begin = [&]() {
+            if constexpr (S::PINGPONG) {
+                if (wg == 1)
+                    named_sync<PP_BAR + 1>();
+                else if (turns > 0)
+                    named_sync<PP_BAR>();
+            }
+        };
+        auto turn_end = [&]() {
+            if constexpr (S::PINGPONG) {
+                if (wg == 0)
+                    named_arrive<PP_BAR + 1>();
+                else if (turn < n_tiles || !last_unit)
+                    named_arrive<PP_BAR>();
+            }
+            turn++;
+            turns++;
+        };
 
-    // The dense kernel's walk over the key tiles (key_loop), causal over the cache.
-    const KeyWalk walk = key_walk(c, n_mine, n_tiles, full0, 0, Skv, r_wg, row0, shift);
-    key_loop<T, D, true, S::STAGES>(walk, o, row_max, row_sum, turn_begin, turn_end, []() {});
+        // The dense kernel's walk over the key tiles (key_loop), causal over the cache.
+        const KeyWalk walk = key_walk(c, n_mine, n_tiles, full0, base, w.kv_len, r_wg, row0, shift);
+        key_loop<T, D, true, S::STAGES>(walk, o, row_max, row_sum, turn_begin, turn_end,
+                                        [&]() { mbar_arrive(q_empty); });
+        base += (uint32_t)n_tiles;
 
-    T *O = reinterpret_cast<T *>(p.out) + (int64_t)h * D;
-    const int64_t o_row = (int64_t)p.Hq * D;
+        T *O = reinterpret_cast<T *>(p.out) + (int64_t)un.h * D;
+        const int64_t o_row = (int64_t)p.Hq * D;
 #pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        float sum = row_sum[hr];
-        sum += __shfl_xor_sync(0xffffffff, sum, 1);
-        sum += __shfl_xor_sync(0xffffffff, sum, 2);
-        const int row = row0 + 8 * hr;
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
-        store_o_row<T, D>(O + (int64_t)(w.q0 + row) * o_row, o, hr, inv, t, row < w.nq);
+        for (int hr = 0; hr < 2; hr++) {
+            float sum = row_sum[hr];
+            sum += __shfl_xor_sync(0xffffffff, sum, 1);
+            sum += __shfl_xor_sync(0xffffffff, sum, 2);
+            const int row = row0 + 8 * hr;
+            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            store_o_row<T, D>(O + (int64_t)(w.q0 + row) * o_row, o, hr, inv, t, row < w.nq);
+        }
     }
 }
 #endif // GLLM_HAVE_WGMMA

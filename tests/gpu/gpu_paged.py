@@ -404,9 +404,9 @@ def main():
                     help="decode shapes to time (Hq 32, Hkv 8, D 128, f16, pages of 16); "
                          "the default is issue 4's pair")
     ap.add_argument("--prefill-shapes", default="8:0:2048,8:1536:512,32:0:512",
-                    metavar="B:PREFIX:NEW[:PAGE],...",
-                    help="chunked prefills to time (Hq 32, Hkv 8, D 128, bf16, pages of 16 "
-                         "unless PAGE says otherwise) against the dense kernel on the same "
+                    metavar="B:PREFIX:NEW[:PAGE[:D]],...",
+                    help="chunked prefills to time (Hq 32, Hkv 8, bf16, pages of 16 and D 128 "
+                         "unless PAGE and D say otherwise) against the dense kernel on the same "
                          "tokens; empty: none")
     ap.add_argument("--expect-repeatable", action="store_true",
                     help="with --repeat-only: fail unless every output is the same")
@@ -491,8 +491,9 @@ def main():
         bench(client, g, B, 32, 8, L, 128, 16, args.iters, rows, d2d)
     prefill_rows = []
     for shape in filter(None, args.prefill_shapes.split(",")):
-        B, prefix, new, *page = (int(v) for v in shape.split(":"))
-        bench_prefill(client, g, B, prefix, new, 32, 8, 128, page[0] if page else 16, "bf16",
+        B, prefix, new, *rest = (int(v) for v in shape.split(":"))
+        page, D = (rest + [16, 128][len(rest):])[:2]
+        bench_prefill(client, g, B, prefix, new, 32, 8, D, page, "bf16",
                       min(args.iters, 20), prefill_rows)
     meta = benchrun.meta("gpu_paged.py", client.caps, [os.path.basename(sys.argv[0])] + sys.argv[1:],
                          args.iters, benchrun.torch_peers(torch))

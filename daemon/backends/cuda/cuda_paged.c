@@ -344,8 +344,8 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
         r = cuda_launch(d, x, ln, x->append, (unsigned)p->nnew, 1, 128, 0, &a);
     } else if (hopper) {
-        /* Block (h, u): head h of work item u (heads fastest, so that the blocks in flight
-         * share K and V in L2). */
+        /* Persistent: a block per SM over the units (head h of item i is unit i * Hq + h,
+         * heads fastest, so that the units in flight share K and V in L2). */
         pp.out = (void *)(uintptr_t)st[PG_OUT].dev;
         pp.kv_indices = (const int32_t *)(uintptr_t)tbl;
         pp.work = (const gllm_cuda_pp_work *)(uintptr_t)(up + tab_bytes);
@@ -353,10 +353,12 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         pp.num_pages = (uint32_t)p->num_pages;
         pp.Hq = (int32_t)p->Hq, pp.group = (int32_t)(p->Hq / p->Hkv);
         pp.page_size = (int32_t)p->page_size, pp.scale = p->scale;
+        pp.units = (int32_t)(nwork * p->Hq);
         *sl->bad_page = 0;      /* the launch orders this store before the kernel's reads */
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
         r = cuda_launch(d, x, ln, x->paged_prefill[p->dtype == GLLM_DTYPE_BF16][p->D == 128],
-                        (unsigned)p->Hq, (unsigned)nwork, (unsigned)GLLM_CUDA_HP_THREADS(p->D),
+                        (unsigned)gllm_cuda_pp_grid(pp.units, x->sm_count), 1,
+                        (unsigned)GLLM_CUDA_HP_THREADS(p->D),
                         (unsigned)GLLM_CUDA_PP_SMEM(p->D), &pp);
     } else {
         const CUdeviceptr dwork = up + tab_bytes;

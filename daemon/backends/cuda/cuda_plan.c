@@ -88,7 +88,9 @@ int64_t pp_items(const struct paged_args *p)
                         GLLM_CUDA_HP_KEYS * rows;
         }
     }
-    return n <= PP_MAX_ITEMS && used * 100 >= computed * PP_MIN_USED_PCT ? n : 0;
+    return n <= PP_MAX_ITEMS && n * p->Hq <= INT32_MAX && used * 100 >= computed * PP_MIN_USED_PCT
+               ? n
+               : 0;
 }
 
 void pp_plan(const struct paged_args *p, gllm_cuda_pp_work *work)

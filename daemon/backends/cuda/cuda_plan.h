@@ -44,14 +44,14 @@ void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_
  * give each decode step a 128-row tile streaming every key of its sequence (1 row in 128 used),
  * and stays on the paged kernel. A causal prompt from an empty prefix uses about 90%. */
 #define PP_MIN_USED_PCT 50
-/* The most work items (grid.y of the launch). */
+/* The most work items (the kernel's units, items times Hq, must stay within int32 too). */
 #define PP_MAX_ITEMS 65535
 
 /* The Hopper paged prefill's work items for an attention job whose shape it takes (dtype
  * f16/bf16, D 64 or 128, page_size a power of two from GLLM_CUDA_PP_MIN_PAGE to
  * GLLM_CUDA_HP_KEYS, at least PP_MIN_Q_PER_SEQ query tokens per sequence on average and
  * PP_MIN_USED_PCT of the computed scores used, every sequence's queries within its keys, at
- * most PP_MAX_ITEMS items): their count, else 0. The
+ * most PP_MAX_ITEMS items and items times Hq within int32): their count, else 0. The
  * device's part (the sm_90a image, tensor maps) is cuda_paged.c's. */
 int64_t pp_items(const struct paged_args *p);
 /* Writes pp_items(p) items, each up to GLLM_CUDA_HP_ROWS(p->D) query tokens of one sequence:
