@@ -352,16 +352,18 @@ static void test_param_layout(void **state)
 }
 
 /* The paged prefill's maps: q [N, Hq, D] as (D, N, Hq, 1) with ROWS-token boxes, the pools
- * [num_pages, page_size, Hkv, D] as (D, page_size, Hkv, num_pages) with one-page boxes. */
+ * [num_pages, page_size, Hkv, D] as (D, page_size, Hkv, num_pages) with one-page boxes, and at
+ * D = 128 out as q with O_ROWS-token boxes. */
 static void test_pp_params(void **state)
 {
     (void)state;
     static gllm_cuda_pp_params pp;
     const void *q = BASE, *k = (const void *)((uintptr_t)BASE + 0x1000000),
-               *v = (const void *)((uintptr_t)BASE + 0x2000000);
+               *v = (const void *)((uintptr_t)BASE + 0x2000000),
+               *out = (const void *)((uintptr_t)BASE + 0x3000000);
     /* K misaligned: Q is encoded, then the call stops at K, so fk holds Q's arguments. */
-    assert_int_equal(cuda_tma_pp_params(&drv, &pp, true, q, 3000, 32, (const char *)k + 8, v, 500,
-                                        16, 8, 128, NULL),
+    assert_int_equal(cuda_tma_pp_params(&drv, &pp, true, q, out, 3000, 32, (const char *)k + 8, v,
+                                        500, 16, 8, 128, NULL),
                      -EOPNOTSUPP);
     assert_int_equal(fk.calls, 1);
     assert_ptr_equal(fk.base, q);
@@ -373,8 +375,10 @@ static void test_pp_params(void **state)
     assert_memory_equal(fk.box, want_qbox, sizeof want_qbox);
 
     fk.calls = 0;
-    assert_int_equal(cuda_tma_pp_params(&drv, &pp, true, q, 3000, 32, k, v, 500, 16, 8, 64, NULL), 0);
-    assert_int_equal(fk.calls, 3);
+    assert_int_equal(cuda_tma_pp_params(&drv, &pp, true, q, out, 3000, 32, k, v, 500, 16, 8, 64,
+                                        NULL),
+                     0);
+    assert_int_equal(fk.calls, 3);                 /* D = 64: no O map */
     assert_int_equal(pp.k_map.opaque[0], 0x7a000002u);
     assert_ptr_equal(fk.base, v);                  /* the last call, V's */
     const unsigned long long want_kv[4] = {64, 16, 8, 500};
@@ -385,6 +389,21 @@ static void test_pp_params(void **state)
     assert_memory_equal(fk.box, want_kvbox, sizeof want_kvbox);
     assert_int_equal(fk.swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
     assert_int_equal(fk.dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+
+    /* D = 128: a fourth map, O's, over out with q's shape and strides and 64-token boxes. */
+    fk.calls = 0;
+    assert_int_equal(cuda_tma_pp_params(&drv, &pp, false, q, out, 3000, 32, k, v, 500, 16, 8, 128,
+                                        NULL),
+                     0);
+    assert_int_equal(fk.calls, 4);
+    assert_ptr_equal(fk.base, out);
+    assert_memory_equal(fk.dims, want_q, sizeof want_q);
+    assert_memory_equal(fk.strides, want_qs, sizeof want_qs);
+    const unsigned want_obox[4] = {64, GLLM_CUDA_HP_O_ROWS, 1, 1};
+    assert_memory_equal(fk.box, want_obox, sizeof want_obox);
+    assert_int_equal(fk.dtype, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+    assert_int_equal(offsetof(gllm_cuda_pp_params, o_map), 384);
+    assert_true(sizeof(gllm_cuda_pp_params) <= 4096);       /* the kernel parameter limit */
 }
 
 int main(void)

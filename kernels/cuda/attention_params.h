@@ -40,19 +40,22 @@ typedef struct gllm_cuda_attn_params {
 /* K/V stages of the dense kernels: 5 at D = 64 (v20b: +2-4% against 3); 2 at D = 128, where
  * the third of v20 went to an O tile (v21: with K and V on barriers of their own, two stages
  * ran level with three, and O through shared memory and a TMA store gained 2-10% at S512-1k).
- * D = 64 stores O from registers (its TMA store measured level to -3%). The paged prefill
- * keeps three stages at D = 128 and register stores (an item's rows past its tokens belong
- * to the next sequence; two stages with an O tile for the warpgroups whose rows are all the
- * item's measured 2-4% slower). Dynamic shared memory (GLLM_CUDA_HP_SMEM_OF): 1024 bytes of
+ * D = 64 stores O from registers (its TMA store measured level to -3%). The paged prefill does
+ * the same since it is persistent (pp3o: two stages and an O tile at D = 128, +2-6%; before,
+ * with a block per item, the same lost 2-4%), storing through the tile only for a
+ * warpgroup whose 64 rows are all the item's (rows past its tokens belong to the next
+ * sequence). Dynamic shared memory (GLLM_CUDA_HP_SMEM_OF): 1024 bytes of
  * slack for the swizzle atoms' alignment, Q, the stages' K and V, and the O tile if any. */
 #define GLLM_CUDA_HP_STAGES(D) ((D) == 64 ? 5 : 2)
-#define GLLM_CUDA_PP_STAGES(D) ((D) == 64 ? 5 : 3)
+#define GLLM_CUDA_PP_STAGES(D) ((D) == 64 ? 5 : 2)
 #define GLLM_CUDA_HP_O_TILE(D) ((D) == 128)
 #define GLLM_CUDA_HP_SMEM_OF(D, STAGES, O_TILE)                                               \
     (1024 + ((1 + (O_TILE)) * GLLM_CUDA_HP_ROWS(D) + 2 * (STAGES) * GLLM_CUDA_HP_KEYS) * (D) * 2)
 #define GLLM_CUDA_HP_SMEM(D) \
     GLLM_CUDA_HP_SMEM_OF(D, GLLM_CUDA_HP_STAGES(D), GLLM_CUDA_HP_O_TILE(D))
-#define GLLM_CUDA_PP_SMEM(D) GLLM_CUDA_HP_SMEM_OF(D, GLLM_CUDA_PP_STAGES(D), 0)
+#define GLLM_CUDA_PP_O_TILE(D) ((D) == 128)
+#define GLLM_CUDA_PP_SMEM(D) \
+    GLLM_CUDA_HP_SMEM_OF(D, GLLM_CUDA_PP_STAGES(D), GLLM_CUDA_PP_O_TILE(D))
 
 /* The Hopper kernels' work: tiles of GLLM_CUDA_HP_ROWS(D) query rows of one head (b * Hq + h),
  * grouped into units a block takes whole. Non-causal, or causal with no more tiles than
@@ -153,7 +156,7 @@ typedef struct gllm_cuda_pp_work {
 } gllm_cuda_pp_work;
 
 typedef struct gllm_cuda_pp_params {
-    gllm_cuda_tmap q_map, k_map, v_map;
+    gllm_cuda_tmap q_map, k_map, v_map, o_map;
     void *out;
     const int32_t *kv_indices;
     const gllm_cuda_pp_work *work;

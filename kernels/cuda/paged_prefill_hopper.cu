@@ -95,8 +95,8 @@
 // zeroing now waits on V's boxes only) another +1-5%: the final tree's call against b5c7564,
 // 442 -> 473, 475 -> 484, 244 -> 267 TFLOP/s (0.79 / 0.79 / 0.70x the dense kernel, which
 // moved too). Two stages measured level here and an O tile with a TMA store for warpgroups
-// whose rows are all the item's lost 2-4%, so the paged prefill keeps three stages and
-// register stores (GLLM_CUDA_PP_STAGES). Then a warp for K and one for V, each on its own
+// whose rows are all the item's lost 2-4%, so the paged prefill kept three stages and
+// register stores (GLLM_CUDA_PP_STAGES) until it was persistent (pp3o, below). Then a warp for K and one for V, each on its own
 // barriers, so that neither waits on the other's issues (the warpgroup's other three warps
 // had nothing to do). Expected +3-10% on the long chunks if the single warp's issues still
 // held the stages back. Measured (same call, with B64 x 2048 added): 466 -> 520, 493 -> 547,
@@ -119,6 +119,16 @@
 // 0.92 / 0.96 / 0.73, 0.98 / 0.97-0.98 / 0.95 (B32 x 512 187 -> 247 TFLOP/s).
 // The D = 64 producer spills 4 bytes at its 32 registers (D = 128: none); not found which
 // value, without SASS tools here.
+// O through shared memory at D = 128 (pp3o): the dense kernel's v21 epilogue (two stages, the
+// third's shared memory holding each warpgroup's O tile, one thread's TMA store waited for only
+// before the tile is written again) for a warpgroup whose 64 rows are all the item's; others
+// store from registers. Measured before persistence at -2 to -4% (pf1b, above): the store then
+// ended the block anyway. Expected now (noted before measuring): the store overlaps the next
+// unit, as in the dense kernel at S512 (+3-9%), so +3-8% on B32 x 512. Measured (H100, two
+// rounds each against pp3b in the same call): B32 x 512 325/332 -> 346/349 TFLOP/s (0.91 ->
+// 0.95-0.96x the dense kernel), B8 x 2048 537/537 -> 549/551 (0.94 -> 0.96), 1536 cached + 512
+// 560/562 -> 573/577 (0.94-0.95 -> 0.97-0.98), B16 x 1024 445/446 -> 458/458, B64 x 2048
+// level (0.94-0.99 both); 32 of 32 float64 cases.
 //
 // Registers: the same plan as the dense kernel (Hp: the producer gives all but 32 back).
 #include "hopper_common.cuh"
@@ -166,6 +176,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     __shared__ __align__(8) uint64_t bars[4 * S::STAGES + 2];
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
+    const uint32_t s_o = s_kv + S::STAGES * 2 * S::KV_TILE;    // O (GLLM_CUDA_PP_O_TILE): 64 rows
+                                                               // per warpgroup
     const uint32_t full0 = smem_addr(&bars[0]), empty0 = kv_bar<S::STAGES>(full0, 0, 2);
     const uint32_t tail_bar = smem_addr(&bars[4 * S::STAGES]);
     const uint32_t q_empty = smem_addr(&bars[4 * S::STAGES + 1]);
@@ -284,6 +296,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     regs_inc<S::CONSUMER>();
     const Consumer c = consumer_setup<D>(p.scale, s_q, s_kv);
     const int wg = c.wg, wrow = c.wrow, t = c.t;
+    const bool o_thread = threadIdx.x % 128 == 0;    // issues the warpgroup's O stores
     uint32_t base = 0;                               // K/V loads of the block's earlier units
     int turns = 0;                                   // this warpgroup's turns in the block
     // The next unit's item is read a unit ahead, so that the load is not on the path.
@@ -334,18 +347,47 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
                                         [&]() { mbar_arrive(q_empty); });
         base += (uint32_t)n_tiles;
 
-        T *O = reinterpret_cast<T *>(p.out) + (int64_t)un.h * D;
-        const int64_t o_row = (int64_t)p.Hq * D;
+        float inv[2];
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
             float sum = row_sum[hr];
             sum += __shfl_xor_sync(0xffffffff, sum, 1);
             sum += __shfl_xor_sync(0xffffffff, sum, 2);
-            const int row = row0 + 8 * hr;
-            const float inv = sum > 0.f ? 1.f / sum : 0.f;
-            store_o_row<T, D>(O + (int64_t)(w.q0 + row) * o_row, o, hr, inv, t, row < w.nq);
+            inv[hr] = sum > 0.f ? 1.f / sum : 0.f;
+        }
+        if (GLLM_CUDA_PP_O_TILE(D) && r_wg + 64 <= w.nq) {
+            // The warpgroup's 64 rows are all the item's: O through shared memory and a TMA
+            // store as in the dense kernel (v21), sent by one thread while the warpgroup goes
+            // on to the next unit, waited for only before the buffer is written again. Rows
+            // past the item's tokens belong to the next sequence, so a warpgroup that has any
+            // stores from registers.
+            const uint32_t s_ow = s_o + (uint32_t)wg * 64 * D * 2;
+            if (o_thread)
+                bulk_wait_read();
+            wg_sync(wg);
+            write_o_tile<T, D>(s_ow, o, inv, wrow);
+            fence_proxy_async();
+            wg_sync(wg);
+            if (o_thread) {
+#pragma unroll
+                for (int cb = 0; cb < D / GLLM_CUDA_HP_BOX_COLS; cb++)
+                    tma_store_4d(&p.o_map, s_ow + (uint32_t)cb * 64 * 128,
+                                 cb * GLLM_CUDA_HP_BOX_COLS, w.q0 + r_wg, un.h, 0);
+                bulk_commit();
+            }
+        } else {
+            T *O = reinterpret_cast<T *>(p.out) + (int64_t)un.h * D;
+            const int64_t o_row = (int64_t)p.Hq * D;
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int row = row0 + 8 * hr;
+                store_o_row<T, D>(O + (int64_t)(w.q0 + row) * o_row, o, hr, inv[hr], t,
+                                  row < w.nq);
+            }
         }
     }
+    if (GLLM_CUDA_PP_O_TILE(D) && o_thread)
+        bulk_wait_all();                             // shared memory stays until the stores land
 }
 #endif // GLLM_HAVE_WGMMA
 

@@ -291,10 +291,10 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
     gllm_cuda_pp_params pp;
     if (hopper) {
         const int tr = cuda_tma_pp_params(
-            d, &pp, p->dtype == GLLM_DTYPE_BF16, (const void *)(uintptr_t)st[PG_Q].dev, p->nq,
-            p->Hq, (const void *)(uintptr_t)st[PG_KCACHE].dev,
-            (const void *)(uintptr_t)st[PG_VCACHE].dev, p->num_pages, p->page_size, p->Hkv, p->D,
-            &x->pp_tma);
+            d, &pp, p->dtype == GLLM_DTYPE_BF16, (const void *)(uintptr_t)st[PG_Q].dev,
+            (const void *)(uintptr_t)st[PG_OUT].dev, p->nq, p->Hq,
+            (const void *)(uintptr_t)st[PG_KCACHE].dev, (const void *)(uintptr_t)st[PG_VCACHE].dev,
+            p->num_pages, p->page_size, p->Hkv, p->D, &x->pp_tma);
         if (tr != 0) {
             if (tr == -EINVAL && !x->tma_refused) {
                 x->tma_refused = true;

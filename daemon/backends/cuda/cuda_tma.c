@@ -108,16 +108,18 @@ int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, boo
 /* Each tensor as cuda_tma_map's [B, H, S, D]: q as [1, Hq, nq, D] (a token's rows Hq * D apart,
  * a head's D), a pool as [num_pages, Hkv, page_size, D]. */
 int cuda_tma_pp_params(const struct cuda_driver *d, gllm_cuda_pp_params *pp, bool bf16,
-                       const void *q, int64_t nq, int64_t Hq, const void *k, const void *v,
-                       int64_t num_pages, int64_t page_size, int64_t Hkv, int64_t D,
-                       struct cuda_tma_cache *cache)
+                       const void *q, const void *out, int64_t nq, int64_t Hq, const void *k,
+                       const void *v, int64_t num_pages, int64_t page_size, int64_t Hkv,
+                       int64_t D, struct cuda_tma_cache *cache)
 {
     const int64_t qd[4] = {1, Hq, nq, D}, qs[4] = {nq * Hq * D, D, Hq * D, 1};
     const int64_t kd[4] = {num_pages, Hkv, page_size, D},
                   ks[4] = {page_size * Hkv * D, D, Hkv * D, 1};
-    gllm_cuda_tmap *maps[3] = {&pp->q_map, &pp->k_map, &pp->v_map};
-    const void *base[3] = {q, k, v};
-    const int64_t *dims[3] = {qd, kd, kd}, *st[3] = {qs, ks, ks};
-    const unsigned rows[3] = {GLLM_CUDA_HP_ROWS(D), (unsigned)page_size, (unsigned)page_size};
-    return maps_cached(d, 3, maps, bf16, base, dims, st, rows, cache);
+    gllm_cuda_tmap *maps[4] = {&pp->q_map, &pp->k_map, &pp->v_map, &pp->o_map};
+    const void *base[4] = {q, k, v, out};
+    const int64_t *dims[4] = {qd, kd, kd, qd}, *st[4] = {qs, ks, ks, qs};
+    const unsigned rows[4] = {GLLM_CUDA_HP_ROWS(D), (unsigned)page_size, (unsigned)page_size,
+                              GLLM_CUDA_HP_O_ROWS};
+    /* O's map only where the kernel stores O with TMA. */
+    return maps_cached(d, GLLM_CUDA_PP_O_TILE(D) ? 4 : 3, maps, bf16, base, dims, st, rows, cache);
 }

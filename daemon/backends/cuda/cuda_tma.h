@@ -41,12 +41,13 @@ struct cuda_tma_cache {
 int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
                        struct cuda_tma_cache *cache);
 
-/* pp's q_map, k_map and v_map (attention_params.h, gllm_cuda_pp_params) for q [nq, Hq, D] at q
- * and the pools [num_pages, page_size, Hkv, D] at k and v: Q boxes GLLM_CUDA_HP_ROWS(D) tokens,
- * K and V boxes one page (page_size rows); cached as cuda_tma_hp_params's. */
+/* pp's q_map, k_map, v_map and (where GLLM_CUDA_PP_O_TILE(D)) o_map (attention_params.h,
+ * gllm_cuda_pp_params) for q and out [nq, Hq, D] at q and out and the pools [num_pages,
+ * page_size, Hkv, D] at k and v: Q boxes GLLM_CUDA_HP_ROWS(D) tokens, O GLLM_CUDA_HP_O_ROWS, K
+ * and V boxes one page (page_size rows); cached as cuda_tma_hp_params's. */
 int cuda_tma_pp_params(const struct cuda_driver *d, gllm_cuda_pp_params *pp, bool bf16,
-                       const void *q, int64_t nq, int64_t Hq, const void *k, const void *v,
-                       int64_t num_pages, int64_t page_size, int64_t Hkv, int64_t D,
-                       struct cuda_tma_cache *cache);
+                       const void *q, const void *out, int64_t nq, int64_t Hq, const void *k,
+                       const void *v, int64_t num_pages, int64_t page_size, int64_t Hkv,
+                       int64_t D, struct cuda_tma_cache *cache);
 
 #endif
