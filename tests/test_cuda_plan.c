@@ -343,28 +343,24 @@ static double pp_busiest(const struct job *j)
 static void test_pp_balance(void **state)
 {
     (void)state;
+    static const struct {
+        int B, len, qn;
+        double most;
+    } shapes[] = {
+        {8, 2048, 2048, 1.035},     /* B8 x 2048 new tokens */
+        {4, 4096, 4096, 1.005},     /* B4 x 4096 */
+        {8, 2048, 512, 1.035},      /* 512 new after 1536 cached */
+        {32, 512, 512, 1.035},      /* B32 x 512 */
+    };
     static struct job j;
     int len[64], qn[64];
-    for (int b = 0; b < 8; b++)
-        len[b] = qn[b] = 2048;                        /* B8 x 2048 new tokens */
-    make(&j, 8, 32, 8, len, qn);
-    j.p.dtype = GLLM_DTYPE_BF16, j.p.num_pages = 1 << 20, j.p.nq = j.q_indptr[8];
-    assert_true(pp_busiest(&j) <= 1.035);
-    for (int b = 0; b < 4; b++)
-        len[b] = qn[b] = 4096;                        /* B4 x 4096 */
-    make(&j, 4, 32, 8, len, qn);
-    j.p.dtype = GLLM_DTYPE_BF16, j.p.num_pages = 1 << 20, j.p.nq = j.q_indptr[4];
-    assert_true(pp_busiest(&j) <= 1.005);
-    for (int b = 0; b < 8; b++)
-        len[b] = 2048, qn[b] = 512;                   /* 512 new after 1536 cached */
-    make(&j, 8, 32, 8, len, qn);
-    j.p.dtype = GLLM_DTYPE_BF16, j.p.num_pages = 1 << 20, j.p.nq = j.q_indptr[8];
-    assert_true(pp_busiest(&j) <= 1.035);
-    for (int b = 0; b < 32; b++)
-        len[b] = qn[b] = 512;                         /* B32 x 512 */
-    make(&j, 32, 32, 8, len, qn);
-    j.p.dtype = GLLM_DTYPE_BF16, j.p.num_pages = 1 << 20, j.p.nq = j.q_indptr[32];
-    assert_true(pp_busiest(&j) <= 1.035);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        for (int b = 0; b < shapes[i].B; b++)
+            len[b] = shapes[i].len, qn[b] = shapes[i].qn;
+        make(&j, shapes[i].B, 32, 8, len, qn);
+        j.p.dtype = GLLM_DTYPE_BF16, j.p.num_pages = 1 << 20, j.p.nq = j.q_indptr[shapes[i].B];
+        assert_true(pp_busiest(&j) <= shapes[i].most);
+    }
 }
 
 int main(void)

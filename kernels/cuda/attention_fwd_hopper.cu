@@ -479,14 +479,14 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // this warpgroup has), turn n_tiles the last P V, and a turn with nothing to issue (past
     // n_mine: fewer causal tiles, or rows past Sq; every turn of a tile with no keys) is only
     // its sync and arrive, so the partner never waits on a warpgroup that has finished.
-    // turn_begin: wait until the partner has ended its previous turn (wg 0's first turn of
-    // the block goes at once); turn_end: let the partner start its turn. Per barrier, syncs
-    // and arrivals match one for one (wg 1 skips the arrival after the block's last turn,
-    // which nobody waits for), so no phase is left open at exit. The turns run on across
-    // tiles rather than restart: a restart would let wg 0 arrive on barrier 2 for the next
-    // tile's turn 0 before wg 1 had synced on it for this tile's last turn, two arrivals of
-    // the same warps in one phase.
-    int turns = 0;                                   // this warpgroup's turns in the block
+    // PingPong (hopper_common.cuh): begin() waits until the partner has ended its previous turn
+    // (wg 0's first turn of the block goes at once), end() lets the partner start its turn.
+    // Per barrier, syncs and arrivals match one for one (wg 1 skips the arrival after the
+    // block's last turn, which nobody waits for), so no phase is left open at exit. The turns
+    // run on across tiles rather than restart: a restart would let wg 0 arrive on barrier 2
+    // for the next tile's turn 0 before wg 1 had synced on it for this tile's last turn, two
+    // arrivals of the same warps in one phase.
+    PingPong<S::PINGPONG> turns{wg};
     for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool last_tile) {
         const int b = bh / Hq, h = bh - b * Hq, m0 = mb * S::ROWS;
         const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
@@ -511,29 +511,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                            : last_key < 0 ? 0
                                           : min(n_tiles, last_key / HP_KEYS + 1);
         const int row0 = r_wg + wrow + g;             // this thread's first row
-        int turn = 0;                                  // turns of this tile
-        auto turn_begin = [&]() {
-            if constexpr (S::PINGPONG) {
-                if (wg == 1)
-                    named_sync<PP_BAR + 1>();
-                else if (turns > 0)
-                    named_sync<PP_BAR>();
-            }
-        };
-        auto turn_end = [&]() {
-            if constexpr (S::PINGPONG) {
-                if (wg == 0)
-                    named_arrive<PP_BAR + 1>();
-                else if (turn < n_tiles || !last_tile)
-                    named_arrive<PP_BAR>();
-            }
-            turn++;
-            turns++;
-        };
+        turns.new_tile();
 
         const KeyWalk walk = key_walk(c, n_mine, n_tiles, full0, base, Skv, r_wg, row0, shift);
-        key_loop<T, D, CAUSAL, S::STAGES>(walk, o, row_max, row_sum, turn_begin, turn_end,
-                                          [&]() { mbar_arrive(q_empty); });
+        key_loop<T, D, CAUSAL, S::STAGES>(
+            walk, o, row_max, row_sum, [&]() { turns.begin(); },
+            [&]() { turns.end(n_tiles, last_tile); }, [&]() { mbar_arrive(q_empty); });
         base += (uint32_t)n_tiles;
 
         // The epilogue: while it stores, the producer is already loading the next tile.
@@ -550,23 +533,10 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                     sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
         }
         if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D)) {
-            // O through shared memory and a TMA store (v21): the warpgroup writes its tile
-            // once the previous tile's store has read it, and one thread sends it out (rows
-            // past Sq lie outside the map and are not written) while the warpgroup goes on.
-            const uint32_t s_ow = s_o + (uint32_t)wg * 64 * D * 2;
-            if (o_thread)
-                bulk_wait_read();
-            wg_sync(wg);
-            write_o_tile<T, D>(s_ow, o, inv, wrow);
-            fence_proxy_async();
-            wg_sync(wg);
-            if (o_thread) {
-#pragma unroll
-                for (int c = 0; c < D / GLLM_CUDA_HP_BOX_COLS; c++)
-                    tma_store_4d(&hp->o_map, s_ow + (uint32_t)c * 64 * 128,
-                                 c * GLLM_CUDA_HP_BOX_COLS, r_wg, h, b);
-                bulk_commit();
-            }
+            // O through shared memory and a TMA store (v21; rows past Sq lie outside the map
+            // and are not written).
+            store_o_tile<T, D>(s_o + (uint32_t)wg * 64 * D * 2, o, inv, wrow, wg, o_thread,
+                               &hp->o_map, r_wg, h, b);
         } else {
             T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
 #pragma unroll

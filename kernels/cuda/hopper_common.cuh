@@ -679,6 +679,62 @@ __device__ __forceinline__ void write_o_tile(uint32_t s_ow, const float (&o)[D /
     }
 }
 
+// A consumer warpgroup's O through shared memory and a TMA store (v21): the warpgroup writes its
+// tile at s_ow once the previous tile's store has read it, and one thread (o_thread) sends it
+// out as the O map's boxes at rows row0.. of (c2, c3) while the warpgroup goes on; rows outside
+// the map are not written. The caller waits for the last store (bulk_wait_all) before exit.
+template <typename T, int D>
+__device__ __forceinline__ void store_o_tile(uint32_t s_ow, const float (&o)[D / 2],
+                                             const float (&inv)[2], int wrow, int wg,
+                                             bool o_thread, const void *o_map, int row0, int c2,
+                                             int c3)
+{
+    if (o_thread)
+        bulk_wait_read();
+    wg_sync(wg);
+    write_o_tile<T, D>(s_ow, o, inv, wrow);
+    fence_proxy_async();
+    wg_sync(wg);
+    if (o_thread) {
+#pragma unroll
+        for (int cb = 0; cb < D / GLLM_CUDA_HP_BOX_COLS; cb++)
+            tma_store_4d(o_map, s_ow + (uint32_t)cb * 64 * 128, cb * GLLM_CUDA_HP_BOX_COLS, row0,
+                         c2, c3);
+        bulk_commit();
+    }
+}
+
+// The ping-pong turns of two consumer warpgroups (v17; the dense kernel's comment on them), run
+// on across a block's tiles: begin() waits until the partner has ended its previous turn (wg
+// 0's first turn of the block goes at once), end() lets the partner start its next; wg 1 skips
+// the arrival after the block's last turn (its tile's n_tiles-th, last_tile), which nobody waits
+// for. new_tile() restarts the count of a tile's turns. Without ping-pong (PINGPONG false) only
+// the counts move.
+template <bool PINGPONG> struct PingPong {
+    int wg, turns = 0, turn = 0;                 // turns: the block's, turn: this tile's
+    __device__ __forceinline__ void new_tile() { turn = 0; }
+    __device__ __forceinline__ void begin() const
+    {
+        if constexpr (PINGPONG) {
+            if (wg == 1)
+                named_sync<PP_BAR + 1>();
+            else if (turns > 0)
+                named_sync<PP_BAR>();
+        }
+    }
+    __device__ __forceinline__ void end(int n_tiles, bool last_tile)
+    {
+        if constexpr (PINGPONG) {
+            if (wg == 0)
+                named_arrive<PP_BAR + 1>();
+            else if (turn < n_tiles || !last_tile)
+                named_arrive<PP_BAR>();
+        }
+        turn++;
+        turns++;
+    }
+};
+
 #endif // GLLM_HAVE_WGMMA
 
 } // namespace

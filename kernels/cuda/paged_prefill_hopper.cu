@@ -298,7 +298,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     const int wg = c.wg, wrow = c.wrow, t = c.t;
     const bool o_thread = threadIdx.x % 128 == 0;    // issues the warpgroup's O stores
     uint32_t base = 0;                               // K/V loads of the block's earlier units
-    int turns = 0;                                   // this warpgroup's turns in the block
+    PingPong<S::PINGPONG> turns{wg};                 // run on across units
     // The next unit's item is read a unit ahead, so that the load is not on the path.
     int u = gllm_cuda_pp_unit(0, x, grid, p.units);
     gllm_cuda_pp_work w_next = pp_work_of(p, u);
@@ -318,33 +318,13 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         // n_tiles it only waits for and releases, as in the dense kernel.
         const int n_mine = r_wg >= w.nq ? 0 : min(n_tiles, (r_wg + 63 + shift) / HP_KEYS + 1);
         const int row0 = r_wg + wrow + c.g;
-        // Ping-pong turns as the dense kernel's (its comment on them), run on across units:
-        // each warpgroup takes n_tiles + 1 turns per unit; wg 1 skips the arrival after the
-        // block's last.
-        int turn = 0;
-        auto turn_begin = [&]() {
-            if constexpr (S::PINGPONG) {
-                if (wg == 1)
-                    named_sync<PP_BAR + 1>();
-                else if (turns > 0)
-                    named_sync<PP_BAR>();
-            }
-        };
-        auto turn_end = [&]() {
-            if constexpr (S::PINGPONG) {
-                if (wg == 0)
-                    named_arrive<PP_BAR + 1>();
-                else if (turn < n_tiles || !last_unit)
-                    named_arrive<PP_BAR>();
-            }
-            turn++;
-            turns++;
-        };
+        turns.new_tile();
 
         // The dense kernel's walk over the key tiles (key_loop), causal over the cache.
         const KeyWalk walk = key_walk(c, n_mine, n_tiles, full0, base, w.kv_len, r_wg, row0, shift);
-        key_loop<T, D, true, S::STAGES>(walk, o, row_max, row_sum, turn_begin, turn_end,
-                                        [&]() { mbar_arrive(q_empty); });
+        key_loop<T, D, true, S::STAGES>(
+            walk, o, row_max, row_sum, [&]() { turns.begin(); },
+            [&]() { turns.end(n_tiles, last_unit); }, [&]() { mbar_arrive(q_empty); });
         base += (uint32_t)n_tiles;
 
         float inv[2];
@@ -361,20 +341,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             // on to the next unit, waited for only before the buffer is written again. Rows
             // past the item's tokens belong to the next sequence, so a warpgroup that has any
             // stores from registers.
-            const uint32_t s_ow = s_o + (uint32_t)wg * 64 * D * 2;
-            if (o_thread)
-                bulk_wait_read();
-            wg_sync(wg);
-            write_o_tile<T, D>(s_ow, o, inv, wrow);
-            fence_proxy_async();
-            wg_sync(wg);
-            if (o_thread) {
-#pragma unroll
-                for (int cb = 0; cb < D / GLLM_CUDA_HP_BOX_COLS; cb++)
-                    tma_store_4d(&p.o_map, s_ow + (uint32_t)cb * 64 * 128,
-                                 cb * GLLM_CUDA_HP_BOX_COLS, w.q0 + r_wg, un.h, 0);
-                bulk_commit();
-            }
+            store_o_tile<T, D>(s_o + (uint32_t)wg * 64 * D * 2, o, inv, wrow, wg, o_thread,
+                               &p.o_map, w.q0 + r_wg, un.h, 0);
         } else {
             T *O = reinterpret_cast<T *>(p.out) + (int64_t)un.h * D;
             const int64_t o_row = (int64_t)p.Hq * D;
