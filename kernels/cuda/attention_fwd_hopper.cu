@@ -230,6 +230,25 @@
 // key tiles' worth at D = 128): right results, -25 to -30% on every shape, long S too, with no
 // spills and, after a fix, no serialised wgmma; cause not found.
 //
+// Rotated rounds (v23). A profile of the D = 64 bench shape (B8 H16 S1024, ncu's SASS source
+// page, H100) put 63% of the warps' samples in the key loop's body, 28% in the once-a-tile code
+// around it (the wait for a tile's first K and Q, its first Q K^T and softmax, the last P V, the
+// epilogue) and 5% on the idle warpgroups of the heads' last m-tiles waiting out the stages
+// (1024 = 5 x 192 + 64: one warpgroup of three works there). With 132 blocks and 6 m-tiles a
+// head, the static stride gave block x the m-tile x mod 6 in every round, so 22 blocks held only
+// those light tiles and 110 only full ones. Now round r's units (the same neighbours as before)
+// go to the blocks rotated by r (gllm_cuda_hp_round_unit). Simulated, the busiest block against
+// the mean (a tile with one working warpgroup taken as half a full one's time): B8 H16 S1024 D64
+// and B32 H32 S512 D64 1.10-1.11 -> 1.03, S2k-4k D64 1.05 -> 1.03, D = 128 and causal unchanged
+// (no part-filled tiles; causal units are paired or in weight order already). Expected: D = 64
+// non-causal S512-1k +5-8%, S2k-4k +1-3%, the rest level. Measured (H100, FA3's sweep at f16,
+// two rounds each against 4abe955 in the same call, 16/16 float64 each): D = 64 non-causal S512
+// 348/345 -> 370/371 TFLOP/s (0.86-0.87 -> 0.92-0.93x cuDNN), S1k 410/412 -> 439/434 (0.92 ->
+// 0.97-0.98), S2k 482/479 -> 501/497, S4k 510/512 -> 531/530 (+4%); causal S1k 286/281 ->
+// 322/316 (+13%, 0.82 -> 0.91-0.93: its pairs of m-tiles, (5, 0), (4, 1), (3, 2), fell into the
+// same trap, the light (5, 0) always on the same blocks), S4k +4%, S512 and S2k level; D = 128
+// level (within 1%).
+//
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
 // registers.
@@ -277,14 +296,16 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t 
 template <bool CAUSAL, typename F>
 __device__ __forceinline__ void for_each_tile(const gllm_cuda_hp_sched &sc, F &&f)
 {
-    int k = 0;                                       // the tile of unit u to do next
-    for (int u = (int)blockIdx.x; u < sc.units;) {
+    const int x = (int)blockIdx.x, grid = (int)gridDim.x;
+    int r = 0, k = 0;                                // the round, the tile of unit u to do next
+    for (int u = gllm_cuda_hp_round_unit(0, x, grid, sc.units); u >= 0;) {
         int bh, mb[2];
         const int n = gllm_cuda_hp_unit(&sc, CAUSAL, u, &bh, mb);
         const bool unit_done = k == n - 1;
-        f(bh, k == 0 ? mb[0] : mb[1], unit_done && u + (int)gridDim.x >= sc.units);
+        const int next = unit_done ? gllm_cuda_hp_round_unit(r + 1, x, grid, sc.units) : u;
+        f(bh, k == 0 ? mb[0] : mb[1], next < 0);
         if (unit_done)
-            u += (int)gridDim.x, k = 0;
+            u = next, r++, k = 0;
         else
             k++;
     }

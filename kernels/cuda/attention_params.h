@@ -33,7 +33,7 @@ typedef struct gllm_cuda_attn_params {
  * tile where GLLM_CUDA_HP_O_TILE(D), and 1 KiB to align them). Same layout needs as the
  * tensor-core kernels. 64 query rows per consumer warpgroup: two at D = 128, three at D = 64;
  * one producer warpgroup. Each block works through the units gllm_cuda_hp_schedule defines,
- * blockIdx.x, + gridDim.x, ... */
+ * one a round, as gllm_cuda_hp_round_unit gives them. */
 #define GLLM_CUDA_HP_ROWS(D) ((D) == 64 ? 192 : 128)
 #define GLLM_CUDA_HP_KEYS 128
 #define GLLM_CUDA_HP_THREADS(D) (2 * GLLM_CUDA_HP_ROWS(D) + 128)  /* 128 per warpgroup */
@@ -105,6 +105,23 @@ GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_unit(const gllm_cuda_hp_sched *s, int32_t c
     m[0] = causal ? s->m_blocks - 1 - q : q;
     m[1] = q;
     return s->pair ? 2 : 1;
+}
+
+/* The unit block x of a grid of `grid` blocks takes in round r, or -1 when it has none (then
+ * none in any later round): round r is units [r * grid, (r + 1) * grid), so the units in
+ * flight stay neighbours (the same heads, sharing K/V in L2), and block x takes the
+ * ((x + r) mod grid)-th of them. A plain stride (block x taking units x, x + grid, ...) gives
+ * block x the m-tile (x + r * grid) mod M of a head in every round, the same one whenever grid
+ * is a multiple of M (132 SMs and M = 3, 4 or 6): then the blocks holding the last m-tile,
+ * lighter where Sq leaves it part-filled (D = 64: a 64-row tail of 192 at S = 1024, one
+ * consumer warpgroup of three working), kept it every round while the others kept full ones
+ * (simulated, the busiest block against the mean: B8 H16 S1024 D64 1.11 -> 1.03, B32 H32
+ * S512 D64 1.10 -> 1.03). Rotating moves every block through the m-tiles. */
+GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_round_unit(int32_t r, int32_t x, int32_t grid,
+                                                int32_t units)
+{
+    const int64_t u = (int64_t)r * grid + (x + r) % grid;
+    return u < units ? (int32_t)u : -1;
 }
 
 /* Blocks to launch: one per SM, fewer when there are fewer tiles (at least 1). */
