@@ -113,7 +113,7 @@ def gather(pool, indices, indptr, b, n):
 
 
 def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, device=0,
-          max_len=900, min_len=1, scale=None):
+          max_len=900, min_len=1, scale=None, bad_page=False):
     lens = [int(x) for x in torch.randint(min_len, max_len, (B,), generator=g)]
     qlens = [int(torch.randint(1, n + 1, (1,), generator=g)) if prefill else 1 for n in lens]
     P = sum((n + ps - 1) // ps for n in lens) + 5
@@ -149,7 +149,33 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, devi
     params["device"] = device
     if scale is not None:
         params["scale"] = scale
-    client.call("attention_prefill" if prefill else "attention_decode", params)
+    method = "attention_prefill" if prefill else "attention_decode"
+    bad_ok = True
+    if bad_page:
+        # A page number past the pool in the device's table, in the middle of the longest
+        # sequence: the job fails with BOUNDS naming the entry (nothing read through it, no
+        # hang), and the same job with the table repaired runs right afterwards.
+        assert dev_pages
+        b = max(range(B), key=lambda i: lens[i])
+        at = (indptr[b] + indptr[b + 1]) // 2
+        for value in (P, indices[at]):
+            fixed = list(indices)
+            fixed[at] = value
+            staged = pg.i32(fixed)
+            client.call("dtensor_copy", {"dtensor": params["kv_indices"]["dtensor"], "offset": 0,
+                                         "arena": pg.arena.id, "arena_offset": staged["offset"],
+                                         "bytes": 4 * len(fixed), "to_device": True})
+            if value == P:
+                try:
+                    client.call(method, params)
+                    bad_ok = False
+                    print(f"  FAIL a page number past the pool in kv_indices[{at}] ran", flush=True)
+                except GllmError as e:
+                    bad_ok = e.code == -1011 and f"kv_indices[{at}]" in str(e)   # BOUNDS
+                    print(f"  {'ok  ' if bad_ok else 'FAIL'} kv_indices[{at}] past the pool: {e}",
+                          flush=True)
+        pg.arena.map[oo:oo + qb.nbytes] = b"\xff" * qb.nbytes
+    client.call(method, params)
     raw = np.frombuffer(pg.arena.map, dtype=np.int16, count=N * Hq * D, offset=oo).copy()
     got = torch.from_numpy(raw).view(TORCH[dtype]).reshape(N, Hq, D).double().cuda()
     want = torch.empty(N, Hq, D, dtype=torch.float64, device="cuda")
@@ -167,11 +193,12 @@ def check(client, g, B, Hq, Hkv, D, ps, dtype, prefill, dev_pages, results, devi
                                                            scale=scale)[0].permute(1, 0, 2)
         row += m
     err = float((got - want).abs().max() / want.abs().max())
-    ok = err <= TOL[dtype]
+    ok = err <= TOL[dtype] and bad_ok
     name = (f"{'prefill' if prefill else 'decode'} B{B} Hq{Hq} Hkv{Hkv} D{D} page {ps} {dtype} "
             f"{f'device {device} ' if device else ''}"
             f"(lens {min(lens)}..{max(lens)}){' pages on device' if dev_pages else ''}"
-            f"{f' scale {scale}' if scale is not None else ''}")
+            f"{f' scale {scale}' if scale is not None else ''}"
+            f"{', a bad page first' if bad_page else ''}")
     print(f"  {'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e}", flush=True)
     results.append({"case": name, "rel_err": err, "ok": ok})
     pg.free()
@@ -431,6 +458,12 @@ def main():
                   (4, 16, 2, 64, 16, "bf16")]:
             total += 1
             passed += check(client, g, *c, True, True, results, min_len=1000, max_len=3000)
+        # The same with a page number past the pool first, found by the kernel (the table is
+        # on the device): D 128 and D 64 (the Hopper paged prefill's two producers).
+        for c in [(4, 32, 8, 128, 16, "bf16"), (3, 16, 4, 64, 16, "f16")]:
+            total += 1
+            passed += check(client, g, *c, True, True, results, min_len=1000, max_len=3000,
+                            bad_page=True)
         # Batches of one-token sequences of at most 128 tokens, which are never split: their
         # plan travels in the launch's parameters (gllm_paged_attn_batch_*).
         for c in [(48, 32, 8, 128, 16, "f16"), (64, 16, 2, 64, 16, "bf16")]:
