@@ -123,8 +123,9 @@
 // so the copy after it is a trip to L2 only. Stages and barrier phases run on a block-wide
 // load counter; the ping-pong turns run on across tiles. The schedule (gllm_cuda_hp_schedule,
 // attention_params.h) is static, block x taking units x, x + grid, ...: non-causal tiles are
-// all the same work, so a static stride is as even as the hardware's block scheduler (the same
-// rounds), with the heads in order so that the tiles in flight share K/V in L2 (132 blocks:
+// all the same work (all but a head's part-filled last m-tile, which v23 found the stride kept
+// on the same blocks; its rounds are rotated since), so a static stride is as even as the
+// hardware's block scheduler (the same rounds), with the heads in order so that the tiles in flight share K/V in L2 (132 blocks:
 // about 8 heads at S = 2048). Causal tiles differ up to M-fold (M m-tiles per head), and a
 // stride over them in a fixed order leaves some blocks with the heavy ones (simulated, heads
 // in order: up to 1.7x the mean block); pairing tile M - 1 - q with tile q makes every unit
