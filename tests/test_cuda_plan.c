@@ -289,7 +289,7 @@ static void test_pp_units_once(void **state)
                                        {1000, 7}, {263, 132}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const int32_t units = cases[c][0];
-        const int32_t grid = (int32_t)gllm_cuda_pp_grid(units, cases[c][1]);
+        const int32_t grid = (int32_t)gllm_cuda_persistent_grid(units, cases[c][1]);
         assert_true(grid >= 1 && grid <= units && grid <= cases[c][1]);
         unsigned char *seen = calloc((size_t)units, 1);
         assert_non_null(seen);
@@ -321,7 +321,7 @@ static double pp_busiest(const struct job *j)
     assert_non_null(w);
     pp_plan(&j->p, w);
     const int32_t units = (int32_t)(n * j->p.Hq);
-    const int32_t grid = (int32_t)gllm_cuda_pp_grid(units, SMS);
+    const int32_t grid = (int32_t)gllm_cuda_persistent_grid(units, SMS);
     int64_t total = 0, most = 0;
     for (int32_t x = 0; x < grid; x++) {
         int64_t mine = 0;

@@ -40,22 +40,21 @@ typedef struct gllm_cuda_attn_params {
 /* K/V stages of the dense kernels: 5 at D = 64 (v20b: +2-4% against 3); 2 at D = 128, where
  * the third of v20 went to an O tile (v21: with K and V on barriers of their own, two stages
  * ran level with three, and O through shared memory and a TMA store gained 2-10% at S512-1k).
- * D = 64 stores O from registers (its TMA store measured level to -3%). The paged prefill does
- * the same since it is persistent (pp3o: two stages and an O tile at D = 128, +2-6%; before,
- * with a block per item, the same lost 2-4%), storing through the tile only for a
- * warpgroup whose 64 rows are all the item's (rows past its tokens belong to the next
+ * D = 64 stores O from registers (its TMA store measured level to -3%). The paged prefill has
+ * the same stages and O tile since it is persistent (pp3o: +2-6%; before, with a block per
+ * item, the same lost 2-4%), so its macros are the dense ones; it stores through the tile only
+ * for a warpgroup whose 64 rows are all the item's (rows past its tokens belong to the next
  * sequence). Dynamic shared memory (GLLM_CUDA_HP_SMEM_OF): 1024 bytes of
  * slack for the swizzle atoms' alignment, Q, the stages' K and V, and the O tile if any. */
 #define GLLM_CUDA_HP_STAGES(D) ((D) == 64 ? 5 : 2)
-#define GLLM_CUDA_PP_STAGES(D) ((D) == 64 ? 5 : 2)
+#define GLLM_CUDA_PP_STAGES(D) GLLM_CUDA_HP_STAGES(D)
 #define GLLM_CUDA_HP_O_TILE(D) ((D) == 128)
 #define GLLM_CUDA_HP_SMEM_OF(D, STAGES, O_TILE)                                               \
     (1024 + ((1 + (O_TILE)) * GLLM_CUDA_HP_ROWS(D) + 2 * (STAGES) * GLLM_CUDA_HP_KEYS) * (D) * 2)
 #define GLLM_CUDA_HP_SMEM(D) \
     GLLM_CUDA_HP_SMEM_OF(D, GLLM_CUDA_HP_STAGES(D), GLLM_CUDA_HP_O_TILE(D))
-#define GLLM_CUDA_PP_O_TILE(D) ((D) == 128)
-#define GLLM_CUDA_PP_SMEM(D) \
-    GLLM_CUDA_HP_SMEM_OF(D, GLLM_CUDA_PP_STAGES(D), GLLM_CUDA_PP_O_TILE(D))
+#define GLLM_CUDA_PP_O_TILE(D) GLLM_CUDA_HP_O_TILE(D)
+#define GLLM_CUDA_PP_SMEM(D) GLLM_CUDA_HP_SMEM(D)
 
 /* The Hopper kernels' work: tiles of GLLM_CUDA_HP_ROWS(D) query rows of one head (b * Hq + h),
  * grouped into units a block takes whole. Non-causal, or causal with no more tiles than
@@ -124,12 +123,19 @@ GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_round_unit(int32_t r, int32_t x, int32_t gr
     return u < units ? (int32_t)u : -1;
 }
 
-/* Blocks to launch: one per SM, fewer when there are fewer tiles (at least 1). */
+/* Blocks to launch for a persistent Hopper kernel (dense or paged): one per SM, fewer when
+ * there are fewer units of work (at least 1). */
+GLLM_CUDA_HP_FN int64_t gllm_cuda_persistent_grid(int64_t units, int64_t sm_count)
+{
+    const int64_t g = units < sm_count ? units : sm_count;
+    return g > 0 ? g : 1;
+}
+
+/* The dense kernels' blocks: gllm_cuda_persistent_grid over their tiles. */
 GLLM_CUDA_HP_FN int64_t gllm_cuda_hp_grid(int64_t Sq, int64_t D, int64_t heads, int64_t sm_count)
 {
-    const int64_t tiles = (Sq + GLLM_CUDA_HP_ROWS(D) - 1) / GLLM_CUDA_HP_ROWS(D) * heads;
-    const int64_t g = tiles < sm_count ? tiles : sm_count;
-    return g > 0 ? g : 1;
+    return gllm_cuda_persistent_grid((Sq + GLLM_CUDA_HP_ROWS(D) - 1) / GLLM_CUDA_HP_ROWS(D) * heads,
+                                     sm_count);
 }
 
 /* gllm_attn_fwd_hopper_tma_{f16,bf16}_d{64,128}[_causal] (sm_90a image only): the same
@@ -153,7 +159,7 @@ typedef struct gllm_cuda_hp_params {
 
 /* gllm_paged_prefill_hopper_{f16,bf16}_d{64,128} (sm_90a image only): chunked prefill over the
  * paged cache, causal over it, with the dense Hopper kernel's consumers and a TMA producer.
- * Persistent: grid (gllm_cuda_pp_grid(units, SMs), 1), block GLLM_CUDA_HP_THREADS(D), dynamic
+ * Persistent: grid (gllm_cuda_persistent_grid(units, SMs), 1), block GLLM_CUDA_HP_THREADS(D), dynamic
  * shared memory GLLM_CUDA_PP_SMEM(D). A unit is head h of work item i (unit i * Hq + h: heads
  * fastest); each block takes the units gllm_cuda_pp_unit gives it, round by round. A work item
  * is up to GLLM_CUDA_HP_ROWS(D) query tokens of one sequence, token i seeing keys <= pos0 + i.
@@ -183,13 +189,6 @@ typedef struct gllm_cuda_pp_params {
     float scale;
     int32_t units;        /* work items times Hq */
 } gllm_cuda_pp_params;
-
-/* Blocks to launch: one per SM, fewer when there are fewer units (at least 1). */
-GLLM_CUDA_HP_FN int64_t gllm_cuda_pp_grid(int64_t units, int64_t sm_count)
-{
-    const int64_t g = units < sm_count ? units : sm_count;
-    return g > 0 ? g : 1;
-}
 
 /* The unit block x of a grid takes in round r, or -1 when it has none (then none in any later
  * round). Rounds go through the units grid at a time in the plan's order (heaviest items

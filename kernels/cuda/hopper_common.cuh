@@ -20,8 +20,7 @@ constexpr int HP_KEYS = GLLM_CUDA_HP_KEYS;       // keys per tile
 static_assert(HP_KEYS == 128, "tile shapes below");
 
 // Per head dimension: query rows per block (64 per consumer warpgroup), threads, the bytes of
-// a K or V tile, and the K/V stages (the dense kernels' unless named: the paged prefill's are
-// GLLM_CUDA_PP_STAGES).
+// a K or V tile, and the K/V stages (GLLM_CUDA_HP_STAGES unless named).
 template <int D, int STAGES_ = GLLM_CUDA_HP_STAGES(D)> struct Hp {
     static constexpr int STAGES = STAGES_;
     static constexpr int ROWS = GLLM_CUDA_HP_ROWS(D);

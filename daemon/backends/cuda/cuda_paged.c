@@ -357,7 +357,7 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         *sl->bad_page = 0;      /* the launch orders this store before the kernel's reads */
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
         r = cuda_launch(d, x, ln, x->paged_prefill[p->dtype == GLLM_DTYPE_BF16][p->D == 128],
-                        (unsigned)gllm_cuda_pp_grid(pp.units, x->sm_count), 1,
+                        (unsigned)gllm_cuda_persistent_grid(pp.units, x->sm_count), 1,
                         (unsigned)GLLM_CUDA_HP_THREADS(p->D),
                         (unsigned)GLLM_CUDA_PP_SMEM(p->D), &pp);
     } else {
