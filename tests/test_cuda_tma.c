@@ -304,7 +304,7 @@ static void test_hp_schedule(void **state)
             for (int32_t blk = 0; blk < grid; blk++) {
                 int64_t work = 0, rows_work = 0;
                 int32_t u, r = 0;
-                while ((u = gllm_cuda_hp_round_unit(r++, blk, (int32_t)grid, sc.units)) >= 0) {
+                while ((u = gllm_cuda_hp_round_unit(&sc, r++, blk)) >= 0) {
                     assert_true(u / grid == r - 1);          /* round r - 1's units */
                     int32_t bh, m[2];
                     const int32_t n = gllm_cuda_hp_unit(&sc, causal, u, &bh, m);
@@ -356,6 +356,30 @@ static void test_hp_schedule(void **state)
 }
 
 /* The daemon's parameter block is the kernel's: maps first, each on its own 128 bytes. */
+/* The kernels' division by a launch constant (gllm_cuda_fastdiv) against the operator, for
+ * every divisor up to 5000 and the larger ones a launch can have, numerators across [0, 2^31)
+ * with both ends and the multiples of d and their neighbours, where a wrong m or s shows. */
+static void test_fastdiv(void **state)
+{
+    (void)state;
+    static const uint32_t big[] = {65535, 65536, 65537, 1000003, (1u << 20) + 1, 0x7fffffffu};
+    uint64_t seed = 1;
+    for (uint32_t i = 0; i < 5000 + sizeof big / sizeof big[0]; i++) {
+        const uint32_t d = i < 5000 ? i + 1 : big[i - 5000];
+        const gllm_cuda_fastdiv f = gllm_cuda_fastdiv_of(d);
+        const uint32_t edge[] = {0, 1, d - 1, d, d + 1, 2 * d - 1, 0x7fffffffu, 0x7ffffffeu,
+                                 0x7fffffffu / d * d, 0x7fffffffu / d * d - 1};
+        for (size_t k = 0; k < sizeof edge / sizeof edge[0]; k++)
+            if (edge[k] <= 0x7fffffffu)
+                assert_int_equal(gllm_cuda_fastdiv_div(f, edge[k]), edge[k] / d);
+        for (int k = 0; k < 200; k++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            const uint32_t n = (uint32_t)(seed >> 33);        /* below 2^31 */
+            assert_int_equal(gllm_cuda_fastdiv_div(f, n), n / d);
+        }
+    }
+}
+
 static void test_param_layout(void **state)
 {
     (void)state;
@@ -436,6 +460,7 @@ int main(void)
         cmocka_unit_test_setup(test_cache, setup),
         cmocka_unit_test_setup(test_param_layout, setup),
         cmocka_unit_test(test_hp_schedule),
+        cmocka_unit_test(test_fastdiv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -291,25 +291,37 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t 
     }
 }
 
-// The block's tiles in schedule order (see attention_params.h): f(bh, m_block, last) for each,
-// last: the block's final tile. Producer and consumers walk the same sequence. One call
+// The block's tiles in schedule order (see attention_params.h), one at a time: next() gives
+// the head and m-tile of the next one, false when there is none; done() says whether the one
+// just given was the block's last. Producer and consumers walk the same sequence.
+template <bool CAUSAL> struct TileWalk {
+    const gllm_cuda_hp_sched &sc;
+    int r = 0, k = 0;                                // the round, the tile of unit u to do next
+    int u = gllm_cuda_hp_round_unit(&sc, 0, (int)blockIdx.x);
+    __device__ __forceinline__ bool next(int &bh, int &mb)
+    {
+        if (u < 0)
+            return false;
+        int m[2];
+        const int n = gllm_cuda_hp_unit(&sc, CAUSAL, u, &bh, m);
+        mb = k == 0 ? m[0] : m[1];
+        if (k == n - 1)
+            u = gllm_cuda_hp_round_unit(&sc, ++r, (int)blockIdx.x), k = 0;
+        else
+            k++;
+        return true;
+    }
+    __device__ __forceinline__ bool done() const { return u < 0; }
+};
+
+// f(bh, m_block, last) for each of the block's tiles, last: the block's final one. One call
 // site, so the body is inlined: its arrays stay in registers.
 template <bool CAUSAL, typename F>
 __device__ __forceinline__ void for_each_tile(const gllm_cuda_hp_sched &sc, F &&f)
 {
-    const int x = (int)blockIdx.x, grid = (int)gridDim.x;
-    int r = 0, k = 0;                                // the round, the tile of unit u to do next
-    for (int u = gllm_cuda_hp_round_unit(0, x, grid, sc.units); u >= 0;) {
-        int bh, mb[2];
-        const int n = gllm_cuda_hp_unit(&sc, CAUSAL, u, &bh, mb);
-        const bool unit_done = k == n - 1;
-        const int next = unit_done ? gllm_cuda_hp_round_unit(r + 1, x, grid, sc.units) : u;
-        f(bh, k == 0 ? mb[0] : mb[1], next < 0);
-        if (unit_done)
-            u = next, r++, k = 0;
-        else
-            k++;
-    }
+    TileWalk<CAUSAL> walk{sc};
+    for (int bh, mb; walk.next(bh, mb);)
+        f(bh, mb, walk.done());
 }
 
 // Key tiles that query rows [m0, m0 + ROWS) read: causal, those with a key <= the last row
@@ -410,8 +422,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 }
                 for (int j = 0; j < n_tiles; j++, ld++) {
                     const uint32_t st = ld % S::STAGES, bar = kv_bar<S::STAGES>(full0, st, 0);
+                    if (j == 0)
+                        HP_TRACE(30, j);
                     if (ld >= S::STAGES)
                         mbar_wait(kv_bar<S::STAGES>(empty0, st, 0), (ld / S::STAGES - 1) & 1);
+                    if (j == 0)
+                        HP_TRACE(31, j);
                     const uint32_t sk = s_kv + st * 2 * S::KV_TILE;
                     mbar_arrive_expect_tx(bar, S::KV_TILE + (j == 0 ? Q_TILE : 0));
 #pragma unroll
@@ -422,6 +438,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                     if (j == 0) {
                         if (nq > 0)
                             mbar_wait(q_empty, (nq - 1) & 1);
+                        HP_TRACE(33, j);
 #pragma unroll
                         for (int c = 0; c < BLOCKS; c++)
                             tma_load_4d(s_q + (uint32_t)c * S::ROWS * 128, &hp->q_map, bar,
@@ -509,39 +526,53 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // for the next tile's turn 0 before wg 1 had synced on it for this tile's last turn, two
     // arrivals of the same warps in one phase.
     PingPong<S::PINGPONG> turns{wg};
-    for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool last_tile) {
-        const int b = bh / Hq, h = bh - b * Hq, m0 = mb * S::ROWS;
-        const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
-        const int r_wg = m0 + wg * 64;
-        float o[D / 2];
-#pragma unroll
-        for (int i = 0; i < D / 2; i++)
-            o[i] = 0.f;
-        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-
-        // The key tiles this warpgroup computes, [0, n_mine): none for rows past the end
-        // (the last tile's spare warpgroups); causal, those with a key <= its last row +
-        // shift. The rest, up to the tile's n_tiles, it only waits for and releases: the
-        // other warpgroups still need the stage, and the empty barrier counts every
-        // consumer thread. Each thread arrives on q_empty once per tile with keys: after its
-        // last Q K^T has completed, or (n_mine = 0) once the first stage, and Q, are in:
-        // never before the producer has loaded this tile's Q, so never within the phase of
-        // the previous one.
-        const int last_key = r_wg + 63 + shift;
-        const int n_mine = r_wg >= Sq ? 0
-                           : !CAUSAL  ? n_tiles
-                           : last_key < 0 ? 0
-                                          : min(n_tiles, last_key / HP_KEYS + 1);
-        const int row0 = r_wg + wrow + g;             // this thread's first row
-        turns.new_tile();
-
-        const KeyWalk walk = key_walk(c, n_mine, n_tiles, full0, base, Skv, r_wg, row0, shift);
-        key_loop<T, D, CAUSAL, S::STAGES>(
-            walk, o, row_max, row_sum, [&]() { turns.begin(); },
-            [&]() { turns.end(n_tiles, last_tile); }, [&]() { mbar_arrive(q_empty); });
-        base += (uint32_t)n_tiles;
-
-        // The epilogue: while it stores, the producer is already loading the next tile.
+    // A tile as this warpgroup sees it. The key tiles it computes, [0, n_mine): none for rows
+    // past the end (the last tile's spare warpgroups); causal, those with a key <= its last
+    // row + shift. The rest, up to the tile's n_tiles, it only waits for and releases: the
+    // other warpgroups still need the stage, and the empty barrier counts every consumer
+    // thread. Each thread arrives on q_empty once per tile with keys: after its last Q K^T
+    // has completed, or (n_mine = 0) once the first stage, and Q, are in: never before the
+    // producer has loaded this tile's Q, so never within the phase of the previous one.
+    struct Tile {
+        int b, h, r_wg, n_tiles, n_mine;
+        bool last;
+    };
+    TileWalk<CAUSAL> tiles{sc};
+    const gllm_cuda_fastdiv hq_div = gllm_cuda_fastdiv_of((uint32_t)Hq);
+    auto next_tile = [&](Tile &x) {
+        int bh, mb;
+        if (!tiles.next(bh, mb))
+            return false;
+        x.b = (int)gllm_cuda_fastdiv_div(hq_div, (uint32_t)bh), x.h = bh - x.b * Hq;
+        const int m0 = mb * S::ROWS;
+        x.n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
+        x.r_wg = m0 + wg * 64;
+        const int last_key = x.r_wg + 63 + shift;
+        x.n_mine = x.r_wg >= Sq ? 0
+                   : !CAUSAL    ? x.n_tiles
+                   : last_key < 0 ? 0
+                                  : min(x.n_tiles, last_key / HP_KEYS + 1);
+        x.last = tiles.done();
+        return true;
+    };
+    auto walk_of = [&](const Tile &x) {
+        return key_walk(c, x.n_mine, x.n_tiles, full0, base, Skv, x.r_wg, x.r_wg + wrow + g, shift);
+    };
+    // A tile's first turn (Q K^T of its key tile 0) is taken before the previous tile's
+    // epilogue (v25): the epilogue then runs while that Q K^T is on the tensor cores, where
+    // before both warpgroups' epilogues and the next tile's set-up left them idle. The turn
+    // is the tile's turn 0 all the same; turn 0 < n_tiles whenever it issues, so end() needs
+    // no last flag for it.
+    float s[64], o[D / 2];
+    Tile cur, nxt{};
+    bool have = next_tile(cur);
+    float row_max[2], row_sum[2];
+    // The epilogue of tile cur: while it stores, the producer is already loading the next one.
+    // O goes to shared memory here and out (send_o_tile) once the next tile's first Q K^T,
+    // which this runs under, has landed.
+    auto epilogue = [&]() {
+        HP_TRACE(20, 0);
+        const int b = cur.b, h = cur.h, r_wg = cur.r_wg;
         float inv[2];
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
@@ -549,16 +580,19 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             sum += __shfl_xor_sync(0xffffffff, sum, 1);
             sum += __shfl_xor_sync(0xffffffff, sum, 2);
             const int row = r_wg + wrow + g + 8 * hr;
-            inv[hr] = sum > 0.f ? 1.f / sum : 0.f;
+            // A row with keys sums to at least 1 (its reference maximum's exp2(0)), so the
+            // approximate reciprocal's 2 ulp lie far below the output's precision (v25: the
+            // IEEE division's call sat between two tiles).
+            inv[hr] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
             if (row < Sq && p.lse && t == 0)
                 p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
                     sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
         }
+        HP_TRACE(25, 0);
         if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D)) {
             // O through shared memory and a TMA store (v21; rows past Sq lie outside the map
             // and are not written).
-            store_o_tile<T, D>(s_o + (uint32_t)wg * 64 * D * 2, o, inv, wrow, wg, o_thread,
-                               &hp->o_map, r_wg, h, b);
+            put_o_tile<T, D>(s_o + (uint32_t)wg * 64 * D * 2, o, inv, wrow, wg, o_thread);
         } else {
             T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
 #pragma unroll
@@ -567,7 +601,42 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv[hr], t, row < Sq);
             }
         }
-    });
+    };
+    auto first = [&](const Tile &x, auto &&meanwhile) {
+        turns.new_tile();
+        key_first<T, D, S::STAGES>(walk_of(x), s, [&]() { turns.begin(); },
+                                   [&]() { turns.end(x.n_tiles, false); }, meanwhile);
+    };
+    if (S::FIRST_EARLY && have)
+        first(cur, []() {});
+    while (have) {
+        // The next tile's place (divisions) is worked out ahead where the registers allow.
+        bool more = S::FIRST_EARLY && next_tile(nxt);
+        if (!S::FIRST_EARLY)
+            first(cur, []() {});
+        row_max[0] = row_max[1] = -INFINITY;
+        row_sum[0] = row_sum[1] = 0.f;
+#pragma unroll
+        for (int i = 0; i < D / 2; i++)
+            o[i] = 0.f;
+        HP_TRACE(1, cur.n_mine);
+        key_rest<T, D, CAUSAL, S::STAGES>(
+            walk_of(cur), s, o, row_max, row_sum, [&]() { turns.begin(); },
+            [&]() { turns.end(cur.n_tiles, cur.last); }, [&]() { mbar_arrive(q_empty); });
+        base += (uint32_t)cur.n_tiles;
+        if (!S::FIRST_EARLY)
+            more = next_tile(nxt);
+        if (S::FIRST_EARLY && more)
+            first(nxt, epilogue);
+        else
+            epilogue();
+        if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D))
+            send_o_tile<D>(s_o + (uint32_t)wg * 64 * D * 2, o_thread, &hp->o_map, cur.r_wg, cur.h,
+                           cur.b);
+        HP_TRACE(21, 0);
+        cur = nxt;
+        have = more;
+    }
     if (TMA && GLLM_CUDA_HP_O_TILE(D) && o_thread)
         bulk_wait_all();                             // shared memory stays until the stores land
 }

@@ -69,12 +69,41 @@ typedef struct gllm_cuda_attn_params {
 #else
 #define GLLM_CUDA_HP_FN static inline
 #endif
+/* n / d for 0 <= n < 2^31 by a multiply-high, an add and a shift (d >= 1, round-up method):
+ * the kernels divide by values fixed for a launch at every tile, and an integer division
+ * there is some twenty dependent instructions (v25: about 600 cycles between two tiles). m is
+ * 2^32 (2^s - d) / d + 1 rounded down, s the smallest with 2^s >= d. */
+typedef struct gllm_cuda_fastdiv {
+    uint32_t d, m, s;
+} gllm_cuda_fastdiv;
+GLLM_CUDA_HP_FN gllm_cuda_fastdiv gllm_cuda_fastdiv_of(uint32_t d)
+{
+    gllm_cuda_fastdiv f;
+    f.d = d;
+    f.s = 0;
+    while ((1ull << f.s) < d)
+        f.s++;
+    f.m = (uint32_t)(((1ull << 32) * ((1ull << f.s) - d)) / d + 1);
+    return f;
+}
+GLLM_CUDA_HP_FN uint32_t gllm_cuda_fastdiv_div(gllm_cuda_fastdiv f, uint32_t n)
+{
+#ifdef __CUDA_ARCH__
+    const uint32_t hi = __umulhi(n, f.m);
+#else
+    const uint32_t hi = (uint32_t)(((uint64_t)n * f.m) >> 32);
+#endif
+    return (hi + n) >> f.s;
+}
+
 typedef struct gllm_cuda_hp_sched {
     int32_t m_blocks;     /* query tiles per head, M: ceil(Sq / ROWS) */
     int32_t heads;        /* B * Hq */
     int32_t per_head;     /* units per head before the middle tiles: M, or M / 2 paired */
     int32_t units;
     int32_t pair;
+    int32_t grid;         /* the blocks launched */
+    gllm_cuda_fastdiv per_head_div, grid_div;
 } gllm_cuda_hp_sched;
 
 /* heads: B * Hq; grid: the blocks launched (gllm_cuda_hp_grid). */
@@ -87,6 +116,9 @@ GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t row
     s.pair = causal && s.m_blocks >= 2 && (int64_t)s.m_blocks * heads > grid;
     s.per_head = s.pair ? s.m_blocks / 2 : s.m_blocks;
     s.units = s.per_head * heads + (s.pair && s.m_blocks % 2 ? heads : 0);
+    s.grid = grid;
+    s.per_head_div = gllm_cuda_fastdiv_of((uint32_t)(s.per_head > 0 ? s.per_head : 1));
+    s.grid_div = gllm_cuda_fastdiv_of((uint32_t)grid);
     return s;
 }
 
@@ -99,7 +131,8 @@ GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_unit(const gllm_cuda_hp_sched *s, int32_t c
         m[0] = m[1] = s->m_blocks / 2;
         return 1;
     }
-    const int32_t head = u / s->per_head, q = u - head * s->per_head;
+    const int32_t head = (int32_t)gllm_cuda_fastdiv_div(s->per_head_div, (uint32_t)u);
+    const int32_t q = u - head * s->per_head;
     *bh = head;
     m[0] = causal ? s->m_blocks - 1 - q : q;
     m[1] = q;
@@ -116,11 +149,11 @@ GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_unit(const gllm_cuda_hp_sched *s, int32_t c
  * consumer warpgroup of three working), kept it every round while the others kept full ones
  * (simulated, the busiest block against the mean: B8 H16 S1024 D64 1.11 -> 1.03, B32 H32
  * S512 D64 1.10 -> 1.03). Rotating moves every block through the m-tiles. */
-GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_round_unit(int32_t r, int32_t x, int32_t grid,
-                                                int32_t units)
+GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_round_unit(const gllm_cuda_hp_sched *s, int32_t r, int32_t x)
 {
-    const int64_t u = (int64_t)r * grid + (x + r) % grid;
-    return u < units ? (int32_t)u : -1;
+    const uint32_t v = (uint32_t)(x + r), q = gllm_cuda_fastdiv_div(s->grid_div, v);
+    const int64_t u = (int64_t)r * s->grid + (int64_t)(v - q * (uint32_t)s->grid);
+    return u < s->units ? (int32_t)u : -1;
 }
 
 /* Blocks to launch for a persistent Hopper kernel (dense or paged): one per SM, fewer when

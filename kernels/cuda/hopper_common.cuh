@@ -17,6 +17,14 @@ namespace {
 #endif
 
 constexpr int HP_KEYS = GLLM_CUDA_HP_KEYS;       // keys per tile
+
+// Timeline probes (kernels/tools/hp_trace.cu defines GLLM_HP_TRACE and hp_trace; gllmd's image
+// never does): HP_TRACE(code, aux) records an event of the calling warpgroup's first thread.
+#ifdef GLLM_HP_TRACE
+#define HP_TRACE(code, aux) hp_trace((code), (aux))
+#else
+#define HP_TRACE(code, aux) ((void)0)
+#endif
 static_assert(HP_KEYS == 128, "tile shapes below");
 
 // Per head dimension: query rows per block (64 per consumer warpgroup), threads, the bytes of
@@ -43,6 +51,9 @@ template <int D, int STAGES_ = GLLM_CUDA_HP_STAGES(D)> struct Hp {
     // Two consumers take turns at issuing their GEMMs on named barriers (v17, see the
     // header comment); false: v16, the consumers drift freely.
     static constexpr bool PINGPONG = CONSUMERS == 2;
+    // A tile's first Q K^T goes out before the previous tile's epilogue (v25, key_first); at
+    // D = 64 the scores live across the epilogue spilled the 160-register consumers.
+    static constexpr bool FIRST_EARLY = D == 128;
     static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
                       128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
                   "setmaxnreg budget");
@@ -531,46 +542,90 @@ __device__ __forceinline__ KeyWalk key_walk(const Consumer &c, int n_mine, int n
 // turn_end() take a turn, q_done() runs once this warpgroup no longer reads Q (its last
 // Q K^T has completed; with nothing to compute, once the first tile, and Q with it, is in).
 // o, row_max and row_sum are left for the epilogue.
+// The K/V ring as one tile's walk sees it: key tile j is load w.load0 + j.
+template <int D, int STAGES> struct KeyRing {
+    const KeyWalk &w;
+    __device__ __forceinline__ uint32_t stage(int j) const { return (w.load0 + (uint32_t)j) % STAGES; }
+    __device__ __forceinline__ void full_wait(int j, int v) const
+    {
+        mbar_wait(kv_bar<STAGES>(w.full0, stage(j), v), ((w.load0 + (uint32_t)j) / STAGES) & 1);
+    }
+    __device__ __forceinline__ uint64_t k_desc(int j) const
+    {
+        return desc_add(w.dk0, stage(j) * 2 * Hp<D>::KV_TILE);
+    }
+    __device__ __forceinline__ uint64_t v_desc(int j) const
+    {
+        return desc_add(w.dv0, stage(j) * 2 * Hp<D>::KV_TILE);
+    }
+    __device__ __forceinline__ void release(int j, int v) const
+    {
+        mbar_arrive(kv_bar<STAGES>(kv_bar<STAGES>(w.full0, 0, 2), stage(j), v));
+    }
+};
+
+// A tile's first turn: S = Q K^T of key tile 0 issued into s when this warpgroup computes any,
+// meanwhile() run while it is on the tensor cores, and the wait for it; key_rest goes on from
+// there. The kernels take it before the previous tile's epilogue, which they pass as
+// meanwhile (v25). The issue and the wait stay in one branch, meanwhile() copied into both:
+// with the wgmma in flight across a join ptxas cannot see through (two branches on the same
+// condition, or a loop's back edge), it serialised every wgmma of the kernel (its C7515 and
+// C7517 notes), -25 to -30% on every shape.
+template <typename T, int D, int STAGES, typename TurnBegin, typename TurnEnd, typename Meanwhile>
+__device__ __forceinline__ void key_first(const KeyWalk &w, float (&s)[64], TurnBegin &&turn_begin,
+                                          TurnEnd &&turn_end, Meanwhile &&meanwhile)
+{
+    if (w.n_mine > 0) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)                   // defined before the wgmma reads them
+            s[i] = 0.f;
+        const KeyRing<D, STAGES> ring{w};
+        ring.full_wait(0, 0);
+        HP_TRACE(10, 0);
+        turn_begin();
+        HP_TRACE(11, 0);
+        issue_qk<T, D>(s, w.dq, ring.k_desc(0));
+        turn_end();
+        HP_TRACE(12, 0);
+        meanwhile();
+        wg_wait<0>();
+        pin(s);
+        HP_TRACE(13, 0);
+    } else {
+        meanwhile();
+    }
+}
+
+// The rest of the walk after key_first, s holding key tile 0's scores.
 template <typename T, int D, bool CAUSAL, int STAGES, typename TurnBegin, typename TurnEnd,
           typename QDone>
-__device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], float (&row_max)[2],
-                                         float (&row_sum)[2], TurnBegin &&turn_begin,
-                                         TurnEnd &&turn_end, QDone &&q_done)
+__device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float (&o)[D / 2],
+                                         float (&row_max)[2], float (&row_sum)[2],
+                                         TurnBegin &&turn_begin, TurnEnd &&turn_end,
+                                         QDone &&q_done)
 {
-    constexpr uint32_t KV_TILE = Hp<D>::KV_TILE;
-    const uint32_t empty0 = kv_bar<STAGES>(w.full0, 0, 2);
-    auto stage = [&](int j) { return (w.load0 + (uint32_t)j) % STAGES; };
-    auto full_wait = [&](int j, int v) {
-        mbar_wait(kv_bar<STAGES>(w.full0, stage(j), v), ((w.load0 + (uint32_t)j) / STAGES) & 1);
-    };
-    auto k_desc = [&](int j) { return desc_add(w.dk0, stage(j) * 2 * KV_TILE); };
-    auto v_desc = [&](int j) { return desc_add(w.dv0, stage(j) * 2 * KV_TILE); };
-    auto release = [&](int j, int v) { mbar_arrive(kv_bar<STAGES>(empty0, stage(j), v)); };
-    float s[64];
+    const KeyRing<D, STAGES> ring{w};
+    auto full_wait = [&](int j, int v) { ring.full_wait(j, v); };
+    auto k_desc = [&](int j) { return ring.k_desc(j); };
+    auto v_desc = [&](int j) { return ring.v_desc(j); };
+    auto release = [&](int j, int v) { ring.release(j, v); };
     uint32_t pf[8][4];
-#pragma unroll
-    for (int i = 0; i < 64; i++)
-        s[i] = 0.f;
     float scale_o[2] = {1.f, 1.f};
     bool pending = false;                              // O still owes scale_o
     if (w.n_mine > 0) {
-        full_wait(0, 0);
-        turn_begin();
-        issue_qk<T, D>(s, w.dq, k_desc(0));
-        turn_end();
-        wg_wait<0>();
-        pin(s);
         release(0, 0);
         if (w.n_mine == 1)
             q_done();
         mask_tile<CAUSAL>(s, 0, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
         softmax_tile(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale);   // O is 0
         pack_p<T>(s, pf);
+        HP_TRACE(14, 0);
     }
     for (int j = 1; j < w.n_mine; j++) {
         full_wait(j, 0);
         full_wait(j - 1, 1);
         turn_begin();
+        HP_TRACE(11, j);
         issue_qk<T, D>(s, w.dq, k_desc(j));
         if (pending)
             rescale_o<D>(o, scale_o);
@@ -578,6 +633,7 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
         turn_end();
         wg_wait<1>();                                  // S of j is in; P V of j - 1 may not be
         pin(s);
+        HP_TRACE(13, j);
         release(j, 0);                                 // this thread is done with K of j
         if (j == w.n_mine - 1)
             q_done();                                  // the last Q K^T has read Q
@@ -591,7 +647,9 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
     }
     if (w.n_mine > 0) {
         full_wait(w.n_mine - 1, 1);
+        HP_TRACE(16, w.n_mine);
         turn_begin();
+        HP_TRACE(17, w.n_mine);
         if (pending)
             rescale_o<D>(o, scale_o);
         issue_pv<T, D>(o, pf, v_desc(w.n_mine - 1));
@@ -599,6 +657,7 @@ __device__ __forceinline__ void key_loop(const KeyWalk &w, float (&o)[D / 2], fl
         wg_wait<0>();
         pin(o);
         pin(pf);
+        HP_TRACE(18, w.n_mine);
         release(w.n_mine - 1, 1);
     } else {
         turn_begin();                                  // turn 0, with nothing to issue
@@ -678,22 +737,31 @@ __device__ __forceinline__ void write_o_tile(uint32_t s_ow, const float (&o)[D /
     }
 }
 
-// A consumer warpgroup's O through shared memory and a TMA store (v21): the warpgroup writes its
-// tile at s_ow once the previous tile's store has read it, and one thread (o_thread) sends it
-// out as the O map's boxes at rows row0.. of (c2, c3) while the warpgroup goes on; rows outside
-// the map are not written. The caller waits for the last store (bulk_wait_all) before exit.
+// A consumer warpgroup's O through shared memory and a TMA store (v21), in two steps: put_o_tile
+// writes its tile at s_ow once the previous tile's store has read it; send_o_tile has one
+// thread (o_thread) send it out as the O map's boxes at rows row0.. of (c2, c3) while the
+// warpgroup goes on; rows outside the map are not written. The caller waits for the last store
+// (bulk_wait_all) before exit. Two steps since v25: with the send inside the branch that holds
+// the next tile's first Q K^T (key_first), ptxas moved the key loop's stage counters out of
+// uniform registers (its TMA coordinates must be uniform), an R2UR before every wgmma.
 template <typename T, int D>
-__device__ __forceinline__ void store_o_tile(uint32_t s_ow, const float (&o)[D / 2],
-                                             const float (&inv)[2], int wrow, int wg,
-                                             bool o_thread, const void *o_map, int row0, int c2,
-                                             int c3)
+__device__ __forceinline__ void put_o_tile(uint32_t s_ow, const float (&o)[D / 2],
+                                           const float (&inv)[2], int wrow, int wg, bool o_thread)
 {
     if (o_thread)
         bulk_wait_read();
     wg_sync(wg);
+    HP_TRACE(22, 0);
     write_o_tile<T, D>(s_ow, o, inv, wrow);
+    HP_TRACE(23, 0);
     fence_proxy_async();
     wg_sync(wg);
+    HP_TRACE(24, 0);
+}
+template <int D>
+__device__ __forceinline__ void send_o_tile(uint32_t s_ow, bool o_thread, const void *o_map,
+                                            int row0, int c2, int c3)
+{
     if (o_thread) {
 #pragma unroll
         for (int cb = 0; cb < D / GLLM_CUDA_HP_BOX_COLS; cb++)

@@ -299,52 +299,56 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     const bool o_thread = threadIdx.x % 128 == 0;    // issues the warpgroup's O stores
     uint32_t base = 0;                               // K/V loads of the block's earlier units
     PingPong<S::PINGPONG> turns{wg};                 // run on across units
-    // The next unit's item is read a unit ahead, so that the load is not on the path.
+    // The key tiles a unit's warpgroup computes (none for tokens past the item's), the rest of
+    // n_tiles it only waits for and releases, as in the dense kernel.
+    const int r_wg = wg * 64, row0 = r_wg + wrow + c.g;
+    auto walk_of = [&](const PpUnit &x) {
+        const int n_mine =
+            r_wg >= x.w.nq ? 0 : min(x.n_tiles, (r_wg + 63 + x.w.pos0) / HP_KEYS + 1);
+        return key_walk(c, n_mine, x.n_tiles, full0, base, x.w.kv_len, r_wg, row0, x.w.pos0);
+    };
+    // As in the dense kernel (v25), a unit's first turn is taken before the previous unit's
+    // epilogue. The unit after the next one's item is read ahead, so that its load is not on
+    // the path either.
     int u = gllm_cuda_pp_unit(0, x, grid, p.units);
+    PpUnit cur = pp_unit(p, u, pp_work_of(p, u));
+    bool have = u >= 0;
+    u = gllm_cuda_pp_unit(1, x, grid, p.units);
     gllm_cuda_pp_work w_next = pp_work_of(p, u);
-    for (int r = 1; u >= 0; r++) {
-        const PpUnit un = pp_unit(p, u, w_next);
-        u = gllm_cuda_pp_unit(r, x, grid, p.units);
-        w_next = pp_work_of(p, u);
-        const bool last_unit = u < 0;
-        const gllm_cuda_pp_work &w = un.w;
-        float o[D / 2];
-#pragma unroll
-        for (int i = 0; i < D / 2; i++)
-            o[i] = 0.f;
-        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-        const int r_wg = wg * 64, shift = w.pos0, n_tiles = un.n_tiles;
-        // The key tiles this warpgroup computes (none for tokens past the item's), the rest of
-        // n_tiles it only waits for and releases, as in the dense kernel.
-        const int n_mine = r_wg >= w.nq ? 0 : min(n_tiles, (r_wg + 63 + shift) / HP_KEYS + 1);
-        const int row0 = r_wg + wrow + c.g;
-        turns.new_tile();
-
-        // The dense kernel's walk over the key tiles (key_loop), causal over the cache.
-        const KeyWalk walk = key_walk(c, n_mine, n_tiles, full0, base, w.kv_len, r_wg, row0, shift);
-        key_loop<T, D, true, S::STAGES>(
-            walk, o, row_max, row_sum, [&]() { turns.begin(); },
-            [&]() { turns.end(n_tiles, last_unit); }, [&]() { mbar_arrive(q_empty); });
-        base += (uint32_t)n_tiles;
-
-        float inv[2];
+    float s[64], o[D / 2];
+    PpUnit nxt = cur;
+    float row_max[2], row_sum[2];
+    // The epilogue of unit cur in two steps: O to shared memory when the warpgroup's 64 rows
+    // are all the item's (run under the next unit's first Q K^T, and sent once that has
+    // landed), else, in the second step, straight out from registers: with those stores, or
+    // the send, in the branch that holds the Q K^T, ptxas took the key loop's stage counters
+    // out of uniform registers (put_o_tile).
+    float inv[2];
+    auto epilogue = [&]() {
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
             float sum = row_sum[hr];
             sum += __shfl_xor_sync(0xffffffff, sum, 1);
             sum += __shfl_xor_sync(0xffffffff, sum, 2);
-            inv[hr] = sum > 0.f ? 1.f / sum : 0.f;
+            // A row with keys sums to at least 1 (its reference maximum's exp2(0)), so the
+            // approximate reciprocal's 2 ulp lie far below the output's precision (v25: the
+            // IEEE division's call sat between two tiles).
+            inv[hr] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
         }
+        // The warpgroup's 64 rows are all the item's: O through shared memory and a TMA store
+        // as in the dense kernel (v21), sent by one thread while the warpgroup goes on to the
+        // next unit, waited for only before the buffer is written again. Rows past the item's
+        // tokens belong to the next sequence, so a warpgroup that has any stores from registers.
+        if (GLLM_CUDA_PP_O_TILE(D) && r_wg + 64 <= cur.w.nq)
+            put_o_tile<T, D>(s_o + (uint32_t)wg * 64 * D * 2, o, inv, wrow, wg, o_thread);
+    };
+    auto epilogue_out = [&]() {
+        const gllm_cuda_pp_work &w = cur.w;
         if (GLLM_CUDA_PP_O_TILE(D) && r_wg + 64 <= w.nq) {
-            // The warpgroup's 64 rows are all the item's: O through shared memory and a TMA
-            // store as in the dense kernel (v21), sent by one thread while the warpgroup goes
-            // on to the next unit, waited for only before the buffer is written again. Rows
-            // past the item's tokens belong to the next sequence, so a warpgroup that has any
-            // stores from registers.
-            store_o_tile<T, D>(s_o + (uint32_t)wg * 64 * D * 2, o, inv, wrow, wg, o_thread,
-                               &p.o_map, w.q0 + r_wg, un.h, 0);
+            send_o_tile<D>(s_o + (uint32_t)wg * 64 * D * 2, o_thread, &p.o_map, w.q0 + r_wg,
+                           cur.h, 0);
         } else {
-            T *O = reinterpret_cast<T *>(p.out) + (int64_t)un.h * D;
+            T *O = reinterpret_cast<T *>(p.out) + (int64_t)cur.h * D;
             const int64_t o_row = (int64_t)p.Hq * D;
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
@@ -353,6 +357,39 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
                                   row < w.nq);
             }
         }
+    };
+    constexpr bool PP_FIRST_EARLY = D == 128;
+    auto first = [&](const PpUnit &x, auto &&meanwhile) {
+        turns.new_tile();
+        key_first<T, D, S::STAGES>(walk_of(x), s, [&]() { turns.begin(); },
+                                   [&]() { turns.end(x.n_tiles, false); }, meanwhile);
+    };
+    if (PP_FIRST_EARLY && have)
+        first(cur, []() {});
+    for (int r = 2; have; r++) {
+        if (!PP_FIRST_EARLY)
+            first(cur, []() {});
+        const bool more = u >= 0;
+        nxt = pp_unit(p, u, w_next);
+        u = gllm_cuda_pp_unit(r, x, grid, p.units);
+        w_next = pp_work_of(p, u);
+        row_max[0] = row_max[1] = -INFINITY;
+        row_sum[0] = row_sum[1] = 0.f;
+#pragma unroll
+        for (int i = 0; i < D / 2; i++)
+            o[i] = 0.f;
+        // The dense kernel's walk over the key tiles, causal over the cache.
+        key_rest<T, D, true, S::STAGES>(
+            walk_of(cur), s, o, row_max, row_sum, [&]() { turns.begin(); },
+            [&]() { turns.end(cur.n_tiles, !more); }, [&]() { mbar_arrive(q_empty); });
+        base += (uint32_t)cur.n_tiles;
+        if (PP_FIRST_EARLY && more)
+            first(nxt, epilogue);
+        else
+            epilogue();
+        epilogue_out();
+        cur = nxt;
+        have = more;
     }
     if (GLLM_CUDA_PP_O_TILE(D) && o_thread)
         bulk_wait_all();                             // shared memory stays until the stores land

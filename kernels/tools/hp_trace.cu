@@ -1,0 +1,188 @@
+// Timeline of the dense Hopper prefill: runs one shape outside gllmd and records, per warpgroup
+// of the first blocks, when each step of each tile happened (SM clock), for hp_trace.py.
+//
+// Build (sm_90a; the driver's libcuda at run time):
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I kernels/cuda -o hp_trace \
+//        kernels/tools/hp_trace.cu -lcuda
+// Run: hp_trace D B H S causal[0|1] out.bin  (f16, [B, S, H, D] tensors, scale 1/sqrt(D))
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cuda.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <vector>
+
+#define TRACE_BLOCKS 16
+#define TRACE_AGENTS 4
+#define TRACE_N 8192
+#define TRACE_MAX_GRID 1024
+__device__ uint64_t g_trace[TRACE_BLOCKS][TRACE_AGENTS][TRACE_N];
+__device__ uint32_t g_count[TRACE_BLOCKS][TRACE_AGENTS];
+__device__ uint64_t g_span[TRACE_MAX_GRID][3];   // globaltimer at start, end; SM id
+__shared__ uint32_t s_trace_n[TRACE_AGENTS];
+
+// An event of the calling warpgroup (its first thread records it): code, aux, SM clock.
+__device__ __forceinline__ void hp_trace(int code, int aux)
+{
+    if (threadIdx.x % 128 != 0 || blockIdx.x >= TRACE_BLOCKS)
+        return;
+    const unsigned a = threadIdx.x / 128;
+    const unsigned n = s_trace_n[a];
+    if (n < TRACE_N)
+        g_trace[blockIdx.x][a][n] =
+            (uint64_t)(uint32_t)clock() | (uint64_t)(code & 0xff) << 32 | (uint64_t)(aux & 0xffffff) << 40;
+    s_trace_n[a] = n + 1;
+}
+
+#ifndef HP_NO_TRACE                                 // -DHP_NO_TRACE: the same run, untraced
+#define GLLM_HP_TRACE 1
+#endif
+#include "attention_fwd_hopper.cu"
+
+__device__ __forceinline__ uint64_t globaltimer()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+template <bool CAUSAL, int D>
+__global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)
+    traced(const __grid_constant__ gllm_cuda_hp_params hp)
+{
+    if (threadIdx.x < TRACE_AGENTS)
+        s_trace_n[threadIdx.x] = 0;
+    if (threadIdx.x == 0 && blockIdx.x < TRACE_MAX_GRID) {
+        uint32_t sm;
+        asm volatile("mov.u32 %0, %smid;" : "=r"(sm));
+        g_span[blockIdx.x][0] = globaltimer();
+        g_span[blockIdx.x][2] = sm;
+    }
+#ifdef GLLM_HAVE_WGMMA
+    attention_fwd_hopper<__half, CAUSAL, D, true>(hp.a, &hp);
+#endif
+    if (threadIdx.x == 0 && blockIdx.x < TRACE_MAX_GRID)
+        g_span[blockIdx.x][1] = globaltimer();
+    if (threadIdx.x % 128 == 0 && blockIdx.x < TRACE_BLOCKS)
+        g_count[blockIdx.x][threadIdx.x / 128] = s_trace_n[threadIdx.x / 128];
+}
+
+#define CK(x)                                                                                  \
+    do {                                                                                       \
+        cudaError_t e_ = (x);                                                                  \
+        if (e_ != cudaSuccess) {                                                               \
+            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                           \
+            exit(1);                                                                           \
+        }                                                                                      \
+    } while (0)
+
+// [B, S, H, D] as the kernel's 4-D map (D, S, H, B), box_rows rows.
+static void encode(CUtensorMap *m, void *base, int64_t B, int64_t H, int64_t S, int64_t D,
+                   unsigned box_rows)
+{
+    cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
+    cuuint64_t st[3] = {(cuuint64_t)(H * D * 2), (cuuint64_t)(D * 2), (cuuint64_t)(S * H * D * 2)};
+    cuuint32_t box[4] = {GLLM_CUDA_HP_BOX_COLS, box_rows, 1, 1}, one[4] = {1, 1, 1, 1};
+    CUresult r = cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, base, dims, st, box,
+                                        one, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                        CU_TENSOR_MAP_SWIZZLE_128B,
+                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS) {
+        fprintf(stderr, "cuTensorMapEncodeTiled: %d\n", (int)r);
+        exit(1);
+    }
+}
+
+template <bool CAUSAL, int D> static void *kernel() { return (void *)traced<CAUSAL, D>; }
+
+int main(int argc, char **argv)
+{
+    if (argc != 7) {
+        fprintf(stderr, "usage: hp_trace D B H S causal out.bin\n");
+        return 2;
+    }
+    const int D = atoi(argv[1]), B = atoi(argv[2]), H = atoi(argv[3]), S = atoi(argv[4]);
+    const bool causal = atoi(argv[5]) != 0;
+    if ((D != 64 && D != 128) || B < 1 || H < 1 || S < 1)
+        return 2;
+    const size_t n = (size_t)B * S * H * D;
+    std::vector<__half> h(n);
+    uint32_t x = 12345;
+    for (auto &v : h) {
+        x = x * 1664525u + 1013904223u;
+        v = __float2half(((x >> 8) & 0xffff) / 65536.0f - 0.5f);
+    }
+    void *q, *k, *v, *o;
+    CK(cudaMalloc(&q, n * 2));
+    CK(cudaMalloc(&k, n * 2));
+    CK(cudaMalloc(&v, n * 2));
+    CK(cudaMalloc(&o, n * 2));
+    CK(cudaMemcpy(q, h.data(), n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(k, h.data(), n * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(v, h.data(), n * 2, cudaMemcpyHostToDevice));
+    gllm_cuda_hp_params hp = {};
+    gllm_cuda_attn_params &p = hp.a;
+    p.q = q, p.k = k, p.v = v, p.out = o, p.lse = nullptr;
+    p.B = B, p.Hq = H, p.Hkv = H, p.Sq = S, p.Skv = S, p.D = D;
+    const int64_t st[4] = {(int64_t)S * H * D, D, (int64_t)H * D, 1};
+    for (int i = 0; i < 4; i++)
+        p.q_st[i] = p.k_st[i] = p.v_st[i] = p.o_st[i] = st[i];
+    p.scale = 1.0f / sqrtf((float)D);
+    p.causal = causal;
+    encode((CUtensorMap *)&hp.q_map, q, B, H, S, D, GLLM_CUDA_HP_ROWS(D));
+    encode((CUtensorMap *)&hp.k_map, k, B, H, S, D, GLLM_CUDA_HP_KEYS);
+    encode((CUtensorMap *)&hp.v_map, v, B, H, S, D, GLLM_CUDA_HP_KEYS);
+    encode((CUtensorMap *)&hp.o_map, o, B, H, S, D, GLLM_CUDA_HP_O_ROWS);
+
+    int sms;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int grid = (int)gllm_cuda_hp_grid(S, D, (int64_t)B * H, sms);
+    const int smem = GLLM_CUDA_HP_SMEM(D), threads = GLLM_CUDA_HP_THREADS(D);
+    void *fn = D == 128 ? (causal ? kernel<true, 128>() : kernel<false, 128>())
+                        : (causal ? kernel<true, 64>() : kernel<false, 64>());
+    CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    void *args[] = {&hp};
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int iters = 20;
+    for (int i = 0; i < 3; i++)
+        CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
+    CK(cudaEventRecord(e0));
+    for (int i = 0; i < iters; i++)
+        CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    const double flop = 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
+    const double us = ms * 1000.0 / iters;
+    printf("D%d B%d H%d S%d causal %d: grid %d, %.1f us, %.1f TFLOP/s\n", D, B, H, S, causal, grid,
+           us, flop / us * 1e-6);
+
+    // The recorded launch: the last one above left its trace; one more, alone, for a clean one.
+    CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
+    CK(cudaDeviceSynchronize());
+    static uint64_t tr[TRACE_BLOCKS][TRACE_AGENTS][TRACE_N];
+    static uint32_t cnt[TRACE_BLOCKS][TRACE_AGENTS];
+    static uint64_t span[TRACE_MAX_GRID][3];
+    CK(cudaMemcpyFromSymbol(tr, g_trace, sizeof tr));
+    CK(cudaMemcpyFromSymbol(cnt, g_count, sizeof cnt));
+    CK(cudaMemcpyFromSymbol(span, g_span, sizeof span));
+    FILE *f = fopen(argv[6], "wb");
+    if (!f)
+        return 1;
+    const int32_t hdr[8] = {D, B, H, S, causal, grid, TRACE_BLOCKS, TRACE_AGENTS};
+    fwrite(hdr, sizeof hdr, 1, f);
+    const float perf[2] = {(float)us, (float)(flop / us * 1e-6)};
+    fwrite(perf, sizeof perf, 1, f);
+    fwrite(cnt, sizeof cnt, 1, f);
+    for (int b = 0; b < TRACE_BLOCKS; b++)
+        for (int a = 0; a < TRACE_AGENTS; a++)
+            fwrite(tr[b][a], 8, cnt[b][a] < TRACE_N ? cnt[b][a] : TRACE_N, f);
+    fwrite(span, sizeof(uint64_t) * 3, grid < TRACE_MAX_GRID ? grid : TRACE_MAX_GRID, f);
+    fclose(f);
+    return 0;
+}
