@@ -146,11 +146,13 @@ struct PpUnit {
     bool tail;
 };
 
+// hq: p.Hq as a gllm_cuda_fastdiv (the division sat between two units, as the dense kernel's
+// did, v25).
 __device__ __forceinline__ PpUnit pp_unit(const gllm_cuda_pp_params &p, int u,
-                                          const gllm_cuda_pp_work &w)
+                                          const gllm_cuda_pp_work &w, gllm_cuda_fastdiv hq)
 {
     PpUnit x;
-    x.h = u % p.Hq;
+    x.h = u < 0 ? 0 : u - (int)gllm_cuda_fastdiv_div(hq, (uint32_t)u) * p.Hq;
     x.w = w;
     const int n_end = min(w.kv_len, w.pos0 + w.nq);   // one past the last key any token sees
     x.n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
@@ -160,9 +162,10 @@ __device__ __forceinline__ PpUnit pp_unit(const gllm_cuda_pp_params &p, int u,
 }
 
 // The work item of unit u, or zeros when u < 0 (no unit).
-__device__ __forceinline__ gllm_cuda_pp_work pp_work_of(const gllm_cuda_pp_params &p, int u)
+__device__ __forceinline__ gllm_cuda_pp_work pp_work_of(const gllm_cuda_pp_params &p, int u,
+                                                      gllm_cuda_fastdiv hq)
 {
-    return u >= 0 ? p.work[u / p.Hq] : gllm_cuda_pp_work{0, 0, 0, 0, 0};
+    return u >= 0 ? p.work[gllm_cuda_fastdiv_div(hq, (uint32_t)u)] : gllm_cuda_pp_work{0, 0, 0, 0, 0};
 }
 
 template <typename T, int D>
@@ -184,6 +187,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int x = (int)blockIdx.x, grid = (int)gridDim.x;
+    const gllm_cuda_fastdiv hq = gllm_cuda_fastdiv_of((uint32_t)p.Hq);
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2 * S::STAGES; i++) {
             mbar_init(full0 + 8 * i, D / GLLM_CUDA_HP_BOX_COLS);   // a producer warp per block
@@ -215,7 +219,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         // The producer runs stages ahead of the consumers, so it reads each unit's item when
         // it comes to it (its registers are few).
         for (int r = 0, u; (u = gllm_cuda_pp_unit(r, x, grid, p.units)) >= 0; r++) {
-            const PpUnit un = pp_unit(p, u, pp_work_of(p, u));
+            const PpUnit un = pp_unit(p, u, pp_work_of(p, u, hq), hq);
             const gllm_cuda_pp_work &w = un.w;
             const int seq_pages = (w.kv_len + ps - 1) / ps, hk = un.h / p.group;
             // Q will wait for q_empty, near the end of the previous unit: until then it comes
@@ -311,10 +315,10 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     // epilogue. The unit after the next one's item is read ahead, so that its load is not on
     // the path either.
     int u = gllm_cuda_pp_unit(0, x, grid, p.units);
-    PpUnit cur = pp_unit(p, u, pp_work_of(p, u));
+    PpUnit cur = pp_unit(p, u, pp_work_of(p, u, hq), hq);
     bool have = u >= 0;
     u = gllm_cuda_pp_unit(1, x, grid, p.units);
-    gllm_cuda_pp_work w_next = pp_work_of(p, u);
+    gllm_cuda_pp_work w_next = pp_work_of(p, u, hq);
     float s[64], o[D / 2];
     PpUnit nxt = cur;
     float row_max[2], row_sum[2];
@@ -370,9 +374,9 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         if (!PP_FIRST_EARLY)
             first(cur, []() {});
         const bool more = u >= 0;
-        nxt = pp_unit(p, u, w_next);
+        nxt = pp_unit(p, u, w_next, hq);
         u = gllm_cuda_pp_unit(r, x, grid, p.units);
-        w_next = pp_work_of(p, u);
+        w_next = pp_work_of(p, u, hq);
         row_max[0] = row_max[1] = -INFINITY;
         row_sum[0] = row_sum[1] = 0.f;
 #pragma unroll
