@@ -250,6 +250,20 @@
 // same trap, the light (5, 0) always on the same blocks), S4k +4%, S512 and S2k level; D = 128
 // level (within 1%).
 //
+// The tile boundary (v25). A timeline of the kernel (kernels/tools/hp_trace.cu, the HP_TRACE
+// probes) at D = 128 S512 put about 5800 cycles between a warpgroup's last P V and its next
+// tile's second turn: the epilogue about 1200, the next tile's set-up about 700 (integer
+// divisions in the tile walk), its first softmax about 1450, with the tensor cores idle about
+// 2200 cycles at each boundary. Now the walk divides by launch constants (gllm_cuda_fastdiv),
+// the epilogue's reciprocal is the approximate one, and at D = 128 a tile's first Q K^T goes
+// out before the previous tile's epilogue, which runs under it (key_first; O written to
+// shared memory there, sent after the wait, see put_o_tile). Expected +10-20% at S512 from
+// the early Q K^T; it moved D = 128 under 1% (the epilogue and the first softmax stay in
+// series on each warpgroup's path), the divisions and the reciprocal more. Measured against
+// 62a056f in one call, H100 (H200 alike): D = 64 S512 369 -> 384 TFLOP/s, S1k 439 -> 455
+// (0.99 -> 1.03x cuDNN), S2k-4k +3%; D = 128 S512 480 -> 495, S1k 584 -> 599, causal S1k
+// 431 -> 452; long S level. The ptxas pitfalls met on the way are in key_first's comment.
+//
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
 // registers.
