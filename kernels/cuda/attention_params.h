@@ -139,7 +139,7 @@ GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_unit(const gllm_cuda_hp_sched *s, int32_t c
     return s->pair ? 2 : 1;
 }
 
-/* The unit block x of a grid of `grid` blocks takes in round r, or -1 when it has none (then
+/* The unit block x of s->grid blocks takes in round r, or -1 when it has none (then
  * none in any later round): round r is units [r * grid, (r + 1) * grid), so the units in
  * flight stay neighbours (the same heads, sharing K/V in L2), and block x takes the
  * ((x + r) mod grid)-th of them. A plain stride (block x taking units x, x + grid, ...) gives
