@@ -122,12 +122,12 @@
 // L2 when the producer starts the tile's loads, one to three key tiles before that wait ends,
 // so the copy after it is a trip to L2 only. Stages and barrier phases run on a block-wide
 // load counter; the ping-pong turns run on across tiles. The schedule (gllm_cuda_hp_schedule,
-// attention_params.h) is static, block x taking units x, x + grid, ...: non-causal tiles are
-// all the same work (all but a head's part-filled last m-tile, which v23 found the stride kept
-// on the same blocks; its rounds are rotated since), so a static stride is as even as the
-// hardware's block scheduler (the same rounds), with the heads in order so that the tiles in flight share K/V in L2 (132 blocks:
-// about 8 heads at S = 2048). Causal tiles differ up to M-fold (M m-tiles per head), and a
-// stride over them in a fixed order leaves some blocks with the heavy ones (simulated, heads
+// attention_params.h) is static, block x taking units x, x + grid, ...: non-causal tiles are all
+// the same work (all but a head's part-filled last m-tile, which v23 found the stride kept on the
+// same blocks; its rounds are rotated since), so a static stride is as even as the hardware's block
+// scheduler (the same rounds), with the heads in order so that the tiles in flight share K/V in L2
+// (132 blocks: about 8 heads at S = 2048). Causal tiles differ up to M-fold (M m-tiles per head),
+// and a stride over them in a fixed order leaves some blocks with the heavy ones (simulated, heads
 // in order: up to 1.7x the mean block); pairing tile M - 1 - q with tile q makes every unit
 // about M + 1 key tiles, so the stride balances to within one unit. Simulated in key tiles,
 // per-tile costs left out, the busiest block against the mean: causal B4 H32 S2048, B2 H32
@@ -164,11 +164,11 @@
 // Measured (H100, two calls, against v20 in each): +2-4% on every D = 64 sweep shape (S16k
 // 530 -> 539, causal 495 -> 511, S4096 490 -> 508, S512 344 -> 351), D = 128 unchanged. The
 // rest of v20's D = 64 loss remains.
-// The consumers' walk over a tile's keys is key_loop (hopper_common.cuh), shared with the
-// Hopper paged prefill since v20c; Hp::PIPELINE and v13's one-tile-at-a-time loop, kept only
-// to measure against, went with it. Same instruction count in both D = 128 and D = 64 dense
-// kernels; measured level (H100, same call: 632/635 -> 632/632, 522 -> 525/521, 631/627 ->
-// 625/628, 350/355 -> 356/365; 38 of 38 float64 cases, paged 32 of 32).
+// The consumers' walk over a tile's keys was key_loop (hopper_common.cuh; key_first and key_rest
+// since v25), shared with the Hopper paged prefill since v20c; Hp::PIPELINE and v13's
+// one-tile-at-a-time loop, kept only to measure against, went with it. Same instruction count in
+// both D = 128 and D = 64 dense kernels; measured level (H100, same call: 632/635 -> 632/632, 522
+// -> 525/521, 631/627 -> 625/628, 350/355 -> 356/365; 38 of 38 float64 cases, paged 32 of 32).
 // The epilogue (v20d). Two probes first, each a build that skipped one thing (H100, same
 // call, S512-2048 of the sweep): a producer that did not wait for q_empty before loading the
 // next Q (results wrong, timing the upper bound of hiding Q's load) was level everywhere; an
@@ -616,18 +616,13 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             }
         }
     };
-    auto first = [&](const Tile &x, auto &&meanwhile) {
-        turns.new_tile();
-        key_first<T, D, S::STAGES>(walk_of(x), s, [&]() { turns.begin(); },
-                                   [&]() { turns.end(x.n_tiles, false); }, meanwhile);
-    };
     if (S::FIRST_EARLY && have)
-        first(cur, []() {});
+        key_first<T, D, S::STAGES>(walk_of(cur), s, turns, []() {});
     while (have) {
         // The next tile's place (divisions) is worked out ahead where the registers allow.
         bool more = S::FIRST_EARLY && next_tile(nxt);
         if (!S::FIRST_EARLY)
-            first(cur, []() {});
+            key_first<T, D, S::STAGES>(walk_of(cur), s, turns, []() {});
         row_max[0] = row_max[1] = -INFINITY;
         row_sum[0] = row_sum[1] = 0.f;
 #pragma unroll
@@ -635,13 +630,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             o[i] = 0.f;
         HP_TRACE(1, cur.n_mine);
         key_rest<T, D, CAUSAL, S::STAGES>(
-            walk_of(cur), s, o, row_max, row_sum, [&]() { turns.begin(); },
-            [&]() { turns.end(cur.n_tiles, cur.last); }, [&]() { mbar_arrive(q_empty); });
+            walk_of(cur), s, o, row_max, row_sum, turns, cur.last, q_empty);
         base += (uint32_t)cur.n_tiles;
         if (!S::FIRST_EARLY)
             more = next_tile(nxt);
         if (S::FIRST_EARLY && more)
-            first(nxt, epilogue);
+            key_first<T, D, S::STAGES>(walk_of(nxt), s, turns, epilogue);
         else
             epilogue();
         if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D))

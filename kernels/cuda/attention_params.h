@@ -192,10 +192,10 @@ typedef struct gllm_cuda_hp_params {
 
 /* gllm_paged_prefill_hopper_{f16,bf16}_d{64,128} (sm_90a image only): chunked prefill over the
  * paged cache, causal over it, with the dense Hopper kernel's consumers and a TMA producer.
- * Persistent: grid (gllm_cuda_persistent_grid(units, SMs), 1), block GLLM_CUDA_HP_THREADS(D), dynamic
- * shared memory GLLM_CUDA_PP_SMEM(D). A unit is head h of work item i (unit i * Hq + h: heads
- * fastest); each block takes the units gllm_cuda_pp_unit gives it, round by round. A work item
- * is up to GLLM_CUDA_HP_ROWS(D) query tokens of one sequence, token i seeing keys <= pos0 + i.
+ * Persistent: grid (gllm_cuda_persistent_grid(units, SMs), 1), block GLLM_CUDA_HP_THREADS(D),
+ * dynamic shared memory GLLM_CUDA_PP_SMEM(D). A unit is head h of work item i (unit i * Hq + h:
+ * heads fastest); each block takes the units gllm_cuda_pp_unit gives it, round by round. A work
+ * item is up to GLLM_CUDA_HP_ROWS(D) query tokens of one sequence, token i seeing keys <= pos0 + i.
  * The parameter is passed __grid_constant__: q_map is q [N, Hq, D] as 4-D (D, N, Hq, 1), boxes
  * of GLLM_CUDA_HP_BOX_COLS columns by GLLM_CUDA_HP_ROWS(D) tokens; k_map and v_map are the pools
  * [num_pages, page_size, Hkv, D] as 4-D (D, page_size, Hkv, num_pages), boxes of

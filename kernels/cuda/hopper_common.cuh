@@ -45,14 +45,15 @@ template <int D, int STAGES_ = GLLM_CUDA_HP_STAGES(D)> struct Hp {
     static constexpr int CONSUMER_RAW =
         (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
     static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
-    // Consumers always issue tile j's Q K^T before tile j - 1's P V (key_loop); v13's one
+    // Consumers always issue tile j's Q K^T before tile j - 1's P V (key_rest); v13's one
     // tile at a time, kept until v20b to measure against, went when both kernels came to
-    // share key_loop.
+    // share the key walk.
     // Two consumers take turns at issuing their GEMMs on named barriers (v17, see the
     // header comment); false: v16, the consumers drift freely.
     static constexpr bool PINGPONG = CONSUMERS == 2;
-    // A tile's first Q K^T goes out before the previous tile's epilogue (v25, key_first); at
-    // D = 64 the scores live across the epilogue spilled the 160-register consumers.
+    // A tile's first Q K^T goes out before the previous tile's epilogue (v25, key_first). Not
+    // at D = 64: its first form spilled the 160-register consumers there, and its epilogue
+    // stores from registers, with no shared-memory write for the Q K^T to hide.
     static constexpr bool FIRST_EARLY = D == 128;
     static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
                       128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
@@ -471,7 +472,7 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4
 }
 
 
-// What the consumers' walk over one query tile's key tiles needs (key_loop): the tiles this
+// What the consumers' walk over one query tile's key tiles needs (KeyWalk): the tiles this
 // warpgroup computes, [0, n_mine), and the block's, [0, n_tiles); the descriptors of its Q
 // rows and of stage 0's K and V; the K/V ring (kv_bar's first barrier, and load0: the
 // block's loads before this tile's first, so that key tile j is load load0 + j, in stage
@@ -526,26 +527,13 @@ __device__ __forceinline__ KeyWalk key_walk(const Consumer &c, int n_mine, int n
             c.masked, c.qk_scale, c.pos_scale};
 }
 
-// The consumers' walk over the key tiles of one query tile (the dense kernel) or work item
-// (the paged prefill). Tiles [0, n_mine) are computed with intra-warpgroup pipelining
-// (FlashAttention-3, section 3.2): tile j's S = Q K^T is issued before tile j - 1's O += P V,
-// and the softmax of tile j runs while P V is on the tensor cores; O's rescale for tile j
-// waits for the next iteration (P V of j - 1 must land first), row_sum's happens at once.
-// Live across the softmax: O (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j
-// (64). K and V of a stage have barriers of their own (v21, kv_bar): K of tile j is released
-// as soon as its Q K^T has completed, a turn before V of tile j, whose P V comes a turn
-// later, so the producer can refill K that much earlier. Tiles [n_mine, n_tiles) are only
-// waited for and released: the other warpgroups still need the stage, and the empty
-// barriers count every consumer thread. Each warpgroup takes n_tiles + 1 ping-pong turns
-// (turn j: the issues before S of tile j is read; the last: the last P V; a turn with
-// nothing to issue is only its sync and arrive). The caller's hooks: turn_begin() and
-// turn_end() take a turn, q_done() runs once this warpgroup no longer reads Q (its last
-// Q K^T has completed; with nothing to compute, once the first tile, and Q with it, is in).
-// o, row_max and row_sum are left for the epilogue.
 // The K/V ring as one tile's walk sees it: key tile j is load w.load0 + j.
 template <int D, int STAGES> struct KeyRing {
     const KeyWalk &w;
-    __device__ __forceinline__ uint32_t stage(int j) const { return (w.load0 + (uint32_t)j) % STAGES; }
+    __device__ __forceinline__ uint32_t stage(int j) const
+    {
+        return (w.load0 + (uint32_t)j) % STAGES;
+    }
     __device__ __forceinline__ void full_wait(int j, int v) const
     {
         mbar_wait(kv_bar<STAGES>(w.full0, stage(j), v), ((w.load0 + (uint32_t)j) / STAGES) & 1);
@@ -564,6 +552,53 @@ template <int D, int STAGES> struct KeyRing {
     }
 };
 
+// The ping-pong turns of two consumer warpgroups (v17; the dense kernel's comment on them), run
+// on across a block's tiles: begin() waits until the partner has ended its previous turn (wg
+// 0's first turn of the block goes at once), end() lets the partner start its next; wg 1 skips
+// the arrival after the block's last turn (its tile's n_tiles-th, last_tile), which nobody waits
+// for. new_tile() restarts the count of a tile's turns. Without ping-pong (PINGPONG false) only
+// the counts move.
+template <bool PINGPONG> struct PingPong {
+    int wg, turns = 0, turn = 0;                 // turns: the block's, turn: this tile's
+    __device__ __forceinline__ void new_tile() { turn = 0; }
+    __device__ __forceinline__ void begin() const
+    {
+        if constexpr (PINGPONG) {
+            if (wg == 1)
+                named_sync<PP_BAR + 1>();
+            else if (turns > 0)
+                named_sync<PP_BAR>();
+        }
+    }
+    __device__ __forceinline__ void end(int n_tiles, bool last_tile)
+    {
+        if constexpr (PINGPONG) {
+            if (wg == 0)
+                named_arrive<PP_BAR + 1>();
+            else if (turn < n_tiles || !last_tile)
+                named_arrive<PP_BAR>();
+        }
+        turn++;
+        turns++;
+    }
+};
+
+// The consumers' walk over the key tiles of one query tile (the dense kernel) or work item (the
+// paged prefill): key_first's turn 0, then key_rest's turns. Tiles [0, n_mine) are computed with
+// intra-warpgroup pipelining (FlashAttention-3, section 3.2): tile j's S = Q K^T is issued before
+// tile j - 1's O += P V, and the softmax of tile j runs while P V is on the tensor cores; O's
+// rescale for tile j waits for the next iteration (P V of j - 1 must land first), row_sum's happens
+// at once. Live across the softmax: O (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j
+// (64). K and V of a stage have barriers of their own (v21, kv_bar): K of tile j is released as
+// soon as its Q K^T has completed, a turn before V of tile j, whose P V comes a turn later, so the
+// producer can refill K that much earlier. Tiles [n_mine, n_tiles) are only waited for and
+// released: the other warpgroups still need the stage, and the empty barriers count every consumer
+// thread. Each warpgroup takes n_tiles + 1 ping-pong turns (turn j: the issues before S of tile j
+// is read; the last: the last P V; a turn with nothing to issue is only its sync and arrive) on
+// the caller's PingPong, last_tile being whether this is the block's last tile. Each thread
+// arrives on q_empty once this warpgroup no longer reads Q (its last Q K^T has completed; with
+// nothing to compute, once the first tile, and Q with it, is in). o (zeroed by the caller),
+// row_max and row_sum are left for the epilogue.
 // A tile's first turn: S = Q K^T of key tile 0 issued into s when this warpgroup computes any,
 // meanwhile() run while it is on the tensor cores, and the wait for it; key_rest goes on from
 // there. The kernels take it before the previous tile's epilogue, which they pass as
@@ -571,10 +606,11 @@ template <int D, int STAGES> struct KeyRing {
 // with the wgmma in flight across a join ptxas cannot see through (two branches on the same
 // condition, or a loop's back edge), it serialised every wgmma of the kernel (its C7515 and
 // C7517 notes), -25 to -30% on every shape.
-template <typename T, int D, int STAGES, typename TurnBegin, typename TurnEnd, typename Meanwhile>
-__device__ __forceinline__ void key_first(const KeyWalk &w, float (&s)[64], TurnBegin &&turn_begin,
-                                          TurnEnd &&turn_end, Meanwhile &&meanwhile)
+template <typename T, int D, int STAGES, bool PINGPONG, typename Meanwhile>
+__device__ __forceinline__ void key_first(const KeyWalk &w, float (&s)[64],
+                                          PingPong<PINGPONG> &turns, Meanwhile &&meanwhile)
 {
+    turns.new_tile();
     if (w.n_mine > 0) {
 #pragma unroll
         for (int i = 0; i < 64; i++)                   // defined before the wgmma reads them
@@ -582,10 +618,10 @@ __device__ __forceinline__ void key_first(const KeyWalk &w, float (&s)[64], Turn
         const KeyRing<D, STAGES> ring{w};
         ring.full_wait(0, 0);
         HP_TRACE(10, 0);
-        turn_begin();
+        turns.begin();
         HP_TRACE(11, 0);
         issue_qk<T, D>(s, w.dq, ring.k_desc(0));
-        turn_end();
+        turns.end(w.n_tiles, false);                   // turn 0 < n_tiles: no last flag
         HP_TRACE(12, 0);
         meanwhile();
         wg_wait<0>();
@@ -597,81 +633,76 @@ __device__ __forceinline__ void key_first(const KeyWalk &w, float (&s)[64], Turn
 }
 
 // The rest of the walk after key_first, s holding key tile 0's scores.
-template <typename T, int D, bool CAUSAL, int STAGES, typename TurnBegin, typename TurnEnd,
-          typename QDone>
+template <typename T, int D, bool CAUSAL, int STAGES, bool PINGPONG>
 __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float (&o)[D / 2],
                                          float (&row_max)[2], float (&row_sum)[2],
-                                         TurnBegin &&turn_begin, TurnEnd &&turn_end,
-                                         QDone &&q_done)
+                                         PingPong<PINGPONG> &turns, bool last_tile,
+                                         uint32_t q_empty)
 {
     const KeyRing<D, STAGES> ring{w};
-    auto full_wait = [&](int j, int v) { ring.full_wait(j, v); };
-    auto k_desc = [&](int j) { return ring.k_desc(j); };
-    auto v_desc = [&](int j) { return ring.v_desc(j); };
-    auto release = [&](int j, int v) { ring.release(j, v); };
     uint32_t pf[8][4];
     float scale_o[2] = {1.f, 1.f};
     bool pending = false;                              // O still owes scale_o
     if (w.n_mine > 0) {
-        release(0, 0);
+        ring.release(0, 0);
         if (w.n_mine == 1)
-            q_done();
+            mbar_arrive(q_empty);
         mask_tile<CAUSAL>(s, 0, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
         softmax_tile(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale);   // O is 0
         pack_p<T>(s, pf);
         HP_TRACE(14, 0);
     }
     for (int j = 1; j < w.n_mine; j++) {
-        full_wait(j, 0);
-        full_wait(j - 1, 1);
-        turn_begin();
+        ring.full_wait(j, 0);
+        ring.full_wait(j - 1, 1);
+        turns.begin();
         HP_TRACE(11, j);
-        issue_qk<T, D>(s, w.dq, k_desc(j));
+        issue_qk<T, D>(s, w.dq, ring.k_desc(j));
         if (pending)
             rescale_o<D>(o, scale_o);
-        issue_pv<T, D>(o, pf, v_desc(j - 1));
-        turn_end();
+        issue_pv<T, D>(o, pf, ring.v_desc(j - 1));
+        turns.end(w.n_tiles, last_tile);
         wg_wait<1>();                                  // S of j is in; P V of j - 1 may not be
         pin(s);
         HP_TRACE(13, j);
-        release(j, 0);                                 // this thread is done with K of j
+        ring.release(j, 0);                            // this thread is done with K of j
         if (j == w.n_mine - 1)
-            q_done();                                  // the last Q K^T has read Q
+            mbar_arrive(q_empty);                      // the last Q K^T has read Q
         mask_tile<CAUSAL>(s, j * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
         pending = softmax_tile(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale);
         wg_wait<0>();
         pin(o);
         pin(pf);
-        release(j - 1, 1);                             // and with V of j - 1
+        ring.release(j - 1, 1);                        // and with V of j - 1
         pack_p<T>(s, pf);
     }
     if (w.n_mine > 0) {
-        full_wait(w.n_mine - 1, 1);
+        ring.full_wait(w.n_mine - 1, 1);
         HP_TRACE(16, w.n_mine);
-        turn_begin();
+        turns.begin();
         HP_TRACE(17, w.n_mine);
         if (pending)
             rescale_o<D>(o, scale_o);
-        issue_pv<T, D>(o, pf, v_desc(w.n_mine - 1));
-        turn_end();
+        issue_pv<T, D>(o, pf, ring.v_desc(w.n_mine - 1));
+        turns.end(w.n_tiles, last_tile);
         wg_wait<0>();
         pin(o);
         pin(pf);
         HP_TRACE(18, w.n_mine);
-        release(w.n_mine - 1, 1);
+        ring.release(w.n_mine - 1, 1);
     } else {
-        turn_begin();                                  // turn 0, with nothing to issue
-        turn_end();
+        turns.begin();                                  // turn 0, with nothing to issue
+        turns.end(w.n_tiles, last_tile);
     }
     for (int j = w.n_mine; j < w.n_tiles; j++) {
-        full_wait(j, 0);
+        ring.full_wait(j, 0);
         if (j == 0)
-            q_done();                                  // Q is in and this warpgroup skips it
-        release(j, 0);
-        full_wait(j, 1);
-        release(j, 1);
-        turn_begin();
-        turn_end();
+            mbar_arrive(q_empty);                      // Q is in and this warpgroup skips it
+        ring.release(j, 0);
+        ring.full_wait(j, 1);
+        ring.release(j, 1);
+        turns.begin();
+        turns.end(w.n_tiles, last_tile);
     }
 }
 // One output row of a consumer's tile (row g + 8 hr of its warp), scaled by inv and stored
@@ -770,37 +801,6 @@ __device__ __forceinline__ void send_o_tile(uint32_t s_ow, bool o_thread, const 
         bulk_commit();
     }
 }
-
-// The ping-pong turns of two consumer warpgroups (v17; the dense kernel's comment on them), run
-// on across a block's tiles: begin() waits until the partner has ended its previous turn (wg
-// 0's first turn of the block goes at once), end() lets the partner start its next; wg 1 skips
-// the arrival after the block's last turn (its tile's n_tiles-th, last_tile), which nobody waits
-// for. new_tile() restarts the count of a tile's turns. Without ping-pong (PINGPONG false) only
-// the counts move.
-template <bool PINGPONG> struct PingPong {
-    int wg, turns = 0, turn = 0;                 // turns: the block's, turn: this tile's
-    __device__ __forceinline__ void new_tile() { turn = 0; }
-    __device__ __forceinline__ void begin() const
-    {
-        if constexpr (PINGPONG) {
-            if (wg == 1)
-                named_sync<PP_BAR + 1>();
-            else if (turns > 0)
-                named_sync<PP_BAR>();
-        }
-    }
-    __device__ __forceinline__ void end(int n_tiles, bool last_tile)
-    {
-        if constexpr (PINGPONG) {
-            if (wg == 0)
-                named_arrive<PP_BAR + 1>();
-            else if (turn < n_tiles || !last_tile)
-                named_arrive<PP_BAR>();
-        }
-        turn++;
-        turns++;
-    }
-};
 
 #endif // GLLM_HAVE_WGMMA
 

@@ -95,11 +95,11 @@
 // zeroing now waits on V's boxes only) another +1-5%: the final tree's call against b5c7564,
 // 442 -> 473, 475 -> 484, 244 -> 267 TFLOP/s (0.79 / 0.79 / 0.70x the dense kernel, which
 // moved too). Two stages measured level here and an O tile with a TMA store for warpgroups
-// whose rows are all the item's lost 2-4%, so the paged prefill kept three stages and
-// register stores (GLLM_CUDA_PP_STAGES) until it was persistent (pp3o, below). Then a warp for K and one for V, each on its own
-// barriers, so that neither waits on the other's issues (the warpgroup's other three warps
-// had nothing to do). Expected +3-10% on the long chunks if the single warp's issues still
-// held the stages back. Measured (same call, with B64 x 2048 added): 466 -> 520, 493 -> 547,
+// whose rows are all the item's lost 2-4%, so the paged prefill kept three stages and register
+// stores (GLLM_CUDA_PP_STAGES) until it was persistent (pp3o, below). Then a warp for K and one for
+// V, each on its own barriers, so that neither waits on the other's issues (the warpgroup's other
+// three warps had nothing to do). Expected +3-10% on the long chunks if the single warp's issues
+// still held the stages back. Measured (same call, with B64 x 2048 added): 466 -> 520, 493 -> 547,
 // 268 -> 272, 470 -> 530 TFLOP/s (+11-13% on the long chunks, B32 x 512 +1.5%). And a warp per
 // (K or V, column block), four at D = 128 (same call against two): 520 -> 533, 555 -> 556,
 // 271 -> 273, 526 -> 540: 0.90 / 0.94 / 0.73 / 0.90x the dense kernel on the same tokens.
@@ -165,7 +165,8 @@ __device__ __forceinline__ PpUnit pp_unit(const gllm_cuda_pp_params &p, int u,
 __device__ __forceinline__ gllm_cuda_pp_work pp_work_of(const gllm_cuda_pp_params &p, int u,
                                                       gllm_cuda_fastdiv hq)
 {
-    return u >= 0 ? p.work[gllm_cuda_fastdiv_div(hq, (uint32_t)u)] : gllm_cuda_pp_work{0, 0, 0, 0, 0};
+    return u >= 0 ? p.work[gllm_cuda_fastdiv_div(hq, (uint32_t)u)]
+                  : gllm_cuda_pp_work{0, 0, 0, 0, 0};
 }
 
 template <typename T, int D>
@@ -362,17 +363,11 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             }
         }
     };
-    constexpr bool PP_FIRST_EARLY = D == 128;
-    auto first = [&](const PpUnit &x, auto &&meanwhile) {
-        turns.new_tile();
-        key_first<T, D, S::STAGES>(walk_of(x), s, [&]() { turns.begin(); },
-                                   [&]() { turns.end(x.n_tiles, false); }, meanwhile);
-    };
-    if (PP_FIRST_EARLY && have)
-        first(cur, []() {});
+    if (S::FIRST_EARLY && have)
+        key_first<T, D, S::STAGES>(walk_of(cur), s, turns, []() {});
     for (int r = 2; have; r++) {
-        if (!PP_FIRST_EARLY)
-            first(cur, []() {});
+        if (!S::FIRST_EARLY)
+            key_first<T, D, S::STAGES>(walk_of(cur), s, turns, []() {});
         const bool more = u >= 0;
         nxt = pp_unit(p, u, w_next, hq);
         u = gllm_cuda_pp_unit(r, x, grid, p.units);
@@ -384,11 +379,10 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             o[i] = 0.f;
         // The dense kernel's walk over the key tiles, causal over the cache.
         key_rest<T, D, true, S::STAGES>(
-            walk_of(cur), s, o, row_max, row_sum, [&]() { turns.begin(); },
-            [&]() { turns.end(cur.n_tiles, !more); }, [&]() { mbar_arrive(q_empty); });
+            walk_of(cur), s, o, row_max, row_sum, turns, !more, q_empty);
         base += (uint32_t)cur.n_tiles;
-        if (PP_FIRST_EARLY && more)
-            first(nxt, epilogue);
+        if (S::FIRST_EARLY && more)
+            key_first<T, D, S::STAGES>(walk_of(nxt), s, turns, epilogue);
         else
             epilogue();
         epilogue_out();
