@@ -262,7 +262,8 @@
 // series on each warpgroup's path), the divisions and the reciprocal more. Measured against
 // 62a056f in one call, H100 (H200 alike): D = 64 S512 369 -> 384 TFLOP/s, S1k 439 -> 455
 // (0.99 -> 1.03x cuDNN), S2k-4k +3%; D = 128 S512 480 -> 495, S1k 584 -> 599, causal S1k
-// 431 -> 452; long S level. The ptxas pitfalls met on the way are in key_first's comment.
+// 431 -> 452; long S level. The ptxas pitfalls met on the way are in key_cross's comment
+// (v27 made a tile's final turn and the next tile's turn 0 one turn).
 //
 // Q as register fragments (A from registers) gave right scores on the first key tile and
 // wrong ones from the second on; A from shared memory is right and needs 12 fewer
@@ -572,18 +573,19 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     auto walk_of = [&](const Tile &x) {
         return key_walk(c, x.n_mine, x.n_tiles, full0, base, Skv, x.r_wg, x.r_wg + wrow + g, shift);
     };
-    // A tile's first turn (Q K^T of its key tile 0) is taken before the previous tile's
-    // epilogue (v25): the epilogue then runs while that Q K^T is on the tensor cores, where
-    // before both warpgroups' epilogues and the next tile's set-up left them idle. The turn
-    // is the tile's turn 0 all the same; turn 0 < n_tiles whenever it issues, so end() needs
-    // no last flag for it.
+    // At D = 128 (S::CROSS) a tile's final turn and the next tile's turn 0 are one (v27,
+    // key_cross): its last P V and the next tile's first Q K^T go out together, and the epilogue
+    // runs while the Q K^T is on the tensor cores (v25 took the Q K^T alone in a turn of its
+    // own before the epilogue, so the final turn and turn 0 were two, the partner's final turn
+    // between them).
     float s[64], o[D / 2];
+    Owed owed;
     Tile cur, nxt{};
     bool have = next_tile(cur);
     float row_max[2], row_sum[2];
     // The epilogue of tile cur: while it stores, the producer is already loading the next one.
     // O goes to shared memory here and out (send_o_tile) once the next tile's first Q K^T,
-    // which this runs under, has landed.
+    // which this runs under, has landed (S::CROSS).
     auto epilogue = [&]() {
         HP_TRACE(20, 0);
         const int b = cur.b, h = cur.h, r_wg = cur.r_wg;
@@ -616,28 +618,32 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             }
         }
     };
-    if (S::FIRST_EARLY && have)
-        key_first<T, D, S::STAGES>(walk_of(cur), s, turns, []() {});
+    if (S::CROSS && have)
+        key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
     while (have) {
         // The next tile's place (divisions) is worked out ahead where the registers allow.
-        bool more = S::FIRST_EARLY && next_tile(nxt);
-        if (!S::FIRST_EARLY)
-            key_first<T, D, S::STAGES>(walk_of(cur), s, turns, []() {});
+        bool more = S::CROSS && next_tile(nxt);
+        if (!S::CROSS)
+            key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
         row_max[0] = row_max[1] = -INFINITY;
         row_sum[0] = row_sum[1] = 0.f;
 #pragma unroll
         for (int i = 0; i < D / 2; i++)
             o[i] = 0.f;
         HP_TRACE(1, cur.n_mine);
-        key_rest<T, D, CAUSAL, S::STAGES>(
-            walk_of(cur), s, o, row_max, row_sum, turns, cur.last, q_empty);
+        const KeyWalk wc = walk_of(cur);
+        key_rest<T, D, CAUSAL, S::STAGES, S::CROSS>(wc, s, o, row_max, row_sum, owed, turns,
+                                                    cur.last, q_empty);
         base += (uint32_t)cur.n_tiles;
-        if (!S::FIRST_EARLY)
+        if (!S::CROSS)
             more = next_tile(nxt);
-        if (S::FIRST_EARLY && more)
-            key_first<T, D, S::STAGES>(walk_of(nxt), s, turns, epilogue);
-        else
+        if (S::CROSS && more) {
+            key_cross<T, D, S::STAGES>(wc, walk_of(nxt), s, o, owed, turns, epilogue);
+        } else {
+            if (S::CROSS)
+                key_last<T, D, S::STAGES>(wc, o, owed, turns);
             epilogue();
+        }
         if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D))
             send_o_tile<D>(s_o + (uint32_t)wg * 64 * D * 2, o_thread, &hp->o_map, cur.r_wg, cur.h,
                            cur.b);

@@ -51,10 +51,12 @@ template <int D, int STAGES_ = GLLM_CUDA_HP_STAGES(D)> struct Hp {
     // Two consumers take turns at issuing their GEMMs on named barriers (v17, see the
     // header comment); false: v16, the consumers drift freely.
     static constexpr bool PINGPONG = CONSUMERS == 2;
-    // A tile's first Q K^T goes out before the previous tile's epilogue (v25, key_first). Not
-    // at D = 64: its first form spilled the 160-register consumers there, and its epilogue
-    // stores from registers, with no shared-memory write for the Q K^T to hide.
-    static constexpr bool FIRST_EARLY = D == 128;
+    // A tile's final turn (its last P V) and the next tile's turn 0 (its first Q K^T) are one
+    // turn, the epilogue run under the Q K^T (v27, key_cross; v25 had the Q K^T alone in turn 0
+    // before the epilogue, key_first). Not at D = 64: v25's first form spilled the 160-register
+    // consumers there, and its epilogue stores from registers, with no shared-memory write for
+    // the Q K^T to hide.
+    static constexpr bool CROSS = D == 128;
     static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
                       128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,
                   "setmaxnreg budget");
@@ -555,12 +557,10 @@ template <int D, int STAGES> struct KeyRing {
 // The ping-pong turns of two consumer warpgroups (v17; the dense kernel's comment on them), run
 // on across a block's tiles: begin() waits until the partner has ended its previous turn (wg
 // 0's first turn of the block goes at once), end() lets the partner start its next; wg 1 skips
-// the arrival after the block's last turn (its tile's n_tiles-th, last_tile), which nobody waits
-// for. new_tile() restarts the count of a tile's turns. Without ping-pong (PINGPONG false) only
-// the counts move.
+// the arrival after the block's final turn (block_final), which nobody waits for. Without
+// ping-pong (PINGPONG false) only the count moves.
 template <bool PINGPONG> struct PingPong {
-    int wg, turns = 0, turn = 0;                 // turns: the block's, turn: this tile's
-    __device__ __forceinline__ void new_tile() { turn = 0; }
+    int wg, turns = 0;                           // the block's turns so far
     __device__ __forceinline__ void begin() const
     {
         if constexpr (PINGPONG) {
@@ -570,15 +570,14 @@ template <bool PINGPONG> struct PingPong {
                 named_sync<PP_BAR>();
         }
     }
-    __device__ __forceinline__ void end(int n_tiles, bool last_tile)
+    __device__ __forceinline__ void end(bool block_final)
     {
         if constexpr (PINGPONG) {
             if (wg == 0)
                 named_arrive<PP_BAR + 1>();
-            else if (turn < n_tiles || !last_tile)
+            else if (!block_final)
                 named_arrive<PP_BAR>();
         }
-        turn++;
         turns++;
     }
 };
@@ -595,22 +594,19 @@ template <bool PINGPONG> struct PingPong {
 // released: the other warpgroups still need the stage, and the empty barriers count every consumer
 // thread. Each warpgroup takes n_tiles + 1 ping-pong turns (turn j: the issues before S of tile j
 // is read; the last: the last P V; a turn with nothing to issue is only its sync and arrive) on
-// the caller's PingPong, last_tile being whether this is the block's last tile. Each thread
+// the caller's PingPong, last_tile being whether this is the block's last tile; with CROSS, a
+// tile's turn 0 is the previous tile's final turn (key_cross), and a tile without keys takes
+// two. Each thread
 // arrives on q_empty once this warpgroup no longer reads Q (its last Q K^T has completed; with
 // nothing to compute, once the first tile, and Q with it, is in). o (zeroed by the caller),
 // row_max and row_sum are left for the epilogue.
 // A tile's first turn: S = Q K^T of key tile 0 issued into s when this warpgroup computes any,
-// meanwhile() run while it is on the tensor cores, and the wait for it; key_rest goes on from
-// there. The kernels take it before the previous tile's epilogue, which they pass as
-// meanwhile (v25). The issue and the wait stay in one branch, meanwhile() copied into both:
-// with the wgmma in flight across a join ptxas cannot see through (two branches on the same
-// condition, or a loop's back edge), it serialised every wgmma of the kernel (its C7515 and
-// C7517 notes), -25 to -30% on every shape.
-template <typename T, int D, int STAGES, bool PINGPONG, typename Meanwhile>
-__device__ __forceinline__ void key_first(const KeyWalk &w, float (&s)[64],
-                                          PingPong<PINGPONG> &turns, Meanwhile &&meanwhile)
+// and the wait for it; key_rest goes on from there. CROSS: the block's first tile only (the
+// others' turn 0 is key_cross's), and an empty turn when this warpgroup computes nothing (else
+// key_rest takes it).
+template <typename T, int D, int STAGES, bool CROSS, bool PINGPONG>
+__device__ __forceinline__ void key_first(const KeyWalk &w, float (&s)[64], PingPong<PINGPONG> &turns)
 {
-    turns.new_tile();
     if (w.n_mine > 0) {
 #pragma unroll
         for (int i = 0; i < 64; i++)                   // defined before the wgmma reads them
@@ -621,28 +617,41 @@ __device__ __forceinline__ void key_first(const KeyWalk &w, float (&s)[64],
         turns.begin();
         HP_TRACE(11, 0);
         issue_qk<T, D>(s, w.dq, ring.k_desc(0));
-        turns.end(w.n_tiles, false);                   // turn 0 < n_tiles: no last flag
+        turns.end(false);                              // turn 0 < n_tiles: not the final one
         HP_TRACE(12, 0);
-        meanwhile();
         wg_wait<0>();
         pin(s);
         HP_TRACE(13, 0);
-    } else {
-        meanwhile();
+    } else if (CROSS) {
+        turns.begin();
+        turns.end(false);
     }
 }
 
-// The rest of the walk after key_first, s holding key tile 0's scores.
-template <typename T, int D, bool CAUSAL, int STAGES, bool PINGPONG>
+// What key_rest leaves for a tile's final turn (turn n_tiles) when the caller takes it (CROSS,
+// key_cross or key_last): pv, whether this warpgroup still owes P V of its last key tile; P of
+// that tile; O's rescale owed before it.
+struct Owed {
+    uint32_t pf[8][4];
+    float scale_o[2];
+    bool pending, pv;
+};
+
+// The rest of the walk after key_first, s holding key tile 0's scores. CROSS: the tile's final
+// turn is left to the caller (key_cross, key_last), with what it owes in ow.
+template <typename T, int D, bool CAUSAL, int STAGES, bool CROSS, bool PINGPONG>
 __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float (&o)[D / 2],
-                                         float (&row_max)[2], float (&row_sum)[2],
+                                         float (&row_max)[2], float (&row_sum)[2], Owed &ow,
                                          PingPong<PINGPONG> &turns, bool last_tile,
                                          uint32_t q_empty)
 {
     const KeyRing<D, STAGES> ring{w};
-    uint32_t pf[8][4];
-    float scale_o[2] = {1.f, 1.f};
-    bool pending = false;                              // O still owes scale_o
+    uint32_t(&pf)[8][4] = ow.pf;
+    float(&scale_o)[2] = ow.scale_o;
+    bool &pending = ow.pending;                        // O still owes scale_o
+    scale_o[0] = scale_o[1] = 1.f;
+    pending = false;
+    ow.pv = false;
     if (w.n_mine > 0) {
         ring.release(0, 0);
         if (w.n_mine == 1)
@@ -661,7 +670,7 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         if (pending)
             rescale_o<D>(o, scale_o);
         issue_pv<T, D>(o, pf, ring.v_desc(j - 1));
-        turns.end(w.n_tiles, last_tile);
+        turns.end(false);
         wg_wait<1>();                                  // S of j is in; P V of j - 1 may not be
         pin(s);
         HP_TRACE(13, j);
@@ -676,7 +685,9 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         ring.release(j - 1, 1);                        // and with V of j - 1
         pack_p<T>(s, pf);
     }
-    if (w.n_mine > 0) {
+    if (CROSS && w.n_mine > 0 && w.n_mine == w.n_tiles) {
+        ow.pv = true;                                  // the last P V goes in the final turn
+    } else if (w.n_mine > 0) {
         ring.full_wait(w.n_mine - 1, 1);
         HP_TRACE(16, w.n_mine);
         turns.begin();
@@ -684,15 +695,15 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         if (pending)
             rescale_o<D>(o, scale_o);
         issue_pv<T, D>(o, pf, ring.v_desc(w.n_mine - 1));
-        turns.end(w.n_tiles, last_tile);
+        turns.end(last_tile && w.n_mine == w.n_tiles);
         wg_wait<0>();
         pin(o);
         pin(pf);
         HP_TRACE(18, w.n_mine);
         ring.release(w.n_mine - 1, 1);
-    } else {
+    } else if (!CROSS) {
         turns.begin();                                  // turn 0, with nothing to issue
-        turns.end(w.n_tiles, last_tile);
+        turns.end(last_tile && w.n_tiles == 0);
     }
     for (int j = w.n_mine; j < w.n_tiles; j++) {
         ring.full_wait(j, 0);
@@ -701,8 +712,100 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         ring.release(j, 0);
         ring.full_wait(j, 1);
         ring.release(j, 1);
+        if (!CROSS || j + 1 < w.n_tiles) {             // turn j + 1; CROSS: not the final one
+            turns.begin();
+            turns.end(last_tile && j + 1 == w.n_tiles);
+        }
+    }
+}
+
+// A tile's final turn together with the next tile's turn 0 (CROSS, v27): the last P V of tile
+// cur (walk c) when this warpgroup owes it (ow.pv), and S = Q K^T of key tile 0 of tile nxt
+// (walk n) into s when it computes any, issued in one turn; then the wait for the P V,
+// epilogue() (tile cur's, while the Q K^T is on the tensor cores) and the wait for the Q K^T.
+// Before, the final turn held only the P V and the next tile's turn 0 came a turn later, after
+// the partner's final turn. Every wgmma is waited for in the branch that issued it, epilogue()
+// copied into each: with a wgmma in flight across a join ptxas cannot see through (two branches
+// on the same condition, or a loop's back edge), it serialised every wgmma of the kernel (its
+// C7515 and C7517 notes), -25 to -30% on every shape (v25). Measured against v25 in one call
+// (H100, two rounds): D = 128 S512 +1.2%, S1k +0.6%, S2k +1.4%, S4k +2%, causal S1k-2k +2%,
+// causal S512 level; the prediction was +5-8% at S512.
+template <typename T, int D, int STAGES, bool PINGPONG, typename Epilogue>
+__device__ __forceinline__ void key_cross(const KeyWalk &c, const KeyWalk &n, float (&s)[64],
+                                          float (&o)[D / 2], Owed &ow,
+                                          PingPong<PINGPONG> &turns, Epilogue &&epilogue)
+{
+    const KeyRing<D, STAGES> rc{c}, rn{n};
+    auto issue_last_pv = [&]() {
+        if (ow.pending)
+            rescale_o<D>(o, ow.scale_o);
+        issue_pv<T, D>(o, ow.pf, rc.v_desc(c.n_mine - 1));
+    };
+    if (ow.pv && n.n_mine > 0) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)                   // defined before the wgmma reads them
+            s[i] = 0.f;
+        rc.full_wait(c.n_mine - 1, 1);
+        rn.full_wait(0, 0);
         turns.begin();
-        turns.end(w.n_tiles, last_tile);
+        issue_last_pv();
+        issue_qk<T, D>(s, n.dq, rn.k_desc(0));
+        turns.end(false);
+        wg_wait<1>();                                  // the P V has landed, the Q K^T may not
+        pin(o);
+        pin(ow.pf);
+        rc.release(c.n_mine - 1, 1);
+        epilogue();
+        wg_wait<0>();
+        pin(s);
+    } else if (ow.pv) {
+        rc.full_wait(c.n_mine - 1, 1);
+        turns.begin();
+        issue_last_pv();
+        turns.end(false);
+        wg_wait<0>();
+        pin(o);
+        pin(ow.pf);
+        rc.release(c.n_mine - 1, 1);
+        epilogue();
+    } else if (n.n_mine > 0) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            s[i] = 0.f;
+        rn.full_wait(0, 0);
+        turns.begin();
+        issue_qk<T, D>(s, n.dq, rn.k_desc(0));
+        turns.end(false);
+        epilogue();
+        wg_wait<0>();
+        pin(s);
+    } else {
+        turns.begin();
+        turns.end(false);
+        epilogue();
+    }
+}
+
+// The block's final turn (CROSS): the last tile's last P V when this warpgroup owes it.
+template <typename T, int D, int STAGES, bool PINGPONG>
+__device__ __forceinline__ void key_last(const KeyWalk &c, float (&o)[D / 2], Owed &ow,
+                                         PingPong<PINGPONG> &turns)
+{
+    const KeyRing<D, STAGES> rc{c};
+    if (ow.pv) {
+        rc.full_wait(c.n_mine - 1, 1);
+        turns.begin();
+        if (ow.pending)
+            rescale_o<D>(o, ow.scale_o);
+        issue_pv<T, D>(o, ow.pf, rc.v_desc(c.n_mine - 1));
+        turns.end(true);
+        wg_wait<0>();
+        pin(o);
+        pin(ow.pf);
+        rc.release(c.n_mine - 1, 1);
+    } else {
+        turns.begin();
+        turns.end(true);
     }
 }
 // One output row of a consumer's tile (row g + 8 hr of its warp), scaled by inv and stored

@@ -312,8 +312,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             r_wg >= x.w.nq ? 0 : min(x.n_tiles, (r_wg + 63 + x.w.pos0) / HP_KEYS + 1);
         return key_walk(c, n_mine, x.n_tiles, full0, base, x.w.kv_len, r_wg, row0, x.w.pos0);
     };
-    // As in the dense kernel (v25), a unit's first turn is taken before the previous unit's
-    // epilogue. The unit after the next one's item is read ahead, so that its load is not on
+    // As in the dense kernel (v27), a unit's first turn is the previous unit's final turn, its
+    // epilogue run under the first Q K^T. The unit after the next one's item is read ahead, so that its load is not on
     // the path either.
     int u = gllm_cuda_pp_unit(0, x, grid, p.units);
     PpUnit cur = pp_unit(p, u, pp_work_of(p, u, hq), hq);
@@ -321,6 +321,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     u = gllm_cuda_pp_unit(1, x, grid, p.units);
     gllm_cuda_pp_work w_next = pp_work_of(p, u, hq);
     float s[64], o[D / 2];
+    Owed owed;
     PpUnit nxt = cur;
     float row_max[2], row_sum[2];
     // The epilogue of unit cur in two steps: O to shared memory when the warpgroup's 64 rows
@@ -363,11 +364,11 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             }
         }
     };
-    if (S::FIRST_EARLY && have)
-        key_first<T, D, S::STAGES>(walk_of(cur), s, turns, []() {});
+    if (S::CROSS && have)
+        key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
     for (int r = 2; have; r++) {
-        if (!S::FIRST_EARLY)
-            key_first<T, D, S::STAGES>(walk_of(cur), s, turns, []() {});
+        if (!S::CROSS)
+            key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
         const bool more = u >= 0;
         nxt = pp_unit(p, u, w_next, hq);
         u = gllm_cuda_pp_unit(r, x, grid, p.units);
@@ -378,13 +379,17 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         for (int i = 0; i < D / 2; i++)
             o[i] = 0.f;
         // The dense kernel's walk over the key tiles, causal over the cache.
-        key_rest<T, D, true, S::STAGES>(
-            walk_of(cur), s, o, row_max, row_sum, turns, !more, q_empty);
+        const KeyWalk wc = walk_of(cur);
+        key_rest<T, D, true, S::STAGES, S::CROSS>(wc, s, o, row_max, row_sum, owed, turns, !more,
+                                                  q_empty);
         base += (uint32_t)cur.n_tiles;
-        if (S::FIRST_EARLY && more)
-            key_first<T, D, S::STAGES>(walk_of(nxt), s, turns, epilogue);
-        else
+        if (S::CROSS && more) {
+            key_cross<T, D, S::STAGES>(wc, walk_of(nxt), s, o, owed, turns, epilogue);
+        } else {
+            if (S::CROSS)
+                key_last<T, D, S::STAGES>(wc, o, owed, turns);
             epilogue();
+        }
         epilogue_out();
         cur = nxt;
         have = more;
