@@ -293,11 +293,26 @@ static void test_hp_schedule(void **state)
                 (int32_t)Sq, (int32_t)rows, (int32_t)heads, causal, (int32_t)grid);
             assert_int_equal(sc.m_blocks, M);
             assert_int_equal(sc.pair, causal && M > 1 && M * heads > grid);
+            /* Causal, the part-filled m-tile is a head's first: m_pad rows before row 0, whole
+             * 64-row warpgroups, and the tiles still cover every row. The block's time goes
+             * with a tile's key tiles however many of its warpgroups work, so a head's key
+             * tiles summed over its tiles are no more than with the tiles from row 0. */
+            const int64_t pad = sc.m_pad;
+            assert_int_equal(pad, causal ? (M * rows - Sq) / 64 * 64 : 0);
+            assert_true(pad % 64 == 0 && pad < rows && M * rows - pad >= Sq);
+            int64_t head_keys = 0, head_keys_from_0 = 0;
+            for (int64_t m = 0; m < M; m++) {
+                head_keys += hp_key_tiles(m * rows - pad, rows, Sq, Skv, causal);
+                head_keys_from_0 += hp_key_tiles(m * rows, rows, Sq, Skv, causal);
+            }
+            assert_true(head_keys <= head_keys_from_0);
+            if (causal && Sq == 1024 && D == 64)
+                assert_true(head_keys == 27 && head_keys_from_0 == 32);
             /* The key tiles of one head's pairs (the middle tile of an odd M is alone). */
             int64_t pair_keys = 0;
             for (int64_t m = 0; m < M; m++)
                 if (M % 2 == 0 || m != M / 2)
-                    pair_keys += hp_key_tiles(m * rows, rows, Sq, Skv, causal);
+                    pair_keys += hp_key_tiles(m * rows - pad, rows, Sq, Skv, causal);
             const int64_t pairs = M / 2;
             memset(seen, 0, sizeof seen);
             int64_t most = 0, least = INT64_MAX, most_rows = 0, total_rows = 0;
@@ -314,11 +329,12 @@ static void test_hp_schedule(void **state)
                     for (int32_t k = 0; k < n; k++) {
                         assert_true(m[k] >= 0 && m[k] < M);
                         assert_int_equal(seen[bh * M + m[k]]++, 0);
-                        keys += hp_key_tiles(m[k] * rows, rows, Sq, Skv, causal);
-                        /* the rows it computes, in 64-row warpgroups, times its key tiles */
-                        const int64_t live = Sq - m[k] * rows < rows ? Sq - m[k] * rows : rows;
-                        rows_work += (live + 63) / 64 *
-                                     hp_key_tiles(m[k] * rows, rows, Sq, Skv, causal);
+                        const int64_t m0 = m[k] * rows - pad;
+                        keys += hp_key_tiles(m0, rows, Sq, Skv, causal);
+                        /* the 64-row warpgroups with rows in [0, Sq), times its key tiles */
+                        const int64_t lo = m0 < 0 ? 0 : m0, hi = Sq < m0 + rows ? Sq : m0 + rows;
+                        rows_work += ((hi - m0 + 63) / 64 - (lo - m0) / 64) *
+                                     hp_key_tiles(m0, rows, Sq, Skv, causal);
                     }
                     if (causal && n == 2)
                         assert_true(m[0] > m[1]);                  /* the heavier first */

@@ -280,8 +280,9 @@ namespace {
 
 #ifdef GLLM_HAVE_WGMMA
 // The producer warpgroup's copy of rows [row0, row0 + ROWS) of one head into a swizzled
-// [ROWS][D] tile; rows >= nrows are zeros. Thread i copies 16-byte column i % (D / 8) of
-// rows i / (D / 8) + (128 / (D / 8)) k: one swizzle offset for all its rows.
+// [ROWS][D] tile; rows >= nrows or below 0 (a causal head's first m-tile, m_pad) are zeros.
+// Thread i copies 16-byte column i % (D / 8) of rows i / (D / 8) + (128 / (D / 8)) k: one
+// swizzle offset for all its rows.
 template <int D, int ROWS, typename T>
 __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t row_stride, int row0,
                                           int nrows, int i)
@@ -298,7 +299,7 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t 
     int rows_left = nrows - (row0 + r0);
 #pragma unroll
     for (int it = 0; it < ROWS / STEP; it++) {
-        const bool ok = rows_left > 0;
+        const bool ok = rows_left > 0 && rows_left <= nrows;       // 0 <= row < nrows
         cp_async16(soff + it * STEP * 128, ok ? src : base, ok ? 16 : 0);
         src += step;
         asm volatile("" : "+l"(src));
@@ -426,7 +427,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 v_row = -1;
             };
             for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
-                const int b = bh / Hq, h = bh - b * Hq, hk = h / group, m0 = mb * S::ROWS;
+                const int b = bh / Hq, h = bh - b * Hq, hk = h / group;
+                const int m0 = mb * S::ROWS - sc.m_pad;
                 const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
                 // Q will wait for q_empty, near the end of the previous tile: until then it
                 // comes into L2, so that the copy after the wait is not a trip to memory.
@@ -477,7 +479,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             const int i = threadIdx.x - S::CONSUMERS * 128;
             int pend = -1;                           // the stage loaded and not announced
             for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
-                const int b = bh / Hq, h = bh - b * Hq, hk = h / group, m0 = mb * S::ROWS;
+                const int b = bh / Hq, h = bh - b * Hq, hk = h / group;
+                const int m0 = mb * S::ROWS - sc.m_pad;
                 const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
                 const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
                 const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
@@ -559,11 +562,11 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         if (!tiles.next(bh, mb))
             return false;
         x.b = (int)gllm_cuda_fastdiv_div(hq_div, (uint32_t)bh), x.h = bh - x.b * Hq;
-        const int m0 = mb * S::ROWS;
+        const int m0 = mb * S::ROWS - sc.m_pad;
         x.n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
         x.r_wg = m0 + wg * 64;
         const int last_key = x.r_wg + 63 + shift;
-        x.n_mine = x.r_wg >= Sq ? 0
+        x.n_mine = x.r_wg >= Sq || x.r_wg < 0 ? 0           // rows past Sq, or before 0
                    : !CAUSAL    ? x.n_tiles
                    : last_key < 0 ? 0
                                   : min(x.n_tiles, last_key / HP_KEYS + 1);
@@ -600,7 +603,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             // approximate reciprocal's 2 ulp lie far below the output's precision (v25: the
             // IEEE division's call sat between two tiles).
             inv[hr] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
-            if (row < Sq && p.lse && t == 0)
+            if (row >= 0 && row < Sq && p.lse && t == 0)
                 p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
                     sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
         }
@@ -614,7 +617,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
                 const int row = r_wg + wrow + g + 8 * hr;
-                store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv[hr], t, row < Sq);
+                store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv[hr], t,
+                                  row >= 0 && row < Sq);
             }
         }
     };
@@ -645,8 +649,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             epilogue();
         }
         if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D))
-            send_o_tile<D>(s_o + (uint32_t)wg * 64 * D * 2, o_thread, &hp->o_map, cur.r_wg, cur.h,
-                           cur.b);
+            send_o_tile<D>(s_o + (uint32_t)wg * 64 * D * 2, o_thread && cur.r_wg >= 0, &hp->o_map,
+                           cur.r_wg, cur.h, cur.b);
         HP_TRACE(21, 0);
         cur = nxt;
         have = more;

@@ -103,6 +103,7 @@ typedef struct gllm_cuda_hp_sched {
     int32_t units;
     int32_t pair;
     int32_t grid;         /* the blocks launched */
+    int32_t m_pad;        /* m-tile m holds rows [m * ROWS - m_pad, (m + 1) * ROWS - m_pad) */
     gllm_cuda_fastdiv per_head_div, grid_div;
 } gllm_cuda_hp_sched;
 
@@ -117,6 +118,12 @@ GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t row
     s.per_head = s.pair ? s.m_blocks / 2 : s.m_blocks;
     s.units = s.per_head * heads + (s.pair && s.m_blocks % 2 ? heads : 0);
     s.grid = grid;
+    /* Causal, the part-filled m-tile is a head's first (its rows before row 0, whole 64-row
+     * warpgroups of them, are idle), not its last: the first tile's rows see the fewest keys,
+     * the last's the most, so the idle warpgroups wait out the fewest key tiles (v28: D = 64
+     * causal S = 1024, M = 6 tiles of 192 rows: 27 key tiles a head against 32; S = 512: 8
+     * against 9). */
+    s.m_pad = causal ? (s.m_blocks * rows - Sq) / 64 * 64 : 0;
     s.per_head_div = gllm_cuda_fastdiv_of((uint32_t)(s.per_head > 0 ? s.per_head : 1));
     s.grid_div = gllm_cuda_fastdiv_of((uint32_t)grid);
     return s;
