@@ -747,17 +747,21 @@ __device__ __forceinline__ void key_cross(const KeyWalk &c, const KeyWalk &n, fl
             s[i] = 0.f;
         rc.full_wait(c.n_mine - 1, 1);
         rn.full_wait(0, 0);
+        HP_TRACE(16, c.n_mine);
         turns.begin();
+        HP_TRACE(17, c.n_mine);
         issue_last_pv();
         issue_qk<T, D>(s, n.dq, rn.k_desc(0));
         turns.end(false);
         wg_wait<1>();                                  // the P V has landed, the Q K^T may not
         pin(o);
         pin(ow.pf);
+        HP_TRACE(18, c.n_mine);
         rc.release(c.n_mine - 1, 1);
         epilogue();
         wg_wait<0>();
         pin(s);
+        HP_TRACE(13, 0);
     } else if (ow.pv) {
         rc.full_wait(c.n_mine - 1, 1);
         turns.begin();
