@@ -10,6 +10,9 @@ mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GLLMD_PATH="$build/gllmd" GLLM_TEST_BACKEND=cuda PYTHONUNBUFFERED=1
+# fault_gpu's gllmd-fault: the one beside this gllmd (its compiled-in path is the build
+# machine's, absent where the build was carried to).
+export GLLMD_FAULT_PATH="${GLLMD_FAULT_PATH:-$build/gllmd-fault}"
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 
