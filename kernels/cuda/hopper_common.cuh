@@ -596,10 +596,9 @@ template <bool PINGPONG> struct PingPong {
 // is read; the last: the last P V; a turn with nothing to issue is only its sync and arrive) on
 // the caller's PingPong, last_tile being whether this is the block's last tile; with CROSS, a
 // tile's turn 0 is the previous tile's final turn (key_cross), and a tile without keys takes
-// two. Each thread
-// arrives on q_empty once this warpgroup no longer reads Q (its last Q K^T has completed; with
-// nothing to compute, once the first tile, and Q with it, is in). o (zeroed by the caller),
-// row_max and row_sum are left for the epilogue.
+// two. Each thread arrives on q_empty once this warpgroup no longer reads Q (its last Q K^T has
+// completed; with nothing to compute, once the first tile, and Q with it, is in). o (zeroed by
+// the caller), row_max and row_sum are left for the epilogue.
 // A tile's first turn: S = Q K^T of key tile 0 issued into s when this warpgroup computes any,
 // and the wait for it; key_rest goes on from there. CROSS: the block's first tile only (the
 // others' turn 0 is key_cross's), and an empty turn when this warpgroup computes nothing (else
@@ -719,6 +718,24 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
     }
 }
 
+// A final turn that holds only the last P V of tile c (walk c), and the wait for it.
+template <typename T, int D, int STAGES, bool PINGPONG>
+__device__ __forceinline__ void last_pv_turn(const KeyWalk &c, float (&o)[D / 2], Owed &ow,
+                                             PingPong<PINGPONG> &turns, bool block_final)
+{
+    const KeyRing<D, STAGES> rc{c};
+    rc.full_wait(c.n_mine - 1, 1);
+    turns.begin();
+    if (ow.pending)
+        rescale_o<D>(o, ow.scale_o);
+    issue_pv<T, D>(o, ow.pf, rc.v_desc(c.n_mine - 1));
+    turns.end(block_final);
+    wg_wait<0>();
+    pin(o);
+    pin(ow.pf);
+    rc.release(c.n_mine - 1, 1);
+}
+
 // A tile's final turn together with the next tile's turn 0 (CROSS, v27): the last P V of tile
 // cur (walk c) when this warpgroup owes it (ow.pv), and S = Q K^T of key tile 0 of tile nxt
 // (walk n) into s when it computes any, issued in one turn; then the wait for the P V,
@@ -763,14 +780,7 @@ __device__ __forceinline__ void key_cross(const KeyWalk &c, const KeyWalk &n, fl
         pin(s);
         HP_TRACE(13, 0);
     } else if (ow.pv) {
-        rc.full_wait(c.n_mine - 1, 1);
-        turns.begin();
-        issue_last_pv();
-        turns.end(false);
-        wg_wait<0>();
-        pin(o);
-        pin(ow.pf);
-        rc.release(c.n_mine - 1, 1);
+        last_pv_turn<T, D, STAGES>(c, o, ow, turns, false);
         epilogue();
     } else if (n.n_mine > 0) {
 #pragma unroll
@@ -795,18 +805,8 @@ template <typename T, int D, int STAGES, bool PINGPONG>
 __device__ __forceinline__ void key_last(const KeyWalk &c, float (&o)[D / 2], Owed &ow,
                                          PingPong<PINGPONG> &turns)
 {
-    const KeyRing<D, STAGES> rc{c};
     if (ow.pv) {
-        rc.full_wait(c.n_mine - 1, 1);
-        turns.begin();
-        if (ow.pending)
-            rescale_o<D>(o, ow.scale_o);
-        issue_pv<T, D>(o, ow.pf, rc.v_desc(c.n_mine - 1));
-        turns.end(true);
-        wg_wait<0>();
-        pin(o);
-        pin(ow.pf);
-        rc.release(c.n_mine - 1, 1);
+        last_pv_turn<T, D, STAGES>(c, o, ow, turns, true);
     } else {
         turns.begin();
         turns.end(true);
