@@ -54,7 +54,10 @@ int fatbin_images(const void *data, size_t size, struct fatbin_image *out, int m
         if (ehs < 32 || payload > (uint64_t)(end - e) - ehs)
             return -1;
         if (kind == 1 || kind == 2)
-            out[n++] = (struct fatbin_image){.ptx = kind == 1, .arch = (int)rd32(e + 28)};
+            out[n++] = (struct fatbin_image){.ptx = kind == 1,
+                                             .arch = (int)rd32(e + 28),
+                                             .payload = e + ehs,
+                                             .payload_size = (size_t)payload};
         e += ehs + payload;
     }
     return n;

@@ -10,6 +10,8 @@
 struct fatbin_image {
     bool ptx;        /* PTX (JIT-compiled by the driver) or SASS (an ELF cubin) */
     int arch;        /* e.g. 90 for sm_90 / compute_90 */
+    const void *payload;     /* the image as stored (PTX may be compressed) */
+    size_t payload_size;
 };
 
 const void *fatbin_data(void);
