@@ -10,6 +10,7 @@ both without a GPU.
     nvcc -cubin -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 \\
         -o /tmp/k.cubin kernels/cuda/attention_fwd_hopper.cu
     python3 kernels/tools/sass_check.py /tmp/k.cubin [name-substring]
+    python3 kernels/tools/sass_check.py kernels/prebuilt/gllm_kernels.fatbin
 
 R2UR is counted from the instruction words (opcode 0x2ca in the low 12 bits of an sm_90
 instruction). The rest needs nvdisasm (NVDISASM or PATH): CUDA 13's toolkit here has none, but
@@ -28,11 +29,30 @@ import tempfile
 R2UR = 0x2CA
 
 
+def sm90_elf(data):
+    """The sm_90 ELF image of a fatbin (daemon/backends/cuda/fatbin.c reads the same
+    container: u32 magic, u16 version, u16 header size, u64 payload size; entries of u16 kind,
+    2 for ELF, u32 header size at 4, u64 payload size at 8, u32 arch at 28)."""
+    hsize, total = struct.unpack_from("<HQ", data, 6)
+    e, end = hsize, hsize + total
+    while e + 32 <= end:
+        kind, = struct.unpack_from("<H", data, e)
+        ehs, payload = struct.unpack_from("<IQ", data, e + 4)
+        arch, = struct.unpack_from("<I", data, e + 28)
+        if kind == 2 and arch == 90:
+            return data[e + ehs:e + ehs + payload]
+        e += ehs + payload
+    sys.exit("no sm_90 image in the fatbin")
+
+
 def text_sections(path):
-    """(kernel name, code bytes) for each .text.<kernel> section of an ELF cubin."""
+    """(kernel name, code bytes) for each .text.<kernel> section of an ELF cubin, or of a
+    fatbin's sm_90 image (kernels/prebuilt/gllm_kernels.fatbin)."""
     data = open(path, "rb").read()
+    if data[:4] == struct.pack("<I", 0xBA55ED50):
+        data = sm90_elf(data)
     if data[:4] != b"\x7fELF":
-        sys.exit("%s: not an ELF cubin (build one with nvcc -cubin)" % path)
+        sys.exit("%s: neither an ELF cubin nor a fatbin with one" % path)
     shoff, = struct.unpack_from("<Q", data, 0x28)
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
     secs = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
