@@ -302,7 +302,8 @@ static void test_hp_schedule(void **state)
             assert_true(pad % 64 == 0 && pad < rows && M * rows - pad >= Sq);
             int64_t head_keys = 0, head_keys_from_0 = 0;
             for (int64_t m = 0; m < M; m++) {
-                head_keys += hp_key_tiles(m * rows - pad, rows, Sq, Skv, causal);
+                head_keys += hp_key_tiles(gllm_cuda_hp_row0(&sc, (int32_t)rows, (int32_t)m), rows, Sq,
+                                          Skv, causal);
                 head_keys_from_0 += hp_key_tiles(m * rows, rows, Sq, Skv, causal);
             }
             assert_true(head_keys <= head_keys_from_0);
@@ -312,7 +313,8 @@ static void test_hp_schedule(void **state)
             int64_t pair_keys = 0;
             for (int64_t m = 0; m < M; m++)
                 if (M % 2 == 0 || m != M / 2)
-                    pair_keys += hp_key_tiles(m * rows - pad, rows, Sq, Skv, causal);
+                    pair_keys += hp_key_tiles(gllm_cuda_hp_row0(&sc, (int32_t)rows, (int32_t)m), rows,
+                                              Sq, Skv, causal);
             const int64_t pairs = M / 2;
             memset(seen, 0, sizeof seen);
             int64_t most = 0, least = INT64_MAX, most_rows = 0, total_rows = 0;
@@ -329,7 +331,7 @@ static void test_hp_schedule(void **state)
                     for (int32_t k = 0; k < n; k++) {
                         assert_true(m[k] >= 0 && m[k] < M);
                         assert_int_equal(seen[bh * M + m[k]]++, 0);
-                        const int64_t m0 = m[k] * rows - pad;
+                        const int64_t m0 = gllm_cuda_hp_row0(&sc, (int32_t)rows, m[k]);
                         keys += hp_key_tiles(m0, rows, Sq, Skv, causal);
                         /* the 64-row warpgroups with rows in [0, Sq), times its key tiles */
                         const int64_t lo = m0 < 0 ? 0 : m0, hi = Sq < m0 + rows ? Sq : m0 + rows;

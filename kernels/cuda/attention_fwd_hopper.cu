@@ -428,7 +428,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             };
             for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
                 const int b = bh / Hq, h = bh - b * Hq, hk = h / group;
-                const int m0 = mb * S::ROWS - sc.m_pad;
+                const int m0 = gllm_cuda_hp_row0(&sc, S::ROWS, mb);
                 const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
                 // Q will wait for q_empty, near the end of the previous tile: until then it
                 // comes into L2, so that the copy after the wait is not a trip to memory.
@@ -480,7 +480,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             int pend = -1;                           // the stage loaded and not announced
             for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
                 const int b = bh / Hq, h = bh - b * Hq, hk = h / group;
-                const int m0 = mb * S::ROWS - sc.m_pad;
+                const int m0 = gllm_cuda_hp_row0(&sc, S::ROWS, mb);
                 const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
                 const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
                 const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
@@ -562,7 +562,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         if (!tiles.next(bh, mb))
             return false;
         x.b = (int)gllm_cuda_fastdiv_div(hq_div, (uint32_t)bh), x.h = bh - x.b * Hq;
-        const int m0 = mb * S::ROWS - sc.m_pad;
+        const int m0 = gllm_cuda_hp_row0(&sc, S::ROWS, mb);
         x.n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
         x.r_wg = m0 + wg * 64;
         const int last_key = x.r_wg + 63 + shift;
@@ -629,11 +629,6 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         bool more = S::CROSS && next_tile(nxt);
         if (!S::CROSS)
             key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
-        row_max[0] = row_max[1] = -INFINITY;
-        row_sum[0] = row_sum[1] = 0.f;
-#pragma unroll
-        for (int i = 0; i < D / 2; i++)
-            o[i] = 0.f;
         HP_TRACE(1, cur.n_mine);
         const KeyWalk wc = walk_of(cur);
         key_rest<T, D, CAUSAL, S::STAGES, S::CROSS>(wc, s, o, row_max, row_sum, owed, turns,
@@ -641,13 +636,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         base += (uint32_t)cur.n_tiles;
         if (!S::CROSS)
             more = next_tile(nxt);
-        if (S::CROSS && more) {
-            key_cross<T, D, S::STAGES>(wc, walk_of(nxt), s, o, owed, turns, epilogue);
-        } else {
-            if (S::CROSS)
-                key_last<T, D, S::STAGES>(wc, o, owed, turns);
-            epilogue();
-        }
+        key_end<T, D, S::STAGES, S::CROSS>(wc, walk_of(nxt), more, s, o, owed, turns, epilogue);
         if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D))
             send_o_tile<D>(s_o + (uint32_t)wg * 64 * D * 2, o_thread && cur.r_wg >= 0, &hp->o_map,
                            cur.r_wg, cur.h, cur.b);

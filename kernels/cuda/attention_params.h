@@ -129,6 +129,12 @@ GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t row
     return s;
 }
 
+/* The first row of m-tile m (rows per tile: rows), below 0 for a causal head's first. */
+GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_row0(const gllm_cuda_hp_sched *s, int32_t rows, int32_t m)
+{
+    return m * rows - s->m_pad;
+}
+
 /* Unit u: its head in *bh, its m-tiles in m[0] (and m[1]); returns how many (1 or 2). */
 GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_unit(const gllm_cuda_hp_sched *s, int32_t causal, int32_t u,
                                           int32_t *bh, int32_t m[2])

@@ -597,8 +597,8 @@ template <bool PINGPONG> struct PingPong {
 // the caller's PingPong, last_tile being whether this is the block's last tile; with CROSS, a
 // tile's turn 0 is the previous tile's final turn (key_cross), and a tile without keys takes
 // two. Each thread arrives on q_empty once this warpgroup no longer reads Q (its last Q K^T has
-// completed; with nothing to compute, once the first tile, and Q with it, is in). o (zeroed by
-// the caller), row_max and row_sum are left for the epilogue.
+// completed; with nothing to compute, once the first tile, and Q with it, is in). o, row_max and
+// row_sum start anew here and are left for the epilogue.
 // A tile's first turn: S = Q K^T of key tile 0 issued into s when this warpgroup computes any,
 // and the wait for it; key_rest goes on from there. CROSS: the block's first tile only (the
 // others' turn 0 is key_cross's), and an empty turn when this warpgroup computes nothing (else
@@ -651,6 +651,11 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
     scale_o[0] = scale_o[1] = 1.f;
     pending = false;
     ow.pv = false;
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+#pragma unroll
+    for (int i = 0; i < D / 2; i++)
+        o[i] = 0.f;
     if (w.n_mine > 0) {
         ring.release(0, 0);
         if (w.n_mine == 1)
@@ -810,6 +815,21 @@ __device__ __forceinline__ void key_last(const KeyWalk &c, float (&o)[D / 2], Ow
     } else {
         turns.begin();
         turns.end(true);
+    }
+}
+// A tile's end in either kernel: with CROSS and a next tile (walk n), key_cross; else the final
+// turn (CROSS: key_last; without, key_rest took it) and epilogue().
+template <typename T, int D, int STAGES, bool CROSS, bool PINGPONG, typename Epilogue>
+__device__ __forceinline__ void key_end(const KeyWalk &c, const KeyWalk &n, bool more,
+                                        float (&s)[64], float (&o)[D / 2], Owed &ow,
+                                        PingPong<PINGPONG> &turns, Epilogue &&epilogue)
+{
+    if (CROSS && more) {
+        key_cross<T, D, STAGES>(c, n, s, o, ow, turns, epilogue);
+    } else {
+        if (CROSS)
+            key_last<T, D, STAGES>(c, o, ow, turns);
+        epilogue();
     }
 }
 // One output row of a consumer's tile (row g + 8 hr of its warp), scaled by inv and stored

@@ -373,23 +373,12 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         nxt = pp_unit(p, u, w_next, hq);
         u = gllm_cuda_pp_unit(r, x, grid, p.units);
         w_next = pp_work_of(p, u, hq);
-        row_max[0] = row_max[1] = -INFINITY;
-        row_sum[0] = row_sum[1] = 0.f;
-#pragma unroll
-        for (int i = 0; i < D / 2; i++)
-            o[i] = 0.f;
         // The dense kernel's walk over the key tiles, causal over the cache.
         const KeyWalk wc = walk_of(cur);
         key_rest<T, D, true, S::STAGES, S::CROSS>(wc, s, o, row_max, row_sum, owed, turns, !more,
                                                   q_empty);
         base += (uint32_t)cur.n_tiles;
-        if (S::CROSS && more) {
-            key_cross<T, D, S::STAGES>(wc, walk_of(nxt), s, o, owed, turns, epilogue);
-        } else {
-            if (S::CROSS)
-                key_last<T, D, S::STAGES>(wc, o, owed, turns);
-            epilogue();
-        }
+        key_end<T, D, S::STAGES, S::CROSS>(wc, walk_of(nxt), more, s, o, owed, turns, epilogue);
         epilogue_out();
         cur = nxt;
         have = more;
