@@ -31,6 +31,7 @@ static int counter_to_wire(gllm_client *c, const gllm_counter *g, struct proto_c
 /* Params structs grew their counters at the end: a caller built before them passes the
  * size it knows, and has none. */
 #define HAS_COUNTERS(p) ((p)->size >= offsetof(__typeof__(*(p)), signal) + sizeof (p)->signal)
+#define HAS_REPEAT(p) ((p)->size >= offsetof(gllm_attention_params, repeat) + sizeof (p)->repeat)
 
 int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p, uint64_t *job)
 {
@@ -54,6 +55,7 @@ int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p, uint64
     a.causal = p->flags & GLLM_ATTN_CAUSAL;
     a.has_scale = p->flags & GLLM_ATTN_SCALE;
     a.scale = p->scale;
+    a.repeat = HAS_REPEAT(p) ? p->repeat : 0;
     uint64_t id;
     msgpack_packer *pk = rpc_begin(c, "attention", &id);
     proto_pack_attention(pk, &a);

@@ -165,6 +165,12 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
             }
     }
 
+    if (pa->repeat > GLLM_MAX_REPEAT) {
+        snprintf(err, errlen, "repeat %llu: at most %d runs", (unsigned long long)pa->repeat,
+                 GLLM_MAX_REPEAT);
+        return GLLM_EPARAM;
+    }
+
     job->kind = JOB_ATTENTION;
     struct attn_args *a = &job->args;
     memset(a, 0, sizeof *a);
@@ -186,6 +192,7 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
         if (r[i].arena->device)
             a->device_mask |= 1u << i;
     a->causal = pa->causal;
+    a->repeat = pa->repeat ? (uint32_t)pa->repeat : 1;
     a->scale = pa->has_scale ? (float)pa->scale : (float)(1.0 / sqrt((double)D));
 
     job_hold(job, r, n);

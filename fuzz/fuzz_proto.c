@@ -64,8 +64,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     double f;
     bool b;
     char s[64];
-    static const char *const keys[] = {"version", "size", "arena", "scale", "causal", "device",
-                                       "client", "code", "message", "kernel_ns"};
+    static const char *const keys[] = {"version", "size",    "arena",   "scale",
+                                       "causal",  "repeat",  "device",  "client",
+                                       "code",    "message", "kernel_ns"};
     for (size_t k = 0; k < sizeof keys / sizeof *keys; k++) {
         proto_get_u64(map, keys[k], false, &u);
         proto_get_i64(map, keys[k], false, &i);

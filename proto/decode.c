@@ -392,6 +392,8 @@ int proto_decode_attention(const msgpack_object *params, struct proto_attention 
         return r;
     if ((r = decode_scale(params, &v.has_scale, &v.scale)) < 0)
         return r;
+    if ((r = proto_get_u64(params, "repeat", false, &v.repeat)) < 0)    /* range: the job's */
+        return r;
     *a = v;
     return 0;
 }

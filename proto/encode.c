@@ -164,7 +164,8 @@ static void pack_counters(msgpack_packer *pk, const struct proto_counter *wait,
 
 void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a)
 {
-    msgpack_pack_map(pk, 5 + a->has_lse + a->has_scale + a->wait.set + a->signal.set);
+    msgpack_pack_map(pk, 5 + a->has_lse + a->has_scale + (a->repeat > 1) + a->wait.set +
+                             a->signal.set);
     pack_counters(pk, &a->wait, &a->signal);
     proto_pack_str(pk, "q");
     proto_pack_tensor(pk, &a->q);
@@ -181,6 +182,8 @@ void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a)
     proto_pack_kv_bool(pk, "causal", a->causal);
     if (a->has_scale)
         proto_pack_kv_f64(pk, "scale", a->scale);
+    if (a->repeat > 1)
+        proto_pack_kv_u64(pk, "repeat", a->repeat);
 }
 
 void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p)

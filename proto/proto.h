@@ -104,6 +104,7 @@ struct proto_attention {
     bool causal;
     bool has_scale;
     double scale;
+    uint64_t repeat;                     /* 0: absent (once); packed when above 1 */
     struct proto_counter wait, signal;   /* packed when set (the daemon reads them itself) */
 };
 

@@ -503,6 +503,12 @@ static void test_bad_requests_get_errors(void **state)
     expect_error(fd, -1, 18, GLLM_ESHAPE);
     msgpack_pack_map(req(19, "attention"), 1), proto_pack_kv_str(&tx.pk, "q", "tensor");
     expect_error(fd, -1, 19, GLLM_EPARAM);
+    a = raw_job(arena, 16), a.repeat = GLLM_MAX_REPEAT + 1;                 /* too many runs */
+    proto_pack_attention(req(21, "attention"), &a);
+    expect_error(fd, -1, 21, GLLM_EPARAM);
+    a = raw_job(arena, 16), a.repeat = (uint64_t)1 << 40;
+    proto_pack_attention(req(22, "attention"), &a);
+    expect_error(fd, -1, 22, GLLM_EPARAM);
 
     a = raw_job(arena, 16);                   /* after all that, a good job still runs */
     proto_pack_attention(req(20, "attention"), &a);
@@ -515,6 +521,33 @@ static void test_bad_requests_get_errors(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     close(unsealed), close(sealed), close(p[0]), close(p[1]), close(mfd), close(fd);
+}
+
+/* repeat: the kernel runs that many times, kernel_ns is one run's mean (on the CPU, the runs'
+ * time over their count, so the job took at least repeat times it), and the output is right. */
+static void test_repeat_runs_the_kernel_again(void **state)
+{
+    (void)state;
+    gllm_client *c;
+    assert_int_equal(gllm_connect(group_daemon.socket, &c), 0);
+    struct live_job j;
+    struct job_spec s = {.B = 1, .Hq = 4, .Hkv = 2, .Sq = 64, .Skv = 96, .D = 64,
+                         .dtype = GLLM_DTYPE_F16, .causal = true};
+    assert_int_equal(job_setup(c, &j, &s, 9), 0);
+    for (uint32_t repeat = 0; repeat <= GLLM_MAX_REPEAT; repeat += GLLM_MAX_REPEAT / 4) {
+        gllm_job_result res = GLLM_JOB_RESULT_INIT;
+        j.p.repeat = repeat;
+        job_poison(&j);
+        assert_int_equal(gllm_attention(c, &j.p, &res), 0);
+        assert_true(job_output_ok(&j));
+        assert_true(res.kernel_ns > 0);
+        assert_true(res.job_ns >= (repeat > 1 ? repeat : 1) * res.kernel_ns);
+    }
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    j.p.repeat = GLLM_MAX_REPEAT + 1;
+    assert_int_equal(gllm_attention(c, &j.p, &res), GLLM_EPARAM);
+    gllm_memory_release(j.arena);
+    gllm_disconnect(c);
 }
 
 /* A client killed in the middle of a job frees all it held; others carry on. */
@@ -988,6 +1021,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_pipelined_clients),
         cmocka_unit_test(test_replies_in_submission_order),
         cmocka_unit_test(test_bad_requests_get_errors),
+        cmocka_unit_test(test_repeat_runs_the_kernel_again),
         cmocka_unit_test(test_client_killed_mid_job),
         cmocka_unit_test(test_device_tensors),
         cmocka_unit_test(test_reply_ring_protocol),

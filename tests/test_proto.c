@@ -39,7 +39,7 @@ static void test_request_round_trip(void **state)
     struct proto_attention a = {.q = sample_tensor(1, GLLM_DTYPE_F16), .k = sample_tensor(2, GLLM_DTYPE_F16),
                                 .v = sample_tensor(2, GLLM_DTYPE_F16), .out = sample_tensor(3, GLLM_DTYPE_F16),
                                 .lse = sample_tensor(3, GLLM_DTYPE_F32), .has_lse = true,
-                                .causal = true, .has_scale = true, .scale = 0.125};
+                                .causal = true, .has_scale = true, .scale = 0.125, .repeat = 7};
     a.lse.rank = 3;
     a.k.strides[2] = 512;   /* a strided view survives the trip */
     proto_buf_init(&buf);
@@ -63,6 +63,17 @@ static void test_request_round_trip(void **state)
     assert_int_equal(b.lse.rank, 3);
     assert_true(b.has_lse && b.causal && b.has_scale);
     assert_true(b.scale == 0.125);
+    assert_int_equal(b.repeat, 7);
+    proto_msg_free(&m);
+    /* Once is the default and goes without the field. */
+    a.repeat = 1;
+    proto_buf_init(&buf);
+    proto_pack_request(&buf.pk, 78, "attention");
+    proto_pack_attention(&buf.pk, &a);
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, &id), 0);
+    assert_null(proto_map_get(m.params, "repeat"));
+    assert_int_equal(proto_decode_attention(m.params, &b), 0);
+    assert_int_equal(b.repeat, 0);
     proto_msg_free(&m);
 }
 

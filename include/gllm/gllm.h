@@ -196,12 +196,18 @@ typedef struct gllm_attention_params {
     float scale;
     gllm_tensor q, k, v, out, lse;
     gllm_counter wait, signal;    /* optional; callers built before them omit them */
+    /* Benchmarks: run the kernel this many times back to back (0 or 1: once, at most
+     * GLLM_MAX_REPEAT), the result's kernel_ns being one run's mean, as a peer replayed
+     * from a CUDA graph is timed. Callers built before it omit it. */
+    uint32_t repeat;
 } gllm_attention_params;
+#define GLLM_MAX_REPEAT 100
 
 typedef struct gllm_job_result {
     size_t size;             /* sizeof(gllm_job_result): GLLM_JOB_RESULT_INIT */
     int status;              /* 0 or a negative error code */
-    uint64_t kernel_ns;      /* GPU: events around the kernel's launch; CPU: the whole job */
+    uint64_t kernel_ns;      /* GPU: events around the kernel's launch; CPU: the whole job
+                              * (with repeat: one run's mean) */
     uint64_t queue_ns;       /* time the job waited for its device */
     uint64_t job_ns;         /* time the worker spent on the job, copies included */
     uint64_t copy_ns;        /* GPU: device time of the arena <-> device copies */

@@ -5,9 +5,14 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -I kernels/cuda -o hp_trace \
 //        kernels/tools/hp_trace.cu -lcuda
 // Run: hp_trace D B H S causal[0|1] out.bin  (f16, [B, S, H, D] tensors, scale 1/sqrt(D))
+// Environment, to match gpu_compare.py's runs: HP_LAYOUT=bhsd ([B, H, S, D] tensors, as
+// PyTorch's), HP_DATA=normal (standard normal values, not uniform in [-0.5, 0.5)),
+// HP_SINGLE=1 (each launch alone on an idle GPU between its own events, as gllmd times a job,
+// not 20 back to back).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <cuda.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -79,10 +84,11 @@ __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)
 
 // [B, S, H, D] as the kernel's 4-D map (D, S, H, B), box_rows rows.
 static void encode(CUtensorMap *m, void *base, int64_t B, int64_t H, int64_t S, int64_t D,
-                   unsigned box_rows)
+                   unsigned box_rows, bool bhsd)
 {
     cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
-    cuuint64_t st[3] = {(cuuint64_t)(H * D * 2), (cuuint64_t)(D * 2), (cuuint64_t)(S * H * D * 2)};
+    cuuint64_t st[3] = {(cuuint64_t)((bhsd ? 1 : H) * D * 2), (cuuint64_t)((bhsd ? S : 1) * D * 2),
+                        (cuuint64_t)(S * H * D * 2)};
     cuuint32_t box[4] = {GLLM_CUDA_HP_BOX_COLS, box_rows, 1, 1}, one[4] = {1, 1, 1, 1};
     CUresult r = cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, base, dims, st, box,
                                         one, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -107,34 +113,43 @@ int main(int argc, char **argv)
     const bool causal = atoi(argv[5]) != 0;
     if ((D != 64 && D != 128) || B < 1 || H < 1 || S < 1)
         return 2;
+    const char *layout = getenv("HP_LAYOUT"), *data = getenv("HP_DATA"), *single = getenv("HP_SINGLE");
+    const bool bhsd = layout && !strcmp(layout, "bhsd"), normal = data && !strcmp(data, "normal");
+    const bool alone = single && !strcmp(single, "1");
     const size_t n = (size_t)B * S * H * D;
     std::vector<__half> h(n);
     uint32_t x = 12345;
-    for (auto &v : h) {
+    auto uniform = [&]() {
         x = x * 1664525u + 1013904223u;
-        v = __float2half(((x >> 8) & 0xffff) / 65536.0f - 0.5f);
-    }
+        return (((x >> 8) & 0xffff) + 0.5f) / 65536.0f;
+    };
+    auto fill = [&]() {      // normal: Box-Muller on two uniforms
+        for (auto &v : h)
+            v = __float2half(normal ? sqrtf(-2.f * logf(uniform())) * cospif(2.f * uniform())
+                                    : uniform() - 0.5f);
+    };
     void *q, *k, *v, *o;
     CK(cudaMalloc(&q, n * 2));
     CK(cudaMalloc(&k, n * 2));
     CK(cudaMalloc(&v, n * 2));
     CK(cudaMalloc(&o, n * 2));
-    CK(cudaMemcpy(q, h.data(), n * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(k, h.data(), n * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(v, h.data(), n * 2, cudaMemcpyHostToDevice));
+    for (void *dst : {q, k, v}) {               // Q, K and V each their own values
+        fill();
+        CK(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice));
+    }
     gllm_cuda_hp_params hp = {};
     gllm_cuda_attn_params &p = hp.a;
     p.q = q, p.k = k, p.v = v, p.out = o, p.lse = nullptr;
     p.B = B, p.Hq = H, p.Hkv = H, p.Sq = S, p.Skv = S, p.D = D;
-    const int64_t st[4] = {(int64_t)S * H * D, D, (int64_t)H * D, 1};
+    const int64_t st[4] = {(int64_t)S * H * D, bhsd ? (int64_t)S * D : D, bhsd ? D : (int64_t)H * D, 1};
     for (int i = 0; i < 4; i++)
         p.q_st[i] = p.k_st[i] = p.v_st[i] = p.o_st[i] = st[i];
     p.scale = 1.0f / sqrtf((float)D);
     p.causal = causal;
-    encode((CUtensorMap *)&hp.q_map, q, B, H, S, D, GLLM_CUDA_HP_ROWS(D));
-    encode((CUtensorMap *)&hp.k_map, k, B, H, S, D, GLLM_CUDA_HP_KEYS);
-    encode((CUtensorMap *)&hp.v_map, v, B, H, S, D, GLLM_CUDA_HP_KEYS);
-    encode((CUtensorMap *)&hp.o_map, o, B, H, S, D, GLLM_CUDA_HP_O_ROWS);
+    encode((CUtensorMap *)&hp.q_map, q, B, H, S, D, GLLM_CUDA_HP_ROWS(D), bhsd);
+    encode((CUtensorMap *)&hp.k_map, k, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd);
+    encode((CUtensorMap *)&hp.v_map, v, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd);
+    encode((CUtensorMap *)&hp.o_map, o, B, H, S, D, GLLM_CUDA_HP_O_ROWS, bhsd);
 
     int sms;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -150,13 +165,26 @@ int main(int argc, char **argv)
     const int iters = 20;
     for (int i = 0; i < 3; i++)
         CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
-    CK(cudaEventRecord(e0));
-    for (int i = 0; i < iters; i++)
-        CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float ms;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
+    float ms = 0;
+    if (alone) {
+        for (int i = 0; i < iters; i++) {
+            float one;
+            CK(cudaDeviceSynchronize());
+            CK(cudaEventRecord(e0));
+            CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaEventElapsedTime(&one, e0, e1));
+            ms += one;
+        }
+    } else {
+        CK(cudaEventRecord(e0));
+        for (int i = 0; i < iters; i++)
+            CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+    }
     const double flop = 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
     const double us = ms * 1000.0 / iters;
     printf("D%d B%d H%d S%d causal %d: grid %d, %.1f us, %.1f TFLOP/s\n", D, B, H, S, causal, grid,

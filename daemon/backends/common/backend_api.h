@@ -90,6 +90,8 @@ struct attn_args {
     int64_t q_st[4], k_st[4], v_st[4], o_st[4], lse_st[3];
     bool causal;                /* bottom-right aligned: row i sees keys j <= i + Skv - Sq */
     float scale;
+    uint32_t repeat;            /* runs of the kernel back to back (benchmarks; 0 or 1:
+                                 * one, attn_runs); kernel_ns is one run's mean */
     struct attn_timing *timing; /* out, optional */
     uint32_t device_mask;       /* bit i: tensor i (q, k, v, out, lse) is in device memory */
     const struct backend_sync *sync;   /* optional */
@@ -98,6 +100,12 @@ struct attn_args {
     size_t why_len;
     struct backend_queue *queue;       /* optional: submit to it (see Queues below) */
 };
+
+/* How many times a backend runs an attention job's kernel (attn_args.repeat). */
+static inline uint32_t attn_runs(const struct attn_args *a)
+{
+    return a->repeat > 1 ? a->repeat : 1;
+}
 
 /* A copy between host memory (an arena) and device memory (a device tensor). */
 struct copy_args {

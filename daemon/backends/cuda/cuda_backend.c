@@ -341,14 +341,17 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     /* tc_eligible() admits D = 64 and 128 only. */
     CUfunction hopper = x->hopper[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
     const unsigned heads = (unsigned)(a->B * a->Hq);
+    CUfunction f;
+    unsigned gx, gy, threads, smem;
+    void *param = &p;
+    gllm_cuda_hp_params hp;
     if (tc_eligible(a) && hopper) {
         /* Persistent: a block per SM (fewer when there are fewer tiles), each working
          * through the schedule of attention_params.h. */
-        const int64_t grid = gllm_cuda_hp_grid(a->Sq, a->D, a->B * a->Hq, x->sm_count);
+        f = hopper;
+        gx = (unsigned)gllm_cuda_hp_grid(a->Sq, a->D, a->B * a->Hq, x->sm_count), gy = 1;
+        threads = (unsigned)GLLM_CUDA_HP_THREADS(a->D), smem = (unsigned)GLLM_CUDA_HP_SMEM(a->D);
         /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
-        CUfunction f = hopper;
-        void *param = &p;
-        gllm_cuda_hp_params hp;
         CUfunction tma = x->hopper_tma[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
         if (tma) {
             hp.a = p;
@@ -364,19 +367,21 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
                              (long long)a->k_st[1], (long long)a->k_st[2]);
             }
         }
-        r = cuda_launch(d, x, ln, f, (unsigned)grid, 1, (unsigned)GLLM_CUDA_HP_THREADS(a->D),
-                        (unsigned)GLLM_CUDA_HP_SMEM(a->D), param);
     } else if (tc_eligible(a)) {
-        CUfunction f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
         const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
-        r = cuda_launch(d, x, ln, f, (unsigned)((a->Sq + rows - 1) / rows), heads,
-                        (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), (unsigned)GLLM_CUDA_TC_SMEM(a->D),
-                        &p);
+        f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
+        gx = (unsigned)((a->Sq + rows - 1) / rows), gy = heads;
+        threads = (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
     } else {
-        r = cuda_launch(d, x, ln, x->generic[a->dtype],
-                        (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS),
-                        heads, GLLM_CUDA_GENERIC_ROWS * 32, 0, &p);
+        f = x->generic[a->dtype];
+        gx = (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS), gy = heads;
+        threads = GLLM_CUDA_GENERIC_ROWS * 32, smem = 0;
     }
+    /* repeat > 1 (benchmarks): the runs go out back to back between the kernel's events, so
+     * that each but the first is launched while the one before runs. */
+    r = CUDA_SUCCESS;
+    for (uint32_t i = 0; i < attn_runs(a) && !r; i++)
+        r = cuda_launch(d, x, ln, f, gx, gy, threads, smem, param);
     if (r)
         return cuda_fail(c, r, "kernel launch");
     d->cuEventRecord(sl->ev[EV_KERNEL_END], ln->stream);
@@ -401,14 +406,15 @@ static int attention_complete(struct cuda_ctx *c, struct cuda_dev *x, struct cud
 {
     const struct attn_args *a = args;
     (void)x;
-    if (sl->ran)
+    if (sl->ran) {
         cuda_read_timing(c->d, sl, a->timing);
+        if (a->timing)
+            a->timing->kernel_ns /= attn_runs(a);
+    }
     return 0;
 }
 
 static const struct cuda_op_type attention_op = {attention_enqueue, attention_complete};
-
-
 
 static int cuda_attention(struct backend *be, int dev, const struct attn_args *a)
 {
