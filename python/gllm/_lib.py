@@ -76,7 +76,8 @@ class GllmCounter(ctypes.Structure):
 class GllmAttentionParams(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("flags", c_uint32), ("scale", c_float),
                 ("q", GllmTensor), ("k", GllmTensor), ("v", GllmTensor), ("out", GllmTensor),
-                ("lse", GllmTensor), ("wait", GllmCounter), ("signal", GllmCounter)]
+                ("lse", GllmTensor), ("wait", GllmCounter), ("signal", GllmCounter),
+                ("repeat", c_uint32)]
 
 
 class GllmJobResult(ctypes.Structure):
