@@ -212,9 +212,15 @@ static void fill_random(void *p, gllm_dtype dt, size_t n, uint64_t *state)
     }
 }
 
-/* unit: 1 prints GFLOP/s, 1000 TFLOP/s (the header says which). */
+/* Back to back (GPU backends): jobs of CTL_BENCH_REPEAT runs each, their kernel_ns one run's
+ * mean: the kernel as a peer replayed from a CUDA graph is timed, without the launch and the
+ * idle GPU's start that a job of one run holds. */
+#define CTL_BENCH_REPEAT 20      /* the --wide header says 20 */
+#define CTL_BENCH_B2B_JOBS 5
+
+/* unit: 1 prints GFLOP/s, 1000 TFLOP/s (the header says which); b2b: time back to back too. */
 static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json, bool wide, bool first,
-                     double unit, double slow)
+                     double unit, double slow, bool b2b)
 {
     size_t es = gllm_dtype_size(s->dtype);
     size_t nq = (size_t)(s->B * s->Hq * s->S * s->D), nk = (size_t)(s->B * s->Hkv * s->S * s->D);
@@ -236,7 +242,7 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
     gllm_tensor_init(a, (nq + 2 * nk) * es, s->dtype, 4, qs, &p.out);
 
     uint64_t *kern = calloc((size_t)iters, sizeof *kern), *e2e = calloc((size_t)iters, sizeof *e2e);
-    uint64_t *added = calloc((size_t)iters, sizeof *added);
+    uint64_t *added = calloc((size_t)iters, sizeof *added), back[CTL_BENCH_B2B_JOBS];
     double copy_gbps = 0;
     int rc = 1;
     if (!kern || !e2e || !added)
@@ -255,10 +261,17 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
         if (res.copy_ns)
             copy_gbps += (double)res.copy_bytes / (double)ctl_bench_scaled(res.copy_ns, slow) / iters;
     }
+    for (int i = 0; b2b && i < CTL_BENCH_B2B_JOBS; i++) {
+        p.repeat = CTL_BENCH_REPEAT;
+        if ((r = gllm_attention(c, &p, &res)) < 0)
+            goto fail;
+        back[i] = ctl_bench_scaled(res.kernel_ns, slow);
+    }
     double flops = 4.0 * (double)(s->B * s->Hq) * (double)s->S * (double)s->S * (double)s->D;
     if (s->causal)
         flops /= 2;
     uint64_t mk = median(kern, iters), me = median(e2e, iters), ma = median(added, iters);
+    uint64_t mb = b2b ? median(back, CTL_BENCH_B2B_JOBS) : 0;
     double gk = flops / (double)mk, ge = flops / (double)me;   /* GFLOP/s */
     char name[96];
     snprintf(name, sizeof name, "B%lld Hq%lld Hkv%lld S%lld D%lld %s%s", (long long)s->B,
@@ -276,6 +289,8 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
         ctl_bench_json_figure("kernel_ms", mk / 1e6);
         ctl_bench_json_figure("e2e_ms", me / 1e6);
         ctl_bench_json_figure("added_ms", ma / 1e6);
+        if (b2b)
+            ctl_bench_json_figure("kernel_back_to_back_tflops", flops / (double)mb / 1000);
         if (copy_gbps > 0)   /* the CPU backend works in the arenas: nothing is copied */
             ctl_bench_json_figure("copy_gbps", copy_gbps);
         static const char *const gate[] = {"kernel_tflops"};
@@ -285,7 +300,10 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
         char copy[16] = "-";   /* the CPU backend works in the arenas: nothing is copied */
         if (copy_gbps > 0)
             snprintf(copy, sizeof copy, "%.1f", copy_gbps);
-        if (wide)
+        if (wide && b2b)
+            printf("%-38s %10.3f %10.3f %12.1f %12.1f %9s %12.1f\n", name, mk / 1e6, me / 1e6,
+                   gk / unit, ge / unit, copy, flops / (double)mb / unit);
+        else if (wide)
             printf("%-38s %10.3f %10.3f %12.1f %12.1f %9s\n", name, mk / 1e6, me / 1e6,
                    gk / unit, ge / unit, copy);
         else   /* 80 columns */
@@ -327,10 +345,12 @@ int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o)
         ctl_bench_json_open(c, "gllmctl bench", o->iters, slow);
     else if (o->wide)
         printf("backend %s, device %s, median of %d runs (e2e: client submit to reply, "
-               "tensors in arenas)\n%-38s %10s %10s %12s %12s %9s\n",
+               "tensors in arenas%s)\n%-38s %10s %10s %12s %12s %9s%s\n",
                caps.backend, caps.ndevices ? ctl_first_device_name(c, &dev) : "?", o->iters,
+               cpu ? "" : "; b2b: jobs that run the kernel 20 times back to back, as a peer "
+                          "replayed from a CUDA graph is timed",
                "shape", "kernel ms", "e2e ms", cpu ? "kern GFLOP/s" : "kern TFLOP/s",
-               cpu ? "e2e GFLOP/s" : "e2e TFLOP/s", "copy GB/s");
+               cpu ? "e2e GFLOP/s" : "e2e TFLOP/s", "copy GB/s", cpu ? "" : "  b2b TFLOP/s");
     else
         printf("backend %s, device %s, median of %d runs\n(e2e: submit to reply, tensors in "
                "arenas; --wide adds e2e throughput)\n%-36s %9s %9s %11s %9s\n",
@@ -343,7 +363,7 @@ int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o)
         snprintf(what, sizeof what, "B%lld H%lld S%lld D%lld", (long long)shapes[i].B,
                  (long long)shapes[i].Hq, (long long)shapes[i].S, (long long)shapes[i].D);
         ctl_progress(i, n, what, started);
-        rc = run_shape(c, &shapes[i], o->iters, o->json, o->wide, i == 0, cpu ? 1 : 1000, slow);
+        rc = run_shape(c, &shapes[i], o->iters, o->json, o->wide, i == 0, cpu ? 1 : 1000, slow, !cpu);
     }
     ctl_progress(n, n, "", started);
     if (o->json)
