@@ -317,7 +317,7 @@ static void test_hp_schedule(void **state)
                                               Sq, Skv, causal);
             const int64_t pairs = M / 2;
             memset(seen, 0, sizeof seen);
-            int64_t most = 0, least = INT64_MAX, most_rows = 0, total_rows = 0;
+            int64_t most = 0, most_rows = 0, total_rows = 0, total = 0;
             for (int32_t blk = 0; blk < grid; blk++) {
                 int64_t work = 0, rows_work = 0;
                 int32_t u, r = 0;
@@ -342,15 +342,18 @@ static void test_hp_schedule(void **state)
                         assert_true(m[0] > m[1]);                  /* the heavier first */
                     if (causal && !sc.pair)
                         assert_int_equal(m[0], M - 1 - (u - bh * sc.per_head));
-                    if (sc.pair && n == 1)                  /* the middle tiles last */
-                        assert_true(M % 2 == 1 && m[0] == M / 2 && u >= sc.units - heads);
+                    if (sc.pair && n == 1)   /* the middle tile right after its head's pairs */
+                        assert_true(M % 2 == 1 && m[0] == M / 2 &&
+                                    u == bh * sc.stride + sc.per_head);
+                    if (sc.pair)                            /* a head's units neighbours */
+                        assert_true(u / sc.stride == bh && sc.stride == M / 2 + M % 2);
                     if (n == 2 && Sq == Skv)
                         assert_true(keys * pairs >= pair_keys - 2 * pairs &&
                                     keys * pairs <= pair_keys + 2 * pairs);
                     work += keys + n;                  /* a tile's fixed cost: about a key tile */
                 }
+                total += work;
                 most = work > most ? work : most;
-                least = work < least ? work : least;
                 most_rows = rows_work > most_rows ? rows_work : most_rows;
                 total_rows += rows_work;
             }
@@ -363,10 +366,14 @@ static void test_hp_schedule(void **state)
                 const int64_t unit = (rows / 64) * hp_key_tiles(0, rows, Sq, Skv, 0);
                 assert_true(most_rows * grid <= total_rows + 3 * unit * grid / 4);
             }
-            /* Paired: the blocks differ by at most about one pair and the pairs' spread. */
+            /* Paired: the busiest block within about one pair and the pairs' spread of the
+             * mean. (Not of the least busy: with a head's middle tile among its pairs (M odd),
+             * a block may get a middle tile more than another, half a pair less work, which
+             * leaves the kernel's time alone: B1 H32 S8192 D64, 43 m-tiles, busiest 405, mean
+             * 351, least 303, against 406, 351 and 336 with the middle tiles last.) */
             const int64_t per_block = (sc.units + grid - 1) / grid;
             if (sc.pair && Sq == Skv)
-                assert_true(most - least <= pair_keys / pairs + 4 + 4 * per_block);
+                assert_true(most - total / grid <= pair_keys / pairs + 4 + 4 * per_block);
             for (int64_t t = 0; t < M * heads; t++)
                 assert_int_equal(seen[t], 1);
         }

@@ -61,9 +61,12 @@ typedef struct gllm_cuda_attn_params {
  * blocks: a unit is one tile, units head by head, m-tiles in order (causal: last first, the
  * heaviest). Causal with more tiles than blocks: a unit pairs m-tile M - 1 - q with m-tile q
  * (M tiles per head), so every unit reads about M + 1 key tiles and a static stride over
- * the units balances the blocks; pairs head by head, then (M odd) the heads' middle tiles,
- * about half a pair each, to fill the last round. The same code runs in the kernels and on
- * the host (the launch, tests). */
+ * the units balances the blocks. Units go head by head, each head's pairs then (M odd) its
+ * middle tile, about half a pair: a head's units are neighbours, run in the same round or the
+ * next, so its K and V come from memory once and from L2 after. (Before v32 the middle tiles
+ * came after every head's pairs, seven rounds later at D = 64 causal S = 512, when L2 had long
+ * dropped the head: 12% slower there, on an H100.) The same code runs in the kernels and on the
+ * host (the launch, tests). */
 #ifdef __CUDACC__
 #define GLLM_CUDA_HP_FN static __host__ __device__ __forceinline__
 #else
@@ -99,12 +102,13 @@ GLLM_CUDA_HP_FN uint32_t gllm_cuda_fastdiv_div(gllm_cuda_fastdiv f, uint32_t n)
 typedef struct gllm_cuda_hp_sched {
     int32_t m_blocks;     /* query tiles per head, M: ceil(Sq / ROWS) */
     int32_t heads;        /* B * Hq */
-    int32_t per_head;     /* units per head before the middle tiles: M, or M / 2 paired */
+    int32_t per_head;     /* a head's units of one or two m-tiles: M, or M / 2 paired */
+    int32_t stride;       /* a head's units: per_head, and its middle tile when paired, M odd */
     int32_t units;
     int32_t pair;
     int32_t grid;         /* the blocks launched */
     int32_t m_pad;        /* m-tile m holds rows [m * ROWS - m_pad, (m + 1) * ROWS - m_pad) */
-    gllm_cuda_fastdiv per_head_div, grid_div;
+    gllm_cuda_fastdiv stride_div, grid_div;
 } gllm_cuda_hp_sched;
 
 /* heads: B * Hq; grid: the blocks launched (gllm_cuda_hp_grid). */
@@ -116,7 +120,8 @@ GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t row
     s.heads = heads;
     s.pair = causal && s.m_blocks >= 2 && (int64_t)s.m_blocks * heads > grid;
     s.per_head = s.pair ? s.m_blocks / 2 : s.m_blocks;
-    s.units = s.per_head * heads + (s.pair && s.m_blocks % 2 ? heads : 0);
+    s.stride = s.per_head + (s.pair && s.m_blocks % 2);
+    s.units = s.stride * heads;
     s.grid = grid;
     /* Causal, the part-filled m-tile is a head's first (its rows before row 0, whole 64-row
      * warpgroups of them, are idle), not its last: the first tile's rows see the fewest keys,
@@ -124,7 +129,7 @@ GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t row
      * causal S = 1024, M = 6 tiles of 192 rows: 27 key tiles a head against 32; S = 512: 8
      * against 9). */
     s.m_pad = causal ? (s.m_blocks * rows - Sq) / 64 * 64 : 0;
-    s.per_head_div = gllm_cuda_fastdiv_of((uint32_t)(s.per_head > 0 ? s.per_head : 1));
+    s.stride_div = gllm_cuda_fastdiv_of((uint32_t)(s.stride > 0 ? s.stride : 1));
     s.grid_div = gllm_cuda_fastdiv_of((uint32_t)grid);
     return s;
 }
@@ -139,14 +144,13 @@ GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_row0(const gllm_cuda_hp_sched *s, int32_t r
 GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_unit(const gllm_cuda_hp_sched *s, int32_t causal, int32_t u,
                                           int32_t *bh, int32_t m[2])
 {
-    if (u >= s->per_head * s->heads) {           /* paired, M odd: a head's middle tile */
-        *bh = u - s->per_head * s->heads;
+    const int32_t head = (int32_t)gllm_cuda_fastdiv_div(s->stride_div, (uint32_t)u);
+    const int32_t q = u - head * s->stride;
+    *bh = head;
+    if (q == s->per_head) {                      /* paired, M odd: the head's middle tile */
         m[0] = m[1] = s->m_blocks / 2;
         return 1;
     }
-    const int32_t head = (int32_t)gllm_cuda_fastdiv_div(s->per_head_div, (uint32_t)u);
-    const int32_t q = u - head * s->per_head;
-    *bh = head;
     m[0] = causal ? s->m_blocks - 1 - q : q;
     m[1] = q;
     return s->pair ? 2 : 1;
