@@ -121,8 +121,10 @@ static void reference_row(const double *q, int D, int n, double scale, K key, V 
 
 enum layout { BHSD, BSHD, PADDED };
 
+/* repeat: runs of the kernel asked for (attn_args.repeat); the case checks that many were
+ * launched and that the runs' time was written. */
 static void dense_case(gllm_dtype dt, int B, int Hq, int Hkv, int Sq, int Skv, int D, bool causal,
-                       enum layout lay)
+                       enum layout lay, uint32_t repeat = 0)
 {
     const int pad = lay == PADDED ? 3 : 0;
     auto strides = [&](int H, int S, int64_t st[4]) {
@@ -151,7 +153,16 @@ static void dense_case(gllm_dtype dt, int B, int Hq, int Hkv, int Sq, int Skv, i
         encode(dt, v.data(), (int64_t)i, rnd(&seed));
     }
     a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = out.data(), a.lse = lse.data();
+    struct attn_timing timing = {UINT64_MAX, 0, 0};
+    a.repeat = repeat, a.timing = &timing;
+    const int launched = launches;
     int rc = pk_attention(&emu, &a);
+    if (rc == 0 && (launches - launched != (repeat > 1 ? (int)repeat : 1) ||
+                    (repeat > 1) == (timing.kernel_ns == UINT64_MAX))) {
+        printf("FAIL dense repeat %u: %d launches, kernel_ns %s\n", repeat, launches - launched,
+               timing.kernel_ns == UINT64_MAX ? "not written" : "written");
+        failures++;
+    }
     if (rc != 0) {
         printf("FAIL dense dtype %d B%d H%d/%d S%d/%d D%d: rc %d\n", dt, B, Hq, Hkv, Sq, Skv, D, rc);
         failures++;
@@ -310,6 +321,7 @@ int main(void)
     dense_case(GLLM_DTYPE_BF16, 1, 2, 1, 6, 6, 7, true, PADDED);  /* odd D, gaps in the output */
     dense_case(GLLM_DTYPE_F16, 1, 1, 1, 5, 40, 256, true, BHSD);  /* the largest head dim */
     dense_case(GLLM_DTYPE_F32, 1, 3, 1, 1, 33, 96, true, BSHD);   /* one query row, decode-like */
+    dense_case(GLLM_DTYPE_F16, 2, 4, 2, 9, 17, 64, true, BHSD, 3); /* repeat: three runs, one result */
     paged_case(GLLM_DTYPE_F16, 4, 2, 64, 16, {37, 1, 16}, {1, 1, 1});          /* decode */
     paged_case(GLLM_DTYPE_BF16, 4, 1, 32, 1, {9, 4}, {3, 4});                  /* page size 1 */
     paged_case(GLLM_DTYPE_F32, 2, 2, 40, 3, {20, 7, 11}, {6, 2, 11});          /* chunked prefill */

@@ -283,13 +283,7 @@ static int hsa_attention(struct backend *be, int dev, const struct attn_args *a)
     if (has_sync(a->sync))
         return -ENOTSUP;
     const struct pk_device d = {&hsa_pk_ops, x, x->wave};
-    const uint64_t t0 = backend_now_ns();
-    int rc = 0;
-    for (uint32_t i = 0; i < attn_runs(a) && rc >= 0; i++)
-        rc = pk_attention(&d, a);
-    if (rc >= 0 && a->timing && attn_runs(a) > 1)    /* once: the whole job's time */
-        a->timing->kernel_ns = (backend_now_ns() - t0) / attn_runs(a);
-    return rc;
+    return pk_attention(&d, a);
 }
 
 static int hsa_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
