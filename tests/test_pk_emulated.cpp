@@ -301,7 +301,7 @@ static void paged_case(gllm_dtype dt, int Hq, int Hkv, int D, int ps, std::vecto
     at.indices_on_device = true;                        /* read in place, as from a device tensor */
     why[0] = '\0';
     const int bad = pk_paged(&emu, &at);
-    ok &= bad == GLLM_EBOUNDS && strstr(why, "outside the pool");
+    ok &= bad == GLLM_EBOUNDS && strstr(why, "kv_indices[0] is") && strstr(why, "outside the pool");
     printf("%s paged %s Hq%d Hkv%d D%d page %d, %d sequences: rc %d, max |err| %.2e, bad page -> %d\n",
            ok ? "ok  " : "FAIL", dt == GLLM_DTYPE_F32 ? "f32" : dt == GLLM_DTYPE_F16 ? "f16" : "bf16",
            Hq, Hkv, D, ps, B, rc, worst, bad);

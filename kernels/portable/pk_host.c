@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pk_host.h"
@@ -244,9 +245,18 @@ int pk_paged(const struct pk_device *d, const struct paged_args *p)
     if ((rc = stage_out(&s, &bad)) < 0)
         return rc;
     if (bad) {
-        if (p->why)
+        /* The kernel only flags it: the entry, named as the daemon's own check names it, from
+         * the table as the kernel read it. */
+        const int64_t n = p->kv_indptr[p->B];
+        int32_t *table = p->indices_on_device ? malloc((size_t)n * sizeof *table) : NULL;
+        const int32_t *look = p->indices_on_device ? table : p->kv_indices;
+        if (table && (d->ops->to_host(d->dev, table, stage_addr(&s, ix), (size_t)n * sizeof *table) < 0 ||
+                      d->ops->finish(d->dev) < 0))
+            look = NULL;
+        if (p->why && !(look && paged_check_pages(look, n, p->num_pages, p->why, p->why_len) < 0))
             snprintf(p->why, p->why_len, "a page number in kv_indices is outside the pool of %lld pages",
                      (long long)p->num_pages);
+        free(table);
         return GLLM_EBOUNDS;
     }
     return 0;
