@@ -560,10 +560,12 @@ class Client:
 
     def attention(self, q: Any, k: Any, v: Any, out: Any, causal: bool = False,
                   scale: Optional[float] = None, lse: Any = None,
-                  stream: Any = None) -> "JobResult | Job":
+                  stream: Any = None, repeat: int = 1) -> "JobResult | Job":
         """out = softmax(scale * Q K^T + mask) V, with Q and out [B, Hq, Sq, D], K and V
         [B, Hkv, Skv, D] (Hq a multiple of Hkv), one dtype; lse (optional) f32 [B, Hq, Sq].
-        causal: query i sees keys j <= i + Skv - Sq. scale: default 1/sqrt(D).
+        causal: query i sees keys j <= i + Skv - Sq. scale: default 1/sqrt(D). repeat
+        (benchmarks, 1 to 100): the kernel runs that many times back to back, kernel_ns one
+        run's mean.
         Tensors are gllm Tensors, numpy views of this client's arenas, or torch tensors from
         Client.torch_tensor."""
         p = _lib.sized(_lib.GllmAttentionParams)
@@ -581,6 +583,7 @@ class Client:
             p.scale = float(scale)
         if lse is not None:
             p.flags |= _lib.ATTN_LSE
+        p.repeat = repeat
         return self._job("gllm_attention", p, any_cuda, stream)
 
     def _paged_kv(self, kv: PagedKV) -> Tuple[_lib.GllmPagedKV, bool]:
@@ -694,10 +697,10 @@ def find_client(*tensors: Any) -> Client:
 
 
 def attention(q: Any, k: Any, v: Any, out: Any, causal: bool = False, scale: Optional[float] = None,
-              lse: Any = None, stream: Any = None) -> "JobResult | Job":
+              lse: Any = None, stream: Any = None, repeat: int = 1) -> "JobResult | Job":
     """Client.attention on the client whose memory holds q."""
     return find_client(q, k, v, out).attention(q, k, v, out, causal=causal, scale=scale,
-                                               lse=lse, stream=stream)
+                                               lse=lse, stream=stream, repeat=repeat)
 
 
 def connect(socket: Optional[str] = None) -> Client:

@@ -121,6 +121,14 @@ def test_dense_attention(client, dtype, B, Hq, Hkv, Sq, Skv, D, causal):
         want, _ = attention64(q64, k64, v64, causal=causal, scale=0.3)
         got = gllm.bf16_to_f32(out) if dtype == "bf16" else out.astype(np.float64)
         np.testing.assert_allclose(got, want, atol=TOL[dtype], rtol=TOL[dtype])
+        # repeat: the same result; the job took at least repeat times one run's mean
+        out.fill(0)
+        res = gllm.attention(qa, ka, va, out, causal=causal, scale=0.3, repeat=5)
+        assert res.job_ns >= 5 * res.kernel_ns > 0
+        got = gllm.bf16_to_f32(out) if dtype == "bf16" else out.astype(np.float64)
+        np.testing.assert_allclose(got, want, atol=TOL[dtype], rtol=TOL[dtype])
+        with pytest.raises(gllm.ParamError):
+            client.attention(qa, ka, va, out, repeat=101)
 
 
 def test_bad_shape_raises_with_daemon_message(client):
