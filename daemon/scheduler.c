@@ -190,8 +190,9 @@ static double job_work(const struct job *j)
 {
     switch (j->kind) {
     case JOB_ATTENTION: {
-        const struct attn_args *a = &j->args;
-        return 4.0 * (double)a->B * (double)a->Hq * (double)a->Sq * (double)a->Skv * (double)a->D;
+        const struct attn_args *a = &j->args;      /* every run of a repeated job */
+        return 4.0 * (double)a->B * (double)a->Hq * (double)a->Sq * (double)a->Skv * (double)a->D *
+               (double)attn_runs(a);
     }
     case JOB_COPY:
         return 4.0 * (double)j->copy.bytes;
