@@ -313,8 +313,8 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         return key_walk(c, n_mine, x.n_tiles, full0, base, x.w.kv_len, r_wg, row0, x.w.pos0);
     };
     // As in the dense kernel (v27), a unit's first turn is the previous unit's final turn, its
-    // epilogue run under the first Q K^T. The unit after the next one's item is read ahead, so that its load is not on
-    // the path either.
+    // epilogue run under the first Q K^T. The unit after the next one's item is read ahead, so
+    // that its load is not on the path either.
     int u = gllm_cuda_pp_unit(0, x, grid, p.units);
     PpUnit cur = pp_unit(p, u, pp_work_of(p, u, hq), hq);
     bool have = u >= 0;
