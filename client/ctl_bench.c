@@ -215,7 +215,7 @@ static void fill_random(void *p, gllm_dtype dt, size_t n, uint64_t *state)
 /* Back to back (GPU backends): jobs of CTL_BENCH_REPEAT runs each, their kernel_ns one run's
  * mean: the kernel as a peer replayed from a CUDA graph is timed, without the launch and the
  * idle GPU's start that a job of one run holds. */
-#define CTL_BENCH_REPEAT 20      /* the --wide header says 20 */
+#define CTL_BENCH_REPEAT 20
 #define CTL_BENCH_B2B_JOBS 5
 
 /* unit: 1 prints GFLOP/s, 1000 TFLOP/s (the header says which); b2b: time back to back too. */
@@ -341,14 +341,16 @@ int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o)
     bool cpu = strcmp(caps.backend, "cpu") == 0;
     const struct shape *shapes = cpu ? cpu_shapes : gpu_shapes;
     int n = (int)(cpu ? sizeof cpu_shapes / sizeof *cpu_shapes : sizeof gpu_shapes / sizeof *gpu_shapes);
+    char b2b_note[128];
+    snprintf(b2b_note, sizeof b2b_note, "; b2b: jobs that run the kernel %d times back to back, "
+             "as a peer replayed from a CUDA graph is timed", CTL_BENCH_REPEAT);
     if (o->json)
         ctl_bench_json_open(c, "gllmctl bench", o->iters, slow);
     else if (o->wide)
         printf("backend %s, device %s, median of %d runs (e2e: client submit to reply, "
                "tensors in arenas%s)\n%-38s %10s %10s %12s %12s %9s%s\n",
                caps.backend, caps.ndevices ? ctl_first_device_name(c, &dev) : "?", o->iters,
-               cpu ? "" : "; b2b: jobs that run the kernel 20 times back to back, as a peer "
-                          "replayed from a CUDA graph is timed",
+               cpu ? "" : b2b_note,
                "shape", "kernel ms", "e2e ms", cpu ? "kern GFLOP/s" : "kern TFLOP/s",
                cpu ? "e2e GFLOP/s" : "e2e TFLOP/s", "copy GB/s", cpu ? "" : "  b2b TFLOP/s");
     else
