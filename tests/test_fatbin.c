@@ -7,6 +7,7 @@
 
 #include <cmocka.h>
 
+#include "backend_api.h"
 #include "fatbin.h"
 
 static void test_embedded_images(void **state)
@@ -106,32 +107,18 @@ static void test_hopper_code(void **state)
             elf = img[i].payload, elf_size = img[i].payload_size;
     assert_non_null(elf);
     assert_true(elf_size > 64 && memcmp(elf, "\x7f" "ELF", 4) == 0 && elf[4] == 2); /* ELF64 */
-    uint64_t shoff;
-    uint16_t shentsize, shnum, shstrndx;
-    memcpy(&shoff, elf + 0x28, 8);
-    memcpy(&shentsize, elf + 0x3a, 2);
-    memcpy(&shnum, elf + 0x3c, 2);
-    memcpy(&shstrndx, elf + 0x3e, 2);
-    assert_true(shentsize == 64 && shstrndx < shnum && shoff <= elf_size &&
-                (uint64_t)shnum * 64 <= elf_size - shoff);
-    const unsigned char *sh = elf + shoff;
-    uint64_t str_off, str_size;
-    memcpy(&str_off, sh + shstrndx * 64 + 0x18, 8);
-    memcpy(&str_size, sh + shstrndx * 64 + 0x20, 8);
-    assert_true(str_off <= elf_size && str_size <= elf_size - str_off);
+    struct elf64 e;
+    assert_true(elf64_headers(&e, elf, elf_size));
     int kernels = 0;
-    for (int i = 0; i < shnum; i++) {
-        uint32_t name;
-        uint64_t off, size;
-        memcpy(&name, sh + i * 64, 4);
-        memcpy(&off, sh + i * 64 + 0x18, 8);
-        memcpy(&size, sh + i * 64 + 0x20, 8);
-        assert_true(name < str_size && off <= elf_size && size <= elf_size - off);
-        const char *sec = (const char *)elf + str_off + name;
-        assert_non_null(memchr(sec, 0, str_size - name));
+    for (unsigned i = 0; i < e.shnum; i++) {
+        const unsigned char *sh = elf64_section(&e, i), *code;
+        uint64_t size;
+        const char *sec = elf64_section_name(&e, sh);
+        assert_non_null(sec);
+        assert_true(elf64_section_bytes(&e, sh, &code, &size));
         if (strncmp(sec, ".text.", 6) != 0 || !strstr(sec, "hopper"))
             continue;
-        const struct sm90_counts c = sm90_count(elf + off, size);
+        const struct sm90_counts c = sm90_count(code, size);
         print_message("%-46s %5d instr %3d HGMMA, %2d waited, %d local\n", sec + 6, c.instr,
                       c.hgmma, c.hgmma_waited, c.local);
         assert_true(c.hgmma >= 24);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend_api.h"
 #include "hsa_codeobj.h"
 
 #define EIMAGE(name)                                 \
@@ -51,33 +52,6 @@ static uint64_t rd64(const unsigned char *p)
     return rd32(p) | (uint64_t)rd32(p + 4) << 32;
 }
 
-struct elf {
-    const unsigned char *p;
-    size_t size;
-    uint64_t shoff;
-    unsigned shnum;
-};
-
-/* Section i's header, or NULL when it lies outside the file. */
-static const unsigned char *section(const struct elf *e, unsigned i)
-{
-    if (i >= e->shnum)
-        return NULL;
-    return e->p + e->shoff + (uint64_t)i * 64;
-}
-
-/* The bytes of section header sh, bounded by the file. */
-static bool section_bytes(const struct elf *e, const unsigned char *sh, const unsigned char **out,
-                          uint64_t *size)
-{
-    uint64_t off = rd64(sh + 24), sz = rd64(sh + 32);
-    if (off > e->size || sz > e->size - off)
-        return false;
-    *out = e->p + off;
-    *size = sz;
-    return true;
-}
-
 /* The metadata is msgpack; the target is the string after the key "amdhsa.target". */
 static bool metadata_target(const unsigned char *d, uint64_t n, char *out, size_t len)
 {
@@ -110,11 +84,11 @@ static bool metadata_target(const unsigned char *d, uint64_t n, char *out, size_
     return false;
 }
 
-static bool read_note(const struct elf *e, const unsigned char *sh, struct hsaco_info *out)
+static bool read_note(const struct elf64 *e, const unsigned char *sh, struct hsaco_info *out)
 {
     const unsigned char *d;
     uint64_t n;
-    if (!section_bytes(e, sh, &d, &n))
+    if (!elf64_section_bytes(e, sh, &d, &n))
         return false;
     for (uint64_t at = 0; at + 12 <= n;) {
         uint64_t namesz = rd32(d + at), descsz = rd32(d + at + 4), type = rd32(d + at + 8);
@@ -130,12 +104,13 @@ static bool read_note(const struct elf *e, const unsigned char *sh, struct hsaco
 
 /* Each ".kd" object of the dynamic symbols: its 64-byte descriptor, found through the
  * section that holds it. */
-static int read_kernels(const struct elf *e, const unsigned char *sh, struct hsaco_info *out,
+static int read_kernels(const struct elf64 *e, const unsigned char *sh, struct hsaco_info *out,
                         char *why, size_t len)
 {
-    const unsigned char *syms, *strs, *strsh = section(e, rd32(sh + 40));
+    const unsigned char *syms, *strs, *strsh = elf64_section(e, rd32(sh + 40));
     uint64_t nsyms, nstrs;
-    if (!strsh || !section_bytes(e, sh, &syms, &nsyms) || !section_bytes(e, strsh, &strs, &nstrs)) {
+    if (!strsh || !elf64_section_bytes(e, sh, &syms, &nsyms) ||
+        !elf64_section_bytes(e, strsh, &strs, &nstrs)) {
         snprintf(why, len, "dynamic symbol table outside the file");
         return -EINVAL;
     }
@@ -148,9 +123,9 @@ static int read_kernels(const struct elf *e, const unsigned char *sh, struct hsa
         size_t nlen = strnlen(nm, (size_t)(nstrs - name));
         if (nlen == nstrs - name || nlen < 4 || strcmp(nm + nlen - 3, ".kd") != 0)
             continue;
-        const unsigned char *holder = section(e, rd16(s + 6)), *kd;
+        const unsigned char *holder = elf64_section(e, rd16(s + 6)), *kd;
         uint64_t hsz;
-        if (size != 64 || !holder || !section_bytes(e, holder, &kd, &hsz) ||
+        if (size != 64 || !holder || !elf64_section_bytes(e, holder, &kd, &hsz) ||
             value < rd64(holder + 16) || value - rd64(holder + 16) > hsz ||
             hsz - (value - rd64(holder + 16)) < 64) {
             snprintf(why, len, "kernel descriptor %.40s outside its section", nm);
@@ -184,15 +159,15 @@ int hsaco_parse(const void *data, size_t size, struct hsaco_info *out, char *why
         snprintf(why, len, "not an AMDGPU HSA code object (machine %u, OS ABI %u)", rd16(p + 18), p[7]);
         return -EINVAL;
     }
-    struct elf e = {.p = p, .size = size, .shoff = rd64(p + 40), .shnum = rd16(p + 60)};
-    if (rd16(p + 58) != 64 || e.shoff > size || (uint64_t)e.shnum * 64 > size - e.shoff) {
+    struct elf64 e;
+    if (!elf64_headers(&e, p, size)) {
         snprintf(why, len, "section headers outside the file");
         return -EINVAL;
     }
     out->mach = rd32(p + 48) & EF_AMDGPU_MACH;
     bool target = false;
     for (unsigned i = 0; i < e.shnum; i++) {
-        const unsigned char *sh = section(&e, i);
+        const unsigned char *sh = elf64_section(&e, i);
         uint32_t type = rd32(sh + 4);
         if (type == SHT_NOTE && !target)
             target = read_note(&e, sh, out);
