@@ -290,7 +290,8 @@ static void test_hp_schedule(void **state)
         assert_true((size_t)(M * heads) <= sizeof seen);
         for (int causal = 0; causal < 2; causal++) {
             const gllm_cuda_hp_sched sc = gllm_cuda_hp_schedule(
-                (int32_t)Sq, (int32_t)rows, (int32_t)heads, causal, (int32_t)grid);
+                (int32_t)Sq, (int32_t)rows, (int32_t)heads, causal, (int32_t)grid, 0);
+            assert_int_equal(sc.whole_units, sc.units);      /* nothing split unless asked */
             assert_int_equal(sc.m_blocks, M);
             assert_int_equal(sc.pair, causal && M > 1 && M * heads > grid);
             /* Causal, the part-filled m-tile is a head's first: m_pad rows before row 0, whole
@@ -472,6 +473,102 @@ static void test_pp_params(void **state)
     assert_true(sizeof(gllm_cuda_pp_params) <= 4096);       /* the kernel parameter limit */
 }
 
+/* Units split by keys (D = 128, not causal, units of at least GLLM_CUDA_HP_SPLIT_MIN_KEYS key
+ * tiles; 16k-token shapes from S = 4096): the whole units go round by round, every round
+ * full; the key tiles of the rest are dealt out in ranges one key tile apart at most, each
+ * unit's key tiles done exactly once, a unit cut at most once, its two parts in slots 2x and
+ * 2x + 1 (the first part, keys from 0, in the even slot, done by block x - 1; the second by
+ * block x), every slot used once, within the workspace GLLM_CUDA_HP_SPLIT_COUNTS sizes. */
+static void test_hp_split(void **state)
+{
+    (void)state;
+    static unsigned char seen[1 << 20];
+    static int32_t part_of[4096][2], slot_used[2048];
+    static const struct { int64_t B, H, Sq, Skv, sms; int split; } shape[] = {
+        {4, 16, 4096, 4096, 132, 1},  {2, 16, 8192, 8192, 132, 1}, {1, 16, 16384, 16384, 132, 1},
+        {2, 32, 2048, 8192, 132, 1},  {3, 5, 1000, 4100, 7, 1},    {2, 8, 1000, 5000, 5, 1},
+        {4, 31, 640, 4000, 132, 1},   {8, 16, 2048, 2048, 132, 0}, {32, 16, 512, 512, 132, 0},
+        {1, 1, 100, 300, 132, 0},     {2, 3, 777, 1500, 1, 0},     {8, 17, 1024, 128, 132, 0},
+        {16, 33, 128, 5000, 132, 0},
+    };
+    const int64_t rows = GLLM_CUDA_HP_ROWS(128);
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+        const int64_t heads = shape[i].B * shape[i].H, Sq = shape[i].Sq, Skv = shape[i].Skv;
+        const int64_t M = (Sq + rows - 1) / rows, units = M * heads;
+        const int32_t grid = (int32_t)gllm_cuda_hp_grid(Sq, 128, heads, shape[i].sms);
+        const int32_t keys = (int32_t)hp_key_tiles(0, rows, Sq, Skv, false);
+        const gllm_cuda_hp_sched causal =
+            gllm_cuda_hp_schedule((int32_t)Sq, (int32_t)rows, (int32_t)heads, 1, grid, keys);
+        assert_int_equal(causal.whole_units, causal.units);                /* causal: never */
+        const gllm_cuda_hp_sched sc =
+            gllm_cuda_hp_schedule((int32_t)Sq, (int32_t)rows, (int32_t)heads, 0, grid, keys);
+        const gllm_cuda_hp_split sp = gllm_cuda_hp_split_of(&sc, keys);
+        assert_int_equal(sp.keys > 0, shape[i].split);
+        assert_int_equal(sp.keys > 0, units > grid && units % grid != 0 &&
+                                          keys >= GLLM_CUDA_HP_SPLIT_MIN_KEYS);
+        assert_int_equal(sp.keys > 0,
+                         gllm_cuda_hp_split_units((int32_t)Sq, (int32_t)heads, grid, keys));
+        if (!sp.keys) {
+            assert_int_equal(sc.whole_units, units);
+            continue;
+        }
+        assert_int_equal(sp.keys, keys);
+        assert_int_equal(sc.whole_units % grid, 0);
+        assert_true(units - sc.whole_units > grid && units - sc.whole_units < 2 * grid);
+        assert_int_equal(sp.work, (units - sc.whole_units) * keys);
+        assert_true((size_t)(units * keys) <= sizeof seen && units <= 4096 && grid <= 1024);
+        memset(seen, 0, sizeof seen);
+        memset(slot_used, 0, sizeof slot_used);
+        for (int64_t u = 0; u < units; u++)
+            part_of[u][0] = part_of[u][1] = -2;
+        int64_t least = INT64_MAX, most = 0;
+        for (int32_t x = 0; x < grid; x++) {
+            int64_t work = 0;
+            int32_t u, r = 0;
+            while ((u = gllm_cuda_hp_round_unit(&sc, r++, x)) >= 0) {
+                assert_true(u < sc.whole_units);
+                for (int32_t k = 0; k < keys; k++)
+                    assert_int_equal(seen[u * keys + k]++, 0);
+                work += keys;
+            }
+            assert_int_equal(r - 1, sc.whole_units / grid);      /* every round full */
+            const int32_t a0 = gllm_cuda_hp_split_at(&sc, &sp, x);
+            const int32_t e = gllm_cuda_hp_split_at(&sc, &sp, x + 1);
+            assert_true(e - a0 >= keys);                           /* a unit cut once at most */
+            for (int32_t a = a0; a < e;) {
+                const gllm_cuda_hp_piece pc = gllm_cuda_hp_split_piece(&sc, &sp, x, a, e);
+                assert_true(pc.unit >= sc.whole_units && pc.unit < units);
+                assert_true(pc.k0 >= 0 && pc.nk >= 1 && pc.k0 + pc.nk <= keys);
+                for (int32_t k = pc.k0; k < pc.k0 + pc.nk; k++)
+                    assert_int_equal(seen[pc.unit * keys + k]++, 0);
+                if (pc.k0 == 0 && pc.nk == keys) {
+                    assert_int_equal(pc.part, -1);
+                } else {
+                    assert_true(pc.part >= 0 && pc.part < 2 * grid);
+                    assert_true(pc.part / 2 < GLLM_CUDA_HP_SPLIT_COUNTS(128, grid) / (rows / 64));
+                    assert_int_equal(slot_used[pc.part]++, 0);
+                    /* the first part in the even slot, by block x - 1; the second by x */
+                    assert_int_equal(pc.part % 2, pc.k0 > 0);
+                    assert_int_equal(pc.part / 2, pc.k0 > 0 ? x : x + 1);
+                    int32_t *pair = part_of[pc.unit];
+                    assert_int_equal(pair[pc.k0 > 0], -2);
+                    pair[pc.k0 > 0] = pc.part;
+                }
+                work += pc.nk;
+                a += pc.nk;
+            }
+            least = work < least ? work : least;
+            most = work > most ? work : most;
+        }
+        assert_true(most - least <= 1);                           /* even to a key tile */
+        for (int64_t t = 0; t < units * keys; t++)
+            assert_int_equal(seen[t], 1);
+        for (int64_t u = sc.whole_units; u < units; u++)          /* cut units: both parts */
+            if (part_of[u][0] != -2 || part_of[u][1] != -2)
+                assert_true(part_of[u][0] >= 0 && part_of[u][1] == (part_of[u][0] ^ 1));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -485,6 +582,7 @@ int main(void)
         cmocka_unit_test_setup(test_cache, setup),
         cmocka_unit_test_setup(test_param_layout, setup),
         cmocka_unit_test(test_hp_schedule),
+        cmocka_unit_test(test_hp_split),
         cmocka_unit_test(test_fastdiv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -309,16 +309,34 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t 
 
 // The block's tiles in schedule order (see attention_params.h), one at a time: next() gives
 // the head and m-tile of the next one, false when there is none; done() says whether the one
-// just given was the block's last. Producer and consumers walk the same sequence.
-template <bool CAUSAL> struct TileWalk {
+// just given was the block's last. Producer and consumers walk the same sequence: the whole
+// units round by round, then (PARTS, a second walk) the block's parts of the split units,
+// key tiles [k0, k0 + nk) of the tile given, its partial result in slot part.
+template <bool CAUSAL, bool PARTS> struct TileWalk {
     const gllm_cuda_hp_sched &sc;
+    const gllm_cuda_hp_split *sp;                    // PARTS: the launch's split units
     int r = 0, k = 0;                                // the round, the tile of unit u to do next
-    int u = gllm_cuda_hp_round_unit(&sc, 0, (int)blockIdx.x);
+    int u = PARTS ? -1 : gllm_cuda_hp_round_unit(&sc, 0, (int)blockIdx.x);
+    // PARTS: the split units, the block's split key tiles still to do, [a, e); the part given
+    int a = PARTS ? gllm_cuda_hp_split_at(&sc, sp, (int)blockIdx.x) : 0;
+    int e = PARTS ? gllm_cuda_hp_split_at(&sc, sp, (int)blockIdx.x + 1) : 0;
+    int k0 = 0, nk = 0, part = -1;
     __device__ __forceinline__ bool next(int &bh, int &mb)
     {
+        int m[2];
+        if constexpr (PARTS) {
+            if (a >= e)
+                return false;
+            const gllm_cuda_hp_piece pc =
+                gllm_cuda_hp_split_piece(&sc, sp, (int)blockIdx.x, a, e);
+            gllm_cuda_hp_unit(&sc, CAUSAL, pc.unit, &bh, m);
+            mb = m[0];
+            k0 = pc.k0, nk = pc.nk, part = pc.part;
+            a += pc.nk;
+            return true;
+        }
         if (u < 0)
             return false;
-        int m[2];
         const int n = gllm_cuda_hp_unit(&sc, CAUSAL, u, &bh, m);
         mb = k == 0 ? m[0] : m[1];
         if (k == n - 1)
@@ -327,17 +345,23 @@ template <bool CAUSAL> struct TileWalk {
             k++;
         return true;
     }
-    __device__ __forceinline__ bool done() const { return u < 0; }
+    __device__ __forceinline__ bool done() const { return PARTS ? a >= e : u < 0; }
+    // Of the tile's n key tiles, those given (a part's; all of a whole one), from first().
+    __device__ __forceinline__ int tiles_of(int n) const { return PARTS ? nk : n; }
+    __device__ __forceinline__ int first() const { return PARTS ? k0 : 0; }
+    __device__ __forceinline__ int slot() const { return PARTS ? part : -1; }
 };
 
-// f(bh, m_block, last) for each of the block's tiles, last: the block's final one. One call
-// site, so the body is inlined: its arrays stay in registers.
-template <bool CAUSAL, typename F>
-__device__ __forceinline__ void for_each_tile(const gllm_cuda_hp_sched &sc, F &&f)
+// f(bh, m_block, walk) for each of the block's tiles of walk TileWalk<CAUSAL, PARTS>,
+// walk.done(): the walk's final one. One call site per walk, so the body is inlined: its
+// arrays stay in registers.
+template <bool CAUSAL, bool PARTS, typename F>
+__device__ __forceinline__ void for_each_tile(const gllm_cuda_hp_sched &sc,
+                                              const gllm_cuda_hp_split *sp, F &&f)
 {
-    TileWalk<CAUSAL> walk{sc};
+    TileWalk<CAUSAL, PARTS> walk{sc, sp};
     for (int bh, mb; walk.next(bh, mb);)
-        f(bh, mb, walk.done());
+        f(bh, mb, walk);
 }
 
 // Key tiles that query rows [m0, m0 + ROWS) read: causal, those with a key <= the last row
@@ -349,6 +373,69 @@ __device__ __forceinline__ int key_tiles(int m0, int Skv, int shift)
     return (n_end + HP_KEYS - 1) / HP_KEYS;
 }
 
+template <bool B> struct Flag {
+    static constexpr bool value = B;
+};
+
+// A split tile's part as consumer warpgroup wg holds it (o unscaled, row_max the reference
+// maximum of each of the thread's two rows, row_sum the thread's share of their sums): into
+// slot part of the workspace, then counted in on the cut's counter (part / 2). The part that
+// counts in second reads the other's slot (part ^ 1), adds it to its own, clears the counter
+// for the next launch and returns true: it writes the tile. The first returns false. As the
+// paged decode's split (paged_attention.cu): every part writes, the last one merges, so no
+// block ever waits for another. s_word: the warpgroup's shared word for the count's answer.
+template <int D, int CONSUMERS>
+__device__ __forceinline__ bool split_merge(const gllm_cuda_hp_params *hp, int part, int wg,
+                                         float (&o)[D / 2], float (&row_max)[2],
+                                         float (&row_sum)[2], uint32_t s_word)
+{
+    constexpr int V4 = GLLM_CUDA_HP_PART_FLOATS(D) / 4;       // float4s a thread
+    const int i = threadIdx.x % 128;
+    float4 *slot = reinterpret_cast<float4 *>(hp->split_parts) +
+                   (int64_t)(part * CONSUMERS + wg) * V4 * 128 + i;
+#pragma unroll
+    for (int k = 0; k < D / 8; k++)
+        __stcg(slot + k * 128, make_float4(o[4 * k], o[4 * k + 1], o[4 * k + 2], o[4 * k + 3]));
+    __stcg(slot + (D / 8) * 128, make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]));
+    __threadfence();
+    wg_sync(wg);
+    if (i == 0) {
+        uint32_t *count = hp->split_counts + (part >> 1) * CONSUMERS + wg;
+        const uint32_t second = atomicAdd(count, 1u) == 1u;
+        if (second)
+            *count = 0;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(s_word), "r"(second) : "memory");
+    }
+    wg_sync(wg);
+    uint32_t second;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(second) : "r"(s_word) : "memory");
+    if (!second)
+        return false;
+    __threadfence();
+    const float4 *other = reinterpret_cast<const float4 *>(hp->split_parts) +
+                          (int64_t)((part ^ 1) * CONSUMERS + wg) * V4 * 128 + i;
+    const float4 ms = __ldcg(other + (D / 8) * 128);
+    const float m_other[2] = {ms.x, ms.y}, l_other[2] = {ms.z, ms.w};
+    float f_mine[2], f_other[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const float mx = fmaxf(row_max[hr], m_other[hr]);
+        f_mine[hr] = row_max[hr] == -INFINITY ? 0.f : exp2f(row_max[hr] - mx);
+        f_other[hr] = m_other[hr] == -INFINITY ? 0.f : exp2f(m_other[hr] - mx);
+        row_sum[hr] = row_sum[hr] * f_mine[hr] + l_other[hr] * f_other[hr];
+        row_max[hr] = mx;
+    }
+#pragma unroll
+    for (int k = 0; k < D / 8; k++) {
+        const float4 v = __ldcg(other + k * 128);
+        o[4 * k] = o[4 * k] * f_mine[0] + v.x * f_other[0];
+        o[4 * k + 1] = o[4 * k + 1] * f_mine[0] + v.y * f_other[0];
+        o[4 * k + 2] = o[4 * k + 2] * f_mine[1] + v.z * f_other[1];
+        o[4 * k + 3] = o[4 * k + 3] * f_mine[1] + v.w * f_other[1];
+    }
+    return true;
+}
+
 // TMA: the producer loads through hp's tensor maps (hp->a is p); else with cp.async from p
 // (hp is null).
 template <typename T, bool CAUSAL, int D, bool TMA>
@@ -356,6 +443,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                                                      const gllm_cuda_hp_params *hp)
 {
     using S = Hp<D>;
+    // Units split by keys in the last rounds (gllm_cuda_hp_schedule) where the launch gave a
+    // workspace: D = 128 not causal, the kernel the issue's 1.1x target is about (v34).
+    constexpr bool SPLIT = TMA && !CAUSAL && D == 128;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // Full K[s], full V[s]: stage s holds its K (V) tile (TMA: the elected producer thread
     // arrives and the bytes land; cp.async: the producer's 128 threads arrive); empty K[s],
@@ -363,6 +453,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // kv_bar's order; q_empty: every consumer thread has read the tile's Q for the last time
     // (its last Q K^T has completed), so the producer may load the next tile's.
     __shared__ __align__(8) uint64_t bars[4 * S::STAGES + 1];
+    __shared__ uint32_t split_second[S::CONSUMERS];  // split_merge's answer to its warpgroup
     // Swizzle atoms must start on 1024-byte boundaries; the launch adds that much slack.
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;
     const uint32_t s_kv = s_q + S::ROWS * D * 2;     // stage s: K at s_kv + 2s tiles, V after it
@@ -374,8 +465,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const int Hq = (int)p.Hq, group = (int)(p.Hq / p.Hkv);
     const int Sq = (int)p.Sq, Skv = (int)p.Skv;
     const int shift = Skv - Sq;                      // causal: row r sees keys <= r + shift
-    const gllm_cuda_hp_sched sc =
-        gllm_cuda_hp_schedule(Sq, S::ROWS, (int)(p.B * p.Hq), CAUSAL, (int)gridDim.x);
+    // The schedule, split as the launch's hp->split says (keys 0: no workspace, nothing split).
+    const gllm_cuda_hp_sched sc = gllm_cuda_hp_schedule(Sq, S::ROWS, (int)(p.B * p.Hq), CAUSAL,
+                                                        (int)gridDim.x, SPLIT ? hp->split.keys : 0);
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2 * S::STAGES; i++) {
             mbar_init(full0 + 8 * i, TMA ? 1 : 128);
@@ -426,10 +518,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                                 c * GLLM_CUDA_HP_BOX_COLS, v_row, v_hk, v_b);
                 v_row = -1;
             };
-            for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
+            // The whole units, then (SPLIT) the block's parts of the split ones.
+            auto produce = [&](int bh, int mb, const auto &walk) {
                 const int b = bh / Hq, h = bh - b * Hq, hk = h / group;
                 const int m0 = gllm_cuda_hp_row0(&sc, S::ROWS, mb);
-                const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
+                const int k0 = walk.first();
+                const int n_tiles = walk.tiles_of(key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift));
                 // Q will wait for q_empty, near the end of the previous tile: until then it
                 // comes into L2, so that the copy after the wait is not a trip to memory.
                 if (nq > 0 && n_tiles > 0) {
@@ -450,7 +544,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 #pragma unroll
                     for (int c = 0; c < BLOCKS; c++)
                         tma_load_4d(sk + (uint32_t)c * HP_KEYS * 128, &hp->k_map, bar,
-                                    c * GLLM_CUDA_HP_BOX_COLS, j * HP_KEYS, hk, b);
+                                    c * GLLM_CUDA_HP_BOX_COLS, (k0 + j) * HP_KEYS, hk, b);
                     load_v();
                     if (j == 0) {
                         if (nq > 0)
@@ -462,9 +556,14 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                                         c * GLLM_CUDA_HP_BOX_COLS, m0, h, b);
                         nq++;
                     }
-                    v_row = j * HP_KEYS, v_hk = hk, v_b = b, v_ld = ld;
+                    v_row = (k0 + j) * HP_KEYS, v_hk = hk, v_b = b, v_ld = ld;
                 }
-            });
+            };
+            for_each_tile<CAUSAL, false>(sc, nullptr, produce);
+            if constexpr (SPLIT) {
+                if (sc.whole_units < sc.units)
+                    for_each_tile<CAUSAL, true>(sc, &hp->split, produce);
+            }
             load_v();
             return;
         } else {
@@ -478,7 +577,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             // is announced before the wait for q_empty, which its consumers need it for.
             const int i = threadIdx.x - S::CONSUMERS * 128;
             int pend = -1;                           // the stage loaded and not announced
-            for_each_tile<CAUSAL>(sc, [&](int bh, int mb, bool) {
+            for_each_tile<CAUSAL, false>(sc, nullptr, [&](int bh, int mb, const auto &) {
                 const int b = bh / Hq, h = bh - b * Hq, hk = h / group;
                 const int m0 = gllm_cuda_hp_row0(&sc, S::ROWS, mb);
                 const int n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
@@ -543,106 +642,142 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // run on across tiles rather than restart: a restart would let wg 0 arrive on barrier 2
     // for the next tile's turn 0 before wg 1 had synced on it for this tile's last turn, two
     // arrivals of the same warps in one phase.
-    PingPong<S::PINGPONG> turns{wg};
-    // A tile as this warpgroup sees it. The key tiles it computes, [0, n_mine): none for rows
-    // past the end (the last tile's spare warpgroups); causal, those with a key <= its last
-    // row + shift. The rest, up to the tile's n_tiles, it only waits for and releases: the
-    // other warpgroups still need the stage, and the empty barrier counts every consumer
-    // thread. Each thread arrives on q_empty once per tile with keys: after its last Q K^T
-    // has completed, or (n_mine = 0) once the first stage, and Q, are in: never before the
-    // producer has loaded this tile's Q, so never within the phase of the previous one.
-    struct Tile {
-        int b, h, r_wg, n_tiles, n_mine;
-        bool last;
-    };
-    TileWalk<CAUSAL> tiles{sc};
+    // The consumers' tiles in one or two phases, each a copy of the loop below: the whole
+    // units, then (SPLIT, when the schedule splits) the block's parts of the split ones. Each
+    // phase takes its ping-pong turns from 0, as at the kernel's start; the first ends with the
+    // block-final turn, which leaves no barrier phase open. A second copy keeps the first one's
+    // code v32's: with the parts in the one walk (v34's first form) every shape lost 2-3%, split
+    // or not (the tile boundary is that sensitive, as v33 found).
     const gllm_cuda_fastdiv hq_div = gllm_cuda_fastdiv_of((uint32_t)Hq);
-    auto next_tile = [&](Tile &x) {
-        int bh, mb;
-        if (!tiles.next(bh, mb))
-            return false;
-        x.b = (int)gllm_cuda_fastdiv_div(hq_div, (uint32_t)bh), x.h = bh - x.b * Hq;
-        const int m0 = gllm_cuda_hp_row0(&sc, S::ROWS, mb);
-        x.n_tiles = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
-        x.r_wg = m0 + wg * 64;
-        const int last_key = x.r_wg + 63 + shift;
-        x.n_mine = x.r_wg >= Sq || x.r_wg < 0 ? 0           // rows past Sq, or before 0
-                   : !CAUSAL    ? x.n_tiles
-                   : last_key < 0 ? 0
-                                  : min(x.n_tiles, last_key / HP_KEYS + 1);
-        x.last = tiles.done();
-        return true;
-    };
-    auto walk_of = [&](const Tile &x) {
-        return key_walk(c, x.n_mine, x.n_tiles, full0, base, Skv, x.r_wg, x.r_wg + wrow + g, shift);
-    };
-    // At D = 128 (S::CROSS) a tile's final turn and the next tile's turn 0 are one (v27,
-    // key_cross): its last P V and the next tile's first Q K^T go out together, and the epilogue
-    // runs while the Q K^T is on the tensor cores (v25 took the Q K^T alone in a turn of its
-    // own before the epilogue, so the final turn and turn 0 were two, the partner's final turn
-    // between them).
-    float s[64], o[D / 2];
-    Owed owed;
-    Tile cur, nxt{};
-    bool have = next_tile(cur);
-    float row_max[2], row_sum[2];
-    // The epilogue of tile cur: while it stores, the producer is already loading the next one.
-    // O goes to shared memory here and out (send_o_tile) once the next tile's first Q K^T,
-    // which this runs under, has landed (S::CROSS).
-    auto epilogue = [&]() {
-        HP_TRACE(20, 0);
-        const int b = cur.b, h = cur.h, r_wg = cur.r_wg;
-        float inv[2];
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            float sum = row_sum[hr];
-            sum += __shfl_xor_sync(0xffffffff, sum, 1);
-            sum += __shfl_xor_sync(0xffffffff, sum, 2);
-            const int row = r_wg + wrow + g + 8 * hr;
-            // A row with keys sums to at least 1 (its reference maximum's exp2(0)), so the
-            // approximate reciprocal's 2 ulp lie far below the output's precision (v25: the
-            // IEEE division's call sat between two tiles).
-            inv[hr] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
-            if (row >= 0 && row < Sq && p.lse && t == 0)
-                p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
-                    sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
-        }
-        HP_TRACE(25, 0);
-        if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D)) {
-            // O through shared memory and a TMA store (v21; rows past Sq lie outside the map
-            // and are not written).
-            put_o_tile<T, D>(s_o + (uint32_t)wg * 64 * D * 2, o, inv, wrow, wg, o_thread);
-        } else {
-            T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
-#pragma unroll
+    auto consume = [&](auto parts) {
+        constexpr bool PARTS = decltype(parts)::value;
+        PingPong<S::PINGPONG> turns{wg};
+        // A tile as this warpgroup sees it. The key tiles it computes, [0, n_mine): none for rows
+        // past the end (the last tile's spare warpgroups); causal, those with a key <= its last
+        // row + shift. The rest, up to the tile's n_tiles, it only waits for and releases: the
+        // other warpgroups still need the stage, and the empty barrier counts every consumer
+        // thread. Each thread arrives on q_empty once per tile with keys: after its last Q K^T
+        // has completed, or (n_mine = 0) once the first stage, and Q, are in: never before the
+        // producer has loaded this tile's Q, so never within the phase of the previous one.
+        struct Tile {
+            int b, h, r_wg, n_tiles, n_mine;
+            int k0, part;                                // PARTS: the part's first key tile, slot
+            bool last;
+        };
+        TileWalk<CAUSAL, PARTS> tiles{sc, PARTS ? &hp->split : nullptr};
+        auto next_tile = [&](Tile &x) {
+            int bh, mb;
+            if (!tiles.next(bh, mb))
+                return false;
+            x.b = (int)gllm_cuda_fastdiv_div(hq_div, (uint32_t)bh), x.h = bh - x.b * Hq;
+            const int m0 = gllm_cuda_hp_row0(&sc, S::ROWS, mb);
+            x.n_tiles = tiles.tiles_of(key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift));
+            x.k0 = tiles.first(), x.part = tiles.slot();
+            x.r_wg = m0 + wg * 64;
+            const int last_key = x.r_wg + 63 + shift;
+            x.n_mine = x.r_wg >= Sq || x.r_wg < 0 ? 0           // rows past Sq, or before 0
+                       : !CAUSAL    ? x.n_tiles
+                       : last_key < 0 ? 0
+                                      : min(x.n_tiles, last_key / HP_KEYS + 1);
+            x.last = tiles.done();
+            return true;
+        };
+        auto walk_of = [&](const Tile &x) {
+            return key_walk(c, x.n_mine, x.n_tiles, full0, base, Skv, x.r_wg, x.r_wg + wrow + g,
+                            shift, PARTS ? x.k0 : 0);
+        };
+        // At D = 128 (S::CROSS) a tile's final turn and the next tile's turn 0 are one (v27,
+        // key_cross): its last P V and the next tile's first Q K^T go out together, and the
+        // epilogue runs while the Q K^T is on the tensor cores (v25 took the Q K^T alone in a
+        // turn of its own before the epilogue, so the final turn and turn 0 were two, the
+        // partner's final turn between them).
+        float s[64], o[D / 2];
+        Owed owed;
+        Tile cur, nxt{};
+        bool have = next_tile(cur);
+        float row_max[2], row_sum[2];
+        // A part of a split tile (PARTS) that this warpgroup computed: its epilogue waits until
+        // the tile's turns are over, then the part is merged with the other (split_merge), and
+        // only the part that counts in second writes the tile.
+        auto split_part = [&]() { return PARTS && cur.part >= 0 && cur.n_mine > 0; };
+        bool write_o = true;                             // this warpgroup wrote cur's rows
+        // The epilogue of tile cur: while it stores, the producer is already loading the next one.
+        // O goes to shared memory here and out (send_o_tile) once the next tile's first Q K^T,
+        // which this runs under, has landed (S::CROSS).
+        auto write_out = [&]() {
+            const int b = cur.b, h = cur.h, r_wg = cur.r_wg;
+            float inv[2];
+    #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
+                float sum = row_sum[hr];
+                sum += __shfl_xor_sync(0xffffffff, sum, 1);
+                sum += __shfl_xor_sync(0xffffffff, sum, 2);
                 const int row = r_wg + wrow + g + 8 * hr;
-                store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv[hr], t,
-                                  row >= 0 && row < Sq);
+                // A row with keys sums to at least 1 (its reference maximum's exp2(0)), so the
+                // approximate reciprocal's 2 ulp lie far below the output's precision (v25: the
+                // IEEE division's call sat between two tiles).
+                inv[hr] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+                if (row >= 0 && row < Sq && p.lse && t == 0)
+                    p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
+                        sum > 0.f ? (row_max[hr] + log2f(sum)) / LOG2E : -INFINITY;
             }
+            HP_TRACE(25, 0);
+            if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D)) {
+                // O through shared memory and a TMA store (v21; rows past Sq lie outside the map
+                // and are not written).
+                put_o_tile<T, D>(s_o + (uint32_t)wg * 64 * D * 2, o, inv, wrow, wg, o_thread);
+            } else {
+                T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
+    #pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int row = r_wg + wrow + g + 8 * hr;
+                    store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv[hr], t,
+                                      row >= 0 && row < Sq);
+                }
+            }
+        };
+        auto epilogue = [&]() {
+            HP_TRACE(20, 0);
+            if (!split_part())
+                write_out();
+        };
+        if (S::CROSS && have)
+            key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
+        while (have) {
+            // The next tile's place (divisions) is worked out ahead where the registers allow.
+            bool more = S::CROSS && next_tile(nxt);
+            if (!S::CROSS)
+                key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
+            HP_TRACE(1, cur.n_mine);
+            const KeyWalk wc = walk_of(cur);
+            key_rest<T, D, CAUSAL, S::STAGES, S::CROSS>(wc, s, o, row_max, row_sum, owed, turns,
+                                                        cur.last, q_empty);
+            base += (uint32_t)cur.n_tiles;
+            if (!S::CROSS)
+                more = next_tile(nxt);
+            key_end<T, D, S::STAGES, S::CROSS>(wc, walk_of(nxt), more, s, o, owed, turns, epilogue);
+            if constexpr (PARTS) {
+                write_o = true;
+                if (split_part()) {                      // o, row_max and row_sum are still cur's
+                    write_o = split_merge<D, S::CONSUMERS>(hp, cur.part, wg, o, row_max, row_sum,
+                                                           smem_addr(&split_second[wg]));
+                    if (write_o)
+                        write_out();
+                }
+            }
+            if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D))
+                send_o_tile<D>(s_o + (uint32_t)wg * 64 * D * 2,
+                               o_thread && cur.r_wg >= 0 && write_o,
+                               &hp->o_map, cur.r_wg, cur.h, cur.b);
+            HP_TRACE(21, 0);
+            cur = nxt;
+            have = more;
         }
     };
-    if (S::CROSS && have)
-        key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
-    while (have) {
-        // The next tile's place (divisions) is worked out ahead where the registers allow.
-        bool more = S::CROSS && next_tile(nxt);
-        if (!S::CROSS)
-            key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
-        HP_TRACE(1, cur.n_mine);
-        const KeyWalk wc = walk_of(cur);
-        key_rest<T, D, CAUSAL, S::STAGES, S::CROSS>(wc, s, o, row_max, row_sum, owed, turns,
-                                                    cur.last, q_empty);
-        base += (uint32_t)cur.n_tiles;
-        if (!S::CROSS)
-            more = next_tile(nxt);
-        key_end<T, D, S::STAGES, S::CROSS>(wc, walk_of(nxt), more, s, o, owed, turns, epilogue);
-        if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D))
-            send_o_tile<D>(s_o + (uint32_t)wg * 64 * D * 2, o_thread && cur.r_wg >= 0, &hp->o_map,
-                           cur.r_wg, cur.h, cur.b);
-        HP_TRACE(21, 0);
-        cur = nxt;
-        have = more;
+    consume(Flag<false>());
+    if constexpr (SPLIT) {
+        if (sc.whole_units < sc.units)
+            consume(Flag<true>());
     }
     if (TMA && GLLM_CUDA_HP_O_TILE(D) && o_thread)
         bulk_wait_all();                             // shared memory stays until the stores land

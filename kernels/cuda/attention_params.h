@@ -108,12 +108,31 @@ typedef struct gllm_cuda_hp_sched {
     int32_t pair;
     int32_t grid;         /* the blocks launched */
     int32_t m_pad;        /* m-tile m holds rows [m * ROWS - m_pad, (m + 1) * ROWS - m_pad) */
+    int32_t whole_units;  /* units taken whole, round by round: all, or fewer when split */
     gllm_cuda_fastdiv stride_div, grid_div;
 } gllm_cuda_hp_sched;
 
-/* heads: B * Hq; grid: the blocks launched (gllm_cuda_hp_grid). */
+/* heads: B * Hq; grid: the blocks launched (gllm_cuda_hp_grid); split_keys: a unit's key tiles
+ * where the kernel can split units by keys (not causal, the workspace there), else 0.
+ *
+ * Split by keys (v34, stream-K's hybrid): with U units of one tile and U a little past a
+ * multiple of the grid G, the last round holds U mod G tiles and the other blocks idle through
+ * it (D = 128, 16k tokens, 16 heads: 2048 tiles on 132 blocks are 15.5 rounds, so 16 rounds'
+ * time, 3% lost). When U > G and U mod G != 0 the units of every round but the last two go
+ * whole; the key tiles of the rest, between G and 2G units, W of them, are dealt out in G
+ * ranges of equal length (to within one), block x taking [x W / G, (x + 1) W / G) in unit
+ * order. A range is at least a unit's key tiles long, so a unit is cut at most once, into two
+ * parts done by neighbouring blocks; each part's partial result goes to a slot
+ * (gllm_cuda_hp_piece) and the part that counts in second adds the other to its own and writes
+ * the tile. Only units of GLLM_CUDA_HP_SPLIT_MIN_KEYS key tiles or more are split: below, the
+ * parts' extra tile boundaries, the merge and the switch between the two walks cost more than
+ * the idle blocks (measured on an H100: S = 512 +8% time, 1k +2.5%, 2k level, 4k -1.2%, 8k -2%).
+ * Only whole_units says so here: the kernels take the rest (gllm_cuda_hp_split) from the launch
+ * when they come to the split units, so that it is not held through the whole ones. */
+#define GLLM_CUDA_HP_SPLIT_MIN_KEYS 32
 GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t rows, int32_t heads,
-                                                         int32_t causal, int32_t grid)
+                                                         int32_t causal, int32_t grid,
+                                                         int32_t split_keys)
 {
     gllm_cuda_hp_sched s;
     s.m_blocks = (Sq + rows - 1) / rows;
@@ -129,10 +148,83 @@ GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t row
      * causal S = 1024, M = 6 tiles of 192 rows: 27 key tiles a head against 32; S = 512: 8
      * against 9). */
     s.m_pad = causal ? (s.m_blocks * rows - Sq) / 64 * 64 : 0;
+    s.whole_units = s.units;
+    if (!causal && split_keys >= GLLM_CUDA_HP_SPLIT_MIN_KEYS && s.units > grid &&
+        s.units % grid != 0 &&
+        (int64_t)(s.units % grid + grid) * split_keys * grid < ((int64_t)1 << 31))
+        s.whole_units = (s.units / grid - 1) * grid;
     s.stride_div = gllm_cuda_fastdiv_of((uint32_t)(s.stride > 0 ? s.stride : 1));
     s.grid_div = gllm_cuda_fastdiv_of((uint32_t)grid);
     return s;
 }
+
+/* The split units of schedule s (split_keys as given to it): their key tiles each (0: none
+ * split), all of them, and a divider by the first. W G < 2^31 (the schedule splits only then),
+ * so x W below is 32-bit and its division by G a multiply (fastdiv). The launch works this out
+ * (gllm_cuda_hp_params.split): the kernel then never makes a divider, whose 64-bit division is a
+ * call, around which ptxas put the schedule's fields in local memory. */
+typedef struct gllm_cuda_hp_split {
+    int32_t keys, work;
+    gllm_cuda_fastdiv div;
+} gllm_cuda_hp_split;
+GLLM_CUDA_HP_FN gllm_cuda_hp_split gllm_cuda_hp_split_of(const gllm_cuda_hp_sched *s,
+                                                         int32_t split_keys)
+{
+    gllm_cuda_hp_split p;
+    p.keys = s->whole_units < s->units ? split_keys : 0;
+    p.work = (s->units - s->whole_units) * p.keys;
+    p.div = gllm_cuda_fastdiv_of((uint32_t)(p.keys > 0 ? p.keys : 1));
+    return p;
+}
+
+/* Whether a D = 128 launch not causal of grid blocks splits units: it needs the workspace. */
+GLLM_CUDA_HP_FN int gllm_cuda_hp_split_units(int32_t Sq, int32_t heads, int32_t grid,
+                                             int32_t split_keys)
+{
+    const gllm_cuda_hp_sched s =
+        gllm_cuda_hp_schedule(Sq, GLLM_CUDA_HP_ROWS(128), heads, 0, grid, split_keys);
+    return s.whole_units < s.units;
+}
+
+/* Where block x's range of the split key tiles starts (x = grid: where they end). */
+GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_split_at(const gllm_cuda_hp_sched *s,
+                                              const gllm_cuda_hp_split *p, int32_t x)
+{
+    return (int32_t)gllm_cuda_fastdiv_div(s->grid_div, (uint32_t)(x * p->work));
+}
+
+/* Split: the part of a unit that block x does from split key tile a, its range ending at e
+ * (a < e): unit, first key tile k0 and key tiles nk within it. A unit cut at the start of block
+ * x's range has two parts, in slots 2x (the first, block x - 1's) and 2x + 1 (block x's), on
+ * arrival counter x; part is the slot, -1 for a unit done whole by one block. */
+typedef struct gllm_cuda_hp_piece {
+    int32_t unit, k0, nk, part;
+} gllm_cuda_hp_piece;
+GLLM_CUDA_HP_FN gllm_cuda_hp_piece gllm_cuda_hp_split_piece(const gllm_cuda_hp_sched *s,
+                                                            const gllm_cuda_hp_split *sp,
+                                                            int32_t x, int32_t a, int32_t e)
+{
+    gllm_cuda_hp_piece p;
+    const int32_t i = (int32_t)gllm_cuda_fastdiv_div(sp->div, (uint32_t)a);
+    p.unit = s->whole_units + i;
+    p.k0 = a - i * sp->keys;
+    p.nk = sp->keys - p.k0 < e - a ? sp->keys - p.k0 : e - a;
+    p.part = p.k0 > 0 ? 2 * x + 1 : p.nk < sp->keys ? 2 * (x + 1) : -1;
+    return p;
+}
+
+/* The split workspace of a dense Hopper launch of grid blocks (gllm_cuda_hp_params): an arrival
+ * counter per (cut, consumer warpgroup), zero between launches (the part counting in second
+ * clears it), then the partial results, a slot per (part, warpgroup) of GLLM_CUDA_HP_PART_FLOATS
+ * floats for each of its 128 threads: O's D / 2 accumulators, its rows' maxima and sums. */
+#define GLLM_CUDA_HP_PART_FLOATS(D) ((D) / 2 + 4)
+#define GLLM_CUDA_HP_SPLIT_COUNTS(D, grid) ((int64_t)(grid) * (GLLM_CUDA_HP_ROWS(D) / 64))
+#define GLLM_CUDA_HP_SPLIT_BYTES(D, grid)                                                     \
+    (GLLM_CUDA_HP_SPLIT_COUNTS(D, grid) * 4 + 256 +                                          \
+     2 * GLLM_CUDA_HP_SPLIT_COUNTS(D, grid) * 128 * GLLM_CUDA_HP_PART_FLOATS(D) * 4)
+/* The partial results' offset in the workspace (16-byte aligned past the counters). */
+#define GLLM_CUDA_HP_SPLIT_PARTS_AT(D, grid)                                                  \
+    ((GLLM_CUDA_HP_SPLIT_COUNTS(D, grid) * 4 + 255) / 256 * 256)
 
 /* The first row of m-tile m (rows per tile: rows), below 0 for a causal head's first. */
 GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_row0(const gllm_cuda_hp_sched *s, int32_t rows, int32_t m)
@@ -170,7 +262,7 @@ GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_round_unit(const gllm_cuda_hp_sched *s, int
 {
     const uint32_t v = (uint32_t)(x + r), q = gllm_cuda_fastdiv_div(s->grid_div, v);
     const int64_t u = (int64_t)r * s->grid + (int64_t)(v - q * (uint32_t)s->grid);
-    return u < s->units ? (int32_t)u : -1;
+    return u < s->whole_units ? (int32_t)u : -1;
 }
 
 /* Blocks to launch for a persistent Hopper kernel (dense or paged): one per SM, fewer when
@@ -205,6 +297,12 @@ typedef struct gllm_cuda_tmap {
 typedef struct gllm_cuda_hp_params {
     gllm_cuda_tmap q_map, k_map, v_map, o_map;
     gllm_cuda_attn_params a;
+    /* D = 128 not causal: the split units (gllm_cuda_hp_split_of of the launch's schedule, its
+     * split_keys the key tiles of a row) and a zeroed GLLM_CUDA_HP_SPLIT_BYTES(D, grid)
+     * workspace; split.keys 0 keeps every unit whole. */
+    gllm_cuda_hp_split split;
+    uint32_t *split_counts;
+    float *split_parts;
 } gllm_cuda_hp_params;
 
 /* gllm_paged_prefill_hopper_{f16,bf16}_d{64,128} (sm_90a image only): chunked prefill over the

@@ -487,6 +487,7 @@ struct KeyWalk {
     int Skv, r_wg, row0, shift, t;
     float masked, qk_scale;
     bool pos_scale;
+    int k0;                    // the first key tile's index in the head (a split unit's part)
 };
 
 // A consumer thread's place in its block and the walk's constant terms, the same in the dense
@@ -520,13 +521,14 @@ __device__ __forceinline__ Consumer consumer_setup(float scale, uint32_t s_q, ui
 }
 
 // The walk over one tile for consumer c: its rows from r_wg (row0: this thread's first),
-// the tiles it computes and the block's, keys up to Skv, the mask's shift.
+// the tiles it computes and the block's, keys up to Skv, the mask's shift; the tiles are the
+// head's key tiles from k0 on.
 __device__ __forceinline__ KeyWalk key_walk(const Consumer &c, int n_mine, int n_tiles,
                                             uint32_t full0, uint32_t load0, int Skv, int r_wg,
-                                            int row0, int shift)
+                                            int row0, int shift, int k0 = 0)
 {
     return {n_mine, n_tiles, c.dq, c.dk0, c.dv0, full0, load0, Skv, r_wg, row0, shift, c.t,
-            c.masked, c.qk_scale, c.pos_scale};
+            c.masked, c.qk_scale, c.pos_scale, k0};
 }
 
 // The K/V ring as one tile's walk sees it: key tile j is load w.load0 + j.
@@ -660,7 +662,7 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         ring.release(0, 0);
         if (w.n_mine == 1)
             mbar_arrive(q_empty);
-        mask_tile<CAUSAL>(s, 0, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
+        mask_tile<CAUSAL>(s, w.k0 * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
         softmax_tile(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale);   // O is 0
         pack_p<T>(s, pf);
         HP_TRACE(14, 0);
@@ -681,7 +683,8 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         ring.release(j, 0);                            // this thread is done with K of j
         if (j == w.n_mine - 1)
             mbar_arrive(q_empty);                      // the last Q K^T has read Q
-        mask_tile<CAUSAL>(s, j * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
+        mask_tile<CAUSAL>(s, (w.k0 + j) * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t,
+                          w.masked);
         pending = softmax_tile(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale);
         wg_wait<0>();
         pin(o);

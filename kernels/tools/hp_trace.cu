@@ -154,6 +154,21 @@ int main(int argc, char **argv)
     int sms;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int grid = (int)gllm_cuda_hp_grid(S, D, (int64_t)B * H, sms);
+    // D = 128 not causal: the last rounds split by keys as gllmd launches it (HP_SPLIT=0: whole).
+    const char *split_env = getenv("HP_SPLIT");
+    const int keys = (S + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS;
+    const bool split = !(split_env && !strcmp(split_env, "0")) && D == 128 && !causal &&
+                       gllm_cuda_hp_split_units(S, B * H, grid, keys);
+    if (split) {
+        char *ws;
+        CK(cudaMalloc(&ws, GLLM_CUDA_HP_SPLIT_BYTES(128, grid)));
+        CK(cudaMemset(ws, 0, GLLM_CUDA_HP_SPLIT_BYTES(128, grid)));
+        const gllm_cuda_hp_sched sc =
+            gllm_cuda_hp_schedule(S, GLLM_CUDA_HP_ROWS(D), B * H, 0, grid, keys);
+        hp.split = gllm_cuda_hp_split_of(&sc, keys);
+        hp.split_counts = (uint32_t *)ws;
+        hp.split_parts = (float *)(ws + GLLM_CUDA_HP_SPLIT_PARTS_AT(128, grid));
+    }
     const int smem = GLLM_CUDA_HP_SMEM(D), threads = GLLM_CUDA_HP_THREADS(D);
     void *fn = D == 128 ? (causal ? kernel<true, 128>() : kernel<false, 128>())
                         : (causal ? kernel<true, 64>() : kernel<false, 64>());
@@ -187,8 +202,8 @@ int main(int argc, char **argv)
     }
     const double flop = 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
     const double us = ms * 1000.0 / iters;
-    printf("D%d B%d H%d S%d causal %d: grid %d, %.1f us, %.1f TFLOP/s\n", D, B, H, S, causal, grid,
-           us, flop / us * 1e-6);
+    printf("D%d B%d H%d S%d causal %d%s: grid %d, %.1f us, %.1f TFLOP/s\n", D, B, H, S, causal,
+           split ? " split" : "", grid, us, flop / us * 1e-6);
 
     // The recorded launch: the last one above left its trace; one more, alone, for a clean one.
     CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));

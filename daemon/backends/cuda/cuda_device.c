@@ -147,6 +147,7 @@ void cuda_lane_close(const struct cuda_driver *d, struct cuda_dev *x, struct cud
     cuda_free_device(d, x, ln->scratch);
     cuda_free_device(d, x, ln->counters);
     cuda_free_device(d, x, ln->sums);
+    cuda_free_device(d, x, ln->split);
     if (ln->stream)
         d->cuStreamDestroy(ln->stream);
     memset(ln, 0, sizeof *ln);
@@ -394,6 +395,22 @@ CUresult cuda_grow(const struct cuda_driver *d, struct cuda_dev *x, CUdeviceptr 
     }
     *size = want;
     return CUDA_SUCCESS;
+}
+
+int cuda_ensure_zeroed(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                       CUdeviceptr *p, size_t *size, size_t bytes, const char *what)
+{
+    const struct cuda_driver *d = c->d;
+    if (bytes <= *size)
+        return 0;
+    CUresult r = cuda_grow(d, x, p, size, bytes);
+    if (r == CUDA_SUCCESS &&
+        (r = d->cuMemsetD32Async(*p, 0, *size / 4, ln->stream)) != CUDA_SUCCESS) {
+        cuda_free_device(d, x, *p);    /* never leave an uncleared buffer to a later job */
+        *p = 0;
+        *size = 0;
+    }
+    return r == CUDA_SUCCESS ? 0 : cuda_fail(c, r, what);
 }
 
 int cuda_ensure_scratch(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,

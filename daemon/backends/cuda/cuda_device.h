@@ -35,6 +35,8 @@ struct cuda_lane {
     size_t counters_size;          /* bytes */
     CUdeviceptr sums;              /* a split sequence's fast-merge sums (cuda_paged.c) */
     size_t sums_size;              /* bytes */
+    CUdeviceptr split;             /* the dense Hopper prefill's split workspace (zeroed) */
+    size_t split_size;             /* bytes */
 };
 
 /* What one job in flight uses alone, and what it must remember until it is done. */
@@ -139,6 +141,10 @@ CUresult cuda_grow(const struct cuda_driver *d, struct cuda_dev *x, CUdeviceptr 
 /* Grows ln's scratch buffer to at least need bytes (contents are lost). */
 int cuda_ensure_scratch(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
                         size_t need);
+/* Device memory a kernel keeps zero between jobs (what it used, it clears): *p grown to at
+ * least bytes, a new buffer cleared on ln's stream; what names it in the error. */
+int cuda_ensure_zeroed(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                       CUdeviceptr *p, size_t *size, size_t bytes, const char *what);
 /* Frees device or pinned host memory of x now, or, while a queued job's GPU-side wait is
  * pending, once none is (cuda_graveyard_drain); with x's context current. x NULL (a thread
  * other than the device's worker): now. */

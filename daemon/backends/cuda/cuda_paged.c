@@ -59,24 +59,6 @@ static int ensure_hstage(const struct cuda_ctx *c, struct cuda_dev *x, struct cu
     return 0;
 }
 
-/* Device memory the split kernel keeps zero between jobs (its last blocks clear what they
- * used): the arrival counters per (combine item, head slot) and the fast merge's sums. Only
- * a new, larger buffer is cleared here. */
-static int ensure_zeroed(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
-                         CUdeviceptr *p, size_t *size, size_t bytes, const char *what)
-{
-    const struct cuda_driver *d = c->d;
-    if (bytes <= *size)
-        return 0;
-    CUresult r = cuda_grow(d, x, p, size, bytes);
-    if (r == CUDA_SUCCESS && (r = d->cuMemsetD32Async(*p, 0, *size / 4, ln->stream)) != CUDA_SUCCESS) {
-        cuda_free_device(d, x, *p);    /* never leave an uncleared buffer to a later job */
-        *p = 0;
-        *size = 0;
-    }
-    return r == CUDA_SUCCESS ? 0 : cuda_fail(c, r, what);
-}
-
 /* The kernel met a page number outside the pool (and read nothing through it). A table in
  * a device tensor, or the device's copy of one left in its arena, is fetched back (tbl) to
  * name the first bad entry, as the loop does for the tables it checks; one the kernel read
@@ -234,14 +216,15 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
     if (rc == 0)
         rc = ensure_hstage(c, x, sl, up_bytes ? up_bytes : 16);
     if (rc == 0)
-        rc = ensure_zeroed(c, x, ln, &ln->counters, &ln->counters_size, (size_t)ncomb * (size_t)t.gy * 4,
-                           "split-KV counters");
+        rc = cuda_ensure_zeroed(c, x, ln, &ln->counters, &ln->counters_size,
+                                (size_t)ncomb * (size_t)t.gy * 4, "split-KV counters");
     /* Sums added in L2 in the order blocks finish: not when results must repeat bit for bit. */
     const bool sums = single && !c->deterministic;
     if (rc == 0 && sums)
-        rc = ensure_zeroed(c, x, ln, &ln->sums, &ln->sums_size,
-                           (size_t)t.gy * GLLM_CUDA_PAGED_ROWS * (size_t)GLLM_CUDA_PAGED_SUM_STRIDE(p->D) * 4,
-                           "split-KV sums");
+        rc = cuda_ensure_zeroed(c, x, ln, &ln->sums, &ln->sums_size,
+                                (size_t)t.gy * GLLM_CUDA_PAGED_ROWS *
+                                    (size_t)GLLM_CUDA_PAGED_SUM_STRIDE(p->D) * 4,
+                                "split-KV sums");
     if (rc < 0)
         return rc;
 
