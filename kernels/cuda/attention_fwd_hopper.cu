@@ -651,6 +651,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     const gllm_cuda_fastdiv hq_div = gllm_cuda_fastdiv_of((uint32_t)Hq);
     auto consume = [&](auto parts) {
         constexpr bool PARTS = decltype(parts)::value;
+        HP_TRACE(2, PARTS);
         PingPong<S::PINGPONG> turns{wg};
         // A tile as this warpgroup sees it. The key tiles it computes, [0, n_mine): none for rows
         // past the end (the last tile's spare warpgroups); causal, those with a key <= its last

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
-NAMES = {1: "tile", 10: "K in", 11: "turn", 12: "issued", 13: "S in", 14: "softmax",
+NAMES = {1: "tile", 2: "walk", 10: "K in", 11: "turn", 12: "issued", 13: "S in", 14: "softmax",
          15: "PV in", 16: "V in", 17: "last turn", 18: "last PV in", 20: "epilogue",
          21: "stored", 22: "O free", 23: "O written", 24: "O fenced", 25: "inv", 30: "K slot?", 31: "K slot", 32: "V sent", 33: "Q slot"}
 
