@@ -177,15 +177,6 @@ GLLM_CUDA_HP_FN gllm_cuda_hp_split gllm_cuda_hp_split_of(const gllm_cuda_hp_sche
     return p;
 }
 
-/* Whether a D = 128 launch not causal of grid blocks splits units: it needs the workspace. */
-GLLM_CUDA_HP_FN int gllm_cuda_hp_split_units(int32_t Sq, int32_t heads, int32_t grid,
-                                             int32_t split_keys)
-{
-    const gllm_cuda_hp_sched s =
-        gllm_cuda_hp_schedule(Sq, GLLM_CUDA_HP_ROWS(128), heads, 0, grid, split_keys);
-    return s.whole_units < s.units;
-}
-
 /* Where block x's range of the split key tiles starts (x = grid: where they end). */
 GLLM_CUDA_HP_FN int32_t gllm_cuda_hp_split_at(const gllm_cuda_hp_sched *s,
                                               const gllm_cuda_hp_split *p, int32_t x)

@@ -157,14 +157,13 @@ int main(int argc, char **argv)
     // D = 128 not causal: the last rounds split by keys as gllmd launches it (HP_SPLIT=0: whole).
     const char *split_env = getenv("HP_SPLIT");
     const int keys = (S + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS;
-    const bool split = !(split_env && !strcmp(split_env, "0")) && D == 128 && !causal &&
-                       gllm_cuda_hp_split_units(S, B * H, grid, keys);
+    const gllm_cuda_hp_sched sc =
+        gllm_cuda_hp_schedule(S, GLLM_CUDA_HP_ROWS(D), B * H, causal, grid, D == 128 ? keys : 0);
+    const bool split = !(split_env && !strcmp(split_env, "0")) && sc.whole_units < sc.units;
     if (split) {
         char *ws;
         CK(cudaMalloc(&ws, GLLM_CUDA_HP_SPLIT_BYTES(128, grid)));
         CK(cudaMemset(ws, 0, GLLM_CUDA_HP_SPLIT_BYTES(128, grid)));
-        const gllm_cuda_hp_sched sc =
-            gllm_cuda_hp_schedule(S, GLLM_CUDA_HP_ROWS(D), B * H, 0, grid, keys);
         hp.split = gllm_cuda_hp_split_of(&sc, keys);
         hp.split_counts = (uint32_t *)ws;
         hp.split_parts = (float *)(ws + GLLM_CUDA_HP_SPLIT_PARTS_AT(128, grid));

@@ -264,6 +264,33 @@ static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
     return op_end(be, dev, r, cp->why, cp->why_len);
 }
 
+/* The dense Hopper prefill's split by keys (D = 128 not causal, where its schedule splits the
+ * last rounds' tiles; attention_params.h): hp's split units and the lane's workspace (cleared
+ * on the stream when first made or grown). Without them, or out of memory for the workspace,
+ * every tile whole. */
+static int prefill_split(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
+                         const struct attn_args *a, unsigned gx, gllm_cuda_hp_params *hp)
+{
+    memset(&hp->split, 0, sizeof hp->split);
+    hp->split_counts = NULL, hp->split_parts = NULL;
+    if (a->D != 128 || a->causal)
+        return 0;
+    const int32_t keys = (int32_t)((a->Skv + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS);
+    const gllm_cuda_hp_sched sc = gllm_cuda_hp_schedule(
+        (int32_t)a->Sq, GLLM_CUDA_HP_ROWS(128), (int32_t)(a->B * a->Hq), 0, (int32_t)gx, keys);
+    if (sc.whole_units == sc.units)
+        return 0;
+    const int zr = cuda_ensure_zeroed(c, x, ln, &ln->split, &ln->split_size,
+                                      (size_t)GLLM_CUDA_HP_SPLIT_BYTES(128, gx),
+                                      "the prefill's split workspace");
+    if (zr < 0)
+        return zr == GLLM_EDEVMEM ? 0 : zr;
+    hp->split = gllm_cuda_hp_split_of(&sc, keys);
+    hp->split_counts = (uint32_t *)(uintptr_t)ln->split;
+    hp->split_parts = (float *)(uintptr_t)(ln->split + GLLM_CUDA_HP_SPLIT_PARTS_AT(128, gx));
+    return 0;
+}
+
 static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
                              struct cuda_slot *sl, const void *args)
 {
@@ -356,29 +383,18 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         if (tma) {
             hp.a = p;
             const int tr = cuda_tma_hp_params(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma);
-            if (tr == 0)
+            if (tr == 0) {
                 f = tma, param = &hp;
-            /* D = 128 not causal: the last rounds' tiles split by keys where the schedule
-             * does (attention_params.h), with the lane's workspace (cleared on the stream when
-             * first made or grown); out of memory for it, every tile whole. */
-            memset(&hp.split, 0, sizeof hp.split);
-            hp.split_counts = NULL, hp.split_parts = NULL;
-            const int32_t keys = (int32_t)((a->Skv + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS);
-            const gllm_cuda_hp_sched sc = gllm_cuda_hp_schedule(
-                (int32_t)a->Sq, GLLM_CUDA_HP_ROWS(128), (int32_t)heads, 0, (int32_t)gx, keys);
-            const gllm_cuda_hp_split sp = gllm_cuda_hp_split_of(&sc, keys);
-            if (tr == 0 && a->D == 128 && !a->causal && sp.keys > 0) {
-                const int zr = cuda_ensure_zeroed(c, x, ln, &ln->split, &ln->split_size,
-                                                  (size_t)GLLM_CUDA_HP_SPLIT_BYTES(128, gx),
-                                                  "the prefill's split workspace");
-                if (zr < 0 && zr != GLLM_EDEVMEM)
-                    return zr;
-                if (zr == 0) {
-                    hp.split = sp;
-                    hp.split_counts = (uint32_t *)(uintptr_t)ln->split;
-                    hp.split_parts =
-                        (float *)(uintptr_t)(ln->split + GLLM_CUDA_HP_SPLIT_PARTS_AT(128, gx));
-                }
+                const int sr = prefill_split(c, x, ln, a, gx, &hp);
+                if (sr < 0)
+                    return sr;
+            } else if (tr == -EINVAL && !x->tma_refused) {
+                x->tma_refused = true;
+                backend_logf(&c->log, BACKEND_LOG_WARNING,
+                             "cuda: GPU %d: the driver refused a tensor map for a prefill "
+                             "(D %lld, strides %lld/%lld/%lld); such jobs copy with cp.async",
+                             x->ordinal, (long long)a->D, (long long)a->k_st[0],
+                             (long long)a->k_st[1], (long long)a->k_st[2]);
             }
         }
     } else if (tc_eligible(a)) {
