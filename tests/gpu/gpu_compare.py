@@ -45,31 +45,13 @@ def from_numpy_bits(a, dtype):
 
 
 def reference(q, k, v, causal, scale):
-    """float64 SDPA with GQA expanded and the bottom-right causal mask spelled out."""
-    q, k, v = (x.to(torch.float64) for x in (q, k, v))
-    g = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(g, dim=1)
-    v = v.repeat_interleave(g, dim=1)
-    mask = None
-    if causal:
-        sq, skv = q.shape[2], k.shape[2]
-        i = torch.arange(sq, device=q.device)[:, None]
-        j = torch.arange(skv, device=q.device)[None, :]
-        mask = j <= i + (skv - sq)
-    with sdpa_kernel(SDPBackend.MATH):
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    if causal:   # rows with no visible key: gllm defines them as zeros
-        empty = ~mask.any(dim=-1)
-        out[:, :, empty, :] = 0
-    return out
-
-
-def reference_lse(q, k, v, causal, scale):
-    """float64 log-sum-exp of each row's scaled scores (natural log), -inf for a row with no
-    visible key, as gllm's lse output defines it; head by head, to bound the memory."""
+    """float64 attention with GQA and the bottom-right causal mask spelled out, and each row's
+    log-sum-exp of its scaled scores (natural log), head by head to bound the memory. A row
+    with no visible key: zeros and -inf, as gllm defines them."""
     g = q.shape[1] // k.shape[1]
     sq, skv = q.shape[2], k.shape[2]
-    lse = torch.empty(q.shape[0], q.shape[1], sq, dtype=torch.float64, device=q.device)
+    out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float64, device=q.device)
     mask = None
     if causal:
         i = torch.arange(sq, device=q.device)[:, None]
@@ -81,7 +63,9 @@ def reference_lse(q, k, v, causal, scale):
             if mask is not None:
                 s = s.masked_fill(~mask, float("-inf"))
             lse[b, h] = torch.logsumexp(s, dim=-1)
-    return lse
+            p = torch.nan_to_num(torch.exp(s - lse[b, h][:, None]), nan=0.0)   # empty rows
+            out[b, h] = p @ v[b, h // g].to(torch.float64)
+    return out, lse
 
 
 class Job:
@@ -141,12 +125,11 @@ def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=Non
         params["scale"] = scale
     client.call("attention", params)
     got = job.output().to(torch.float64)
-    want = reference(q.cuda(), k.cuda(), v.cuda(), causal, scale).cpu()
+    want, want_lse = (t.cpu() for t in reference(q.cuda(), k.cuda(), v.cuda(), causal, scale))
     written = not torch.isnan(got).any().item()
     err = ((got - want).abs().max() / want.abs().max()).item() if written else float("inf")
     # lse: the same rows' log-sum-exp, -inf where no key is visible (the same in both).
     got_lse = torch.from_numpy(job.lse.copy()).to(torch.float64)
-    want_lse = reference_lse(q.cuda(), k.cuda(), v.cuda(), causal, scale).cpu()
     finite = torch.isfinite(want_lse)
     lse_err = float("inf")
     if not torch.isnan(got_lse).any().item() and torch.equal(finite, torch.isfinite(got_lse)):
@@ -215,8 +198,9 @@ def check_heads(job, q, k, v, causal, heads):
     have no room for the whole float64 score matrix); the relative error."""
     g = q.shape[1] // k.shape[1]
     kv = [h // g for h in heads]
-    want = reference(q[:1, heads].cuda(), k[:1, kv].cuda(), v[:1, kv].cuda(), causal,
-                     1 / math.sqrt(q.shape[-1])).cpu()
+    want, _ = reference(q[:1, heads].cuda(), k[:1, kv].cuda(), v[:1, kv].cuda(), causal,
+                        1 / math.sqrt(q.shape[-1]))
+    want = want.cpu()
     got = job.output()[:1, heads].to(torch.float64)
     if torch.isnan(got).any().item():
         return float("inf")
