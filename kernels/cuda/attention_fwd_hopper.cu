@@ -645,7 +645,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // The consumers' tiles in one or two phases, each a copy of the loop below: the whole
     // units, then (SPLIT, when the schedule splits) the block's parts of the split ones. Each
     // phase takes its ping-pong turns from 0, as at the kernel's start; the first ends with the
-    // block-final turn, which leaves no barrier phase open. A second copy keeps the first one's
+    // block-final turn, which leaves no barrier phase open, and both warpgroups meet at
+    // walk_sync before the second (the restart above: without it the block could hang, and
+    // v34 did once its softmax was slowed by a few percent). A second copy keeps the first one's
     // code v32's: with the parts in the one walk (v34's first form) every shape lost 2-3%, split
     // or not (the tile boundary is that sensitive, as v33 found).
     const gllm_cuda_fastdiv hq_div = gllm_cuda_fastdiv_of((uint32_t)Hq);
@@ -756,6 +758,13 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             base += (uint32_t)cur.n_tiles;
             if (!S::CROSS)
                 more = next_tile(nxt);
+#ifdef GLLM_HP_TEST_SLOW_WG1_NS
+            // Test hook (tests/gpu/gpu-check.sh's walk race, never in gllmd's image): warpgroup 1
+            // late for the first walk's final turn, where walk_sync must hold warpgroup 0.
+            if (SPLIT && !PARTS && !more && wg == 1)
+                for (int i = 0; i < GLLM_HP_TEST_SLOW_WG1_NS / 1000; i++)
+                    __nanosleep(1000);
+#endif
             key_end<T, D, S::STAGES, S::CROSS>(wc, walk_of(nxt), more, s, o, owed, turns, epilogue);
             if constexpr (PARTS) {
                 write_o = true;
@@ -777,8 +786,11 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     };
     consume(Flag<false>());
     if constexpr (SPLIT) {
-        if (sc.whole_units < sc.units)
+        if (sc.whole_units < sc.units) {
+            static_assert(S::CONSUMERS * 128 == PP_THREADS, "walk_sync counts both consumers");
+            walk_sync();                             // both through the first walk's final turn
             consume(Flag<true>());
+        }
     }
     if (TMA && GLLM_CUDA_HP_O_TILE(D) && o_thread)
         bulk_wait_all();                             // shared memory stays until the stores land

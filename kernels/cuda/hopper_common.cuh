@@ -246,8 +246,20 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
                  ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                  : "memory");
 }
+// The two consumer warpgroups of the dense D = 128 kernel at the switch between its two walks
+// (the whole units, then the split ones' parts), 256 threads: id 3, between the ping-pong pair and
+// O_BAR's. Each walk takes its turns from 0, so warpgroup 0's first turn of the second one does
+// not wait for its partner; without this barrier it could end that turn, arriving on PP_BAR + 1,
+// before warpgroup 1 had synced there for its final turn of the first walk. Two arrivals of the
+// same warps would then complete one phase of PP_BAR + 1, and the two warpgroups wait for each
+// other for ever (v34 hung so once its softmax was slowed).
+constexpr int WALK_BAR = 3;
+__device__ __forceinline__ void walk_sync()
+{
+    asm volatile("bar.sync %0, %1;\n" ::"n"(WALK_BAR), "n"(PP_THREADS) : "memory");
+}
 // A consumer warpgroup's own barrier (its 128 threads), ids O_BAR + warpgroup: after the
-// ping-pong pair (1, 2), immediates as named_sync's.
+// ping-pong pair (1, 2) and WALK_BAR, immediates as named_sync's.
 constexpr int O_BAR = 4;
 __device__ __forceinline__ void wg_sync(int wg)
 {

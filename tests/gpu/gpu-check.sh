@@ -29,6 +29,20 @@ if python3 "$here/../attn_numpy.py" --gllmd "$build/gllmd" --gllmctl "$build/gll
      > "$out/attn_numpy.log" 2>&1; then note "ok   gllmctl attn vs NumPy float64 (cuda)"
 else note "FAIL gllmctl attn vs NumPy (see attn_numpy.log)"; tail -20 "$out/attn_numpy.log"; fails=$((fails + 1)); fi
 
+# The dense D = 128 kernel's two walks (whole units, then split parts) with warpgroup 1 late for
+# the first walk's final turn: without walk_sync the block hangs (v34 did, now and then).
+if [ ! -x "$build/hp_walk_race" ]; then note "skip walk race: no hp_walk_race (built where nvcc is)"
+elif ! nvidia-smi --query-gpu=compute_cap --format=csv,noheader | grep -q '^9\.0'; then
+  note "skip walk race: not sm_90"
+else
+  race=ok
+  for sh in "4 16 4096" "2 16 8192" "1 32 8192"; do
+    timeout 60 "$build/hp_walk_race" 128 $sh 0 "$out/walk_race.bin" >> "$out/walk_race.log" 2>&1 || race="FAIL"
+  done
+  if [ "$race" = ok ]; then note "ok   walk race (D128 split, warpgroup 1 held 50 us)"
+  else note "FAIL walk race (see walk_race.log; 124: hung)"; fails=$((fails + 1)); fi
+fi
+
 sock=$(mktemp -d)/gllmd.sock
 "$build/gllmd" --socket "$sock" --backend cuda 2> "$out/gllmd.log" &
 pid=$!
