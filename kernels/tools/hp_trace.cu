@@ -8,7 +8,10 @@
 // Environment, to match gpu_compare.py's runs: HP_LAYOUT=bhsd ([B, H, S, D] tensors, as
 // PyTorch's), HP_DATA=normal (standard normal values, not uniform in [-0.5, 0.5)),
 // HP_SINGLE=1 (each launch alone on an idle GPU between its own events, as gllmd times a job,
-// not 20 back to back).
+// not 20 back to back), HP_ITERS=n (n timed launches, not 20: a sustained load for the clock).
+// Besides the time it prints the SMs' clock over the last timed launch (each block's clock64
+// against globaltimer, the median block) and the tensor cores' use at that clock (4096 dense
+// f16/bf16 flop per SM per cycle).
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +19,7 @@
 #include <cuda.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <algorithm>
 #include <vector>
 
 #define TRACE_BLOCKS 16
@@ -25,6 +29,7 @@
 __device__ uint64_t g_trace[TRACE_BLOCKS][TRACE_AGENTS][TRACE_N];
 __device__ uint32_t g_count[TRACE_BLOCKS][TRACE_AGENTS];
 __device__ uint64_t g_span[TRACE_MAX_GRID][3];   // globaltimer at start, end; SM id
+__device__ uint64_t g_clk[TRACE_MAX_GRID][2];    // the SM's clock64 at start, end
 __shared__ uint32_t s_trace_n[TRACE_AGENTS];
 
 // An event of the calling warpgroup (its first thread records it): code, aux, SM clock.
@@ -63,12 +68,15 @@ __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)
         asm volatile("mov.u32 %0, %smid;" : "=r"(sm));
         g_span[blockIdx.x][0] = globaltimer();
         g_span[blockIdx.x][2] = sm;
+        g_clk[blockIdx.x][0] = clock64();
     }
 #ifdef GLLM_HAVE_WGMMA
     attention_fwd_hopper<__half, CAUSAL, D, true>(hp.a, &hp);
 #endif
-    if (threadIdx.x == 0 && blockIdx.x < TRACE_MAX_GRID)
+    if (threadIdx.x == 0 && blockIdx.x < TRACE_MAX_GRID) {
+        g_clk[blockIdx.x][1] = clock64();
         g_span[blockIdx.x][1] = globaltimer();
+    }
     if (threadIdx.x % 128 == 0 && blockIdx.x < TRACE_BLOCKS)
         g_count[blockIdx.x][threadIdx.x / 128] = s_trace_n[threadIdx.x / 128];
 }
@@ -176,7 +184,8 @@ int main(int argc, char **argv)
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    const int iters = 20;
+    const char *iters_env = getenv("HP_ITERS");
+    const int iters = iters_env && atoi(iters_env) > 0 ? atoi(iters_env) : 20;
     for (int i = 0; i < 3; i++)
         CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
     float ms = 0;
@@ -201,8 +210,20 @@ int main(int argc, char **argv)
     }
     const double flop = 4.0 * B * H * (double)S * S * D * (causal ? 0.5 : 1.0);
     const double us = ms * 1000.0 / iters;
-    printf("D%d B%d H%d S%d causal %d%s: grid %d, %.1f us, %.1f TFLOP/s\n", D, B, H, S, causal,
-           split ? " split" : "", grid, us, flop / us * 1e-6);
+    // The last timed launch's blocks: cycles over nanoseconds, the median block.
+    static uint64_t clk[TRACE_MAX_GRID][2], sp[TRACE_MAX_GRID][3];
+    CK(cudaMemcpyFromSymbol(clk, g_clk, sizeof clk));
+    CK(cudaMemcpyFromSymbol(sp, g_span, sizeof sp));
+    std::vector<double> mhz;
+    for (int b = 0; b < grid && b < TRACE_MAX_GRID; b++)
+        if (sp[b][1] > sp[b][0])
+            mhz.push_back((double)(clk[b][1] - clk[b][0]) * 1e3 / (double)(sp[b][1] - sp[b][0]));
+    std::sort(mhz.begin(), mhz.end());
+    const double clock_mhz = mhz.empty() ? 0 : mhz[mhz.size() / 2];
+    const double tensor = clock_mhz > 0 ? flop / (us * 1e-6) / (clock_mhz * 1e6 * sms * 4096.0) : 0;
+    printf("D%d B%d H%d S%d causal %d%s: grid %d, %.1f us, %.1f TFLOP/s, %.0f MHz, tensor %.1f%%\n",
+           D, B, H, S, causal, split ? " split" : "", grid, us, flop / us * 1e-6, clock_mhz,
+           tensor * 100);
 
     // The recorded launch: the last one above left its trace; one more, alone, for a clean one.
     CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
