@@ -76,12 +76,17 @@ def _run(cmd):
 
 
 def commit():
-    """GLLM_COMMIT, else HEAD of the checkout these scripts are in, else "unknown"."""
+    """GLLM_COMMIT, else HEAD of the checkout these scripts are in ("+dirty" when tracked files
+    differ from it: a run of uncommitted changes is not HEAD's), else "unknown"."""
     env = os.environ.get("GLLM_COMMIT", "").strip()
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
-    return _run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"]) or "unknown"
+    head = _run(["git", "-C", here, "rev-parse", "--short=12", "HEAD"])
+    if not head:
+        return "unknown"
+    changed = _run(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"])
+    return head + "+dirty" if changed else head
 
 
 def nvidia_smi():

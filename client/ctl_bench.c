@@ -54,7 +54,8 @@ static void first_line(const char *cmd, char *buf, size_t size)
 }
 
 /* GLLM_COMMIT, else HEAD of the gllm checkout gllmctl runs in (one with include/gllm/gllm.h
- * at its top: another project's commit would mislabel the run), else "unknown". */
+ * at its top: another project's commit would mislabel the run), with "+dirty" when tracked
+ * files differ from HEAD (a build of uncommitted changes is not HEAD's), else "unknown". */
 static void bench_commit(char *buf, size_t size)
 {
     const char *env = getenv("GLLM_COMMIT");
@@ -68,8 +69,14 @@ static void bench_commit(char *buf, size_t size)
     buf[0] = 0;
     if (top[0] && access(header, R_OK) == 0)
         first_line("git rev-parse --short=12 HEAD 2>/dev/null", buf, size);
-    if (!buf[0])
+    if (!buf[0]) {
         snprintf(buf, size, "unknown");
+        return;
+    }
+    char changed[256];
+    first_line("git status --porcelain --untracked-files=no 2>/dev/null", changed, sizeof changed);
+    if (changed[0] && strlen(buf) + sizeof "+dirty" <= size)
+        strcat(buf, "+dirty");
 }
 
 /* The command line from /proc/self/cmdline, its arguments separated by spaces. */

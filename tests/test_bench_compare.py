@@ -211,15 +211,61 @@ def main():
         FAILS.append("matplotlib missing")
         print("FAIL plot.py not checked: python3-matplotlib is not installed for", sys.executable)
 
+    repo, head = git_checkout(args, tmp)
+    check_commit(repo, head, ok)
     if args.gllmd and args.gllmctl:
-        check_gllmctl(args, tmp, ok)
+        check_gllmctl(args, tmp, ok, repo, head)
     print(f"\n{len(FAILS)} failed" if FAILS else "\nall passed")
     return 1 if FAILS else 0
 
 
-def check_gllmctl(args, tmp, ok):
+def git(repo, *a):
+    return subprocess.run(["git", "-C", repo, "-c", "user.name=test", "-c", "user.email=test@test",
+                           *a], capture_output=True, text=True, timeout=60)
+
+
+def git_checkout(args, tmp):
+    """A one-commit git checkout that looks like gllm's (include/gllm/gllm.h, bench/benchrun.py)
+    to name runs from; its short HEAD."""
+    repo = os.path.join(tmp, "checkout")
+    for d in ("include/gllm", "bench"):
+        os.makedirs(os.path.join(repo, d))
+    with open(os.path.join(repo, "include/gllm/gllm.h"), "w") as f:
+        f.write("/* test */\n")
+    with open(os.path.join(args.src, "bench", "benchrun.py")) as src, \
+            open(os.path.join(repo, "bench", "benchrun.py"), "w") as dst:
+        dst.write(src.read())
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "test")
+    head = git(repo, "rev-parse", "--short=12", "HEAD").stdout.strip()
+    ok(len(head) == 12, f"a test checkout committed ({head!r})")
+    return repo, head
+
+
+def check_commit(repo, head, ok):
+    """benchrun.commit(): HEAD, untracked files ignored, "+dirty" once a tracked file changed."""
+    env = dict(os.environ)
+    env.pop("GLLM_COMMIT", None)
+    probe = ["-c", f"import sys; sys.path.insert(0, {os.path.join(repo, 'bench')!r}); "
+                   "import benchrun; print(benchrun.commit())"]
+    r = run(probe, env=env)
+    ok(r.stdout.strip() == head, f"a clean checkout's runs name HEAD ({r.stdout.strip()!r})")
+    with open(os.path.join(repo, "notes.txt"), "w") as f:
+        f.write("untracked\n")
+    r = run(probe, env=env)
+    ok(r.stdout.strip() == head, f"an untracked file leaves it clean ({r.stdout.strip()!r})")
+    with open(os.path.join(repo, "include/gllm/gllm.h"), "a") as f:
+        f.write("/* changed */\n")
+    r = run(probe, env=env)
+    ok(r.stdout.strip() == head + "+dirty", f"a changed tracked file marks it +dirty ({r.stdout.strip()!r})")
+    r = run(probe, env=dict(env, GLLM_COMMIT="given"))
+    ok(r.stdout.strip() == "given", "GLLM_COMMIT wins")
+
+
+def check_gllmctl(args, tmp, ok, repo, head):
     """gllmctl bench --json on the CPU backend: a valid document with the metadata, and the
-    slowdown hook recorded in it."""
+    slowdown hook recorded in it; run in a changed checkout, its commit marked +dirty."""
     sys.path.insert(0, os.path.join(args.src, "bench"))
     import benchrun
     sock = os.path.join(tmp, "gllmd.sock")
@@ -256,6 +302,15 @@ def check_gllmctl(args, tmp, ok):
         r = subprocess.run([args.gllmctl, "--socket", sock, "bench", "--json"], capture_output=True,
                            text=True, timeout=60, env=dict(env, GLLM_BENCH_SLOWDOWN="fast"))
         ok(r.returncode == 2 and "GLLM_BENCH_SLOWDOWN" in r.stderr, "a malformed GLLM_BENCH_SLOWDOWN is a usage error")
+        plain = dict(env)
+        plain.pop("GLLM_COMMIT", None)
+        r = subprocess.run([os.path.abspath(args.gllmctl), "--socket", sock, "bench", "--decode", "--json",
+                            "--iters", "1"], capture_output=True, text=True, timeout=240, env=plain, cwd=repo)
+        try:
+            got = json.loads(r.stdout)["meta"]["commit"]
+        except (ValueError, KeyError, TypeError):
+            got = None
+        ok(got == head + "+dirty", f"gllmctl bench in a changed checkout names HEAD+dirty ({got!r})")
     finally:
         d.terminate()
         d.wait(timeout=30)
