@@ -51,7 +51,8 @@ static void print_json(gllm_client *c, const gllm_status *st)
         if (d.cc_major)
             snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
         printf(", \"memory_bytes\": %llu, \"threads\": %d, \"compute_capability\": \"%s\", "
-               "\"image\": ", (unsigned long long)d.memory_bytes, d.threads, cc);
+               "\"process_pid\": %d, \"image\": ", (unsigned long long)d.memory_bytes, d.threads, cc,
+               d.process_pid);
         ctl_json_str(d.image);
         uint64_t used = 0, total = 0;
         if (gllm_status_device_memory(c, i, &used, &total) == 0)
@@ -123,15 +124,20 @@ static void print_text(gllm_client *c, const gllm_status *st, bool wide)
                      (double)total / (1ull << 30));
         else
             snprintf(mem, sizeof mem, "%.1f GiB", (double)d.memory_bytes / (1ull << 30));
-        if (d.cc_major && wide)
-            line(wide, "  device %d: %s (%s %d.%d), %s, kernels: %s", d.index, d.name, d.kind,
-                 d.cc_major, d.cc_minor, mem, d.image);
-        else if (d.cc_major)
-            line(wide, "  device %d: %s (%s %d.%d), %s", d.index, d.name, d.kind, d.cc_major,
-                 d.cc_minor, mem);
+        /* Its process first, where a long name cannot cut it off. */
+        char dev[48];
+        if (d.process_pid > 0)
+            snprintf(dev, sizeof dev, "device %d (pid %d)", d.index, d.process_pid);
         else
-            line(wide, "  device %d: %s (%s), %s, %d threads", d.index, d.name, d.kind, mem,
-                 d.threads);
+            snprintf(dev, sizeof dev, "device %d", d.index);
+        if (d.cc_major && wide)
+            line(wide, "  %s: %s (%s %d.%d), %s, kernels: %s", dev, d.name, d.kind, d.cc_major,
+                 d.cc_minor, mem, d.image);
+        else if (d.cc_major)
+            line(wide, "  %s: %s (%s %d.%d), %s", dev, d.name, d.kind, d.cc_major, d.cc_minor,
+                 mem);
+        else
+            line(wide, "  %s: %s (%s), %s, %d threads", dev, d.name, d.kind, mem, d.threads);
     }
     line(wide, "clients: %u   arenas: %u (%.1f MiB)   device tensors: %u (%.1f MiB)",
          st->clients, st->arenas, (double)st->bytes_mapped / (1 << 20), st->dtensors,

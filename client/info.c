@@ -1,4 +1,5 @@
 /* libgllm-client information: hello's capabilities, limits and devices, and the daemon's status. */
+#include <stdint.h>
 #include <stdio.h>
 
 #include "client_internal.h"
@@ -38,6 +39,9 @@ static int decode_devices(const msgpack_object *res, gllm_device_info *devs, int
         v = 0;
         proto_get_u64(d, "threads", false, &v);
         o->threads = (int)v;
+        v = 0;
+        proto_get_u64(d, "process_pid", false, &v);     /* absent from older daemons: 0 */
+        o->process_pid = v <= INT32_MAX ? (int)v : 0;
         (*ndev)++;
     }
     return 0;

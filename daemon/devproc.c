@@ -50,6 +50,8 @@ struct dp_proc {
     uint64_t spin_ns;           /* gllmd spins this long for a reply (0: the CPU backend, whose
                                  * jobs need the cores a spin would take) */
     gllm_device_info info;
+    atomic_int shown_pid;       /* pid for hello and status (fwd_info), which must not wait on
+                                 * ctl_lock: 0 while none runs */
 };
 
 /* An arena, kept for every device process started later. */
@@ -254,6 +256,7 @@ static int spawn(struct dp_ctx *x, struct dp_proc *p, const char *name, struct d
     *hello = cm->hello;
     snprintf(why, len, "%s", cm->why);      /* what the backend's selection passed over */
     p->pid = pid;
+    atomic_store(&p->shown_pid, (int)pid);
     p->spin_ns = strcmp(cm->hello.backend, "cpu") != 0 ? DP_SPIN_REPLY_NS : 0;
     p->ctl = (struct dp_chan){.sock = ctl[0], .m = cm};
     p->work = (struct dp_chan){.sock = work[0], .m = wm};
@@ -422,6 +425,7 @@ static int fwd_info(struct backend *be, int dev, gllm_device_info *out)
     if (!p)
         return -ENODEV;
     *out = p->info;
+    out->process_pid = atomic_load(&p->shown_pid);
     return 0;
 }
 
@@ -851,6 +855,7 @@ static void end_process(struct dp_proc *p, bool kill_first)
                      p->info.index, (long)p->pid, REAP_WAIT_MS);
     }
     p->pid = 0;
+    atomic_store(&p->shown_pid, 0);
 }
 
 static int fwd_reset(struct backend *be, int dev, char *why, size_t len)
@@ -867,6 +872,7 @@ static int fwd_reset(struct backend *be, int dev, char *why, size_t len)
         return r;
     pthread_mutex_lock(&p->ctl_lock);
     p->pid = fresh.pid;
+    atomic_store(&p->shown_pid, (int)fresh.pid);
     p->ctl = fresh.ctl;
     p->work = fresh.work;
     p->gen++;

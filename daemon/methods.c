@@ -23,7 +23,7 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
         snprintf(cc, sizeof cc, "%d.%d", d.cc_major, d.cc_minor);
         struct health_info h;
         health_get(i, &h);
-        msgpack_pack_map(pk, 11);
+        msgpack_pack_map(pk, 12);
         proto_pack_kv_str(pk, "compute_capability", d.cc_major ? cc : "");
         proto_pack_kv_str(pk, "image", d.image);
         proto_pack_kv_u64(pk, "index", (uint64_t)i);
@@ -31,6 +31,8 @@ static void pack_devices(msgpack_packer *pk, struct server *srv)
         proto_pack_kv_str(pk, "kind", d.kind);
         proto_pack_kv_u64(pk, "memory_bytes", d.memory_bytes);
         proto_pack_kv_u64(pk, "threads", (uint64_t)d.threads);
+        /* The device's own process (device_processes = on, docs/hardening.md); 0: gllmd's. */
+        proto_pack_kv_u64(pk, "process_pid", d.process_pid > 0 ? (uint64_t)d.process_pid : 0);
         /* Resets after faults (docs/hardening.md): how many, and the last one's why. */
         proto_pack_kv_u64(pk, "resets", h.resets);
         proto_pack_kv_bool(pk, "reset_failed", h.failed);

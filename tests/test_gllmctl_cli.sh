@@ -17,8 +17,11 @@ expect() {
 }
 
 tmp=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$tmp"; }
+pid= pid_inproc=
+cleanup() {
+  for p in $pid $pid_inproc; do kill "$p" 2>/dev/null && wait "$p"; done
+  rm -rf "$tmp"
+}
 trap cleanup EXIT
 sock=$tmp/gllmd.sock
 
@@ -72,6 +75,13 @@ expect 0 status --socket "$sock"
 expect 0 status --socket="$sock" --wide
 expect 0 status --json --socket "$sock"
 check grep -q '^{"schema_version": 1, "running": true' <<< "$out"
+# The device's own process (device_processes is on by default): a child of this gllmd, named
+# in the JSON and at the head of the device's line.
+dpid=$(grep -o '"process_pid": [0-9]*' <<< "$out" | head -1 | grep -o '[0-9]*$')
+check [ -n "$dpid" ] && check [ "${dpid:-0}" -gt 0 ]
+check [ "$(awk '/^PPid:/ { print $2 }' "/proc/${dpid:-0}/status" 2>/dev/null)" = "$pid" ]
+expect 0 status --socket "$sock"
+check grep -q "^  device 0 (pid $dpid): " <<< "$out"
 expect 0 --json --socket "$sock" version
 check grep -q '"gllmd": "[0-9]' <<< "$out"
 expect 0 version --socket "$sock"
@@ -143,6 +153,17 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
     check grep -q 'log in again' <<< "$out"
   fi
 fi
+
+# With device_processes = off gllmd runs the device itself: no process to name.
+printf 'device_processes = off\n' > "$tmp/inproc.conf"
+"$gllmd" --config "$tmp/inproc.conf" --socket "$tmp/inproc.sock" --backend cpu --threads 1 \
+  > "$tmp/gllmd-inproc.log" 2>&1 &
+pid_inproc=$!
+for _ in $(seq 100); do "$ctl" --socket "$tmp/inproc.sock" status >/dev/null 2>&1 && break; sleep 0.1; done
+expect 0 status --json --socket "$tmp/inproc.sock"
+check grep -q '"process_pid": 0,' <<< "$out"
+expect 0 status --socket "$tmp/inproc.sock"
+check grep -q '^  device 0: ' <<< "$out"
 
 # The completion offers every command of `gllmctl help`, and their options.
 if command -v bash >/dev/null; then

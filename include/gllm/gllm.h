@@ -93,6 +93,8 @@ typedef struct gllm_device_info {
     int threads;            /* worker threads serving this device (CPU) */
     int cc_major, cc_minor; /* compute capability (GPUs), 0 otherwise */
     char image[32];         /* kernel image loaded: "sm_90a SASS", "compute_80 PTX (JIT)", "" */
+    int process_pid;        /* the device's own process (device_processes = on) when the daemon
+                             * answered hello; 0 where gllmd runs the device itself */
 } gllm_device_info;
 #define GLLM_DEVICE_INFO_INIT {.size = sizeof(gllm_device_info)}
 

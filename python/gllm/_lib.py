@@ -33,7 +33,8 @@ class GllmTensor(ctypes.Structure):
 class GllmDeviceInfo(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("index", c_int), ("name", c_char * 96),
                 ("kind", c_char * 16), ("memory_bytes", c_uint64), ("threads", c_int),
-                ("cc_major", c_int), ("cc_minor", c_int), ("image", c_char * 32)]
+                ("cc_major", c_int), ("cc_minor", c_int), ("image", c_char * 32),
+                ("process_pid", c_int)]
 
 
 class GllmLimits(ctypes.Structure):

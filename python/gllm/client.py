@@ -53,6 +53,7 @@ class DeviceInfo:
     cc_major: int
     cc_minor: int
     image: str
+    process_pid: int        # the device's own process (device_processes = on); 0: gllmd's
 
 
 @dataclasses.dataclass(frozen=True)
