@@ -40,7 +40,8 @@ struct dp_chan {
 
 struct dp_proc {
     int ordinal;                /* the device among those the driver reports */
-    pid_t pid;
+    _Atomic pid_t pid;          /* 0 while none runs; atomic: read by hello and status (fwd_info)
+                                 * and by workers finding a loss, while a reset replaces it */
     struct dp_chan ctl, work;
     pthread_mutex_t ctl_lock;   /* one control request at a time */
     atomic_bool down;           /* lost or being replaced: every call answers DEVLOST */
@@ -50,8 +51,6 @@ struct dp_proc {
     uint64_t spin_ns;           /* gllmd spins this long for a reply (0: the CPU backend, whose
                                  * jobs need the cores a spin would take) */
     gllm_device_info info;
-    atomic_int shown_pid;       /* pid for hello and status (fwd_info), which must not wait on
-                                 * ctl_lock: 0 while none runs */
 };
 
 /* An arena, kept for every device process started later. */
@@ -256,7 +255,6 @@ static int spawn(struct dp_ctx *x, struct dp_proc *p, const char *name, struct d
     *hello = cm->hello;
     snprintf(why, len, "%s", cm->why);      /* what the backend's selection passed over */
     p->pid = pid;
-    atomic_store(&p->shown_pid, (int)pid);
     p->spin_ns = strcmp(cm->hello.backend, "cpu") != 0 ? DP_SPIN_REPLY_NS : 0;
     p->ctl = (struct dp_chan){.sock = ctl[0], .m = cm};
     p->work = (struct dp_chan){.sock = work[0], .m = wm};
@@ -425,7 +423,7 @@ static int fwd_info(struct backend *be, int dev, gllm_device_info *out)
     if (!p)
         return -ENODEV;
     *out = p->info;
-    out->process_pid = atomic_load(&p->shown_pid);
+    out->process_pid = (int)atomic_load(&p->pid);     /* never waits on ctl_lock */
     return 0;
 }
 
@@ -855,7 +853,6 @@ static void end_process(struct dp_proc *p, bool kill_first)
                      p->info.index, (long)p->pid, REAP_WAIT_MS);
     }
     p->pid = 0;
-    atomic_store(&p->shown_pid, 0);
 }
 
 static int fwd_reset(struct backend *be, int dev, char *why, size_t len)
@@ -872,7 +869,6 @@ static int fwd_reset(struct backend *be, int dev, char *why, size_t len)
         return r;
     pthread_mutex_lock(&p->ctl_lock);
     p->pid = fresh.pid;
-    atomic_store(&p->shown_pid, (int)fresh.pid);
     p->ctl = fresh.ctl;
     p->work = fresh.work;
     p->gen++;

@@ -78,7 +78,7 @@ check grep -q '^{"schema_version": 1, "running": true' <<< "$out"
 # The device's own process (device_processes is on by default): a child of this gllmd, named
 # in the JSON and at the head of the device's line.
 dpid=$(grep -o '"process_pid": [0-9]*' <<< "$out" | head -1 | grep -o '[0-9]*$')
-check [ -n "$dpid" ] && check [ "${dpid:-0}" -gt 0 ]
+check [ "${dpid:-0}" -gt 0 ]
 check [ "$(awk '/^PPid:/ { print $2 }' "/proc/${dpid:-0}/status" 2>/dev/null)" = "$pid" ]
 expect 0 status --socket "$sock"
 check grep -q "^  device 0 (pid $dpid): " <<< "$out"
