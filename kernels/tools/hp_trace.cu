@@ -9,6 +9,8 @@
 // PyTorch's), HP_DATA=normal (standard normal values, not uniform in [-0.5, 0.5)),
 // HP_SINGLE=1 (each launch alone on an idle GPU between its own events, as gllmd times a job,
 // not 20 back to back), HP_ITERS=n (n timed launches, not 20: a sustained load for the clock).
+// A probe (results wrong): HP_KV_L2=1 lays K's and V's heads and batches a row apart, so every
+// head reads nearly the same rows and they stay in L2 (what missing L2 costs).
 // Besides the time it prints the SMs' clock over the last timed launch (each block's clock64
 // against globaltimer, the median block) and the tensor cores' use at that clock (4096 dense
 // f16/bf16 flop per SM per cycle).
@@ -91,12 +93,15 @@ __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)
     } while (0)
 
 // [B, S, H, D] as the kernel's 4-D map (D, S, H, B), box_rows rows.
+// overlap: HP_KV_L2's layout (above), each head and batch a row after the one before.
 static void encode(CUtensorMap *m, void *base, int64_t B, int64_t H, int64_t S, int64_t D,
-                   unsigned box_rows, bool bhsd)
+                   unsigned box_rows, bool bhsd, bool overlap = false)
 {
     cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
     cuuint64_t st[3] = {(cuuint64_t)((bhsd ? 1 : H) * D * 2), (cuuint64_t)((bhsd ? S : 1) * D * 2),
                         (cuuint64_t)(S * H * D * 2)};
+    if (overlap)
+        st[1] = st[0], st[2] = 2 * st[0];
     cuuint32_t box[4] = {GLLM_CUDA_HP_BOX_COLS, box_rows, 1, 1}, one[4] = {1, 1, 1, 1};
     CUresult r = cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, base, dims, st, box,
                                         one, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -155,8 +160,10 @@ int main(int argc, char **argv)
     p.scale = 1.0f / sqrtf((float)D);
     p.causal = causal;
     encode((CUtensorMap *)&hp.q_map, q, B, H, S, D, GLLM_CUDA_HP_ROWS(D), bhsd);
-    encode((CUtensorMap *)&hp.k_map, k, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd);
-    encode((CUtensorMap *)&hp.v_map, v, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd);
+    const char *kv_l2 = getenv("HP_KV_L2");
+    const bool overlap = kv_l2 && !strcmp(kv_l2, "1");
+    encode((CUtensorMap *)&hp.k_map, k, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd, overlap);
+    encode((CUtensorMap *)&hp.v_map, v, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd, overlap);
     encode((CUtensorMap *)&hp.o_map, o, B, H, S, D, GLLM_CUDA_HP_O_ROWS, bhsd);
 
     int sms;
