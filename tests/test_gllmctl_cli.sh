@@ -23,6 +23,8 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
+# Until the gllmd at socket $1 answers status (10 s at most; the checks after it say if not).
+up() { for _ in $(seq 100); do "$ctl" --socket "$1" status >/dev/null 2>&1 && return; sleep 0.1; done; }
 sock=$tmp/gllmd.sock
 
 # Help: the list, then each command's, by `help CMD`, `CMD --help` and `CMD -h`.
@@ -67,7 +69,7 @@ check grep -q '^gllmd: not reachable' <<< "$out"
 
 "$gllmd" --socket "$sock" --backend cpu --threads 2 > "$tmp/gllmd.log" 2>&1 &
 pid=$!
-for _ in $(seq 100); do "$ctl" --socket "$sock" status >/dev/null 2>&1 && break; sleep 0.1; done
+up "$sock"
 
 # Global options before or after the command.
 expect 0 --socket "$sock" status
@@ -159,7 +161,7 @@ printf 'device_processes = off\n' > "$tmp/inproc.conf"
 "$gllmd" --config "$tmp/inproc.conf" --socket "$tmp/inproc.sock" --backend cpu --threads 1 \
   > "$tmp/gllmd-inproc.log" 2>&1 &
 pid_inproc=$!
-for _ in $(seq 100); do "$ctl" --socket "$tmp/inproc.sock" status >/dev/null 2>&1 && break; sleep 0.1; done
+up "$tmp/inproc.sock"
 expect 0 status --json --socket "$tmp/inproc.sock"
 check grep -q '"process_pid": 0,' <<< "$out"
 expect 0 status --socket "$tmp/inproc.sock"
