@@ -2,7 +2,7 @@
 """GPU check: gllmd's outputs against PyTorch SDPA in float64, then speed against SDPA's
 FLASH_ATTENTION (FA2) and CUDNN_ATTENTION backends in the same run.
 
-Usage: gpu_compare.py --socket PATH [--out DIR] [--iters N]
+Usage: gpu_compare.py --socket PATH [--out DIR] [--iters N] [--sweep] [--sustained SECONDS]
 Prints one line per case and a summary table last; writes DIR/gpu_compare.json, a
 gllm-bench-run/1 document (bench/SCHEMA.md) with the correctness cases beside it.
 GLLM_BENCH_SLOWDOWN=F (a test hook of the regression gate) reports gllm's times as (1 + F)
@@ -166,12 +166,12 @@ def time_torch(fn, iters):
 
 
 GRAPH_REPS = 20      # calls per CUDA graph of a peer, and gllm's runs per back-to-back job
+SUSTAIN_REPEAT = 100  # gllm's runs per job under a sustained load (the protocol's most)
+SUSTAIN_BATCH_MS = 10  # a peer's replays between two events under a sustained load
 
 
-def time_torch_graph(fn, iters, reps=GRAPH_REPS):
-    """Milliseconds per call of fn with the host out of the way: captured in a CUDA graph,
-    reps replays back to back between two events. time_torch's per-call events include the
-    host's dispatch of each call, which on a 20 us kernel is most of what they measure."""
+def graph_of(fn):
+    """fn captured in a CUDA graph (after a warm-up call), for replays without the host."""
     fn()
     torch.cuda.synchronize()
     stream = torch.cuda.Stream()
@@ -181,16 +181,38 @@ def time_torch_graph(fn, iters, reps=GRAPH_REPS):
         with torch.cuda.graph(graph, stream=stream):
             fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(max(3, iters // reps)):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps)
-    return float(np.median(times))
+    return graph
+
+
+def replay_ms(graph, n):
+    """Milliseconds per replay of n replays back to back between two events."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        graph.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / n
+
+
+def time_torch_graph(fn, iters, reps=GRAPH_REPS):
+    """Milliseconds per call of fn with the host out of the way: captured in a CUDA graph,
+    reps replays back to back between two events. time_torch's per-call events include the
+    host's dispatch of each call, which on a 20 us kernel is most of what they measure."""
+    graph = graph_of(fn)
+    return float(np.median([replay_ms(graph, reps) for _ in range(max(3, iters // reps))]))
+
+
+def sustained(batch, seconds):
+    """Milliseconds per call under a sustained load: batch() runs a batch of calls back to back
+    and returns its time per call; batches follow each other for the given seconds (at least
+    four), and the second half's are returned, once the clock has settled. A burst of 20 calls
+    after an idle GPU runs at its boost clock, which a serving load does not keep (an H100 fell
+    from about 1.75 to 1.45-1.65 GHz within a second)."""
+    end, per = time.perf_counter() + seconds, []
+    while time.perf_counter() < end or len(per) < 4:
+        per.append(batch())
+    return per[len(per) // 2:]
 
 
 def check_heads(job, q, k, v, causal, heads):
@@ -212,8 +234,10 @@ def shape_name(B, H, Hkv, S, D, dtype, causal):
     return f"B{B} H{H}{f' Hkv{Hkv}' if Hkv != H else ''} S{S} D{D} {dtype}{' causal' if causal else ''}"
 
 
-def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None):
-    """results: also check the output (batch 0, first and last head) in float64 first."""
+def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None, sustain=0.0):
+    """results: also check the output (batch 0, first and last head) in float64 first.
+    sustain: also time gllm and cuDNN under a sustained load of that many seconds each, twice,
+    alternated (sustained())."""
     Hkv = Hkv or H
     job = Job(client, B, H, Hkv, S, S, D, dtype)
     g = torch.Generator().manual_seed(1)
@@ -250,7 +274,7 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
         b2b.append(r["kernel_ns"] / 1e6 * slow)
     flops = 4 * B * H * S * S * D / (2 if causal else 1)
     qd, kd, vd = q.cuda(), k.cuda(), v.cuda()
-    peers, graphed = {}, {}
+    peers, graphed, steady = {}, {}, {}
     for peer, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         peers[peer] = graphed[peer] = float("nan")
         # GQA: the peer's own grouped path where it has one, else K and V expanded to every
@@ -265,10 +289,26 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
                 with sdpa_kernel(backend):
                     peers[peer] = time_torch(fn, iters)
                     graphed[peer] = time_torch_graph(fn, iters)
+                    if sustain > 0 and peer == "cudnn":
+                        graph = graph_of(fn)
+                        n = max(1, round(SUSTAIN_BATCH_MS / graphed[peer]))
+                        steady["cudnn_batch"] = lambda: replay_ms(graph, n)  # noqa: E731
                 break
             except RuntimeError as e:
                 print(f"  {peer} unavailable: {e}".splitlines()[0])
     ours, ours_b2b = float(np.median(kern)), float(np.median(b2b))
+    # Sustained (sustain > 0): gllm's jobs of SUSTAIN_REPEAT runs and cuDNN's graph replays in
+    # turn, each for `sustain` seconds, twice, so that neither has the cooler GPU throughout.
+    ours_steady = cudnn_steady = float("nan")
+    if sustain > 0 and "cudnn_batch" in steady:
+        def gllm_batch():
+            r = client.call("attention", dict(params, repeat=SUSTAIN_REPEAT))
+            return r["kernel_ns"] / 1e6 * slow          # kernel_ns: one run's mean
+        g_ms, c_ms = [], []
+        for _ in range(2):
+            g_ms += sustained(gllm_batch, sustain)
+            c_ms += sustained(steady["cudnn_batch"], sustain)
+        ours_steady, cudnn_steady = float(np.median(g_ms)), float(np.median(c_ms))
     row = {
         "shape": name,
         "gllm_ms": ours, "gllm_tflops": flops / ours / 1e9, "e2e_ms": float(np.median(e2e)),
@@ -286,6 +326,10 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
     # Kernel against kernel: both back to back.
     row["vs_fa2_b2b"] = row["gllm_b2b_tflops"] / row["fa2_graph_tflops"]
     row["vs_cudnn_b2b"] = row["gllm_b2b_tflops"] / row["cudnn_graph_tflops"]
+    # Both under a sustained load (nan when not asked for).
+    row["gllm_sustained_tflops"] = flops / ours_steady / 1e9
+    row["cudnn_sustained_tflops"] = flops / cudnn_steady / 1e9
+    row["vs_cudnn_sustained"] = row["gllm_sustained_tflops"] / row["cudnn_sustained_tflops"]
     row["case"] = benchrun.case(
         "prefill", row["shape"],
         {"batch": B, "heads": H, "kv_heads": Hkv, "seq_len": S, "head_dim": D, "dtype": dtype,
@@ -294,7 +338,9 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
          "gllm_back_to_back_tflops": row["gllm_b2b_tflops"],
          "gllm_arena_copy_gbps": row["copy_gbps"],
          "fa2_per_call_tflops": row["fa2_tflops"], "cudnn_per_call_tflops": row["cudnn_tflops"],
-         "fa2_graph_tflops": row["fa2_graph_tflops"], "cudnn_graph_tflops": row["cudnn_graph_tflops"]},
+         "fa2_graph_tflops": row["fa2_graph_tflops"], "cudnn_graph_tflops": row["cudnn_graph_tflops"],
+         "gllm_sustained_tflops": row["gllm_sustained_tflops"],
+         "cudnn_sustained_tflops": row["cudnn_sustained_tflops"]},
         ["gllm_tflops"])
     rows.append(row)
     job.release()
@@ -302,7 +348,10 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
           f"{row['gllm_b2b_tflops']:.0f}, {ours_b2b:.3f} ms), "
           f"FA2 {row['fa2_tflops']:.0f}, cuDNN {row['cudnn_tflops']:.0f} (from a CUDA graph: "
           f"FA2 {row['fa2_graph_tflops']:.0f}, cuDNN {row['cudnn_graph_tflops']:.0f}), "
-          f"e2e {row['e2e_ms']:.2f} ms, arena copies {row['copy_gbps']:.1f} GB/s", flush=True)
+          f"e2e {row['e2e_ms']:.2f} ms, arena copies {row['copy_gbps']:.1f} GB/s"
+          + (f"; sustained: gllm {row['gllm_sustained_tflops']:.0f}, cuDNN "
+             f"{row['cudnn_sustained_tflops']:.0f} ({row['vs_cudnn_sustained']:.2f}x)"
+             if math.isfinite(row["vs_cudnn_sustained"]) else ""), flush=True)
 
 
 def pinned_h2d_gbps(iters=10):
@@ -329,7 +378,13 @@ def main():
                     "(B = 16384 / S), hidden 2048 (H = 2048 / D), S 512 to 16k, D 64 and 128, "
                     "causal and not, f16 and bf16, and GQA 4:1 and 8:1; each shape checked "
                     "in float64 (batch 0, first and last head) before it is timed")
+    ap.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
+                    help="also time gllm and cuDNN under a sustained load, each for SECONDS "
+                    "twice in turn (0.2 to 10; the xcuDNNs column): the GPU's clock after a "
+                    "second of work, not its boost after an idle moment")
     args = ap.parse_args()
+    if args.sustained and not 0.2 <= args.sustained <= 10:
+        ap.error("--sustained: want 0.2 to 10 seconds")
     client = Client(args.socket)
     dev = client.caps["devices"][0]
     print(f"gllmd {client.caps['daemon']} backend {client.caps['backend']}: {dev['name']} "
@@ -398,7 +453,8 @@ def main():
             if args.match and not re.search(args.match, shape_name(B, H, hkv or H, S, D, dt, c)):
                 continue
             bench(client, *shape, args.iters, rows, Hkv=hkv,
-                  results=results if args.sweep and not args.skip_check else None)
+                  results=results if args.sweep and not args.skip_check else None,
+                  sustain=args.sustained)
         swept = results[len(cases):]
         if swept:
             print(f"sweep correctness: {sum(r['ok'] for r in swept)} passed, "
@@ -416,14 +472,16 @@ def main():
     if rows:
         print(f"\n{'shape':34} {'gllm':>7} {'FA2':>7} {'cuDNN':>7} {'xFA2':>6} {'xcuDNN':>7} "
               f"{'copy/pinned':>11} {'FA2g':>6} {'xFA2g':>6} {'cuDNNg':>7} {'xcuDNNg':>8} "
-              f"{'gllmb':>6} {'xcuDNNb':>8}"
-              "  (g: peer replayed from a CUDA graph; b: gllm's runs back to back, against cuDNNg)")
+              f"{'gllmb':>6} {'xcuDNNb':>8}" + (f" {'xcuDNNs':>8}" if args.sustained else "") +
+              "  (g: peer replayed from a CUDA graph; b: gllm's runs back to back, against cuDNNg"
+              + ("; s: both sustained" if args.sustained else "") + ")")
         for r in rows:
             print(f"{r['shape']:34} {r['gllm_tflops']:7.0f} {r['fa2_tflops']:7.0f} "
                   f"{r['cudnn_tflops']:7.0f} {r['vs_fa2']:6.2f} {r['vs_cudnn']:7.2f} "
                   f"{r['copy_gbps'] / h2d:11.2f} {r['fa2_graph_tflops']:6.0f} {r['vs_fa2_graph']:6.2f}"
                   f" {r['cudnn_graph_tflops']:7.0f} {r['vs_cudnn_graph']:8.2f}"
-                  f" {r['gllm_b2b_tflops']:6.0f} {r['vs_cudnn_b2b']:8.2f}")
+                  f" {r['gllm_b2b_tflops']:6.0f} {r['vs_cudnn_b2b']:8.2f}"
+                  + (f" {r['vs_cudnn_sustained']:8.2f}" if args.sustained else ""))
     return 0 if all(r["ok"] for r in results) else 1
 
 
