@@ -195,18 +195,23 @@ def replay_ms(graph, n):
     return a.elapsed_time(b) / n
 
 
-def time_torch_graph(fn, iters, reps=GRAPH_REPS):
-    """Milliseconds per call of fn with the host out of the way: captured in a CUDA graph,
-    reps replays back to back between two events. time_torch's per-call events include the
-    host's dispatch of each call, which on a 20 us kernel is most of what they measure."""
-    graph = graph_of(fn)
+def graph_ms(graph, iters, reps=GRAPH_REPS):
+    """Milliseconds per call with the host out of the way: the median of reps replays back to
+    back between two events. time_torch's per-call events include the host's dispatch of each
+    call, which on a 20 us kernel is most of what they measure."""
     return float(np.median([replay_ms(graph, reps) for _ in range(max(3, iters // reps))]))
 
 
+def time_torch_graph(fn, iters, reps=GRAPH_REPS):
+    """graph_ms of fn captured in a CUDA graph."""
+    return graph_ms(graph_of(fn), iters, reps)
+
+
 def sustained(batch, seconds):
-    """Milliseconds per call under a sustained load: batch() runs a batch of calls back to back
-    and returns its time per call; batches follow each other for the given seconds (at least
-    four), and the second half's are returned, once the clock has settled. A burst of 20 calls
+    """Milliseconds per call under a sustained load, a value per batch: batch() runs a batch of
+    calls back to back and returns its time per call; batches follow each other for the given
+    seconds (at least four), and the second half's values are returned, once the clock has
+    settled. A burst of 20 calls
     after an idle GPU runs at its boost clock, which a serving load does not keep (an H100 fell
     from about 1.75 to 1.45-1.65 GHz within a second)."""
     end, per = time.perf_counter() + seconds, []
@@ -274,7 +279,7 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
         b2b.append(r["kernel_ns"] / 1e6 * slow)
     flops = 4 * B * H * S * S * D / (2 if causal else 1)
     qd, kd, vd = q.cuda(), k.cuda(), v.cuda()
-    peers, graphed, steady = {}, {}, {}
+    peers, graphed, graphs = {}, {}, {}
     for peer, backend in (("fa2", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
         peers[peer] = graphed[peer] = float("nan")
         # GQA: the peer's own grouped path where it has one, else K and V expanded to every
@@ -288,11 +293,8 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
             try:
                 with sdpa_kernel(backend):
                     peers[peer] = time_torch(fn, iters)
-                    graphed[peer] = time_torch_graph(fn, iters)
-                    if sustain > 0 and peer == "cudnn":
-                        graph = graph_of(fn)
-                        n = max(1, round(SUSTAIN_BATCH_MS / graphed[peer]))
-                        steady["cudnn_batch"] = lambda: replay_ms(graph, n)  # noqa: E731
+                    graphs[peer] = graph_of(fn)
+                    graphed[peer] = graph_ms(graphs[peer], iters)
                 break
             except RuntimeError as e:
                 print(f"  {peer} unavailable: {e}".splitlines()[0])
@@ -300,14 +302,15 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
     # Sustained (sustain > 0): gllm's jobs of SUSTAIN_REPEAT runs and cuDNN's graph replays in
     # turn, each for `sustain` seconds, twice, so that neither has the cooler GPU throughout.
     ours_steady = cudnn_steady = float("nan")
-    if sustain > 0 and "cudnn_batch" in steady:
+    if sustain > 0 and "cudnn" in graphs:
         def gllm_batch():
             r = client.call("attention", dict(params, repeat=SUSTAIN_REPEAT))
             return r["kernel_ns"] / 1e6 * slow          # kernel_ns: one run's mean
+        n = max(1, round(SUSTAIN_BATCH_MS / graphed["cudnn"]))
         g_ms, c_ms = [], []
         for _ in range(2):
             g_ms += sustained(gllm_batch, sustain)
-            c_ms += sustained(steady["cudnn_batch"], sustain)
+            c_ms += sustained(lambda: replay_ms(graphs["cudnn"], n), sustain)
         ours_steady, cudnn_steady = float(np.median(g_ms)), float(np.median(c_ms))
     row = {
         "shape": name,
