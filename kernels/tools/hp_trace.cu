@@ -9,6 +9,9 @@
 // PyTorch's), HP_DATA=normal (standard normal values, not uniform in [-0.5, 0.5)),
 // HP_SINGLE=1 (each launch alone on an idle GPU between its own events, as gllmd times a job,
 // not 20 back to back), HP_ITERS=n (n timed launches, not 20: a sustained load for the clock).
+// HP_OUT=file writes O as the last launch left it (raw f16, the run's layout), to compare
+// two builds' results.
+// HP_L2_PROMO=none|64|128|256 encodes the maps with that L2 promotion (gllmd's: 256).
 // A probe (results wrong): HP_KV_L2=1 lays K's and V's heads and batches a row apart, so every
 // head reads nearly the same rows and they stay in L2 (what missing L2 costs).
 // Besides the time it prints the SMs' clock over the last timed launch (each block's clock64
@@ -103,10 +106,22 @@ static void encode(CUtensorMap *m, void *base, int64_t B, int64_t H, int64_t S, 
     if (overlap)
         st[1] = st[0], st[2] = 2 * st[0];
     cuuint32_t box[4] = {GLLM_CUDA_HP_BOX_COLS, box_rows, 1, 1}, one[4] = {1, 1, 1, 1};
+    const char *promo_env = getenv("HP_L2_PROMO");
+    CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    if (promo_env && !strcmp(promo_env, "128"))
+        promo = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    else if (promo_env && !strcmp(promo_env, "64"))
+        promo = CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+    else if (promo_env && !strcmp(promo_env, "none"))
+        promo = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    else if (promo_env && strcmp(promo_env, "256")) {
+        fprintf(stderr, "HP_L2_PROMO: none, 64, 128 or 256, not %s\n", promo_env);
+        exit(2);
+    }
     CUresult r = cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, base, dims, st, box,
                                         one, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                         CU_TENSOR_MAP_SWIZZLE_128B,
-                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                        promo,
                                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) {
         fprintf(stderr, "cuTensorMapEncodeTiled: %d\n", (int)r);
@@ -231,6 +246,17 @@ int main(int argc, char **argv)
     printf("D%d B%d H%d S%d causal %d%s: grid %d, %.1f us, %.1f TFLOP/s, %.0f MHz, tensor %.1f%%\n",
            D, B, H, S, causal, split ? " split" : "", grid, us, flop / us * 1e-6, clock_mhz,
            tensor * 100);
+
+    if (const char *out_env = getenv("HP_OUT")) {
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(h.data(), o, n * 2, cudaMemcpyDeviceToHost));
+        FILE *fo = fopen(out_env, "wb");
+        const bool wrote = fo && fwrite(h.data(), 2, n, fo) == n;
+        if ((fo && fclose(fo) != 0) || !wrote) {
+            fprintf(stderr, "%s: cannot write O\n", out_env);
+            return 1;
+        }
+    }
 
     // The recorded launch: the last one above left its trace; one more, alone, for a clean one.
     CK(cudaLaunchKernel(fn, grid, threads, args, smem, 0));
