@@ -10,7 +10,7 @@
 // HP_SINGLE=1 (each launch alone on an idle GPU between its own events, as gllmd times a job,
 // not 20 back to back), HP_ITERS=n (n timed launches, not 20: a sustained load for the clock).
 // HP_OUT=file writes O as the last launch left it (raw f16, the run's layout), to compare
-// two builds' results.
+// two builds' results (kernels/tools/hp_ab.py runs builds against each other with it).
 // HP_L2_PROMO=none|64|128|256 encodes the maps with that L2 promotion (gllmd's: 256).
 // A probe (results wrong): HP_KV_L2=1 lays K's and V's heads and batches a row apart, so every
 // head reads nearly the same rows and they stay in L2 (what missing L2 costs).

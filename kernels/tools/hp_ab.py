@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""A/B runs of the prefill harness (hp_trace.cu builds): each variant's O checked against the
+first variant's, then every shape timed with the variants alternated, round after round, so
+that the GPU's clock and temperature drift over all of them alike. Prints each variant's median
+time and its change against the first; --json writes the figures (gllm-hp-ab/1).
+
+  hp_ab.py --variant base=.hp/hp_base --variant k3=.hp/hp_k3 \\
+           --variant pnone=.hp/hp_base,HP_L2_PROMO=none \\
+           --shape "128 32 16 512 1" --shape "128 8 16 2048 0" --rounds 3 --json ab.json
+
+A variant is NAME=PATH[,VAR=VALUE...]: a harness binary and environment variables of its own
+(the same binary may appear twice with different ones). A shape is "D B H S causal". Every run
+gets HP_LAYOUT=bhsd (PyTorch's layout, as gpu_compare.py times) unless --layout bshd.
+
+The check runs each variant once with HP_OUT and compares O with the first variant's: bit for
+bit by default (a change that moves loads must not change a bit), or, with --tol X, to within X
+of the first's largest magnitude (a change that reorders arithmetic). A variant that differs,
+or whose O is not finite, makes the exit status 1; its times are still taken and printed.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+TIME = re.compile(r"([0-9]+(?:\.[0-9]+)?) us")
+
+
+def parse_variant(text):
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest:
+        raise argparse.ArgumentTypeError(f"variant {text!r}: NAME=PATH[,VAR=VALUE...]")
+    path, *pairs = rest.split(",")
+    env = {}
+    for pair in pairs:
+        k, sep, v = pair.partition("=")
+        if not sep or not k:
+            raise argparse.ArgumentTypeError(f"variant {text!r}: {pair!r} is not VAR=VALUE")
+        env[k] = v
+    return {"name": name, "path": path, "env": env}
+
+
+def parse_shape(text):
+    parts = text.split()
+    if len(parts) != 5 or not all(p.isdigit() for p in parts) or parts[4] not in ("0", "1"):
+        raise argparse.ArgumentTypeError(f"shape {text!r}: \"D B H S causal\", causal 0 or 1")
+    return parts
+
+
+def shape_name(shape):
+    d, b, h, s, causal = shape
+    return f"D{d} B{b} H{h} S{s}" + (" causal" if causal == "1" else "")
+
+
+class HarnessError(RuntimeError):
+    pass
+
+
+def run(variant, shape, layout, scratch, extra=None):
+    """One harness run; its time per launch (us)."""
+    env = dict(os.environ)
+    if layout == "bhsd":
+        env["HP_LAYOUT"] = "bhsd"
+    else:
+        env.pop("HP_LAYOUT", None)
+    env.update(variant["env"])
+    env.update(extra or {})
+    cmd = [variant["path"], *shape, os.path.join(scratch, "trace.bin")]
+    try:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise HarnessError(f"{variant['name']} {shape_name(shape)}: {e}") from e
+    m = TIME.search(r.stdout)
+    if r.returncode != 0 or not m:
+        tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise HarnessError(f"{variant['name']} {shape_name(shape)}: exit {r.returncode}: {tail[0]}")
+    return float(m.group(1))
+
+
+def check(variants, shape, layout, scratch, tol):
+    """Each variant's O against the first's: 'identical', 'within tol (x)' or why not."""
+    outs = []
+    for i, v in enumerate(variants):
+        path = os.path.join(scratch, f"o{i}.bin")
+        run(v, shape, layout, scratch, {"HP_OUT": path, "HP_ITERS": "2"})
+        outs.append(np.fromfile(path, np.float16))
+    ref = outs[0]
+    scale = float(np.max(np.abs(ref.astype(np.float64)))) if ref.size else 0.0
+    verdicts = {}
+    for v, o in zip(variants[1:], outs[1:]):
+        if o.shape != ref.shape:
+            verdicts[v["name"]] = f"DIFFER: {o.size} values against {ref.size}"
+        elif not np.isfinite(o).all():
+            verdicts[v["name"]] = "DIFFER: not finite"
+        elif np.array_equal(o.view(np.uint16), ref.view(np.uint16)):
+            verdicts[v["name"]] = "identical"
+        else:
+            err = float(np.max(np.abs(o.astype(np.float64) - ref))) / (scale or 1.0)
+            ok = tol > 0 and err <= tol
+            verdicts[v["name"]] = f"{'within tol' if ok else 'DIFFER'} ({err:.2e} of max |O|)"
+    if not np.isfinite(ref).all():
+        verdicts[variants[0]["name"]] = "DIFFER: the reference's O is not finite"
+    return verdicts
+
+
+def device():
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
+                            "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--variant", type=parse_variant, action="append", required=True,
+                    help="NAME=PATH[,VAR=VALUE...]; the first is the one the others are held to")
+    ap.add_argument("--shape", type=parse_shape, action="append", required=True,
+                    help='"D B H S causal"')
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layout", choices=("bhsd", "bshd"), default="bhsd")
+    ap.add_argument("--tol", type=float, default=0.0,
+                    help="accept O within this fraction of the first's largest |O| (0: bit for bit)")
+    ap.add_argument("--no-check", action="store_true", help="time only")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args(argv)
+    names = [v["name"] for v in args.variant]
+    if len(set(names)) != len(names):
+        ap.error("variant names must differ")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+
+    doc = {"schema": "gllm-hp-ab/1",
+           "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+           "device": device(), "layout": args.layout, "rounds": args.rounds,
+           "variants": {v["name"]: {"path": v["path"], "env": v["env"]} for v in args.variant},
+           "shapes": {}}
+    differ = False
+    try:
+        with tempfile.TemporaryDirectory(prefix="hp-ab-") as scratch:
+            for shape in args.shape:
+                entry = doc["shapes"].setdefault(shape_name(shape), {"us": {n: [] for n in names}})
+                if not args.no_check:
+                    entry["check"] = check(args.variant, shape, args.layout, scratch, args.tol)
+                    for name, verdict in entry["check"].items():
+                        print(f"O {shape_name(shape)} {name}: {verdict}", flush=True)
+                        differ |= verdict.startswith("DIFFER")
+            for r in range(args.rounds):
+                for shape in args.shape:
+                    entry = doc["shapes"][shape_name(shape)]
+                    for v in args.variant:
+                        us = run(v, shape, args.layout, scratch)
+                        entry["us"][v["name"]].append(us)
+                        print(f"r{r + 1} {v['name']} {shape_name(shape)}: {us:.1f} us", flush=True)
+    except HarnessError as e:
+        print(f"hp_ab: {e}", file=sys.stderr)
+        return 2
+
+    print(f"\n{'shape':28s}" + "".join(f"{n:>18s}" for n in names))
+    for sname, entry in doc["shapes"].items():
+        med = {n: statistics.median(entry["us"][n]) for n in names}
+        entry["median_us"] = med
+        entry["change"] = {n: f"{(med[n] / med[names[0]] - 1) * 100:+.1f}%" for n in names[1:]}
+        cells = [f"{med[names[0]]:.1f} us"] + [f"{med[n]:.1f} {entry['change'][n]}" for n in names[1:]]
+        print(f"{sname:28s}" + "".join(f"{c:>18s}" for c in cells))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""kernels/tools/hp_ab.py without a GPU: a fake harness that prints hp_trace's line and writes
+an O, so that the alternation, the O check (bit for bit, --tol), the medians and the errors are
+checked.
+
+Usage: test_hp_ab.py SOURCE_DIR
+"""
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+
+FAILS = []
+
+FAKE = r'''#!{python}
+# A stand-in for hp_trace: D B H S causal out.bin; FAKE_US its time, FAKE_DELTA added to O,
+# FAKE_NAN an O with a NaN, FAKE_FAIL an exit 3, FAKE_LOG a file each run appends its
+# FAKE_NAME and HP_LAYOUT to.
+import os, sys
+import numpy as np
+e = os.environ
+d, b, h, s, c, out = sys.argv[1:7]
+if e.get("FAKE_LOG"):
+    with open(e["FAKE_LOG"], "a") as f:
+        f.write(f"{{e.get('FAKE_NAME')}} {{s}} {{e.get('HP_LAYOUT', '-')}} {{'out' if e.get('HP_OUT') else 'time'}}\n")
+if e.get("FAKE_FAIL"):
+    print("boom", file=sys.stderr)
+    sys.exit(3)
+if e.get("HP_OUT"):
+    o = (np.arange(64) * 0.25 + float(e.get("FAKE_DELTA", "0"))).astype(np.float16)
+    if e.get("FAKE_NAN"):
+        o[3] = np.nan
+    o.tofile(e["HP_OUT"])
+us = float(e.get("FAKE_US", "100")) * (2 if s == "2048" else 1)
+print(f"D{{d}} B{{b}} H{{h}} S{{s}} causal {{c}}: grid 132, {{us:.1f}} us, 1.0 TFLOP/s, 1700 MHz, tensor 50.0%")
+'''
+
+
+def ok(cond, what):
+    print(f"{'ok  ' if cond else 'FAIL'} {what}", flush=True)
+    if not cond:
+        FAILS.append(what)
+
+
+def main():
+    src = sys.argv[1]
+    try:
+        import numpy  # noqa: F401  (hp_ab.py and the fake harness need it)
+    except ImportError:
+        print("skipped: no numpy")
+        return 77
+    tool = os.path.join(src, "kernels", "tools", "hp_ab.py")
+    tmp = tempfile.mkdtemp(prefix="hp-ab-test-")
+    fake = os.path.join(tmp, "fake_harness")
+    with open(fake, "w") as f:
+        f.write(FAKE.format(python=sys.executable))
+    os.chmod(fake, os.stat(fake).st_mode | stat.S_IXUSR)
+    log = os.path.join(tmp, "runs.log")
+
+    def ab(*args, env=None):
+        full = dict(os.environ, FAKE_LOG=log, **(env or {}))
+        return subprocess.run([sys.executable, tool, *args], capture_output=True, text=True,
+                              timeout=120, env=full)
+
+    shapes = ["--shape", "128 32 16 512 1", "--shape", "128 8 16 2048 0"]
+    out = os.path.join(tmp, "ab.json")
+    r = ab("--variant", f"base={fake},FAKE_NAME=base", "--variant",
+           f"slow={fake},FAKE_NAME=slow,FAKE_US=110", *shapes, "--rounds", "2", "--json", out)
+    ok(r.returncode == 0, f"two variants, same O: exit 0 (got {r.returncode}: {r.stderr.strip()})")
+    doc = json.load(open(out)) if os.path.exists(out) else {}
+    s512 = doc.get("shapes", {}).get("D128 B32 H16 S512 causal", {})
+    ok(doc.get("schema") == "gllm-hp-ab/1" and doc.get("rounds") == 2, "JSON: schema and rounds")
+    ok(s512.get("check") == {"slow": "identical"}, f"O compared bit for bit: {s512.get('check')}")
+    ok(s512.get("us") == {"base": [100.0, 100.0], "slow": [110.0, 110.0]}, f"times: {s512.get('us')}")
+    ok(s512.get("change") == {"slow": "+10.0%"}, f"change against the first: {s512.get('change')}")
+    s2k = doc.get("shapes", {}).get("D128 B8 H16 S2048", {})
+    ok(s2k.get("median_us") == {"base": 200.0, "slow": 220.0}, f"second shape: {s2k.get('median_us')}")
+    ok("+10.0%" in r.stdout and "D128 B8 H16 S2048" in r.stdout, "the summary table")
+    runs = open(log).read().split("\n")[:-1] if os.path.exists(log) else []
+    timed = [x for x in runs if x.endswith(" time")]
+    want = [f"{n} {s} bhsd time" for _ in range(2) for s in ("512", "2048") for n in ("base", "slow")]
+    ok(timed == want, f"rounds alternate the variants within each shape, HP_LAYOUT=bhsd: {timed}")
+    ok(sum(x.endswith(" out") for x in runs) == 4, "one O run per variant and shape")
+
+    os.remove(log)
+    r = ab("--variant", f"base={fake}", "--variant", f"moved={fake},FAKE_DELTA=0.01",
+           "--shape", "64 1 1 128 0", "--rounds", "1", "--layout", "bshd")
+    ok(r.returncode == 1 and "moved: DIFFER" in r.stdout, f"O off by 0.01: DIFFER, exit 1 ({r.returncode})")
+    ok(open(log).read().split()[2] == "-", "--layout bshd: no HP_LAYOUT")
+    r = ab("--variant", f"base={fake}", "--variant", f"moved={fake},FAKE_DELTA=0.01",
+           "--shape", "64 1 1 128 0", "--rounds", "1", "--tol", "1e-3")
+    ok(r.returncode == 0 and "moved: within tol" in r.stdout,
+       f"--tol 1e-3 of max |O| 15.75 takes it: exit {r.returncode}, {r.stdout.splitlines()[:1]}")
+    r = ab("--variant", f"base={fake}", "--variant", f"nan={fake},FAKE_NAN=1",
+           "--shape", "64 1 1 128 0", "--rounds", "1", "--tol", "1")
+    ok(r.returncode == 1 and "nan: DIFFER: not finite" in r.stdout, "an O with a NaN: DIFFER")
+    r = ab("--variant", f"base={fake}", "--variant", f"bad={fake},FAKE_FAIL=1",
+           "--shape", "64 1 1 128 0", "--rounds", "1")
+    ok(r.returncode == 2 and "bad D64 B1 H1 S128: exit 3: boom" in r.stderr,
+       f"a failing harness: exit 2 and its message ({r.returncode}: {r.stderr.strip()})")
+    r = ab("--variant", f"base={os.path.join(tmp, 'missing')}", "--shape", "64 1 1 128 0",
+           "--no-check", "--rounds", "1")
+    ok(r.returncode == 2 and "base D64 B1 H1 S128" in r.stderr, "a missing binary: exit 2")
+    for bad in (["--shape", "128 32 16"], ["--shape", "128 32 16 512 2"]):
+        r = ab("--variant", f"base={fake}", *bad)
+        ok(r.returncode == 2 and "shape" in r.stderr, f"bad shape {bad[1]!r} refused")
+    r = ab("--variant", f"base{fake}", "--shape", "64 1 1 128 0")
+    ok(r.returncode == 2 and "NAME=PATH" in r.stderr, "a variant without a name refused")
+    r = ab("--variant", f"a={fake}", "--variant", f"a={fake}", "--shape", "64 1 1 128 0")
+    ok(r.returncode == 2 and "differ" in r.stderr, "two variants of one name refused")
+
+    print(f"{len(FAILS)} failed" if FAILS else "all passed")
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
