@@ -9,7 +9,8 @@ time and its change against the first; --json writes the figures (gllm-hp-ab/1).
            --shape "128 32 16 512 1" --shape "128 8 16 2048 0" --rounds 3 --json ab.json
 
 A variant is NAME=PATH[,VAR=VALUE...]: a harness binary and environment variables of its own
-(the same binary may appear twice with different ones). A shape is "D B H S causal". Every run
+(the same binary may appear twice with different ones); kernels/tools/hp_build.sh builds one
+from the tree with a patch applied. A shape is "D B H S causal". Every run
 gets HP_LAYOUT=bhsd (PyTorch's layout, as gpu_compare.py times) unless --layout bshd.
 
 The check runs each variant once with HP_OUT and compares O with the first variant's: bit for
