@@ -90,16 +90,19 @@ def commit():
 
 
 def nvidia_smi():
-    """Driver version and SM clock (MHz) of GPU 0 from nvidia-smi; {} without it."""
+    """Driver version, SM clock (MHz) and name of GPU 0 from nvidia-smi; {} without it."""
     if not shutil.which("nvidia-smi"):
         return {}
-    out = _run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm", "--format=csv,noheader"])
+    out = _run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,name",
+                "--format=csv,noheader"])
     if not out:
         return {}
     fields = [f.strip() for f in out.splitlines()[0].split(",")]
     meta = {"driver": fields[0]} if fields and fields[0] else {}
     if len(fields) > 1 and fields[1].split()[:1] and fields[1].split()[0].isdigit():
         meta["sm_clock_mhz"] = int(fields[1].split()[0])
+    if len(fields) > 2 and fields[2]:
+        meta["gpu"] = fields[2]
     return meta
 
 

@@ -59,7 +59,7 @@ def main():
     log = os.path.join(tmp, "runs.log")
 
     def ab(*args, env=None):
-        full = dict(os.environ, FAKE_LOG=log, **(env or {}))
+        full = dict(os.environ, FAKE_LOG=log, GLLM_COMMIT="abc123", **(env or {}))
         return subprocess.run([sys.executable, tool, *args], capture_output=True, text=True,
                               timeout=120, env=full)
 
@@ -71,6 +71,7 @@ def main():
     doc = json.load(open(out)) if os.path.exists(out) else {}
     s512 = doc.get("shapes", {}).get("D128 B32 H16 S512 causal", {})
     ok(doc.get("schema") == "gllm-hp-ab/1" and doc.get("rounds") == 2, "JSON: schema and rounds")
+    ok(doc.get("commit") == "abc123", f"JSON: the commit benchrun names (GLLM_COMMIT): {doc.get('commit')}")
     ok(s512.get("check") == {"slow": "identical"}, f"O compared bit for bit: {s512.get('check')}")
     ok(s512.get("us") == {"base": [100.0, 100.0], "slow": [110.0, 110.0]}, f"times: {s512.get('us')}")
     ok(s512.get("change") == {"slow": "+10.0%"}, f"change against the first: {s512.get('change')}")

@@ -30,6 +30,9 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import benchrun  # noqa: E402  (the run's commit and GPU, as every result file names them)
+
 TIME = re.compile(r"([0-9]+(?:\.[0-9]+)?) us")
 
 
@@ -110,15 +113,6 @@ def check(variants, shape, layout, scratch, tol):
     return verdicts
 
 
-def device():
-    try:
-        r = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
-                            "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
-        return r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else None
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -141,7 +135,8 @@ def main(argv=None):
 
     doc = {"schema": "gllm-hp-ab/1",
            "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
-           "device": device(), "layout": args.layout, "rounds": args.rounds,
+           "commit": benchrun.commit(), **benchrun.nvidia_smi(),
+           "layout": args.layout, "rounds": args.rounds,
            "variants": {v["name"]: {"path": v["path"], "env": v["env"]} for v in args.variant},
            "shapes": {}}
     differ = False
