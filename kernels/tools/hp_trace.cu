@@ -95,10 +95,27 @@ __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)
         }                                                                                      \
     } while (0)
 
+// The maps' L2 promotion: HP_L2_PROMO (none, 64, 128 or 256), gllmd's 256 unless named.
+static CUtensorMapL2promotion l2_promotion()
+{
+    const char *v = getenv("HP_L2_PROMO");
+    if (!v || !strcmp(v, "256"))
+        return CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    if (!strcmp(v, "128"))
+        return CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    if (!strcmp(v, "64"))
+        return CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
+    if (!strcmp(v, "none"))
+        return CU_TENSOR_MAP_L2_PROMOTION_NONE;
+    fprintf(stderr, "HP_L2_PROMO: none, 64, 128 or 256, not %s\n", v);
+    exit(2);
+}
+
 // [B, S, H, D] as the kernel's 4-D map (D, S, H, B), box_rows rows.
 // overlap: HP_KV_L2's layout (above), each head and batch a row after the one before.
 static void encode(CUtensorMap *m, void *base, int64_t B, int64_t H, int64_t S, int64_t D,
-                   unsigned box_rows, bool bhsd, bool overlap = false)
+                   unsigned box_rows, bool bhsd, CUtensorMapL2promotion promo,
+                   bool overlap = false)
 {
     cuuint64_t dims[4] = {(cuuint64_t)D, (cuuint64_t)S, (cuuint64_t)H, (cuuint64_t)B};
     cuuint64_t st[3] = {(cuuint64_t)((bhsd ? 1 : H) * D * 2), (cuuint64_t)((bhsd ? S : 1) * D * 2),
@@ -106,18 +123,6 @@ static void encode(CUtensorMap *m, void *base, int64_t B, int64_t H, int64_t S, 
     if (overlap)
         st[1] = st[0], st[2] = 2 * st[0];
     cuuint32_t box[4] = {GLLM_CUDA_HP_BOX_COLS, box_rows, 1, 1}, one[4] = {1, 1, 1, 1};
-    const char *promo_env = getenv("HP_L2_PROMO");
-    CUtensorMapL2promotion promo = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-    if (promo_env && !strcmp(promo_env, "128"))
-        promo = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
-    else if (promo_env && !strcmp(promo_env, "64"))
-        promo = CU_TENSOR_MAP_L2_PROMOTION_L2_64B;
-    else if (promo_env && !strcmp(promo_env, "none"))
-        promo = CU_TENSOR_MAP_L2_PROMOTION_NONE;
-    else if (promo_env && strcmp(promo_env, "256")) {
-        fprintf(stderr, "HP_L2_PROMO: none, 64, 128 or 256, not %s\n", promo_env);
-        exit(2);
-    }
     CUresult r = cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, base, dims, st, box,
                                         one, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                         CU_TENSOR_MAP_SWIZZLE_128B,
@@ -174,12 +179,13 @@ int main(int argc, char **argv)
         p.q_st[i] = p.k_st[i] = p.v_st[i] = p.o_st[i] = st[i];
     p.scale = 1.0f / sqrtf((float)D);
     p.causal = causal;
-    encode((CUtensorMap *)&hp.q_map, q, B, H, S, D, GLLM_CUDA_HP_ROWS(D), bhsd);
+    const CUtensorMapL2promotion promo = l2_promotion();
+    encode((CUtensorMap *)&hp.q_map, q, B, H, S, D, GLLM_CUDA_HP_ROWS(D), bhsd, promo);
     const char *kv_l2 = getenv("HP_KV_L2");
     const bool overlap = kv_l2 && !strcmp(kv_l2, "1");
-    encode((CUtensorMap *)&hp.k_map, k, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd, overlap);
-    encode((CUtensorMap *)&hp.v_map, v, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd, overlap);
-    encode((CUtensorMap *)&hp.o_map, o, B, H, S, D, GLLM_CUDA_HP_O_ROWS, bhsd);
+    encode((CUtensorMap *)&hp.k_map, k, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd, promo, overlap);
+    encode((CUtensorMap *)&hp.v_map, v, B, H, S, D, GLLM_CUDA_HP_KEYS, bhsd, promo, overlap);
+    encode((CUtensorMap *)&hp.o_map, o, B, H, S, D, GLLM_CUDA_HP_O_ROWS, bhsd, promo);
 
     int sms;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
