@@ -211,9 +211,8 @@ def sustained(batch, seconds):
     """Milliseconds per call under a sustained load, a value per batch: batch() runs a batch of
     calls back to back and returns its time per call; batches follow each other for the given
     seconds (at least four), and the second half's values are returned, once the clock has
-    settled. A burst of 20 calls
-    after an idle GPU runs at its boost clock, which a serving load does not keep (an H100 fell
-    from about 1.75 to 1.45-1.65 GHz within a second)."""
+    settled. A burst of 20 calls after an idle GPU runs at its boost clock, which a serving load
+    does not keep (an H100 fell from about 1.75 to 1.45-1.65 GHz within a second)."""
     end, per = time.perf_counter() + seconds, []
     while time.perf_counter() < end or len(per) < 4:
         per.append(batch())
