@@ -219,6 +219,9 @@
 // keeps five stages and its register stores, and gains from the split alone: S8k-16k +5-9%
 // (540 -> 580, 538 -> 588, causal 500 -> 532), which wins back most of v20's unexplained
 // long-S loss there (the consumers waited on full stages: K now lands a turn earlier).
+// v47: D = 64 on four stages, not five: loads issued ahead of need cost L2 requests or, evicted
+// before use, DRAM bytes (v43-v45); the harness had four stages 0.4-1.4% faster on every D = 64
+// shape from S512 to S16k, causal or not (bench/results/h100-prefill-load-order.json).
 // The cp.async producer takes the split too: it announces each stage after the next K has
 // gone out and before it waits for the next V's slot (with two stages that slot comes free
 // only after the consumers have the announced K: the first version, announcing after V,

@@ -46,7 +46,7 @@ typedef struct gllm_cuda_attn_params {
  * for a warpgroup whose 64 rows are all the item's (rows past its tokens belong to the next
  * sequence). Dynamic shared memory (GLLM_CUDA_HP_SMEM_OF): 1024 bytes of
  * slack for the swizzle atoms' alignment, Q, the stages' K and V, and the O tile if any. */
-#define GLLM_CUDA_HP_STAGES(D) ((D) == 64 ? 5 : 2)
+#define GLLM_CUDA_HP_STAGES(D) ((D) == 64 ? 4 : 2)
 #define GLLM_CUDA_PP_STAGES(D) GLLM_CUDA_HP_STAGES(D)
 #define GLLM_CUDA_HP_O_TILE(D) ((D) == 128)
 #define GLLM_CUDA_HP_SMEM_OF(D, STAGES, O_TILE)                                               \
