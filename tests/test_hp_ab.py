@@ -17,15 +17,17 @@ FAILS = []
 
 FAKE = r'''#!{python}
 # A stand-in for hp_trace: D B H S causal out.bin; FAKE_US its time, FAKE_DELTA added to O,
-# FAKE_NAN an O with a NaN, FAKE_FAIL an exit 3, FAKE_LOG a file each run appends its
-# FAKE_NAME and HP_LAYOUT to.
-import os, sys
+# FAKE_NAN an O with a NaN, FAKE_FAIL an exit 3, FAKE_HANG a sleep of that many seconds (a
+# deadlocked kernel), FAKE_LOG a file each run appends its FAKE_NAME and HP_LAYOUT to.
+import os, sys, time
 import numpy as np
 e = os.environ
 d, b, h, s, c, out = sys.argv[1:7]
 if e.get("FAKE_LOG"):
     with open(e["FAKE_LOG"], "a") as f:
         f.write(f"{{e.get('FAKE_NAME')}} {{s}} {{e.get('HP_LAYOUT', '-')}} {{'out' if e.get('HP_OUT') else 'time'}}\n")
+if e.get("FAKE_HANG"):
+    time.sleep(float(e["FAKE_HANG"]))
 if e.get("FAKE_FAIL"):
     print("boom", file=sys.stderr)
     sys.exit(3)
@@ -100,6 +102,12 @@ def main():
            "--shape", "64 1 1 128 0", "--rounds", "1")
     ok(r.returncode == 2 and "bad D64 B1 H1 S128: exit 3: boom" in r.stderr,
        f"a failing harness: exit 2 and its message ({r.returncode}: {r.stderr.strip()})")
+    r = ab("--variant", f"base={fake}", "--variant", f"hung={fake},FAKE_HANG=30",
+           "--shape", "64 1 1 128 0", "--rounds", "1", "--timeout", "2")
+    ok(r.returncode == 2 and "hung D64 B1 H1 S128: no result in 2 s" in r.stderr,
+       f"a hung harness: killed at --timeout, exit 2 ({r.returncode}: {r.stderr.strip()})")
+    r = ab("--variant", f"base={fake}", "--shape", "64 1 1 128 0", "--timeout", "0")
+    ok(r.returncode == 2 and "--timeout must be more than 0" in r.stderr, "--timeout 0 refused")
     r = ab("--variant", f"base={os.path.join(tmp, 'missing')}", "--shape", "64 1 1 128 0",
            "--no-check", "--rounds", "1")
     ok(r.returncode == 2 and "base D64 B1 H1 S128" in r.stderr, "a missing binary: exit 2")

@@ -17,6 +17,10 @@ The check runs each variant once with HP_OUT and compares O with the first varia
 bit by default (a change that moves loads must not change a bit), or, with --tol X, to within X
 of the first's largest magnitude (a change that reorders arithmetic). A variant that differs,
 or whose O is not finite, makes the exit status 1; its times are still taken and printed.
+
+Each harness run gets --timeout seconds (default 60): a build that deadlocks (v48's first did)
+is killed there and named, and the status is 2, instead of the call spending its device time
+waiting.
 """
 import argparse
 import datetime
@@ -66,8 +70,8 @@ class HarnessError(RuntimeError):
     pass
 
 
-def run(variant, shape, layout, scratch, extra=None):
-    """One harness run; its time per launch (us)."""
+def run(variant, shape, layout, scratch, timeout, extra=None):
+    """One harness run, killed after timeout seconds; its time per launch (us)."""
     env = dict(os.environ)
     if layout == "bhsd":
         env["HP_LAYOUT"] = "bhsd"
@@ -77,8 +81,11 @@ def run(variant, shape, layout, scratch, extra=None):
     env.update(extra or {})
     cmd = [variant["path"], *shape, os.path.join(scratch, "trace.bin")]
     try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as e:
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise HarnessError(f"{variant['name']} {shape_name(shape)}: no result in {timeout:g} s "
+                           "(hung?), killed") from e
+    except OSError as e:
         raise HarnessError(f"{variant['name']} {shape_name(shape)}: {e}") from e
     m = TIME.search(r.stdout)
     if r.returncode != 0 or not m:
@@ -87,12 +94,12 @@ def run(variant, shape, layout, scratch, extra=None):
     return float(m.group(1))
 
 
-def check(variants, shape, layout, scratch, tol):
+def check(variants, shape, layout, scratch, tol, timeout):
     """Each variant's O against the first's: 'identical', 'within tol (x)' or why not."""
     outs = []
     for i, v in enumerate(variants):
         path = os.path.join(scratch, f"o{i}.bin")
-        run(v, shape, layout, scratch, {"HP_OUT": path, "HP_ITERS": "2"})
+        run(v, shape, layout, scratch, timeout, {"HP_OUT": path, "HP_ITERS": "2"})
         outs.append(np.fromfile(path, np.float16))
     ref = outs[0]
     scale = float(np.max(np.abs(ref.astype(np.float64)))) if ref.size else 0.0
@@ -125,6 +132,8 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=0.0,
                     help="accept O within this fraction of the first's largest |O| (0: bit for bit)")
     ap.add_argument("--no-check", action="store_true", help="time only")
+    ap.add_argument("--timeout", type=float, default=60.0,
+                    help="seconds a harness run may take before it is killed (default 60)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args(argv)
     names = [v["name"] for v in args.variant]
@@ -132,6 +141,8 @@ def main(argv=None):
         ap.error("variant names must differ")
     if args.rounds < 1:
         ap.error("--rounds must be at least 1")
+    if not args.timeout > 0:
+        ap.error("--timeout must be more than 0")
 
     doc = {"schema": "gllm-hp-ab/1",
            "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
@@ -145,7 +156,8 @@ def main(argv=None):
             for shape in args.shape:
                 entry = doc["shapes"].setdefault(shape_name(shape), {"us": {n: [] for n in names}})
                 if not args.no_check:
-                    entry["check"] = check(args.variant, shape, args.layout, scratch, args.tol)
+                    entry["check"] = check(args.variant, shape, args.layout, scratch, args.tol,
+                                           args.timeout)
                     for name, verdict in entry["check"].items():
                         print(f"O {shape_name(shape)} {name}: {verdict}", flush=True)
                         differ |= verdict.startswith("DIFFER")
@@ -153,7 +165,7 @@ def main(argv=None):
                 for shape in args.shape:
                     entry = doc["shapes"][shape_name(shape)]
                     for v in args.variant:
-                        us = run(v, shape, args.layout, scratch)
+                        us = run(v, shape, args.layout, scratch, args.timeout)
                         entry["us"][v["name"]].append(us)
                         print(f"r{r + 1} {v['name']} {shape_name(shape)}: {us:.1f} us", flush=True)
     except HarnessError as e:
