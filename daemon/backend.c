@@ -280,6 +280,11 @@ bool backend_device_lost(struct backend *be, int dev, char *why, size_t len)
     return backend_watches_loss(be) && be->device->lost(be, dev, why, len);
 }
 
+uint32_t backend_reset_allowance_ms(struct backend *be, int dev)
+{
+    return be->device->reset_allowance_ms ? be->device->reset_allowance_ms(be, dev) : 0;
+}
+
 bool backend_recovers_in_process(const struct backend *be)
 {
     return be->device->reset != NULL;

@@ -60,6 +60,8 @@ int backend_paged(struct backend *be, int dev, const struct paged_args *p);
 /* On the device's worker thread: the reset after a context-fatal error or a hung job, and
  * the test-only fault (backend_api.h). -ENOTSUP when the backend has no such entry. */
 int backend_reset(struct backend *be, int dev, char *why, size_t len);
+/* What a reset of dev may take beyond the daemon's bound (backend_api.h); 0 when nothing. */
+uint32_t backend_reset_allowance_ms(struct backend *be, int dev);
 /* Whether be says when a device is lost while idle (its lost entry, with reset), and whether
  * dev is (why: one line). On dev's worker thread. */
 bool backend_watches_loss(const struct backend *be);

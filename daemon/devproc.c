@@ -2,6 +2,7 @@
  * to a device's process, and the reset that replaces a process whose context is lost. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -28,6 +29,12 @@ extern char **environ;
  * the process counts as lost and the device is reset. */
 #define HELLO_TIMEOUT_MS 60000
 #define CTL_TIMEOUT_MS 10000
+/* Mapping an arena pins it, in time that grows with its bytes: on an H200's host 0.45 s a GiB
+ * with its pages made on the way, a 24 GiB arena past CTL_TIMEOUT_MS (which then cost the
+ * device a reset), and a reset mapping 16 GiB again took 4 s. So a mapping's request, and a
+ * reset that maps arenas again, get a second per HOST_MAP_BYTES_PER_S of them on top of
+ * their own bound: 4 s a GiB, about nine times what was measured. */
+#define HOST_MAP_BYTES_PER_S (256ull << 20)
 #define POLL_TIMEOUT_MS 5000
 #define JOB_GRACE_MS 2000
 /* A killed process's driver teardown: waited for this long, then left to be reaped later. */
@@ -388,9 +395,16 @@ static int bell_call(struct dp_proc *p, int timeout_ms, int late_code)
     }
 }
 
-/* A control request of p: m prepared by fill under the lock. */
-static int ctl_call(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in, int *fd_out,
-                    struct dp_msg *reply, char *why, size_t len)
+/* What mapping (or unmapping) len bytes of arena may take beyond a control request's bound. */
+static uint64_t host_map_ms(size_t len)
+{
+    return (uint64_t)len / (HOST_MAP_BYTES_PER_S / 1000u);
+}
+
+/* A control request of p within timeout_ms: m prepared by fill under the lock. */
+static int ctl_call_within(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in,
+                           int *fd_out, struct dp_msg *reply, char *why, size_t len,
+                           uint64_t timeout_ms)
 {
     pthread_mutex_lock(&p->ctl_lock);
     if (atomic_load(&p->down) || !p->ctl.m) {
@@ -398,7 +412,8 @@ static int ctl_call(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in, i
         return devlost(p, dev, why, len);
     }
     memcpy(p->ctl.m, req, offsetof(struct dp_msg, job));
-    int r = call(p, &p->ctl, fd_in, CTL_TIMEOUT_MS, fd_out, GLLM_EDEVLOST);
+    int r = call(p, &p->ctl, fd_in, timeout_ms > INT_MAX ? INT_MAX : (int)timeout_ms, fd_out,
+                 GLLM_EDEVLOST);
     if (r == 0)
         memcpy(reply, p->ctl.m, offsetof(struct dp_msg, job));
     pthread_mutex_unlock(&p->ctl_lock);
@@ -407,6 +422,12 @@ static int ctl_call(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in, i
     if (reply->status < 0 && why && len && reply->why[0])
         snprintf(why, len, "%s", reply->why);
     return reply->status;
+}
+
+static int ctl_call(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in, int *fd_out,
+                    struct dp_msg *reply, char *why, size_t len)
+{
+    return ctl_call_within(p, dev, req, fd_in, fd_out, reply, why, len, CTL_TIMEOUT_MS);
 }
 
 static struct dp_proc *proc_of(struct backend *be, int dev)
@@ -442,15 +463,16 @@ static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *tot
 static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned)
 {
     struct dp_msg m = {.op = DP_HOST_MAP, .a = (uint64_t)(uintptr_t)h->p, .b = h->len}, rep = {0};
-    int r = ctl_call(p, dev, &m, h->fd, NULL, &rep, NULL, 0);
+    int r = ctl_call_within(p, dev, &m, h->fd, NULL, &rep, NULL, 0,
+                            CTL_TIMEOUT_MS + host_map_ms(h->len));
     *pinned = r == 0 && rep.pinned;
     return r;
 }
 
-static void unmap_in(struct dp_proc *p, int dev, void *ptr)
+static void unmap_in(struct dp_proc *p, int dev, void *ptr, size_t len)
 {
     struct dp_msg m = {.op = DP_HOST_UNMAP, .a = (uint64_t)(uintptr_t)ptr}, rep = {0};
-    ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
+    ctl_call_within(p, dev, &m, -1, NULL, &rep, NULL, 0, CTL_TIMEOUT_MS + host_map_ms(len));
 }
 
 /* Every device process maps the arena; one that is down gets it when it is replaced. */
@@ -485,7 +507,7 @@ static int fwd_host_map(struct backend *be, void *ptr, size_t len, int fd)
     if (r < 0) {
         for (int i = 0; i < mapped; i++)
             if (!atomic_load(&x->proc[i].down))
-                unmap_in(&x->proc[i], i, ptr);
+                unmap_in(&x->proc[i], i, ptr, len);
         pthread_mutex_unlock(&x->maps_lock);
         close(h->fd);
         free(h);
@@ -509,7 +531,7 @@ static void fwd_host_unmap(struct backend *be, void *ptr)
         *pp = h->next;
         for (int i = 0; i < x->nproc; i++)
             if (!atomic_load(&x->proc[i].down))
-                unmap_in(&x->proc[i], i, ptr);
+                unmap_in(&x->proc[i], i, ptr, h->len);
         close(h->fd);
         free(h);
     }
@@ -855,6 +877,19 @@ static void end_process(struct dp_proc *p, bool kill_first)
     p->pid = 0;
 }
 
+/* The reset maps every arena again (fwd_reset): the time that takes beyond the daemon's bound. */
+static uint32_t fwd_reset_allowance_ms(struct backend *be, int dev)
+{
+    (void)dev;
+    struct dp_ctx *x = ctx_of(be);
+    uint64_t ms = 0;
+    pthread_mutex_lock(&x->maps_lock);
+    for (const struct dp_hostmap *h = x->maps; h; h = h->next)
+        ms += host_map_ms(h->len);
+    pthread_mutex_unlock(&x->maps_lock);
+    return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
 static int fwd_reset(struct backend *be, int dev, char *why, size_t len)
 {
     struct dp_ctx *x = ctx_of(be);
@@ -939,6 +974,7 @@ static void fill_iface(struct dp_ctx *x)
         .share_import = h & DP_HAS_SHARE ? fwd_share_import : NULL,
         .share_free = h & DP_HAS_SHARE ? fwd_share_free : NULL,
         .reset = fwd_reset,
+        .reset_allowance_ms = fwd_reset_allowance_ms,
         .lost = fwd_lost,
         .inject_fault = h & DP_HAS_FAULT ? fwd_inject_fault : NULL,
         .queue_open = h & DP_HAS_QUEUES ? fwd_queue_open : NULL,

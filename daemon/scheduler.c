@@ -307,7 +307,8 @@ static _Noreturn void exit_device_lost(struct worker *w, const char *reason)
 }
 
 /* A reset that does not come back (a driver waiting on work that never ends) would hold its
- * worker for ever: past RESET_GUARD_S a guard thread ends the process, as a failed reset
+ * worker for ever: past RESET_GUARD_S, plus what the backend allows for the arenas it maps
+ * again (backend_reset_allowance_ms), a guard thread ends the process, as a failed reset
  * does, when exit_on_reset_failure allows; else it only says so. */
 #define RESET_GUARD_S 10
 
@@ -316,6 +317,7 @@ struct reset_guard {
     pthread_cond_t done_cond;
     bool done, may_exit;
     int dev;
+    uint64_t limit_ms;
 };
 
 static void *reset_guard_main(void *arg)
@@ -323,7 +325,10 @@ static void *reset_guard_main(void *arg)
     struct reset_guard *g = arg;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += RESET_GUARD_S;
+    until.tv_sec += (time_t)(g->limit_ms / 1000u);
+    until.tv_nsec += (long)(g->limit_ms % 1000u) * 1000000L;
+    until.tv_sec += until.tv_nsec / 1000000000L;
+    until.tv_nsec %= 1000000000L;
     pthread_mutex_lock(&g->lock);
     while (!g->done)
         if (pthread_cond_timedwait(&g->done_cond, &g->lock, &until) != 0)
@@ -331,13 +336,14 @@ static void *reset_guard_main(void *arg)
     bool stuck = !g->done;
     pthread_mutex_unlock(&g->lock);
     if (stuck && g->may_exit) {
-        log_err("device %d: reset still running after %d s; exiting with status %d so that a "
-                "new gllmd starts (exit_on_reset_failure)", g->dev, RESET_GUARD_S,
+        log_err("device %d: reset still running after %.1f s; exiting with status %d so that a "
+                "new gllmd starts (exit_on_reset_failure)", g->dev, (double)g->limit_ms / 1e3,
                 GLLMD_EXIT_DEVICE_LOST);
         _exit(GLLMD_EXIT_DEVICE_LOST);
     }
     if (stuck)
-        log_err("device %d: reset still running after %d s", g->dev, RESET_GUARD_S);
+        log_err("device %d: reset still running after %.1f s", g->dev,
+                (double)g->limit_ms / 1e3);
     return NULL;
 }
 
@@ -376,7 +382,9 @@ static void reset_device(struct worker *w, const char *reason)
     health_reset_begin(w->dev, reason);
     struct reset_guard guard = {.lock = PTHREAD_MUTEX_INITIALIZER,
                                 .done_cond = PTHREAD_COND_INITIALIZER, .dev = w->dev,
-                                .may_exit = may_exit};
+                                .may_exit = may_exit,
+                                .limit_ms = RESET_GUARD_S * 1000ull +
+                                            backend_reset_allowance_ms(w->be, w->dev)};
     pthread_t guard_thread;
     bool guarded = pthread_create(&guard_thread, NULL, reset_guard_main, &guard) == 0;
     int r = backend_reset(w->be, w->dev, why, sizeof why);

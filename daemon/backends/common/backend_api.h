@@ -13,7 +13,7 @@
 
 /* Bumped when a vtable or an argument struct changes; the registry passes over a backend
  * built against another version. */
-#define BACKEND_API_VERSION 5
+#define BACKEND_API_VERSION 6
 
 /* ---- Logging: the daemon's logger, handed in through backend_config ---- */
 
@@ -347,6 +347,10 @@ struct backend_device_iface {
      * again, else a code and a one-line why; NULL: the device cannot be brought back in this
      * process (the daemon exits, or with exit_on_reset_failure off the device stays failed). */
     int (*reset)(struct backend *be, int dev, char *why, size_t len);
+    /* Optional, with reset, on dev's worker thread just before it: the milliseconds a reset
+     * of dev may take beyond the daemon's own bound on one, for work that grows with what
+     * clients hold (the arenas a device process maps and pins again); NULL: none. */
+    uint32_t (*reset_allowance_ms)(struct backend *be, int dev);
     /* Optional, on dev's worker thread while it has nothing to run, every LOST_CHECK_MS or so:
      * whether dev's context is known lost without a job having met it (a device process that
      * ended while idle, or on another thread's request), with why; the worker then resets

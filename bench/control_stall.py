@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""How long one client's arena registration holds up another client's jobs.
+
+gllmd's loop thread makes a device process's control requests (an arena's mapping and
+pinning, device tensors, memory figures) and waits for each reply. Client B sends small
+prefill jobs one after another while client A registers an arena of each given size and
+releases it; the figures are B's slowest job meanwhile against B's jobs alone, and how long
+A's registration and release took. A job is B1 H1 S128 D64 f16 from an arena of B's own.
+
+  bench/control_stall.py --socket S [--sizes-gib 1,4,16] [--json OUT]
+"""
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu"))
+from gllm_raw import Arena, Client  # noqa: E402
+
+
+def small_job(client):
+    """An arena holding q, k, v and out of a small prefill, and the job's parameters."""
+    shape = (1, 1, 128, 64)
+    n = int(np.prod(shape)) * 2
+    arena = Arena(client, 4 * n + 4096)
+    for i in range(3):
+        arena.view(i * n, "f16", shape)[...] = np.random.default_rng(i).standard_normal(shape)
+    params = {name: Client.tensor(arena, i * n, "f16", shape) for i, name in enumerate("qkv")}
+    params["out"] = Client.tensor(arena, 3 * n, "f16", shape)
+    params["causal"] = False
+    return arena, params
+
+
+def timed(client, params):
+    t0 = time.perf_counter()
+    client.call("attention", params)
+    return (time.perf_counter() - t0) * 1e3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--sizes-gib", default="1,4,16")
+    ap.add_argument("--alone", type=int, default=200, help="B's jobs timed alone")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    b = Client(args.socket)
+    _, params = small_job(b)
+    for _ in range(20):
+        timed(b, params)
+    alone = [timed(b, params) for _ in range(args.alone)]
+    out = {"job": "attention B1 H1 S128 D64 f16, arena inputs",
+           "alone_ms": {"p50": float(np.median(alone)), "max": max(alone)}, "sizes": {}}
+    print(f"B alone: p50 {out['alone_ms']['p50']:.3f} ms, max {out['alone_ms']['max']:.3f} ms")
+    for gib in (float(x) for x in args.sizes_gib.split(",")):
+        a = Client(args.socket)
+        done, span = threading.Event(), {}
+
+        def register():
+            t0 = time.perf_counter()
+            arena = Arena(a, int(gib * (1 << 30)))
+            span["register_ms"] = (time.perf_counter() - t0) * 1e3
+            t0 = time.perf_counter()
+            arena.release()
+            span["release_ms"] = (time.perf_counter() - t0) * 1e3
+            done.set()
+
+        during = []
+        th = threading.Thread(target=register)
+        th.start()
+        while not done.is_set():
+            during.append(timed(b, params))
+        th.join()
+        row = {"register_ms": span["register_ms"], "release_ms": span["release_ms"],
+               "b_jobs": len(during),
+               "b_max_ms": max(during), "b_p50_ms": float(np.median(during))}
+        out["sizes"][f"{gib:g} GiB"] = row
+        print(f"A registers {gib:g} GiB in {row['register_ms']:.1f} ms, releases it in "
+              f"{row['release_ms']:.1f} ms; B meanwhile: "
+              f"{row['b_jobs']} jobs, slowest {row['b_max_ms']:.1f} ms, p50 {row['b_p50_ms']:.3f} ms")
+        a.sock.close()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
