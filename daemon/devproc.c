@@ -95,6 +95,7 @@ struct dp_ctx {
     struct dp_proc proc[GLLM_MAX_DEVICES];
     pthread_mutex_t maps_lock;
     struct dp_hostmap *maps;
+    _Atomic uint64_t mapped_bytes;   /* of maps, read without maps_lock (the reset's allowance) */
 };
 
 static struct dp_ctx *ctx_of(struct backend *be)
@@ -515,6 +516,7 @@ static int fwd_host_map(struct backend *be, void *ptr, size_t len, int fd)
     }
     h->next = x->maps;
     x->maps = h;
+    atomic_fetch_add(&x->mapped_bytes, (uint64_t)len);
     pthread_mutex_unlock(&x->maps_lock);
     return 0;
 }
@@ -529,6 +531,7 @@ static void fwd_host_unmap(struct backend *be, void *ptr)
     struct dp_hostmap *h = *pp;
     if (h) {
         *pp = h->next;
+        atomic_fetch_sub(&x->mapped_bytes, (uint64_t)h->len);
         for (int i = 0; i < x->nproc; i++)
             if (!atomic_load(&x->proc[i].down))
                 unmap_in(&x->proc[i], i, ptr, h->len);
@@ -877,16 +880,12 @@ static void end_process(struct dp_proc *p, bool kill_first)
     p->pid = 0;
 }
 
-/* The reset maps every arena again (fwd_reset): the time that takes beyond the daemon's bound. */
+/* The reset maps every arena again (fwd_reset): the time that takes beyond the daemon's bound.
+ * Read without maps_lock, which a mapping on the loop may hold for as long as it pins. */
 static uint32_t fwd_reset_allowance_ms(struct backend *be, int dev)
 {
     (void)dev;
-    struct dp_ctx *x = ctx_of(be);
-    uint64_t ms = 0;
-    pthread_mutex_lock(&x->maps_lock);
-    for (const struct dp_hostmap *h = x->maps; h; h = h->next)
-        ms += host_map_ms(h->len);
-    pthread_mutex_unlock(&x->maps_lock);
+    const uint64_t ms = host_map_ms((size_t)atomic_load(&ctx_of(be)->mapped_bytes));
     return ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
 }
 
