@@ -29,11 +29,11 @@ extern char **environ;
  * the process counts as lost and the device is reset. */
 #define HELLO_TIMEOUT_MS 60000
 #define CTL_TIMEOUT_MS 10000
-/* Mapping an arena pins it, in time that grows with its bytes: on an H200's host 0.45 s a GiB
- * with its pages made on the way, a 24 GiB arena past CTL_TIMEOUT_MS (which then cost the
+/* Mapping an arena pins it, in time that grows with its bytes: on H200 hosts 0.45-0.87 s a
+ * GiB with its pages made on the way, a 24 GiB arena past CTL_TIMEOUT_MS (which then cost the
  * device a reset), and a reset mapping 16 GiB again took 4 s. So a mapping's request, and a
  * reset that maps arenas again, get a second per HOST_MAP_BYTES_PER_S of them on top of
- * their own bound: 4 s a GiB, about nine times what was measured. */
+ * their own bound: 4 s a GiB, five to nine times what was measured. */
 #define HOST_MAP_BYTES_PER_S (256ull << 20)
 #define POLL_TIMEOUT_MS 5000
 #define JOB_GRACE_MS 2000
@@ -95,7 +95,9 @@ struct dp_ctx {
     struct dp_proc proc[GLLM_MAX_DEVICES];
     pthread_mutex_t maps_lock;
     struct dp_hostmap *maps;
-    _Atomic uint64_t mapped_bytes;   /* of maps, read without maps_lock (the reset's allowance) */
+    /* Of maps and of a mapping under way, read without maps_lock (the reset's allowance): a
+     * reset waits for that lock while a mapping holds it, then maps every arena again. */
+    _Atomic uint64_t mapped_bytes;
 };
 
 static struct dp_ctx *ctx_of(struct backend *be)
@@ -492,6 +494,7 @@ static int fwd_host_map(struct backend *be, void *ptr, size_t len, int fd)
     }
     int r = 0, mapped = 0;
     pthread_mutex_lock(&x->maps_lock);
+    atomic_fetch_add(&x->mapped_bytes, (uint64_t)len);
     for (int i = 0; i < x->nproc; i++, mapped = i) {
         if (atomic_load(&x->proc[i].down))
             continue;          /* its replacement maps it */
@@ -509,6 +512,7 @@ static int fwd_host_map(struct backend *be, void *ptr, size_t len, int fd)
         for (int i = 0; i < mapped; i++)
             if (!atomic_load(&x->proc[i].down))
                 unmap_in(&x->proc[i], i, ptr, len);
+        atomic_fetch_sub(&x->mapped_bytes, (uint64_t)len);
         pthread_mutex_unlock(&x->maps_lock);
         close(h->fd);
         free(h);
@@ -516,7 +520,6 @@ static int fwd_host_map(struct backend *be, void *ptr, size_t len, int fd)
     }
     h->next = x->maps;
     x->maps = h;
-    atomic_fetch_add(&x->mapped_bytes, (uint64_t)len);
     pthread_mutex_unlock(&x->maps_lock);
     return 0;
 }
@@ -880,8 +883,8 @@ static void end_process(struct dp_proc *p, bool kill_first)
     p->pid = 0;
 }
 
-/* The reset maps every arena again (fwd_reset): the time that takes beyond the daemon's bound.
- * Read without maps_lock, which a mapping on the loop may hold for as long as it pins. */
+/* The reset maps every arena again (fwd_reset), after any mapping under way: the time that
+ * takes beyond the daemon's bound. */
 static uint32_t fwd_reset_allowance_ms(struct backend *be, int dev)
 {
     (void)dev;
