@@ -1,11 +1,10 @@
 #!/usr/bin/env python3
 """How long one client's arena registration holds up another client's jobs.
 
-gllmd's loop thread makes a device process's control requests (an arena's mapping and
-pinning, device tensors, memory figures) and waits for each reply. Client B sends small
-prefill jobs one after another while client A registers an arena of each given size and
-releases it; the figures are B's slowest job meanwhile against B's jobs alone, and how long
-A's registration and release took. A job is B1 H1 S128 D64 f16 from an arena of B's own.
+Registering an arena maps and pins it in each device process, in time that grows with its
+bytes. Client B sends small prefill jobs one after another while client A registers an arena
+of each given size and releases it; the figures are B's slowest job meanwhile against B's
+jobs alone, and how long A's registration and release took (docs/hardening.md). A job is B1 H1 S128 D64 f16 from an arena of B's own.
 
   bench/control_stall.py --socket S [--sizes-gib 1,4,16] [--json OUT]
 """

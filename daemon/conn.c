@@ -37,6 +37,7 @@ struct conn {
     bool close_when_flushed;
     struct out_packet *out_head, *out_tail;
     size_t out_bytes;
+    unsigned held;               /* conn_hold: no request is read while nonzero */
     /* Requests and replies through shared memory, or NULL; set once, read by workers. */
     struct conn_ring *_Atomic ring;
     uint64_t packets_in;         /* packets read from the socket: orders them with the ring */
@@ -57,7 +58,7 @@ static void update_poll(struct conn *c)
     if (c->closed)
         return;
     /* Stop reading a client whose replies pile up unread: its memory stays bounded. */
-    int want = c->out_bytes < c->set->max_outq_bytes ? UV_READABLE : 0;
+    int want = !c->held && c->out_bytes < c->set->max_outq_bytes ? UV_READABLE : 0;
     if (c->out_head)
         want |= UV_WRITABLE;
     if (want == c->events)
@@ -309,7 +310,7 @@ static void take_requests(struct conn *c, struct conn_ring *r, uint64_t upto,
      * overtake them. The bound holds even against a client that keeps publishing. */
     const unsigned most = before_packet ? GLLM_RING_REQUEST_SLOTS : PACKETS_PER_WAKEUP;
     for (unsigned n = 0; n < most && !c->closed; n++) {
-        if (!before_packet && c->out_bytes >= c->set->max_outq_bytes)
+        if (c->held || (!before_packet && c->out_bytes >= c->set->max_outq_bytes))
             return;
         const uint32_t head = atomic_load_explicit(&shm->request_head, memory_order_acquire);
         if (head == r->request_tail)
@@ -347,7 +348,7 @@ static void read_packets(struct conn *c)
 {
     struct conn_set *set = c->set;
     for (int n = 0; n < PACKETS_PER_WAKEUP && !c->closed; n++) {
-        if (c->out_bytes >= set->max_outq_bytes)
+        if (c->held || c->out_bytes >= set->max_outq_bytes)
             break;
         union {
             struct cmsghdr align;
@@ -397,6 +398,24 @@ static void read_packets(struct conn *c)
         deliver(c, &p);
         close_fds(fds, nfds);
     }
+}
+
+void conn_hold(struct conn *c)
+{
+    c->held++;
+    update_poll(c);
+}
+
+void conn_release(struct conn *c)
+{
+    if (!c->held || --c->held > 0 || c->closed)
+        return;
+    update_poll(c);
+    /* The socket is polled again; requests already in the ring are taken now, since the
+     * client's wake-up for them may have come while the connection was held. */
+    struct conn_ring *ring = atomic_load_explicit(&c->ring, memory_order_relaxed);
+    if (ring)
+        take_requests(c, ring, c->packets_in, false);
 }
 
 void conn_set_take_ring_requests(struct conn_set *set)

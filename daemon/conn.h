@@ -64,6 +64,11 @@ bool conn_send_fast(struct conn *c, const void *data, size_t len);
 /* Maps fd as the connection's rings (one per connection, for its whole life). */
 int conn_attach_ring(struct conn *c, int fd, bool loop_polls);
 bool conn_has_ring(const struct conn *c);
+/* Stops reading c's requests, from the socket and the ring alike, until as many
+ * conn_release calls: a request answered off the loop (an arena's registration) is still
+ * answered before the connection's next request is read. */
+void conn_hold(struct conn *c);
+void conn_release(struct conn *c);
 /* Hangs up once every queued packet has been sent (at once if none is). */
 void conn_close_when_flushed(struct conn *c);
 bool conn_flushed(const struct conn *c);   /* nothing queued */

@@ -58,6 +58,9 @@ struct dp_proc {
     uint64_t spin_ns;           /* gllmd spins this long for a reply (0: the CPU backend, whose
                                  * jobs need the cores a spin would take) */
     gllm_device_info info;
+    /* The last memory figures it gave (fwd_memory), answered while a control request holds
+     * ctl_lock: an arena's mapping may for seconds. */
+    _Atomic uint64_t mem_used, mem_total;
 };
 
 /* An arena, kept for every device process started later. */
@@ -404,12 +407,19 @@ static uint64_t host_map_ms(size_t len)
     return (uint64_t)len / (HOST_MAP_BYTES_PER_S / 1000u);
 }
 
-/* A control request of p within timeout_ms: m prepared by fill under the lock. */
+/* A control request of p within timeout_ms: m prepared by fill under the lock. With
+ * timeout_ms 0 it is CTL_TIMEOUT_MS, but only if no other request holds the lock: -EBUSY. */
 static int ctl_call_within(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in,
                            int *fd_out, struct dp_msg *reply, char *why, size_t len,
                            uint64_t timeout_ms)
 {
-    pthread_mutex_lock(&p->ctl_lock);
+    if (timeout_ms == 0) {
+        if (pthread_mutex_trylock(&p->ctl_lock) != 0)
+            return -EBUSY;
+        timeout_ms = CTL_TIMEOUT_MS;
+    } else {
+        pthread_mutex_lock(&p->ctl_lock);
+    }
     if (atomic_load(&p->down) || !p->ctl.m) {
         pthread_mutex_unlock(&p->ctl_lock);
         return devlost(p, dev, why, len);
@@ -451,16 +461,22 @@ static int fwd_info(struct backend *be, int dev, gllm_device_info *out)
     return 0;
 }
 
+/* Asked by status on the loop: the last figures while another request (an arena's mapping,
+ * on the thread pool) holds the channel, so that status never waits for one. */
 static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *total)
 {
     struct dp_proc *p = proc_of(be, dev);
     struct dp_msg m = {.op = DP_MEMORY}, rep = {0};
-    int r = ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
+    int r = ctl_call_within(p, dev, &m, -1, NULL, &rep, NULL, 0, 0);
     if (r == 0) {
-        *used = rep.used;
-        *total = rep.total;
+        atomic_store(&p->mem_used, rep.used);
+        atomic_store(&p->mem_total, rep.total);
+    } else if (r != -EBUSY) {
+        return r;
     }
-    return r;
+    *used = atomic_load(&p->mem_used);
+    *total = atomic_load(&p->mem_total);
+    return 0;
 }
 
 static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned)

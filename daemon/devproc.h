@@ -4,6 +4,7 @@
 #ifndef GLLMD_DEVPROC_H
 #define GLLMD_DEVPROC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "backend_api.h"
@@ -17,5 +18,9 @@ int devproc_open(const char *name, const struct backend_config *cfg, int log_lev
 
 /* main() of a device process (gllmd --device-process ...), started by devproc_open. */
 int devproc_child_main(int argc, char **argv);
+/* Set by fault-injection builds (tests only) before either main: a device process then
+ * honours GLLM_TEST_SLOW_MAP_MS, which makes mapping an arena of GLLM_TEST_SLOW_MAP_BYTES or
+ * more take that much longer, as pinning a large one does on a GPU's host. */
+extern bool devproc_test_hooks;
 
 #endif

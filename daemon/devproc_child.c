@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -288,6 +289,20 @@ static void serve_work(struct dp_msg *m)
     m->status = -EPROTO;
 }
 
+bool devproc_test_hooks;
+
+/* The test hook (devproc.h): a large arena's mapping made slower. */
+static void test_slow_map(uint64_t bytes)
+{
+    const char *ms = devproc_test_hooks ? getenv("GLLM_TEST_SLOW_MAP_MS") : NULL;
+    const char *min = devproc_test_hooks ? getenv("GLLM_TEST_SLOW_MAP_BYTES") : NULL;
+    if (!ms || !min || bytes < strtoull(min, NULL, 10))
+        return;
+    const unsigned long long n = strtoull(ms, NULL, 10);
+    nanosleep(&(struct timespec){.tv_sec = (time_t)(n / 1000), .tv_nsec = (long)(n % 1000) * 1000000L},
+              NULL);
+}
+
 static int map_arena(struct dp_msg *m, int fd)
 {
     if (fd < 0 || m->b == 0 || m->b > SIZE_MAX)
@@ -295,12 +310,19 @@ static int map_arena(struct dp_msg *m, int fd)
     void *p = mmap(NULL, (size_t)m->b, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return -errno;
+    /* Pinned before the maps' write lock, which every job's pointer lookup waits for: pinning
+     * takes time in proportion to the bytes (seconds for tens of GiB), and nothing can name
+     * this arena until gllmd has the reply. */
+    test_slow_map(m->b);
+    const bool pinned = backend_host_register(dp.be, p, (size_t)m->b) == 0;
     pthread_rwlock_wrlock(&dp.maps_lock);
     if (dp.nmaps == dp.cap) {
         int cap = dp.cap ? 2 * dp.cap : 64;
         struct hmap *n = realloc(dp.maps, (size_t)cap * sizeof *n);
         if (!n) {
             pthread_rwlock_unlock(&dp.maps_lock);
+            if (pinned)
+                backend_host_unregister(dp.be, p);
             munmap(p, (size_t)m->b);
             return -ENOMEM;
         }
@@ -308,26 +330,29 @@ static int map_arena(struct dp_msg *m, int fd)
         dp.cap = cap;
     }
     struct hmap *h = &dp.maps[dp.nmaps++];
-    *h = (struct hmap){.gllmd = (uintptr_t)m->a, .len = (size_t)m->b, .here = p};
-    h->pinned = backend_host_register(dp.be, p, h->len) == 0;
-    m->pinned = h->pinned;
+    *h = (struct hmap){.gllmd = (uintptr_t)m->a, .len = (size_t)m->b, .here = p, .pinned = pinned};
+    m->pinned = pinned;
     pthread_rwlock_unlock(&dp.maps_lock);
     return 0;
 }
 
 static void unmap_arena(uint64_t gllmd)
 {
+    struct hmap h = {0};
     pthread_rwlock_wrlock(&dp.maps_lock);
     for (int i = 0; i < dp.nmaps; i++)
         if (dp.maps[i].gllmd == gllmd) {
-            struct hmap h = dp.maps[i];
+            h = dp.maps[i];
             dp.maps[i] = dp.maps[--dp.nmaps];
-            if (h.pinned)
-                backend_host_unregister(dp.be, h.here);
-            munmap(h.here, h.len);
             break;
         }
     pthread_rwlock_unlock(&dp.maps_lock);
+    if (!h.here)
+        return;
+    /* Unpinned after the lock, as map_arena pins before it: no job names it any more. */
+    if (h.pinned)
+        backend_host_unregister(dp.be, h.here);
+    munmap(h.here, h.len);
 }
 
 /* One control request; *fd_out: an fd for the reply to carry (closed after). */

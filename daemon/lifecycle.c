@@ -139,8 +139,10 @@ static void drain_check(uv_timer_t *t)
     for (const struct channel *ch = srv->channels; ch; ch = ch->next)
         if (!channel_idle(ch))
             return;
-    if (srv->stats.jobs_inflight > 0 || sched_unsettled(srv->sched) > 0)
-        return;   /* jobs of sessions that already closed, or answers not yet sent */
+    if (srv->stats.jobs_inflight > 0 || sched_unsettled(srv->sched) > 0 ||
+        srv->controls_inflight > 0)
+        return;   /* jobs of sessions that already closed, answers not yet sent, or arenas
+                   * still being registered */
     while (srv->channels)
         channel_close(srv->channels);
     sched_stop(srv->sched);

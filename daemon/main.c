@@ -149,6 +149,9 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {0},
     };
+#ifdef GLLM_FAULT_INJECTION
+    devproc_test_hooks = true;
+#endif
     if (argc > 1 && strcmp(argv[1], "--device-process") == 0)
         return devproc_child_main(argc, argv);     /* started by gllmd itself */
     static struct options o = {.config_path = CONFIG_DEFAULT_PATH};

@@ -181,6 +181,70 @@ void method_status(struct rpc_call *c, const struct proto_msg *m)
     rpc_reply_end(c);
 }
 
+/* An arena being registered: its mapping (and pinning) runs on libuv's thread pool, since it
+ * takes time in proportion to its bytes (seconds for tens of GiB on a GPU's host) that the
+ * loop must not spend waiting while it serves every other client; the reply comes after. */
+struct arena_reg {
+    uv_work_t work;
+    struct channel *ch;           /* a reference, until the reply */
+    uint64_t id;
+    struct arena *a;
+    uint64_t size;
+    int fd;                       /* the request's, kept until the device processes have it */
+    int mapped;                   /* backend_host_map's answer */
+    bool pinned;
+};
+
+static void arena_reg_work(uv_work_t *w)
+{
+    struct arena_reg *g = w->data;
+    struct backend *be = g->ch->srv->be;
+    g->mapped = backend_host_map(be, g->a->base, g->size, g->fd);
+    if (g->mapped == 0 || g->mapped == -ENOTSUP)
+        g->pinned = backend_host_register(be, g->a->base, g->size) == 0;
+}
+
+static void arena_reg_done(uv_work_t *w, int status)
+{
+    (void)status;                 /* never cancelled */
+    struct arena_reg *g = w->data;
+    struct channel *ch = g->ch;
+    struct server *srv = ch->srv;
+    struct session *s = &ch->session;
+    struct arena *a = g->a;
+    close(g->fd);
+    s->pending_arenas--;
+    s->pending_arena_bytes -= g->size;
+    srv->controls_inflight--;
+    if (g->mapped == 0)
+        a->mapped_by = srv->be;
+    if (g->pinned)
+        a->pinned_by = srv->be;
+    if (g->mapped < 0 && g->mapped != -ENOTSUP) {
+        arena_unref(a);
+        channel_reply_error(ch, (int64_t)g->id, g->mapped,
+                            "arena_register: the device process cannot map it (%s)",
+                            gllm_strerror(g->mapped));
+    } else if (ch->closed) {
+        arena_unref(a);           /* its session went meanwhile */
+    } else if (session_region_add(s, a) < 0) {
+        arena_unref(a);
+        channel_reply_error(ch, (int64_t)g->id, GLLM_EQUOTA, "arena_register: arena table full");
+    } else {
+        struct proto_buf b;
+        proto_buf_init(&b);
+        proto_pack_result(&b.pk, g->id);
+        msgpack_pack_map(&b.pk, 2);
+        proto_pack_kv_u64(&b.pk, "arena", a->id);
+        proto_pack_kv_u64(&b.pk, "size", g->size);
+        channel_send(ch, b.data, b.len);
+    }
+    if (!ch->closed && ch->conn)
+        conn_release(ch->conn);    /* its next request may be read now */
+    channel_unref(ch);
+    free(g);
+}
+
 void method_arena_register(struct rpc_call *c, const struct proto_msg *m)
 {
     struct server *srv = c->ch->srv;
@@ -194,9 +258,10 @@ void method_arena_register(struct rpc_call *c, const struct proto_msg *m)
         rpc_reply_error(c, GLLM_EPARAM, "arena_register: 'size' (uint) required");
         return;
     }
-    if (s->narenas >= srv->limits.max_arenas) {
+    /* Arenas still being registered count against the limits as registered ones do. */
+    if (s->narenas + s->pending_arenas >= srv->limits.max_arenas) {
         rpc_reply_error(c, GLLM_EQUOTA, "arena_register: session has %u arenas (limit)",
-                        s->narenas);
+                        s->narenas + s->pending_arenas);
         return;
     }
     if (!session_may_add_arena(s, &srv->limits, size)) {
@@ -211,26 +276,28 @@ void method_arena_register(struct rpc_call *c, const struct proto_msg *m)
         rpc_reply_error(c, r, "arena_register: %s", gllm_strerror(r));
         return;
     }
-    if ((r = backend_host_map(srv->be, a->base, size, c->fds[0])) == 0) {
-        a->mapped_by = srv->be;
-    } else if (r != -ENOTSUP) {
+    struct arena_reg *g = calloc(1, sizeof *g);
+    if (!g) {
         arena_unref(a);
-        rpc_reply_error(c, r, "arena_register: the device process cannot map it (%s)",
-                        gllm_strerror(r));
+        rpc_reply_error(c, -ENOMEM, "arena_register: out of memory");
         return;
     }
-    if (backend_host_register(srv->be, a->base, size) == 0)
-        a->pinned_by = srv->be;
-    if ((r = session_region_add(s, a)) < 0) {
+    *g = (struct arena_reg){.ch = channel_ref(c->ch), .id = c->id, .a = a, .size = size,
+                            .fd = c->fds[0]};
+    g->work.data = g;
+    if ((r = uv_queue_work(srv->loop, &g->work, arena_reg_work, arena_reg_done)) < 0) {
+        channel_unref(g->ch);
+        free(g);
         arena_unref(a);
-        rpc_reply_error(c, GLLM_EQUOTA, "arena_register: arena table full");
+        rpc_reply_error(c, GLLM_EBACKEND, "arena_register: %s", uv_strerror(r));
         return;
     }
-    msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 2);
-    proto_pack_kv_u64(pk, "arena", a->id);
-    proto_pack_kv_u64(pk, "size", size);
-    rpc_reply_end(c);
+    c->fds[0] = -1;               /* the registration's now */
+    if (c->ch->conn)
+        conn_hold(c->ch->conn);   /* answered before the connection's next request is read */
+    s->pending_arenas++;
+    s->pending_arena_bytes += size;
+    srv->controls_inflight++;
 }
 
 /* The connection's rings (proto/ring.h): one file per connection, for its whole life. */

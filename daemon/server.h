@@ -41,6 +41,7 @@ struct server {
     struct server_stats stats;
     uint64_t start_ns;
     bool draining;
+    uint32_t controls_inflight;   /* arenas being registered on the thread pool (methods.c) */
     atomic_bool abort_jobs;       /* past the drain deadline: queued jobs are not run */
     struct conn_set conns;        /* the transport's: every connection, the receive buffers */
     struct channel *channels;     /* every client's RPC channel (channel.h) */

@@ -60,7 +60,8 @@ void session_release(struct session *s)
 
 bool session_may_add_arena(const struct session *s, const struct limits *l, uint64_t bytes)
 {
-    return s->arena_bytes <= l->max_arena_bytes && bytes <= l->max_arena_bytes - s->arena_bytes;
+    const uint64_t held = s->arena_bytes + s->pending_arena_bytes;
+    return held <= l->max_arena_bytes && bytes <= l->max_arena_bytes - held;
 }
 
 bool session_may_add_device(const struct session *s, const struct limits *l, uint64_t bytes)

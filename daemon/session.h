@@ -25,6 +25,8 @@ struct session {
     struct arena_table regions;   /* arenas and device tensors, one id space */
     uint32_t narenas;             /* shared-memory arenas (the table also holds device tensors) */
     uint64_t arena_bytes;
+    uint32_t pending_arenas;      /* being registered (methods.c): not in the table yet */
+    uint64_t pending_arena_bytes;
     uint64_t device_bytes;
     uint64_t exported_bytes;      /* of device_bytes, as in region_totals */
     uint64_t imported_bytes;

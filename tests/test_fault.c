@@ -4,9 +4,13 @@
  * again, and nothing leaks. Also: out of device memory is a clean DEVMEM, and a release
  * gllmd has no debug_fault. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 
 #include <setjmp.h>
@@ -299,6 +303,68 @@ static void test_devmem_clean(void **state)
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* A large arena's registration (its mapping made 4 s slow in the device process by the test
+ * hook, as pinning tens of GiB is on a GPU's host) holds up no other client: C's status and
+ * B's job are answered while A's registration is not yet; A's own next request waits for it
+ * (docs/PROTOCOL.md: an immediate method is answered before the next request is read), and
+ * the registration succeeds. Before, the loop waited for every mapping. */
+static void test_registration_holds_nobody(void **state)
+{
+    (void)state;
+    setenv("GLLM_TEST_SLOW_MAP_MS", "4000", 1);
+    setenv("GLLM_TEST_SLOW_MAP_BYTES", "16777216", 1);
+    struct daemon d;
+    int started = start_fault_daemon(&d, "");
+    unsetenv("GLLM_TEST_SLOW_MAP_MS");
+    unsetenv("GLLM_TEST_SLOW_MAP_BYTES");
+    assert_int_equal(started, 0);
+    gllm_client *b = NULL;
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    struct live_job j;
+    assert_int_equal(job_setup(b, &j, &SPEC, 11), 0);     /* a small arena: not slowed */
+
+    int a = raw_connect(d.socket);
+    raw_hello(a);
+    struct timeval limit = {.tv_sec = 30};
+    assert_int_equal(setsockopt(a, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit), 0);
+    const size_t big = 32u << 20;
+    int memfd = make_memfd(big, F_SEAL_SHRINK);
+    assert_true(memfd >= 0);
+    struct proto_buf req;
+    proto_buf_init(&req);
+    proto_pack_request(&req.pk, 2, "arena_register");
+    msgpack_pack_map(&req.pk, 1);
+    proto_pack_kv_u64(&req.pk, "size", big);
+    raw_send(a, req.data, req.len, memfd);
+    proto_buf_init(&req);
+    proto_pack_request(&req.pk, 3, "status");
+    msgpack_pack_map(&req.pk, 0);
+    raw_send(a, req.data, req.len, -1);
+    sleep_ms(200);                               /* the loop has A's registration under way */
+
+    gllm_status st = status_of(d.socket);        /* C */
+    assert_true(st.clients >= 2);
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    assert_int_equal(gllm_attention(b, &j.p, &res), 0);
+    assert_true(job_output_ok(&j));
+    struct pollfd pa = {.fd = a, .events = POLLIN};
+    assert_int_equal(poll(&pa, 1, 0), 0);        /* A's answer is still to come */
+
+    int64_t id = 0;
+    uint64_t arena = 0;
+    assert_int_equal(raw_reply(a, &id, &arena), 0);
+    assert_int_equal(id, 2);                     /* the registration, then A's status */
+    assert_true(arena > 0);
+    assert_int_equal(raw_reply(a, &id, NULL), 0);
+    assert_int_equal(id, 3);
+
+    assert_int_equal(gllm_memory_release(j.arena), 0);
+    gllm_disconnect(b);
+    close(a);
+    close(memfd);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 /* A release gllmd answers debug_fault as an unknown method. */
 static void test_release_has_no_debug_fault(void **state)
 {
@@ -332,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_sticky_kept_failed),
         cmocka_unit_test(test_devmem_clean),
         cmocka_unit_test(test_release_has_no_debug_fault),
+        cmocka_unit_test(test_registration_holds_nobody),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
