@@ -330,12 +330,8 @@ static void test_registration_holds_nobody(void **state)
     const size_t big = 32u << 20;
     int memfd = make_memfd(big, F_SEAL_SHRINK);
     assert_true(memfd >= 0);
+    raw_register_send(a, memfd, big, 2);
     struct proto_buf req;
-    proto_buf_init(&req);
-    proto_pack_request(&req.pk, 2, "arena_register");
-    msgpack_pack_map(&req.pk, 1);
-    proto_pack_kv_u64(&req.pk, "size", big);
-    raw_send(a, req.data, req.len, memfd);
     proto_buf_init(&req);
     proto_pack_request(&req.pk, 3, "status");
     msgpack_pack_map(&req.pk, 0);

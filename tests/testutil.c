@@ -274,7 +274,7 @@ void raw_hello(int fd)
     assert_int_equal(id, 1);
 }
 
-uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id)
+void raw_register_send(int fd, int memfd, size_t size, uint64_t id)
 {
     static struct proto_buf b;
     proto_buf_init(&b);
@@ -282,6 +282,11 @@ uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id)
     msgpack_pack_map(&b.pk, 1);
     proto_pack_kv_u64(&b.pk, "size", size);
     raw_send(fd, b.data, b.len, memfd);
+}
+
+uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id)
+{
+    raw_register_send(fd, memfd, size, id);
     int64_t got_id;
     uint64_t arena = 0;
     int code = raw_reply(fd, &got_id, &arena);

@@ -69,6 +69,8 @@ int raw_reply(int fd, int64_t *id, uint64_t *arena_out);
 void raw_hello(int fd);
 /* arena_register of memfd (size bytes) as request id; must succeed: the arena's id. */
 uint32_t raw_register(int fd, int memfd, size_t size, uint64_t id);
+/* The same request, sent only: its reply is the caller's to read. */
+void raw_register_send(int fd, int memfd, size_t size, uint64_t id);
 /* q, k, v, out of [1, 2, S, 64] f32 back to back from offset 0 of arena, as a request. */
 struct proto_attention raw_job(uint32_t arena, int64_t S);
 
