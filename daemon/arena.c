@@ -151,6 +151,14 @@ void arena_unref(struct arena *a)
 {
     if (!a || --a->refs > 0)
         return;
+    if (a->reaper && (a->pinned_by || a->mapped_by))
+        a->reaper->reap(a->reaper->ctx, a);
+    else
+        arena_teardown(a);
+}
+
+void arena_teardown(struct arena *a)
+{
     if (a->device) {
         free_device(a);
         free(a);

@@ -7,10 +7,19 @@
 #include <stdint.h>
 
 struct backend;
+struct arena;
+
+/* Where an arena's last reference sends its teardown when unpinning and unmapping it would
+ * hold the loop (time in proportion to its bytes): ctx's thread pool (methods.c), whose
+ * thread calls arena_teardown. */
+struct arena_reaper {
+    void (*reap)(void *ctx, struct arena *a);
+    void *ctx;
+};
 
 /* Reference counted: the session's table holds one reference and every job
  * that names the arena holds one, so a release during a job unmaps after it.
- * Touched only on the loop thread. */
+ * Touched only on the loop thread, but for arena_teardown. */
 struct arena {
     uint32_t id;
     unsigned refs;
@@ -18,6 +27,7 @@ struct arena {
     uint64_t size;
     struct backend *pinned_by;  /* backend that registered the mapping, or NULL */
     struct backend *mapped_by;  /* backend that mapped it in its own process, or NULL */
+    const struct arena_reaper *reaper;   /* or NULL: the last reference tears it down */
     bool device;                /* a device tensor: base is the backend's pointer */
     struct backend *owner;      /* device tensors: the backend that allocated base */
     int dev;
@@ -45,6 +55,8 @@ int arena_import(struct backend *be, int dev, int fd, uint64_t size, struct aren
 bool arena_lost(const struct arena *a);
 struct arena *arena_ref(struct arena *a);
 void arena_unref(struct arena *a);
+/* Unregisters, unmaps and frees a (no reference left): on the loop, or the reaper's thread. */
+void arena_teardown(struct arena *a);
 
 #define ARENA_TABLE_MAX 256
 

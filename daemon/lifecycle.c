@@ -18,6 +18,7 @@
 #include "device_health.h"
 #include "lifecycle.h"
 #include "log.h"
+#include "methods.h"
 #include "rpc.h"
 #include "scheduler.h"
 
@@ -263,6 +264,7 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->conns.loop = loop;
     srv->conns.max_outq_bytes = cfg->limits.max_outq_bytes;
     srv->be = be;
+    srv->arena_reaper = (struct arena_reaper){.reap = methods_reap_arena, .ctx = srv};
     srv->limits = cfg->limits;
     srv->policy = cfg->policy;
     srv->drain_timeout_s = cfg->drain_timeout_s;

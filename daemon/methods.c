@@ -220,6 +220,7 @@ static void arena_reg_done(uv_work_t *w, int status)
         a->mapped_by = srv->be;
     if (g->pinned)
         a->pinned_by = srv->be;
+    a->reaper = &srv->arena_reaper;   /* its unpinning, too, off the loop */
     if (g->mapped < 0 && g->mapped != -ENOTSUP) {
         arena_unref(a);
         channel_reply_error(ch, (int64_t)g->id, g->mapped,
@@ -243,6 +244,44 @@ static void arena_reg_done(uv_work_t *w, int status)
         conn_release(ch->conn);    /* its next request may be read now */
     channel_unref(ch);
     free(g);
+}
+
+/* An arena's teardown on the thread pool (arena_reaper): unpinning and unmapping take time in
+ * proportion to its bytes, and the device process's mapping lock may be held by another
+ * arena's registration meanwhile. */
+struct arena_reap {
+    uv_work_t work;
+    struct server *srv;
+    struct arena *a;
+};
+
+static void arena_reap_work(uv_work_t *w)
+{
+    arena_teardown(((struct arena_reap *)w->data)->a);
+}
+
+static void arena_reap_done(uv_work_t *w, int status)
+{
+    (void)status;
+    struct arena_reap *r = w->data;
+    r->srv->controls_inflight--;
+    free(r);
+}
+
+void methods_reap_arena(void *ctx, struct arena *a)
+{
+    struct server *srv = ctx;
+    struct arena_reap *r = malloc(sizeof *r);
+    if (r) {
+        *r = (struct arena_reap){.srv = srv, .a = a};
+        r->work.data = r;
+        if (uv_queue_work(srv->loop, &r->work, arena_reap_work, arena_reap_done) == 0) {
+            srv->controls_inflight++;
+            return;
+        }
+        free(r);
+    }
+    arena_teardown(a);            /* no pool: here, as before */
 }
 
 void method_arena_register(struct rpc_call *c, const struct proto_msg *m)

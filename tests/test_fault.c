@@ -304,10 +304,11 @@ static void test_devmem_clean(void **state)
 }
 
 /* A large arena's registration (its mapping made 4 s slow in the device process by the test
- * hook, as pinning tens of GiB is on a GPU's host) holds up no other client: C's status and
- * B's job are answered while A's registration is not yet; A's own next request waits for it
- * (docs/PROTOCOL.md: an immediate method is answered before the next request is read), and
- * the registration succeeds. Before, the loop waited for every mapping. */
+ * hook, as pinning tens of GiB is on a GPU's host) holds up no other client: a status, C's
+ * arena release (whose unmapping waits for A's mapping) and B's job are answered while A's
+ * registration is not yet; A's own next request waits for it (docs/PROTOCOL.md: an immediate
+ * method is answered before the next request is read), and the registration succeeds.
+ * Before, the loop waited for every mapping and unmapping. */
 static void test_registration_holds_nobody(void **state)
 {
     (void)state;
@@ -322,6 +323,8 @@ static void test_registration_holds_nobody(void **state)
     assert_int_equal(gllm_connect(d.socket, &b), 0);
     struct live_job j;
     assert_int_equal(job_setup(b, &j, &SPEC, 11), 0);     /* a small arena: not slowed */
+    struct raw_client cc;                                 /* C, with a small arena too */
+    raw_client_open(&cc, d.socket);
 
     int a = raw_connect(d.socket);
     raw_hello(a);
@@ -338,15 +341,22 @@ static void test_registration_holds_nobody(void **state)
     raw_send(a, req.data, req.len, -1);
     sleep_ms(200);                               /* the loop has A's registration under way */
 
-    gllm_status st = status_of(d.socket);        /* C */
-    assert_true(st.clients >= 2);
+    gllm_status st = status_of(d.socket);
+    assert_true(st.clients >= 3);
+    proto_buf_init(&req);
+    proto_pack_request(&req.pk, cc.next_id, "arena_release");
+    msgpack_pack_map(&req.pk, 1);
+    proto_pack_kv_u64(&req.pk, "arena", cc.arena);
+    raw_send(cc.fd, req.data, req.len, -1);
+    int64_t id = 0;
+    assert_int_equal(raw_reply(cc.fd, &id, NULL), 0);
+    assert_int_equal(id, (int64_t)cc.next_id);
     gllm_job_result res = GLLM_JOB_RESULT_INIT;
     assert_int_equal(gllm_attention(b, &j.p, &res), 0);
     assert_true(job_output_ok(&j));
     struct pollfd pa = {.fd = a, .events = POLLIN};
     assert_int_equal(poll(&pa, 1, 0), 0);        /* A's answer is still to come */
 
-    int64_t id = 0;
     uint64_t arena = 0;
     assert_int_equal(raw_reply(a, &id, &arena), 0);
     assert_int_equal(id, 2);                     /* the registration, then A's status */
@@ -356,6 +366,7 @@ static void test_registration_holds_nobody(void **state)
 
     assert_int_equal(gllm_memory_release(j.arena), 0);
     gllm_disconnect(b);
+    raw_client_close(&cc);
     close(a);
     close(memfd);
     assert_int_equal(daemon_stop(&d), 0);
