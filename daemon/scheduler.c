@@ -273,6 +273,18 @@ static void fail_queued(struct worker *w, const char *reason)
     }
 }
 
+/* clk's time ms milliseconds from now, as pthread_cond_timedwait takes a deadline. */
+static struct timespec clock_after_ms(clockid_t clk, uint64_t ms)
+{
+    struct timespec t;
+    clock_gettime(clk, &t);
+    t.tv_sec += (time_t)(ms / 1000u);
+    t.tv_nsec += (long)(ms % 1000u) * 1000000L;
+    t.tv_sec += t.tv_nsec / 1000000000L;
+    t.tv_nsec %= 1000000000L;
+    return t;
+}
+
 /* Worker thread, for a device this process cannot bring back (its backend cannot reset in
  * process, or a reset failed): what the driver's documentation prescribes after a sticky
  * error is a new process. The device's queued jobs fail with DEVLOST, the loop answers
@@ -287,11 +299,7 @@ static _Noreturn void exit_device_lost(struct worker *w, const char *reason)
             "exiting with status %d so that a new gllmd starts", w->dev, reason,
             GLLMD_EXIT_DEVICE_LOST);
     fail_queued(w, reason);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += (long)EXIT_FLUSH_MS * 1000000L;
-    until.tv_sec += until.tv_nsec / 1000000000L;
-    until.tv_nsec %= 1000000000L;
+    const struct timespec until = clock_after_ms(CLOCK_REALTIME, EXIT_FLUSH_MS);
     pthread_mutex_lock(&s->exit_lock);
     s->exit_wanted = true;
     uv_async_send(&w->async);
@@ -323,12 +331,7 @@ struct reset_guard {
 static void *reset_guard_main(void *arg)
 {
     struct reset_guard *g = arg;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)(g->limit_ms / 1000u);
-    until.tv_nsec += (long)(g->limit_ms % 1000u) * 1000000L;
-    until.tv_sec += until.tv_nsec / 1000000000L;
-    until.tv_nsec %= 1000000000L;
+    const struct timespec until = clock_after_ms(CLOCK_REALTIME, g->limit_ms);
     pthread_mutex_lock(&g->lock);
     while (!g->done)
         if (pthread_cond_timedwait(&g->done_cond, &g->lock, &until) != 0)
@@ -750,11 +753,7 @@ static void *worker_main(void *arg)
                 pthread_cond_wait(&w->wake, &w->lock);
                 continue;
             }
-            struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_nsec += LOST_CHECK_MS * 1000000l;
-            until.tv_sec += until.tv_nsec / 1000000000l;
-            until.tv_nsec %= 1000000000l;
+            const struct timespec until = clock_after_ms(CLOCK_MONOTONIC, LOST_CHECK_MS);
             if (pthread_cond_timedwait(&w->wake, &w->lock, &until) != ETIMEDOUT || w->failed)
                 continue;
             pthread_mutex_unlock(&w->lock);
