@@ -407,19 +407,11 @@ static uint64_t host_map_ms(size_t len)
     return (uint64_t)len / (HOST_MAP_BYTES_PER_S / 1000u);
 }
 
-/* A control request of p within timeout_ms: m prepared by fill under the lock. With
- * timeout_ms 0 it is CTL_TIMEOUT_MS, but only if no other request holds the lock: -EBUSY. */
-static int ctl_call_within(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in,
-                           int *fd_out, struct dp_msg *reply, char *why, size_t len,
-                           uint64_t timeout_ms)
+/* A control request of p within timeout_ms, ctl_lock held by the caller and released here:
+ * m prepared by fill under the lock. */
+static int ctl_exchange(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in, int *fd_out,
+                        struct dp_msg *reply, char *why, size_t len, uint64_t timeout_ms)
 {
-    if (timeout_ms == 0) {
-        if (pthread_mutex_trylock(&p->ctl_lock) != 0)
-            return -EBUSY;
-        timeout_ms = CTL_TIMEOUT_MS;
-    } else {
-        pthread_mutex_lock(&p->ctl_lock);
-    }
     if (atomic_load(&p->down) || !p->ctl.m) {
         pthread_mutex_unlock(&p->ctl_lock);
         return devlost(p, dev, why, len);
@@ -435,6 +427,14 @@ static int ctl_call_within(struct dp_proc *p, int dev, struct dp_msg *req, int f
     if (reply->status < 0 && why && len && reply->why[0])
         snprintf(why, len, "%s", reply->why);
     return reply->status;
+}
+
+static int ctl_call_within(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in,
+                           int *fd_out, struct dp_msg *reply, char *why, size_t len,
+                           uint64_t timeout_ms)
+{
+    pthread_mutex_lock(&p->ctl_lock);
+    return ctl_exchange(p, dev, req, fd_in, fd_out, reply, why, len, timeout_ms);
 }
 
 static int ctl_call(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in, int *fd_out,
@@ -467,12 +467,12 @@ static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *tot
 {
     struct dp_proc *p = proc_of(be, dev);
     struct dp_msg m = {.op = DP_MEMORY}, rep = {0};
-    int r = ctl_call_within(p, dev, &m, -1, NULL, &rep, NULL, 0, 0);
-    if (r == 0) {
+    if (pthread_mutex_trylock(&p->ctl_lock) == 0) {
+        int r = ctl_exchange(p, dev, &m, -1, NULL, &rep, NULL, 0, CTL_TIMEOUT_MS);
+        if (r < 0)
+            return r;
         atomic_store(&p->mem_used, rep.used);
         atomic_store(&p->mem_total, rep.total);
-    } else if (r != -EBUSY) {
-        return r;
     }
     *used = atomic_load(&p->mem_used);
     *total = atomic_load(&p->mem_total);
