@@ -18,20 +18,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "gpu"))
-from gllm_raw import Arena, Client  # noqa: E402
-
-
-def small_job(client):
-    """An arena holding q, k, v and out of a small prefill, and the job's parameters."""
-    shape = (1, 1, 128, 64)
-    n = int(np.prod(shape)) * 2
-    arena = Arena(client, 4 * n + 4096)
-    for i in range(3):
-        arena.view(i * n, "f16", shape)[...] = np.random.default_rng(i).standard_normal(shape)
-    params = {name: Client.tensor(arena, i * n, "f16", shape) for i, name in enumerate("qkv")}
-    params["out"] = Client.tensor(arena, 3 * n, "f16", shape)
-    params["causal"] = False
-    return arena, params
+from gllm_raw import Arena, Client, small_prefill  # noqa: E402
 
 
 def timed(client, params):
@@ -48,7 +35,7 @@ def main():
     ap.add_argument("--json")
     args = ap.parse_args()
     b = Client(args.socket)
-    _, params = small_job(b)
+    _, params, _ = small_prefill(b)
     for _ in range(20):
         timed(b, params)
     alone = [timed(b, params) for _ in range(args.alone)]

@@ -72,3 +72,19 @@ class Client:
         if strides is not None:
             t["strides"] = list(strides)
         return t
+
+
+def small_prefill(client):
+    """A small attention job (B1 H1 S128 D64 f16, not causal) in an arena of its own: q, k and
+    v random, out NaN. Returns the arena, the job's params and out's view."""
+    shape = (1, 1, 128, 64)
+    n = int(np.prod(shape)) * 2
+    arena = Arena(client, 4 * n + 4096)
+    for i in range(3):
+        arena.view(i * n, "f16", shape)[...] = np.random.default_rng(i).standard_normal(shape)
+    out = arena.view(3 * n, "f16", shape)
+    out[...] = np.nan
+    params = {name: Client.tensor(arena, i * n, "f16", shape) for i, name in enumerate("qkv")}
+    params["out"] = Client.tensor(arena, 3 * n, "f16", shape)
+    params["causal"] = False
+    return arena, params, out
