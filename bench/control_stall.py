@@ -2,9 +2,11 @@
 """How long one client's arena registration holds up another client's jobs.
 
 Registering an arena maps and pins it in each device process, in time that grows with its
-bytes. Client B sends small prefill jobs one after another while client A registers an arena
-of each given size and releases it; the figures are B's slowest job meanwhile against B's
-jobs alone, and how long A's registration and release took (docs/hardening.md). A job is B1 H1 S128 D64 f16 from an arena of B's own.
+bytes. Client B sends small prefill jobs one after another, and client C makes and frees a
+1 MiB device tensor over and over, while client A registers an arena of each given size and
+releases it; the figures are B's slowest job and C's slowest device tensor meanwhile against
+B's jobs alone, and how long A's registration and release took (docs/hardening.md). A job is
+B1 H1 S128 D64 f16 from an arena of B's own.
 
   bench/control_stall.py --socket S [--sizes-gib 1,4,16] [--json OUT]
 """
@@ -34,7 +36,7 @@ def main():
     ap.add_argument("--alone", type=int, default=200, help="B's jobs timed alone")
     ap.add_argument("--json")
     args = ap.parse_args()
-    b = Client(args.socket)
+    b, c = Client(args.socket), Client(args.socket)
     _, params, _ = small_prefill(b)
     for _ in range(20):
         timed(b, params)
@@ -55,19 +57,31 @@ def main():
             span["release_ms"] = (time.perf_counter() - t0) * 1e3
             done.set()
 
-        during = []
-        th = threading.Thread(target=register)
-        th.start()
+        during, made = [], []
+
+        def dtensors():
+            while not done.is_set():
+                t0 = time.perf_counter()
+                dt = c.call("dtensor_create", {"bytes": 1 << 20})["dtensor"]
+                made.append((time.perf_counter() - t0) * 1e3)
+                c.call("dtensor_free", {"dtensor": dt})
+
+        threads = [threading.Thread(target=register), threading.Thread(target=dtensors)]
+        for th in threads:
+            th.start()
         while not done.is_set():
             during.append(timed(b, params))
-        th.join()
+        for th in threads:
+            th.join()
         row = {"register_ms": span["register_ms"], "release_ms": span["release_ms"],
                "b_jobs": len(during),
-               "b_max_ms": max(during), "b_p50_ms": float(np.median(during))}
+               "b_max_ms": max(during), "b_p50_ms": float(np.median(during)),
+               "c_dtensors": len(made), "c_max_ms": max(made) if made else None}
         out["sizes"][f"{gib:g} GiB"] = row
         print(f"A registers {gib:g} GiB in {row['register_ms']:.1f} ms, releases it in "
               f"{row['release_ms']:.1f} ms; B meanwhile: "
-              f"{row['b_jobs']} jobs, slowest {row['b_max_ms']:.1f} ms, p50 {row['b_p50_ms']:.3f} ms")
+              f"{row['b_jobs']} jobs, slowest {row['b_max_ms']:.1f} ms, p50 {row['b_p50_ms']:.3f} ms; "
+              f"C: {row['c_dtensors']} device tensors, slowest {row['c_max_ms'] or 0:.1f} ms")
         a.sock.close()
     if args.json:
         with open(args.json, "w") as f:

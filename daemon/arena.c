@@ -12,6 +12,10 @@
 #include "device_health.h"
 #include "gllm/errors.h"
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  /* Linux 5.14's value, for C libraries that predate it */
+#endif
+
 int arena_map(int fd, uint64_t size, struct arena **out)
 {
     struct stat st;
@@ -41,6 +45,12 @@ int arena_map(int fd, uint64_t size, struct arena **out)
     a->size = size;
     *out = a;
     return 0;
+}
+
+void arena_populate(const struct arena *a)
+{
+    /* Before Linux 5.14 (EINVAL) the pinning makes them; a failure here, it reports. */
+    (void)madvise(a->base, (size_t)a->size, MADV_POPULATE_WRITE);
 }
 
 int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **out)
@@ -151,7 +161,7 @@ void arena_unref(struct arena *a)
 {
     if (!a || --a->refs > 0)
         return;
-    if (a->reaper && (a->pinned_by || a->mapped_by))
+    if (a->reaper && (a->device || a->pinned_by || a->mapped_by))
         a->reaper->reap(a->reaper->ctx, a);
     else
         arena_teardown(a);

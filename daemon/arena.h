@@ -9,9 +9,10 @@
 struct backend;
 struct arena;
 
-/* Where an arena's last reference sends its teardown when unpinning and unmapping it would
- * hold the loop (time in proportion to its bytes): ctx's thread pool (methods.c), whose
- * thread calls arena_teardown. */
+/* Where an arena's last reference sends its teardown when it could hold the loop: unpinning
+ * and unmapping take time in proportion to the bytes, and freeing a device tensor waits for
+ * its device process's control channel, which another client's registration may hold for
+ * seconds. ctx's thread pool (methods.c), whose thread calls arena_teardown. */
 struct arena_reaper {
     void (*reap)(void *ctx, struct arena *a);
     void *ctx;
@@ -41,6 +42,9 @@ struct arena {
 /* Checks that fd is a memfd sealed against shrinking whose size is exactly
  * size, then maps it shared read/write. Does not take ownership of fd. */
 int arena_map(int fd, uint64_t size, struct arena **out);
+/* Makes every page of a mapped arena now (any thread), as pinning it would: pages made here
+ * cost a device process's pinning, which holds its control channel, only their mapping. */
+void arena_populate(const struct arena *a);
 /* A device tensor of size bytes on device dev of be (contents undefined until written). */
 int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **out);
 /* A device tensor the client maps too: size (a multiple of the backend's share granularity)

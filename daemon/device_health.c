@@ -11,7 +11,9 @@
 #include "gllm/gllm.h"
 
 struct health {
-    pthread_mutex_t lock;       /* held by the loop around allocations, by a reset throughout */
+    /* Read-held around each allocation and free of the device's memory (the loop, the thread
+     * pool), write-held by a reset throughout: makers never wait for one another. */
+    pthread_rwlock_t lock;
     _Atomic uint32_t gen;
     pthread_mutex_t info_lock;  /* guards the rest */
     struct health_info info;
@@ -19,7 +21,7 @@ struct health {
 };
 
 static struct health table[GLLM_MAX_DEVICES] = {
-    [0 ... GLLM_MAX_DEVICES - 1] = {.lock = PTHREAD_MUTEX_INITIALIZER,
+    [0 ... GLLM_MAX_DEVICES - 1] = {.lock = PTHREAD_RWLOCK_INITIALIZER,
                                     .info_lock = PTHREAD_MUTEX_INITIALIZER},
 };
 
@@ -34,18 +36,19 @@ uint32_t health_gen(int dev)
     return h ? atomic_load_explicit(&h->gen, memory_order_acquire) : 0;
 }
 
-/* The loop never waits for a reset: a try, and a false while one runs. */
+/* Nobody waits for a reset: a try, false while one runs (glibc's default rwlock prefers
+ * readers, so a reset waiting for the lock does not turn the try away). */
 bool health_lock(int dev)
 {
     struct health *h = at(dev);
-    return h && pthread_mutex_trylock(&h->lock) == 0;
+    return h && pthread_rwlock_tryrdlock(&h->lock) == 0;
 }
 
 void health_unlock(int dev)
 {
     struct health *h = at(dev);
     if (h)
-        pthread_mutex_unlock(&h->lock);
+        pthread_rwlock_unlock(&h->lock);
 }
 
 void health_reset_begin(int dev, const char *reason)
@@ -53,7 +56,7 @@ void health_reset_begin(int dev, const char *reason)
     struct health *h = at(dev);
     if (!h)
         return;
-    pthread_mutex_lock(&h->lock);
+    pthread_rwlock_wrlock(&h->lock);
     atomic_fetch_add_explicit(&h->gen, 1, memory_order_acq_rel);
     pthread_mutex_lock(&h->info_lock);
     h->began_ns = now_ns();
@@ -79,7 +82,7 @@ void health_reset_end(int dev, int status, const char *why)
                  why);
     }
     pthread_mutex_unlock(&h->info_lock);
-    pthread_mutex_unlock(&h->lock);
+    pthread_rwlock_unlock(&h->lock);
 }
 
 void health_get(int dev, struct health_info *out)

@@ -10,13 +10,13 @@
  * is lost (its tensors answer GLLM_EDEVLOST). Any thread. */
 uint32_t health_gen(int dev);
 
-/* Loop thread, around every allocation and free of dev's memory: false while dev is being
- * reset (the caller treats dev's existing memory as lost and makes none). While held, the
- * generation does not change. */
+/* Around every allocation and free of dev's memory (the loop, the thread pool; any number at
+ * once): false while dev is being reset (the caller treats dev's existing memory as lost and
+ * makes none). While held, the generation does not change. */
 bool health_lock(int dev);
 void health_unlock(int dev);
 
-/* dev's worker thread: a reset begins (waits for the loop to let go of dev, then bumps the
+/* dev's worker thread: a reset begins (waits for every holder to let go of dev, then bumps the
  * generation) and ends (status 0: serving again), with why it was needed, for status. */
 void health_reset_begin(int dev, const char *reason);
 void health_reset_end(int dev, int status, const char *why);

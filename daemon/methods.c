@@ -9,6 +9,7 @@
 #include "channel.h"
 #include "device_health.h"
 #include "methods.h"
+#include "pool_call.h"
 #include "scheduler.h"
 
 static void pack_devices(msgpack_packer *pk, struct server *srv)
@@ -185,9 +186,7 @@ void method_status(struct rpc_call *c, const struct proto_msg *m)
  * takes time in proportion to its bytes (seconds for tens of GiB on a GPU's host) that the
  * loop must not spend waiting while it serves every other client; the reply comes after. */
 struct arena_reg {
-    uv_work_t work;
-    struct channel *ch;           /* a reference, until the reply */
-    uint64_t id;
+    struct pool_call pc;
     struct arena *a;
     uint64_t size;
     int fd;                       /* the request's, kept until the device processes have it */
@@ -195,27 +194,26 @@ struct arena_reg {
     bool pinned;
 };
 
-static void arena_reg_work(uv_work_t *w)
+static void arena_reg_run(struct pool_call *pc)
 {
-    struct arena_reg *g = w->data;
-    struct backend *be = g->ch->srv->be;
+    struct arena_reg *g = (struct arena_reg *)pc;
+    struct backend *be = pc->ch->srv->be;
+    if (backend_registers_host(be))
+        arena_populate(g->a);     /* here, not in the device process's control request */
     g->mapped = backend_host_map(be, g->a->base, g->size, g->fd);
     if (g->mapped == 0 || g->mapped == -ENOTSUP)
         g->pinned = backend_host_register(be, g->a->base, g->size) == 0;
 }
 
-static void arena_reg_done(uv_work_t *w, int status)
+static void arena_reg_answer(struct pool_call *pc, struct rpc_call *c)
 {
-    (void)status;                 /* never cancelled */
-    struct arena_reg *g = w->data;
-    struct channel *ch = g->ch;
-    struct server *srv = ch->srv;
-    struct session *s = &ch->session;
+    struct arena_reg *g = (struct arena_reg *)pc;
+    struct server *srv = c->ch->srv;
+    struct session *s = &c->ch->session;
     struct arena *a = g->a;
     close(g->fd);
     s->pending_arenas--;
     s->pending_arena_bytes -= g->size;
-    srv->controls_inflight--;
     if (g->mapped == 0)
         a->mapped_by = srv->be;
     if (g->pinned)
@@ -223,32 +221,26 @@ static void arena_reg_done(uv_work_t *w, int status)
     a->reaper = &srv->arena_reaper;   /* its unpinning, too, off the loop */
     if (g->mapped < 0 && g->mapped != -ENOTSUP) {
         arena_unref(a);
-        channel_reply_error(ch, (int64_t)g->id, g->mapped,
-                            "arena_register: the device process cannot map it (%s)",
-                            gllm_strerror(g->mapped));
-    } else if (ch->closed) {
+        rpc_reply_error(c, g->mapped, "arena_register: the device process cannot map it (%s)",
+                        gllm_strerror(g->mapped));
+    } else if (c->ch->closed) {
         arena_unref(a);           /* its session went meanwhile */
     } else if (session_region_add(s, a) < 0) {
         arena_unref(a);
-        channel_reply_error(ch, (int64_t)g->id, GLLM_EQUOTA, "arena_register: arena table full");
+        rpc_reply_error(c, GLLM_EQUOTA, "arena_register: arena table full");
     } else {
-        struct proto_buf b;
-        proto_buf_init(&b);
-        proto_pack_result(&b.pk, g->id);
-        msgpack_pack_map(&b.pk, 2);
-        proto_pack_kv_u64(&b.pk, "arena", a->id);
-        proto_pack_kv_u64(&b.pk, "size", g->size);
-        channel_send(ch, b.data, b.len);
+        msgpack_packer *pk = rpc_reply_begin(c);
+        msgpack_pack_map(pk, 2);
+        proto_pack_kv_u64(pk, "arena", a->id);
+        proto_pack_kv_u64(pk, "size", g->size);
+        rpc_reply_end(c);
     }
-    if (!ch->closed && ch->conn)
-        conn_release(ch->conn);    /* its next request may be read now */
-    channel_unref(ch);
     free(g);
 }
 
-/* An arena's teardown on the thread pool (arena_reaper): unpinning and unmapping take time in
- * proportion to its bytes, and the device process's mapping lock may be held by another
- * arena's registration meanwhile. */
+/* An arena's or a device tensor's teardown on the thread pool (arena_reaper): unpinning and
+ * unmapping take time in proportion to the bytes, and the device process's mapping lock or
+ * control channel may be held by another arena's registration meanwhile. */
 struct arena_reap {
     uv_work_t work;
     struct server *srv;
@@ -321,22 +313,17 @@ void method_arena_register(struct rpc_call *c, const struct proto_msg *m)
         rpc_reply_error(c, -ENOMEM, "arena_register: out of memory");
         return;
     }
-    *g = (struct arena_reg){.ch = channel_ref(c->ch), .id = c->id, .a = a, .size = size,
-                            .fd = c->fds[0]};
-    g->work.data = g;
-    if ((r = uv_queue_work(srv->loop, &g->work, arena_reg_work, arena_reg_done)) < 0) {
-        channel_unref(g->ch);
+    *g = (struct arena_reg){.pc = {.run = arena_reg_run, .answer = arena_reg_answer}, .a = a,
+                            .size = size, .fd = c->fds[0]};
+    if ((r = pool_call_start(c, &g->pc)) < 0) {
         free(g);
         arena_unref(a);
         rpc_reply_error(c, GLLM_EBACKEND, "arena_register: %s", uv_strerror(r));
         return;
     }
     c->fds[0] = -1;               /* the registration's now */
-    if (c->ch->conn)
-        conn_hold(c->ch->conn);   /* answered before the connection's next request is read */
     s->pending_arenas++;
     s->pending_arena_bytes += size;
-    srv->controls_inflight++;
 }
 
 /* The connection's rings (proto/ring.h): one file per connection, for its whole life. */
@@ -698,6 +685,72 @@ static void reply_dtensor(struct rpc_call *c, const char *method, struct arena *
     rpc_reply_end_fd(c, fd);
 }
 
+/* A device tensor being made or imported: on the thread pool, since the device's process may
+ * be busy for seconds with another client's arena registration (its control channel is one
+ * at a time). Its bytes count against the quotas meanwhile. */
+struct dtensor_make {
+    struct pool_call pc;
+    const char *method;
+    const char *kind;             /* what an export is, or NULL */
+    int dev;
+    uint64_t bytes;
+    bool export;
+    int fd_in;                    /* an import's: the client's memory */
+    int fd_out;                   /* an export's: for the client */
+    struct arena *a;
+    int r;
+    char why[160];
+};
+
+static void dtensor_make_run(struct pool_call *pc)
+{
+    struct dtensor_make *t = (struct dtensor_make *)pc;
+    struct backend *be = pc->ch->srv->be;
+    if (t->fd_in >= 0)
+        t->r = arena_import(be, t->dev, t->fd_in, t->bytes, &t->a, t->why, sizeof t->why);
+    else if (t->export)
+        t->r = arena_new_exported(be, t->dev, t->bytes, &t->a, &t->fd_out);
+    else
+        t->r = arena_new_device(be, t->dev, t->bytes, &t->a);
+}
+
+static void dtensor_make_answer(struct pool_call *pc, struct rpc_call *c)
+{
+    struct dtensor_make *t = (struct dtensor_make *)pc;
+    if (t->fd_in >= 0)
+        close(t->fd_in);
+    session_device_pending(&c->ch->session, t->bytes, -1);
+    if (t->r < 0) {
+        rpc_reply_error(c, t->r, "%s: %s", t->method, t->why[0] ? t->why : gllm_strerror(t->r));
+    } else {
+        t->a->reaper = &c->ch->srv->arena_reaper;   /* freed off the loop too */
+        if (c->ch->closed) {
+            arena_unref(t->a);    /* its session went meanwhile */
+            if (t->fd_out >= 0)
+                close(t->fd_out);
+        } else {
+            reply_dtensor(c, t->method, t->a, t->fd_out, t->kind);
+        }
+    }
+    free(t);
+}
+
+/* Starts t (filled but for its pool_call) for c, or answers c with why not; takes t. */
+static void dtensor_make_start(struct rpc_call *c, struct dtensor_make *t)
+{
+    t->pc = (struct pool_call){.run = dtensor_make_run, .answer = dtensor_make_answer};
+    t->fd_out = -1;
+    int r = pool_call_start(c, &t->pc);
+    if (r < 0) {
+        rpc_reply_error(c, GLLM_EBACKEND, "%s: %s", t->method, uv_strerror(r));
+        free(t);
+        return;
+    }
+    if (t->fd_in >= 0)
+        c->fds[0] = -1;           /* the import's now */
+    session_device_pending(&c->ch->session, t->bytes, 1);
+}
+
 void method_dtensor_create(struct rpc_call *c, const struct proto_msg *m)
 {
     struct server *srv = c->ch->srv;
@@ -725,15 +778,14 @@ void method_dtensor_create(struct rpc_call *c, const struct proto_msg *m)
     }
     if (!device_quota(c, "dtensor_create", bytes))
         return;
-    struct arena *a;
-    int fd = -1;
-    int r = export ? arena_new_exported(srv->be, (int)dev, bytes, &a, &fd)
-                   : arena_new_device(srv->be, (int)dev, bytes, &a);
-    if (r < 0) {
-        rpc_reply_error(c, r, "dtensor_create: %s", gllm_strerror(r));
+    struct dtensor_make *t = calloc(1, sizeof *t);
+    if (!t) {
+        rpc_reply_error(c, -ENOMEM, "dtensor_create: out of memory");
         return;
     }
-    reply_dtensor(c, "dtensor_create", a, fd, kind);
+    *t = (struct dtensor_make){.method = "dtensor_create", .kind = kind, .dev = (int)dev,
+                               .bytes = bytes, .export = export, .fd_in = -1};
+    dtensor_make_start(c, t);
 }
 
 void method_dtensor_import(struct rpc_call *c, const struct proto_msg *m)
@@ -757,16 +809,39 @@ void method_dtensor_import(struct rpc_call *c, const struct proto_msg *m)
     }
     if (!device_quota(c, "dtensor_import", bytes))
         return;
-    struct arena *a;
-    char why[160] = "";
-    int r = bytes <= SIZE_MAX ? arena_import(srv->be, (int)dev, c->fds[0], bytes, &a, why,
-                                             sizeof why)
-                              : GLLM_EARENASIZE;
-    if (r < 0) {
-        rpc_reply_error(c, r, "dtensor_import: %s", why[0] ? why : gllm_strerror(r));
+    if (bytes > SIZE_MAX) {
+        rpc_reply_error(c, GLLM_EARENASIZE, "dtensor_import: %s", gllm_strerror(GLLM_EARENASIZE));
         return;
     }
-    reply_dtensor(c, "dtensor_import", a, -1, NULL);
+    struct dtensor_make *t = calloc(1, sizeof *t);
+    if (!t) {
+        rpc_reply_error(c, -ENOMEM, "dtensor_import: out of memory");
+        return;
+    }
+    *t = (struct dtensor_make){.method = "dtensor_import", .dev = (int)dev, .bytes = bytes,
+                               .fd_in = c->fds[0]};
+    dtensor_make_start(c, t);
+}
+
+/* A device tensor freed by its client while no job holds it: on the thread pool as it is
+ * made, and answered once its memory is back, so that the client may make another of its
+ * size at once. */
+struct dtensor_drop {
+    struct pool_call pc;
+    struct arena *a;
+};
+
+static void dtensor_drop_run(struct pool_call *pc)
+{
+    arena_teardown(((struct dtensor_drop *)pc)->a);
+}
+
+static void dtensor_drop_answer(struct pool_call *pc, struct rpc_call *c)
+{
+    msgpack_packer *pk = rpc_reply_begin(c);
+    msgpack_pack_map(pk, 0);
+    rpc_reply_end(c);
+    free(pc);
 }
 
 void method_dtensor_free(struct rpc_call *c, const struct proto_msg *m)
@@ -779,6 +854,14 @@ void method_dtensor_free(struct rpc_call *c, const struct proto_msg *m)
         rpc_reply_error(c, GLLM_ENOARENA, "dtensor_free: no device tensor %llu",
                         (unsigned long long)which);
         return;
+    }
+    struct dtensor_drop *t = a->refs == 1 && a->reaper ? malloc(sizeof *t) : NULL;
+    if (t) {
+        *t = (struct dtensor_drop){.pc = {.run = dtensor_drop_run, .answer = dtensor_drop_answer},
+                                   .a = a};
+        if (pool_call_start(c, &t->pc) == 0)
+            return;
+        free(t);
     }
     arena_unref(a);   /* jobs still using it keep it until they finish */
     msgpack_packer *pk = rpc_reply_begin(c);

@@ -9,8 +9,8 @@
 void method_hello(struct rpc_call *c, const struct proto_msg *m);
 void method_status(struct rpc_call *c, const struct proto_msg *m);
 void method_arena_register(struct rpc_call *c, const struct proto_msg *m);
-/* The server's arena_reaper (ctx: the server): a registered arena's teardown on the thread
- * pool. */
+/* The server's arena_reaper (ctx: the server): a registered arena's or a device tensor's
+ * teardown on the thread pool. */
 struct arena;
 void methods_reap_arena(void *ctx, struct arena *a);
 void method_arena_release(struct rpc_call *c, const struct proto_msg *m);

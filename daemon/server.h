@@ -41,8 +41,8 @@ struct server {
     struct server_stats stats;
     uint64_t start_ns;
     bool draining;
-    uint32_t controls_inflight;   /* arenas being registered or torn down on the thread pool */
-    struct arena_reaper arena_reaper;   /* methods_reap_arena, for registered arenas */
+    uint32_t controls_inflight;   /* pool calls (pool_call.h) and teardowns on the thread pool */
+    struct arena_reaper arena_reaper;   /* methods_reap_arena: registered arenas, device tensors */
     atomic_bool abort_jobs;       /* past the drain deadline: queued jobs are not run */
     struct conn_set conns;        /* the transport's: every connection, the receive buffers */
     struct channel *channels;     /* every client's RPC channel (channel.h) */

@@ -67,9 +67,19 @@ bool session_may_add_arena(const struct session *s, const struct limits *l, uint
 bool session_may_add_device(const struct session *s, const struct limits *l, uint64_t bytes)
 {
     const struct region_totals *t = s->totals;
-    return s->device_bytes <= l->max_device_bytes && bytes <= l->max_device_bytes - s->device_bytes &&
-           t->device_bytes <= l->max_device_bytes_total &&
-           bytes <= l->max_device_bytes_total - t->device_bytes;
+    const uint64_t mine = s->device_bytes + s->pending_device_bytes;
+    const uint64_t all = t->device_bytes + t->pending_device_bytes;
+    return mine <= l->max_device_bytes && bytes <= l->max_device_bytes - mine &&
+           all <= l->max_device_bytes_total && bytes <= l->max_device_bytes_total - all;
+}
+
+void session_device_pending(struct session *s, uint64_t bytes, int sign)
+{
+    struct region_totals *t = s->totals;
+    s->pending_device_bytes = sign > 0 ? s->pending_device_bytes + bytes
+                                       : s->pending_device_bytes - bytes;
+    t->pending_device_bytes = sign > 0 ? t->pending_device_bytes + bytes
+                                       : t->pending_device_bytes - bytes;
 }
 
 bool session_may_submit(const struct session *s, const struct limits *l)

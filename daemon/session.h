@@ -16,6 +16,7 @@ struct region_totals {
     uint32_t arenas;
     uint64_t device_bytes;        /* in device tensors */
     uint32_t dtensors;
+    uint64_t pending_device_bytes;   /* of device tensors still being made (methods.c) */
     uint64_t exported_bytes;      /* of device_bytes: gllmd's memory mapped by clients too */
     uint64_t imported_bytes;      /* of device_bytes: clients' own memory mapped by gllmd */
 };
@@ -28,6 +29,7 @@ struct session {
     uint32_t pending_arenas;      /* being registered (methods.c): not in the table yet */
     uint64_t pending_arena_bytes;
     uint64_t device_bytes;
+    uint64_t pending_device_bytes;   /* of device tensors still being made: quota'd as made */
     uint64_t exported_bytes;      /* of device_bytes, as in region_totals */
     uint64_t imported_bytes;
     _Atomic uint32_t inflight;    /* jobs queued or running: down as a worker finishes one */
@@ -47,6 +49,8 @@ struct arena *session_region_take(struct session *s, uint64_t id, bool device);
 /* Quotas (a reload may lower a limit below what a session already holds). */
 bool session_may_add_arena(const struct session *s, const struct limits *l, uint64_t bytes);
 bool session_may_add_device(const struct session *s, const struct limits *l, uint64_t bytes);
+/* A device tensor's bytes while it is being made (sign 1), then no longer (-1). */
+void session_device_pending(struct session *s, uint64_t bytes, int sign);
 /* Jobs: counted from submission until their worker finishes them. */
 bool session_may_submit(const struct session *s, const struct limits *l);
 void session_job_started(struct session *s);

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "arena.h"
+#include "device_health.h"
 #include "gllm/errors.h"
 #include "testutil.h"
 
@@ -122,6 +123,41 @@ static void test_refcount_keeps_mapping(void **state)
     arena_unref(a);
 }
 
+/* Device memory is made and freed on the loop and on the thread pool at once: neither turns
+ * the other away as a reset would (a mutex's try did, and a device tensor then failed with
+ * DEVLOST, or was never freed). Only a reset does. */
+static void test_health_lock_shared_until_reset(void **state)
+{
+    (void)state;
+    assert_true(health_lock(0));
+    assert_true(health_lock(0));
+    health_unlock(0);
+    health_unlock(0);
+    const uint32_t gen = health_gen(0);
+    health_reset_begin(0, "test");
+    assert_false(health_lock(0));
+    assert_int_equal(health_gen(0), gen + 1);
+    health_reset_end(0, 0, "");
+    assert_true(health_lock(0));
+    health_unlock(0);
+    assert_false(health_lock(-1));
+}
+
+/* A populated arena reads what was in it (the pages are made, not replaced). */
+static void test_populate_keeps_contents(void **state)
+{
+    (void)state;
+    int fd = memfd_of(1 << 20, F_SEAL_SHRINK);
+    struct arena *a;
+    assert_int_equal(arena_map(fd, 1 << 20, &a), 0);
+    memset(a->base, 0x5a, 4096);
+    arena_populate(a);
+    assert_int_equal(((unsigned char *)a->base)[4095], 0x5a);
+    assert_int_equal(((unsigned char *)a->base)[(1 << 20) - 1], 0);
+    arena_unref(a);
+    close(fd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -129,6 +165,8 @@ int main(void)
         cmocka_unit_test(test_refused_fds),
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_refcount_keeps_mapping),
+        cmocka_unit_test(test_health_lock_shared_until_reset),
+        cmocka_unit_test(test_populate_keeps_contents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

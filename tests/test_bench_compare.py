@@ -296,7 +296,9 @@ def check_gllmctl(args, tmp, ok, repo, head):
                m["gllmd_version"] and m["device"] and "bench" in m["command"] and m["iters"] == 2 and
                "T" in m["date"] and m["date"].endswith("Z") and
                all(c["suite"] == suite and c["gate"] for c in doc["cases"]) and len(doc["cases"]) == 4,
-               f"{what}: valid, with metadata and 4 {suite} cases")
+               f"{what}: valid, with metadata and 4 {suite} cases"
+               + ("" if r.returncode == 0 and len(doc["cases"]) == 4 else
+                  f" (exit {r.returncode}, {len(doc['cases'])} cases: {r.stderr[-300:]!r})"))
             ok(m.get("test_slowdown") == (float(slow) if slow else None),
                f"{what}: test_slowdown {'recorded' if slow else 'absent'}")
         r = subprocess.run([args.gllmctl, "--socket", sock, "bench", "--json"], capture_output=True,

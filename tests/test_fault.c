@@ -306,9 +306,10 @@ static void test_devmem_clean(void **state)
 /* A large arena's registration (its mapping made 4 s slow in the device process by the test
  * hook, as pinning tens of GiB is on a GPU's host) holds up no other client: a status, C's
  * arena release (whose unmapping waits for A's mapping) and B's job are answered while A's
- * registration is not yet; A's own next request waits for it (docs/PROTOCOL.md: an immediate
- * method is answered before the next request is read), and the registration succeeds.
- * Before, the loop waited for every mapping and unmapping. */
+ * registration is not yet, nor D's device tensor, which needs the same device process; A's
+ * own next request waits for it (docs/PROTOCOL.md: an immediate method is answered before
+ * the next request is read), and the registration succeeds. Before, the loop waited for
+ * every mapping and unmapping, and then for a device tensor behind one. */
 static void test_registration_holds_nobody(void **state)
 {
     (void)state;
@@ -340,6 +341,17 @@ static void test_registration_holds_nobody(void **state)
     msgpack_pack_map(&req.pk, 0);
     raw_send(a, req.data, req.len, -1);
     sleep_ms(200);                               /* the loop has A's registration under way */
+    /* D's device tensor waits for the device process A's mapping keeps busy, but on the
+     * thread pool: the loop goes on serving the others. */
+    int dd = raw_connect(d.socket);
+    raw_hello(dd);
+    assert_int_equal(setsockopt(dd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit), 0);
+    proto_buf_init(&req);
+    proto_pack_request(&req.pk, 7, "dtensor_create");
+    msgpack_pack_map(&req.pk, 1);
+    proto_pack_kv_u64(&req.pk, "bytes", 1 << 20);
+    raw_send(dd, req.data, req.len, -1);
+    sleep_ms(100);
 
     gllm_status st = status_of(d.socket);
     assert_true(st.clients >= 3);
@@ -358,6 +370,8 @@ static void test_registration_holds_nobody(void **state)
     assert_int_equal(poll(&pa, 1, 0), 0);        /* A's answer is still to come */
 
     uint64_t arena = 0;
+    assert_int_equal(raw_reply(dd, &id, NULL), 0);
+    assert_int_equal(id, 7);
     assert_int_equal(raw_reply(a, &id, &arena), 0);
     assert_int_equal(id, 2);                     /* the registration, then A's status */
     assert_true(arena > 0);
@@ -368,6 +382,7 @@ static void test_registration_holds_nobody(void **state)
     gllm_disconnect(b);
     raw_client_close(&cc);
     close(a);
+    close(dd);
     close(memfd);
     assert_int_equal(daemon_stop(&d), 0);
 }
