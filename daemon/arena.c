@@ -47,10 +47,13 @@ int arena_map(int fd, uint64_t size, struct arena **out)
     return 0;
 }
 
-void arena_populate(const struct arena *a)
+void arena_populate(const struct arena *a, int fd)
 {
-    /* Before Linux 5.14 (EINVAL) the pinning makes them; a failure here, it reports. */
-    (void)madvise(a->base, (size_t)a->size, MADV_POPULATE_WRITE);
+    /* In the memfd itself, not mapped here: gllmd has no use for the page tables. A memfd
+     * sealed against writes refuses, and then this mapping makes them; before Linux 5.14
+     * (EINVAL) the pinning does, and a failure here, it reports. */
+    if (fallocate(fd, 0, 0, (off_t)a->size) < 0)
+        (void)madvise(a->base, (size_t)a->size, MADV_POPULATE_WRITE);
 }
 
 int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **out)

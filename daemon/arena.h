@@ -42,9 +42,10 @@ struct arena {
 /* Checks that fd is a memfd sealed against shrinking whose size is exactly
  * size, then maps it shared read/write. Does not take ownership of fd. */
 int arena_map(int fd, uint64_t size, struct arena **out);
-/* Makes every page of a mapped arena now (any thread), as pinning it would: pages made here
- * cost a device process's pinning, which holds its control channel, only their mapping. */
-void arena_populate(const struct arena *a);
+/* Makes every page of a mapped arena now (any thread; fd is its memfd), as pinning it would:
+ * pages made here cost a device process's pinning, which holds its control channel, only
+ * their mapping. */
+void arena_populate(const struct arena *a, int fd);
 /* A device tensor of size bytes on device dev of be (contents undefined until written). */
 int arena_new_device(struct backend *be, int dev, uint64_t size, struct arena **out);
 /* A device tensor the client maps too: size (a multiple of the backend's share granularity)

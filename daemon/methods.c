@@ -199,7 +199,7 @@ static void arena_reg_run(struct pool_call *pc)
     struct arena_reg *g = (struct arena_reg *)pc;
     struct backend *be = pc->ch->srv->be;
     if (backend_registers_host(be))
-        arena_populate(g->a);     /* here, not in the device process's control request */
+        arena_populate(g->a, g->fd);   /* here, not in the device process's control request */
     g->mapped = backend_host_map(be, g->a->base, g->size, g->fd);
     if (g->mapped == 0 || g->mapped == -ENOTSUP)
         g->pinned = backend_host_register(be, g->a->base, g->size) == 0;
