@@ -1,6 +1,7 @@
 /* The CUDA backend's vtables: probe, open/close over its GPUs (cuda_device.c), device memory,
  * copies and dense attention; paged jobs are cuda_paged.c's. */
 #include <errno.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,8 @@ static void cuda_close(struct backend *be)
         for (int i = 0; i < c->ndev; i++) {
             cuda_device_close(c->d, &c->dev[i]);
         }
+        cuda_pins_clear(&c->pins);
+        pthread_mutex_destroy(&c->pins.lock);
         free(c);
     }
     free(be);
@@ -75,6 +78,7 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     be->device = &cuda_device_iface;
     be->ctx = c;
     c->d = d;
+    pthread_mutex_init(&c->pins.lock, NULL);
     c->deterministic = cfg->deterministic;
     c->log = cfg->log;
     const int first = cfg->one_device ? cfg->device : 0;
@@ -141,14 +145,14 @@ static int cuda_host_register(struct backend *be, void *p, size_t len)
     /* The pages made first, outside the driver: cuMemHostRegister holds up every other CUDA
      * call of this process while it runs, and making an untouched arena's pages is nearly
      * all of its time (H200: 4 GiB in 2.0 s; made first, 1.7 s here and 0.14 s in the
-     * driver). Pinning in pieces would bound the wait too, but a copy spanning two
-     * registrations fails. A kernel without MADV_POPULATE_WRITE (before 5.14) leaves it to
-     * the driver; any other failure, the driver's registration reports. */
+     * driver). What is left, the driver does a piece at a time (cuda_pin.c). A kernel
+     * without MADV_POPULATE_WRITE (before 5.14) leaves it to the driver; any other failure,
+     * the driver's registration reports. */
     (void)madvise(p, len, MADV_POPULATE_WRITE);
     /* Registrations belong to device 0's context. */
     c->d->cuCtxSetCurrent(c->dev[0].ctx);
     /* Mapped too: a paged kernel reads an attention's page table in place (cuda_paged.c). */
-    CUresult r = c->d->cuMemHostRegister(p, len, HOST_REGISTER_FLAGS);
+    CUresult r = cuda_pin(c->d, &c->pins, p, len, HOST_REGISTER_FLAGS);
     if (r != CUDA_SUCCESS) {
         char buf[160];
         backend_logf(&c->log, BACKEND_LOG_WARNING,
@@ -163,7 +167,7 @@ static void cuda_host_unregister(struct backend *be, void *p)
 {
     struct cuda_ctx *c = be->ctx;
     c->d->cuCtxSetCurrent(c->dev[0].ctx);
-    c->d->cuMemHostUnregister(p);
+    cuda_unpin(c->d, &c->pins, p);
 }
 
 static bool tc_eligible(const struct attn_args *a)
@@ -220,9 +224,9 @@ static int copy_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane
     CUresult r;
     d->cuEventRecord(sl->ev[EV_COPY_IN], ln->stream);
     if (cp->to_device)
-        r = d->cuMemcpyHtoDAsync((CUdeviceptr)(uintptr_t)cp->dst, cp->src, cp->bytes, ln->stream);
+        r = cuda_copy_htod(d, (CUdeviceptr)(uintptr_t)cp->dst, cp->src, cp->bytes, ln->stream);
     else
-        r = d->cuMemcpyDtoHAsync(cp->dst, (CUdeviceptr)(uintptr_t)cp->src, cp->bytes, ln->stream);
+        r = cuda_copy_dtoh(d, cp->dst, (CUdeviceptr)(uintptr_t)cp->src, cp->bytes, ln->stream);
     if (r)
         return cuda_fail(c, r, "device tensor copy");
     d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
@@ -357,7 +361,7 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     for (int i = 0; i < 5; i++) {
         if (!bytes[i] || !copy_in[i] || (a->device_mask & (1u << i)))
             continue;
-        if ((r = d->cuMemcpyHtoDAsync(ln->scratch + off[i], host[i], bytes[i], ln->stream)))
+        if ((r = cuda_copy_htod(d, ln->scratch + off[i], host[i], bytes[i], ln->stream)))
             return cuda_fail(c, r, "copy to device");
         moved += bytes[i];
     }
@@ -430,7 +434,7 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     for (int i = 3; i < 5; i++) {
         if (!bytes[i] || (a->device_mask & (1u << i)))
             continue;
-        if ((r = d->cuMemcpyDtoHAsync((void *)host[i], ln->scratch + off[i], bytes[i], ln->stream)))
+        if ((r = cuda_copy_dtoh(d, (void *)host[i], ln->scratch + off[i], bytes[i], ln->stream)))
             return cuda_fail(c, r, "copy from device");
         moved += bytes[i];
     }

@@ -7,6 +7,7 @@
 #include "attention_params.h"
 #include "backend_api.h"
 #include "cuda_driver.h"
+#include "cuda_pin.h"
 #include "cuda_tma.h"
 
 enum { EV_COPY_IN, EV_KERNEL, EV_KERNEL_END, EV_COPY_OUT, EV_COUNT };
@@ -108,6 +109,7 @@ struct cuda_ctx {
     bool deterministic;            /* gllmd.conf: no sums added in L2 (cuda_paged.c) */
     int ndev;
     struct cuda_dev dev[GLLM_MAX_DEVICES];
+    struct cuda_pins pins;         /* registered arenas (cuda_pin.c) */
 };
 
 /* Opens GPU ordinal into x (zeroed): its context, the embedded module and every kernel the

@@ -80,7 +80,7 @@ static int report_bad_page(const struct cuda_ctx *c, struct cuda_dev *x,
         return rc < 0 ? rc : GLLM_EBOUNDS;   /* rewritten since the kernel read it */
     }
     int32_t *idx = malloc((size_t)n * sizeof *idx);
-    CUresult r = idx ? d->cuMemcpyDtoHAsync(idx, tbl, (size_t)n * sizeof *idx, x->lane.stream)
+    CUresult r = idx ? cuda_copy_dtoh(d, idx, tbl, (size_t)n * sizeof *idx, x->lane.stream)
                      : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS)
         r = d->cuStreamSynchronize(x->lane.stream);
@@ -296,16 +296,16 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         if ((p->device_mask & (1u << i)) || !st[i].bytes)
             continue;
         if (st[i].in) {
-            if ((r = d->cuMemcpyHtoDAsync(st[i].dev, st[i].host, st[i].bytes, ln->stream)))
+            if ((r = cuda_copy_htod(d, st[i].dev, st[i].host, st[i].bytes, ln->stream)))
                 return cuda_fail(c, r, "copy to device");
             moved += st[i].bytes;
         }
     }
     const CUdeviceptr up = ln->scratch + up_at;
-    if (up_bytes && (r = d->cuMemcpyHtoDAsync(up, h, up_bytes, ln->stream)))
+    if (up_bytes && (r = cuda_copy_htod(d, up, h, up_bytes, ln->stream)))
         return cuda_fail(c, r, "page table upload");
     if (arena_idx_bytes) {
-        if ((r = d->cuMemcpyHtoDAsync(ln->scratch + idx_at, p->kv_indices, arena_idx_bytes, ln->stream)))
+        if ((r = cuda_copy_htod(d, ln->scratch + idx_at, p->kv_indices, arena_idx_bytes, ln->stream)))
             return cuda_fail(c, r, "page table copy");
         moved += arena_idx_bytes;
     }
@@ -388,7 +388,7 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
     for (int i = 0; i < PG_COUNT; i++) {
         if (!st[i].out || !st[i].bytes || (p->device_mask & (1u << i)))
             continue;
-        if ((r = d->cuMemcpyDtoHAsync(st[i].host, st[i].dev, st[i].bytes, ln->stream)))
+        if ((r = cuda_copy_dtoh(d, st[i].host, st[i].dev, st[i].bytes, ln->stream)))
             return cuda_fail(c, r, "copy from device");
         moved += st[i].bytes;
     }
