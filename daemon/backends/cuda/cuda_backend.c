@@ -6,11 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  /* Linux 5.14's value, for C libraries that predate it */
-#endif
 
 #include "cuda_device.h"
 #include "cuda_paged.h"
@@ -142,13 +137,10 @@ static int cuda_memory_info(struct backend *be, int dev, uint64_t *used, uint64_
 static int cuda_host_register(struct backend *be, void *p, size_t len)
 {
     struct cuda_ctx *c = be->ctx;
-    /* The pages made first, outside the driver: cuMemHostRegister holds up every other CUDA
-     * call of this process while it runs, and making an untouched arena's pages is nearly
-     * all of its time (H200: 4 GiB in 2.0 s; made first, 1.7 s here and 0.14 s in the
-     * driver). What is left, the driver does a piece at a time (cuda_pin.c). A kernel
-     * without MADV_POPULATE_WRITE (before 5.14) leaves it to the driver; any other failure,
-     * the driver's registration reports. */
-    (void)madvise(p, len, MADV_POPULATE_WRITE);
+    /* A piece at a time, each piece's pages made first, outside the driver (cuda_pin.c):
+     * cuMemHostRegister holds up every other CUDA call of this process while it runs, and
+     * making an untouched arena's pages is nearly all of its time (H200: 4 GiB in 2.0 s;
+     * made first, 1.7 s outside and 0.14 s in the driver). */
     /* Registrations belong to device 0's context. */
     c->d->cuCtxSetCurrent(c->dev[0].ctx);
     /* Mapped too: a paged kernel reads an attention's page table in place (cuda_paged.c). */

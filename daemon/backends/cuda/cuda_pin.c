@@ -1,5 +1,10 @@
 /* Host memory pinned a piece at a time, and host copies split where a piece ends (cuda_pin.h). */
 #include <stdlib.h>
+#include <sys/mman.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  /* Linux 5.14's value, for C libraries that predate it */
+#endif
 
 #include "cuda_pin.h"
 
@@ -24,6 +29,11 @@ CUresult cuda_pin(const struct cuda_driver *d, struct cuda_pins *pins, void *p, 
     size_t off = 0;
     while (off < len) {
         const size_t n = cuda_pin_piece((uintptr_t)p + off, len - off);
+        /* The piece's page tables made first, outside the driver, and a piece at a time: the
+         * populating holds the process's mmap lock, which any mmap or munmap of another
+         * thread (the driver's, the allocator's) then waits for. Before Linux 5.14 (EINVAL),
+         * or on memory that cannot take it, the driver makes them. */
+        (void)madvise((char *)p + off, n, MADV_POPULATE_WRITE);
         CUresult r = d->cuMemHostRegister((char *)p + off, n, flags);
         if (r != CUDA_SUCCESS) {
             unregister_pieces(d, p, off);
