@@ -299,7 +299,9 @@ struct backend_caps {
 struct backend;
 
 /* Per-device entries; dev is in [0, backend.ndevices). Entries marked optional may be NULL
- * (the daemon's wrappers, daemon/backend.c, say what that means). */
+ * (the daemon's wrappers, daemon/backend.c, say what that means). The memory entries, info
+ * to share_free, are called from any thread, several at once (the loop and libuv's thread
+ * pool: daemon/pool_call.c); the operations and what follows them say their thread. */
 struct backend_device_iface {
     int (*info)(struct backend *be, int dev, gllm_device_info *out);
     /* Optional: device memory in use and in all (GPUs), for status lines. */
