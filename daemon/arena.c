@@ -49,9 +49,9 @@ int arena_map(int fd, uint64_t size, struct arena **out)
 
 void arena_populate(const struct arena *a, int fd)
 {
-    /* In the memfd itself, not mapped here: gllmd has no use for the page tables. A memfd
-     * sealed against writes refuses, and then this mapping makes them; before Linux 5.14
-     * (EINVAL) the pinning does, and a failure here, it reports. */
+    /* In the memfd itself, not mapped here: gllmd has no use for the page tables. Should the
+     * memfd refuse (interrupted, say), this mapping makes them; and where that fails too
+     * (no room, or before Linux 5.14), the pinning makes them or reports why not. */
     if (fallocate(fd, 0, 0, (off_t)a->size) < 0)
         (void)madvise(a->base, (size_t)a->size, MADV_POPULATE_WRITE);
 }

@@ -137,13 +137,13 @@ static int cuda_memory_info(struct backend *be, int dev, uint64_t *used, uint64_
 static int cuda_host_register(struct backend *be, void *p, size_t len)
 {
     struct cuda_ctx *c = be->ctx;
-    /* A piece at a time, each piece's pages made first, outside the driver (cuda_pin.c):
-     * cuMemHostRegister holds up every other CUDA call of this process while it runs, and
-     * making an untouched arena's pages is nearly all of its time (H200: 4 GiB in 2.0 s;
-     * made first, 1.7 s outside and 0.14 s in the driver). */
-    /* Registrations belong to device 0's context. */
+    /* Registrations belong to device 0's context. A piece at a time, each piece's pages made
+     * first, outside the driver (cuda_pin.c): cuMemHostRegister holds up every other CUDA
+     * call of this process while it runs, and making an untouched arena's pages is nearly
+     * all of its time (H200: 4 GiB in 2.0 s; made first, 1.7 s outside and 0.14 s in the
+     * driver). Mapped too: a paged kernel reads an attention's page table in place
+     * (cuda_paged.c). */
     c->d->cuCtxSetCurrent(c->dev[0].ctx);
-    /* Mapped too: a paged kernel reads an attention's page table in place (cuda_paged.c). */
     CUresult r = cuda_pin(c->d, &c->pins, p, len, HOST_REGISTER_FLAGS);
     if (r != CUDA_SUCCESS) {
         char buf[160];
