@@ -479,11 +479,29 @@ static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *tot
     return 0;
 }
 
+/* The mapping goes on in the device process while its control channel serves other requests
+ * (device tensors made and freed, memory figures): asked after every MAP_POLL_NS whether it
+ * is done, until its bound has passed and the process counts as lost. */
+#define MAP_POLL_NS 2000000L
 static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned)
 {
+    const uint64_t bound_ms = CTL_TIMEOUT_MS + host_map_ms(h->len);
+    const uint64_t until = backend_now_ns() + bound_ms * 1000000u;
     struct dp_msg m = {.op = DP_HOST_MAP, .a = (uint64_t)(uintptr_t)h->p, .b = h->len}, rep = {0};
-    int r = ctl_call_within(p, dev, &m, h->fd, NULL, &rep, NULL, 0,
-                            CTL_TIMEOUT_MS + host_map_ms(h->len));
+    int r = ctl_call(p, dev, &m, h->fd, NULL, &rep, NULL, 0);
+    m.op = DP_HOST_MAP_DONE;
+    while (r == DP_PENDING) {
+        if (backend_now_ns() > until) {
+            char what[120];
+            snprintf(what, sizeof what, "pid %ld did not map an arena within %llu ms",
+                     (long)p->pid, (unsigned long long)bound_ms);
+            mark_down(p, what);
+            r = GLLM_EDEVLOST;
+            break;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = MAP_POLL_NS}, NULL);
+        r = ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
+    }
     *pinned = r == 0 && rep.pinned;
     return r;
 }

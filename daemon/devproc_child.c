@@ -355,6 +355,79 @@ static void unmap_arena(uint64_t gllmd)
     munmap(h.here, h.len);
 }
 
+/* A mapping under way on a thread of its own: it pins, seconds for tens of GiB, and the
+ * control channel serves the device's other requests (device tensors, memory) meanwhile.
+ * gllmd maps one arena at a time, so there is one such slot. */
+static struct {
+    pthread_mutex_t lock;
+    bool busy, done;
+    struct dp_msg m;              /* op, a, b as asked; status, pinned when done */
+    int fd;
+} mapping = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void *map_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&mapping.lock);
+    struct dp_msg m = mapping.m;
+    const int fd = mapping.fd;
+    pthread_mutex_unlock(&mapping.lock);
+    m.status = map_arena(&m, fd);
+    close(fd);
+    pthread_mutex_lock(&mapping.lock);
+    mapping.m.status = m.status;
+    mapping.m.pinned = m.pinned;
+    mapping.done = true;
+    pthread_mutex_unlock(&mapping.lock);
+    return NULL;
+}
+
+/* DP_HOST_MAP: takes fd; answers DP_PENDING, or why the mapping could not start. */
+static int map_start(const struct dp_msg *m, int fd)
+{
+    pthread_mutex_lock(&mapping.lock);
+    int r = DP_PENDING;
+    pthread_attr_t at;
+    pthread_t t;
+    if (mapping.busy) {
+        r = -EBUSY;
+    } else {
+        mapping.busy = true;
+        mapping.done = false;
+        mapping.m = *m;
+        mapping.fd = fd;
+        fd = -1;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &at, map_main, NULL) != 0) {
+            mapping.busy = false;
+            fd = mapping.fd;
+            r = -EAGAIN;
+        }
+        pthread_attr_destroy(&at);
+    }
+    pthread_mutex_unlock(&mapping.lock);
+    if (fd >= 0)
+        close(fd);
+    return r;
+}
+
+/* DP_HOST_MAP_DONE: the mapping's status and pinned flag in m once it is done. */
+static void map_poll(struct dp_msg *m)
+{
+    pthread_mutex_lock(&mapping.lock);
+    if (!mapping.busy) {
+        m->status = -EPROTO;
+    } else if (!mapping.done) {
+        m->status = DP_PENDING;
+    } else {
+        m->status = mapping.m.status;
+        m->pinned = mapping.m.pinned;
+        mapping.busy = false;
+    }
+    pthread_mutex_unlock(&mapping.lock);
+}
+
 /* One control request; *fd_out: an fd for the reply to carry (closed after). */
 static void serve_ctl(struct dp_msg *m, int fd, int *fd_out)
 {
@@ -365,7 +438,11 @@ static void serve_ctl(struct dp_msg *m, int fd, int *fd_out)
         m->status = backend_memory_info(dp.be, 0, &m->used, &m->total);
         break;
     case DP_HOST_MAP:
-        m->status = map_arena(m, fd);
+        m->status = fd < 0 ? -EBADF : map_start(m, fd);
+        fd = -1;                  /* map_start's */
+        break;
+    case DP_HOST_MAP_DONE:
+        map_poll(m);
         break;
     case DP_HOST_UNMAP:
         unmap_arena(m->a);

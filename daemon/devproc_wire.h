@@ -32,7 +32,9 @@ enum dp_op {
     /* control */
     DP_HELLO = 1,               /* the device process's first message, unasked */
     DP_MEMORY,
-    DP_HOST_MAP,                /* fd: an arena; a = gllmd's address, b = bytes */
+    DP_HOST_MAP,                /* fd: an arena; a = gllmd's address, b = bytes; answered
+                                 * DP_PENDING at once, the mapping going on meanwhile */
+    DP_HOST_MAP_DONE,           /* the mapping's answer, or DP_PENDING while it goes on */
     DP_HOST_UNMAP,              /* a = gllmd's address */
     DP_ALLOC,                   /* b = bytes; reply a = pointer */
     DP_FREE,                    /* a = pointer */
@@ -48,6 +50,9 @@ enum dp_op {
     DP_QUEUE_POLL,              /* a = queue, b = cancel */
     DP_INJECT_FAULT,            /* a = kind, b = deadline */
 };
+
+/* A control request's status while its work goes on (DP_HOST_MAP). */
+#define DP_PENDING 1
 
 /* Which optional entries the device process's backend has (DP_HELLO). */
 #define DP_HAS_MEMORY (1u << 0)

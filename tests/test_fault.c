@@ -306,10 +306,11 @@ static void test_devmem_clean(void **state)
 /* A large arena's registration (its mapping made 4 s slow in the device process by the test
  * hook, as pinning tens of GiB is on a GPU's host) holds up no other client: a status, C's
  * arena release (whose unmapping waits for A's mapping) and B's job are answered while A's
- * registration is not yet, nor D's device tensor, which needs the same device process; A's
- * own next request waits for it (docs/PROTOCOL.md: an immediate method is answered before
- * the next request is read), and the registration succeeds. Before, the loop waited for
- * every mapping and unmapping, and then for a device tensor behind one. */
+ * registration is not yet, and so is D's device tensor, made in the device process that is
+ * mapping A's arena; A's own next request waits for it (docs/PROTOCOL.md: an immediate
+ * method is answered before the next request is read), and the registration succeeds.
+ * Before, the loop waited for every mapping and unmapping, and then a device tensor waited
+ * for the mapping's control request. */
 static void test_registration_holds_nobody(void **state)
 {
     (void)state;
@@ -341,8 +342,8 @@ static void test_registration_holds_nobody(void **state)
     msgpack_pack_map(&req.pk, 0);
     raw_send(a, req.data, req.len, -1);
     sleep_ms(200);                               /* the loop has A's registration under way */
-    /* D's device tensor waits for the device process A's mapping keeps busy, but on the
-     * thread pool: the loop goes on serving the others. */
+    /* D's device tensor, in the device process that is mapping A's arena: its control
+     * channel serves D meanwhile, and the loop the others. */
     int dd = raw_connect(d.socket);
     raw_hello(dd);
     assert_int_equal(setsockopt(dd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit), 0);
@@ -366,12 +367,12 @@ static void test_registration_holds_nobody(void **state)
     gllm_job_result res = GLLM_JOB_RESULT_INIT;
     assert_int_equal(gllm_attention(b, &j.p, &res), 0);
     assert_true(job_output_ok(&j));
+    assert_int_equal(raw_reply(dd, &id, NULL), 0);   /* D's device tensor, made meanwhile */
+    assert_int_equal(id, 7);
     struct pollfd pa = {.fd = a, .events = POLLIN};
     assert_int_equal(poll(&pa, 1, 0), 0);        /* A's answer is still to come */
 
     uint64_t arena = 0;
-    assert_int_equal(raw_reply(dd, &id, NULL), 0);
-    assert_int_equal(id, 7);
     assert_int_equal(raw_reply(a, &id, &arena), 0);
     assert_int_equal(id, 2);                     /* the registration, then A's status */
     assert_true(arena > 0);
