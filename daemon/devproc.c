@@ -59,7 +59,7 @@ struct dp_proc {
                                  * jobs need the cores a spin would take) */
     gllm_device_info info;
     /* The last memory figures it gave (fwd_memory), answered while a control request holds
-     * ctl_lock: an arena's mapping may for seconds. */
+     * ctl_lock: an arena's unmapping may for a second or more. */
     _Atomic uint64_t mem_used, mem_total;
 };
 
@@ -461,7 +461,7 @@ static int fwd_info(struct backend *be, int dev, gllm_device_info *out)
     return 0;
 }
 
-/* Asked by status on the loop: the last figures while another request (an arena's mapping,
+/* Asked by status on the loop: the last figures while another request (an arena's unmapping,
  * on the thread pool) holds the channel, so that status never waits for one. */
 static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *total)
 {
