@@ -480,8 +480,9 @@ static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *tot
 }
 
 /* The mapping goes on in the device process while its control channel serves other requests
- * (device tensors made and freed, memory figures): asked after every MAP_POLL_NS whether it
- * is done, until its bound has passed and the process counts as lost. */
+ * (device tensors made and freed, memory figures): asked whether it is done after 20 us,
+ * then twice as long each time up to MAP_POLL_NS (a small arena's answer is not held up by
+ * a long first wait), until its bound has passed and the process counts as lost. */
 #define MAP_POLL_NS 2000000L
 static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned)
 {
@@ -490,6 +491,7 @@ static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned
     struct dp_msg m = {.op = DP_HOST_MAP, .a = (uint64_t)(uintptr_t)h->p, .b = h->len}, rep = {0};
     int r = ctl_call(p, dev, &m, h->fd, NULL, &rep, NULL, 0);
     m.op = DP_HOST_MAP_DONE;
+    long wait_ns = 20000;
     while (r == DP_PENDING) {
         if (backend_now_ns() > until) {
             char what[120];
@@ -499,7 +501,8 @@ static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned
             r = GLLM_EDEVLOST;
             break;
         }
-        nanosleep(&(struct timespec){.tv_nsec = MAP_POLL_NS}, NULL);
+        nanosleep(&(struct timespec){.tv_nsec = wait_ns}, NULL);
+        wait_ns = wait_ns < MAP_POLL_NS / 2 ? 2 * wait_ns : MAP_POLL_NS;
         r = ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
     }
     *pinned = r == 0 && rep.pinned;
