@@ -691,10 +691,9 @@ static void reply_dtensor(struct rpc_call *c, const char *method, struct arena *
 struct dtensor_make {
     struct pool_call pc;
     const char *method;
-    const char *kind;             /* what an export is, or NULL */
+    const char *kind;             /* an export's kind ("memfd", ...); NULL: not exported */
     int dev;
     uint64_t bytes;
-    bool export;
     int fd_in;                    /* an import's: the client's memory */
     int fd_out;                   /* an export's: for the client */
     struct arena *a;
@@ -708,7 +707,7 @@ static void dtensor_make_run(struct pool_call *pc)
     struct backend *be = pc->ch->srv->be;
     if (t->fd_in >= 0)
         t->r = arena_import(be, t->dev, t->fd_in, t->bytes, &t->a, t->why, sizeof t->why);
-    else if (t->export)
+    else if (t->kind)
         t->r = arena_new_exported(be, t->dev, t->bytes, &t->a, &t->fd_out);
     else
         t->r = arena_new_device(be, t->dev, t->bytes, &t->a);
@@ -784,7 +783,7 @@ void method_dtensor_create(struct rpc_call *c, const struct proto_msg *m)
         return;
     }
     *t = (struct dtensor_make){.method = "dtensor_create", .kind = kind, .dev = (int)dev,
-                               .bytes = bytes, .export = export, .fd_in = -1};
+                               .bytes = bytes, .fd_in = -1};
     dtensor_make_start(c, t);
 }
 
