@@ -58,8 +58,8 @@ struct dp_proc {
     uint64_t spin_ns;           /* gllmd spins this long for a reply (0: the CPU backend, whose
                                  * jobs need the cores a spin would take) */
     gllm_device_info info;
-    /* The last memory figures it gave (fwd_memory), answered while a control request holds
-     * ctl_lock: an arena's unmapping may for a second or more. */
+    /* The last memory figures it gave (fwd_memory), answered while another control request
+     * holds ctl_lock (a large device allocation, or one queued behind it). */
     _Atomic uint64_t mem_used, mem_total;
 };
 
@@ -429,18 +429,11 @@ static int ctl_exchange(struct dp_proc *p, int dev, struct dp_msg *req, int fd_i
     return reply->status;
 }
 
-static int ctl_call_within(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in,
-                           int *fd_out, struct dp_msg *reply, char *why, size_t len,
-                           uint64_t timeout_ms)
-{
-    pthread_mutex_lock(&p->ctl_lock);
-    return ctl_exchange(p, dev, req, fd_in, fd_out, reply, why, len, timeout_ms);
-}
-
 static int ctl_call(struct dp_proc *p, int dev, struct dp_msg *req, int fd_in, int *fd_out,
                     struct dp_msg *reply, char *why, size_t len)
 {
-    return ctl_call_within(p, dev, req, fd_in, fd_out, reply, why, len, CTL_TIMEOUT_MS);
+    pthread_mutex_lock(&p->ctl_lock);
+    return ctl_exchange(p, dev, req, fd_in, fd_out, reply, why, len, CTL_TIMEOUT_MS);
 }
 
 static struct dp_proc *proc_of(struct backend *be, int dev)
@@ -461,8 +454,8 @@ static int fwd_info(struct backend *be, int dev, gllm_device_info *out)
     return 0;
 }
 
-/* Asked by status on the loop: the last figures while another request (an arena's unmapping,
- * on the thread pool) holds the channel, so that status never waits for one. */
+/* Asked by status on the loop: the last figures while another request (made on the thread
+ * pool) holds the channel, so that status never waits for one. */
 static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *total)
 {
     struct dp_proc *p = proc_of(be, dev);
@@ -479,32 +472,39 @@ static int fwd_memory(struct backend *be, int dev, uint64_t *used, uint64_t *tot
     return 0;
 }
 
-/* The mapping goes on in the device process while its control channel serves other requests
- * (device tensors made and freed, memory figures): asked whether it is done after 20 us,
- * then twice as long each time up to MAP_POLL_NS (a small arena's answer is not held up by
- * a long first wait), until its bound has passed and the process counts as lost. */
-#define MAP_POLL_NS 2000000L
-static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned)
+/* A mapping or unmapping goes on in the device process while its control channel serves
+ * other requests (device tensors made and freed, memory figures): after r, the request's
+ * answer, this asks whether it is done after 20 us, then twice as long each time up to
+ * HOST_POLL_NS (a small arena's answer is not held up by a long first wait), until the bound
+ * for len bytes has passed and the process counts as lost. */
+#define HOST_POLL_NS 2000000L
+static int host_wait(struct dp_proc *p, int dev, int r, size_t len, struct dp_msg *rep,
+                     const char *what)
 {
-    const uint64_t bound_ms = CTL_TIMEOUT_MS + host_map_ms(h->len);
+    const uint64_t bound_ms = CTL_TIMEOUT_MS + host_map_ms(len);
     const uint64_t until = backend_now_ns() + bound_ms * 1000000u;
-    struct dp_msg m = {.op = DP_HOST_MAP, .a = (uint64_t)(uintptr_t)h->p, .b = h->len}, rep = {0};
-    int r = ctl_call(p, dev, &m, h->fd, NULL, &rep, NULL, 0);
-    m.op = DP_HOST_MAP_DONE;
+    struct dp_msg m = {.op = DP_HOST_DONE};
     long wait_ns = 20000;
     while (r == DP_PENDING) {
         if (backend_now_ns() > until) {
-            char what[120];
-            snprintf(what, sizeof what, "pid %ld did not map an arena within %llu ms",
-                     (long)p->pid, (unsigned long long)bound_ms);
-            mark_down(p, what);
-            r = GLLM_EDEVLOST;
-            break;
+            char why[120];
+            snprintf(why, sizeof why, "pid %ld did not %s an arena within %llu ms",
+                     (long)p->pid, what, (unsigned long long)bound_ms);
+            mark_down(p, why);
+            return GLLM_EDEVLOST;
         }
         nanosleep(&(struct timespec){.tv_nsec = wait_ns}, NULL);
-        wait_ns = wait_ns < MAP_POLL_NS / 2 ? 2 * wait_ns : MAP_POLL_NS;
-        r = ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0);
+        wait_ns = wait_ns < HOST_POLL_NS / 2 ? 2 * wait_ns : HOST_POLL_NS;
+        r = ctl_call(p, dev, &m, -1, NULL, rep, NULL, 0);
     }
+    return r;
+}
+
+static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned)
+{
+    struct dp_msg m = {.op = DP_HOST_MAP, .a = (uint64_t)(uintptr_t)h->p, .b = h->len}, rep = {0};
+    int r = ctl_call(p, dev, &m, h->fd, NULL, &rep, NULL, 0);
+    r = host_wait(p, dev, r, h->len, &rep, "map");
     *pinned = r == 0 && rep.pinned;
     return r;
 }
@@ -512,7 +512,7 @@ static int map_in(struct dp_proc *p, int dev, struct dp_hostmap *h, bool *pinned
 static void unmap_in(struct dp_proc *p, int dev, void *ptr, size_t len)
 {
     struct dp_msg m = {.op = DP_HOST_UNMAP, .a = (uint64_t)(uintptr_t)ptr}, rep = {0};
-    ctl_call_within(p, dev, &m, -1, NULL, &rep, NULL, 0, CTL_TIMEOUT_MS + host_map_ms(len));
+    host_wait(p, dev, ctl_call(p, dev, &m, -1, NULL, &rep, NULL, 0), len, &rep, "unmap");
 }
 
 /* Every device process maps the arena; one that is down gets it when it is replaced. */

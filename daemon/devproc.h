@@ -19,8 +19,9 @@ int devproc_open(const char *name, const struct backend_config *cfg, int log_lev
 /* main() of a device process (gllmd --device-process ...), started by devproc_open. */
 int devproc_child_main(int argc, char **argv);
 /* Set by fault-injection builds (tests only) before either main: a device process then
- * honours GLLM_TEST_SLOW_MAP_MS, which makes mapping an arena of GLLM_TEST_SLOW_MAP_BYTES or
- * more take that much longer, as pinning a large one does on a GPU's host. */
+ * honours GLLM_TEST_SLOW_MAP_MS and GLLM_TEST_SLOW_UNMAP_MS, which make mapping and unmapping
+ * an arena of GLLM_TEST_SLOW_MAP_BYTES or more take that much longer, as pinning and
+ * unpinning a large one do on a GPU's host. */
 extern bool devproc_test_hooks;
 
 #endif

@@ -291,10 +291,10 @@ static void serve_work(struct dp_msg *m)
 
 bool devproc_test_hooks;
 
-/* The test hook (devproc.h): a large arena's mapping made slower. */
-static void test_slow_map(uint64_t bytes)
+/* The test hooks (devproc.h): a large arena's mapping or unmapping made slower. */
+static void test_slow(const char *ms_var, uint64_t bytes)
 {
-    const char *ms = devproc_test_hooks ? getenv("GLLM_TEST_SLOW_MAP_MS") : NULL;
+    const char *ms = devproc_test_hooks ? getenv(ms_var) : NULL;
     const char *min = devproc_test_hooks ? getenv("GLLM_TEST_SLOW_MAP_BYTES") : NULL;
     if (!ms || !min || bytes < strtoull(min, NULL, 10))
         return;
@@ -313,7 +313,7 @@ static int map_arena(struct dp_msg *m, int fd)
     /* Pinned before the maps' write lock, which every job's pointer lookup waits for: pinning
      * takes time in proportion to the bytes (seconds for tens of GiB), and nothing can name
      * this arena until gllmd has the reply. */
-    test_slow_map(m->b);
+    test_slow("GLLM_TEST_SLOW_MAP_MS", m->b);
     const bool pinned = backend_host_register(dp.be, p, (size_t)m->b) == 0;
     pthread_rwlock_wrlock(&dp.maps_lock);
     if (dp.nmaps == dp.cap) {
@@ -350,82 +350,90 @@ static void unmap_arena(uint64_t gllmd)
     if (!h.here)
         return;
     /* Unpinned after the lock, as map_arena pins before it: no job names it any more. */
+    test_slow("GLLM_TEST_SLOW_UNMAP_MS", h.len);
     if (h.pinned)
         backend_host_unregister(dp.be, h.here);
     munmap(h.here, h.len);
 }
 
-/* A mapping under way on a thread of its own: it pins, seconds for tens of GiB, and the
- * control channel serves the device's other requests (device tensors, memory) meanwhile.
- * gllmd maps one arena at a time, so there is one such slot. */
+/* A mapping or unmapping under way on a thread of its own: pinning takes seconds for tens of
+ * GiB, unpinning about 0.1 s a GiB, and the control channel serves the device's other
+ * requests (device tensors, memory) meanwhile. gllmd maps or unmaps one arena at a time and
+ * waits for each, so there is one such slot. */
 static struct {
     pthread_mutex_t lock;
     bool busy, done;
     struct dp_msg m;              /* op, a, b as asked; status, pinned when done */
-    int fd;
-} mapping = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    int fd;                       /* DP_HOST_MAP's arena */
+} host_work = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static void *map_main(void *arg)
+static void *host_work_main(void *arg)
 {
     (void)arg;
-    pthread_mutex_lock(&mapping.lock);
-    struct dp_msg m = mapping.m;
-    const int fd = mapping.fd;
-    pthread_mutex_unlock(&mapping.lock);
-    m.status = map_arena(&m, fd);
-    close(fd);
-    pthread_mutex_lock(&mapping.lock);
-    mapping.m.status = m.status;
-    mapping.m.pinned = m.pinned;
-    mapping.done = true;
-    pthread_mutex_unlock(&mapping.lock);
+    pthread_mutex_lock(&host_work.lock);
+    struct dp_msg m = host_work.m;
+    const int fd = host_work.fd;
+    pthread_mutex_unlock(&host_work.lock);
+    if (m.op == DP_HOST_MAP) {
+        m.status = map_arena(&m, fd);
+        close(fd);
+    } else {
+        unmap_arena(m.a);
+        m.status = 0;
+    }
+    pthread_mutex_lock(&host_work.lock);
+    host_work.m.status = m.status;
+    host_work.m.pinned = m.pinned;
+    host_work.done = true;
+    pthread_mutex_unlock(&host_work.lock);
     return NULL;
 }
 
-/* DP_HOST_MAP: takes fd; answers DP_PENDING, or why the mapping could not start. */
-static int map_start(const struct dp_msg *m, int fd)
+/* DP_HOST_MAP (taking fd) or DP_HOST_UNMAP (fd -1) started: DP_PENDING, or why it could not
+ * start (fd closed then). */
+static int host_work_start(const struct dp_msg *m, int fd)
 {
-    pthread_mutex_lock(&mapping.lock);
+    pthread_mutex_lock(&host_work.lock);
     int r = DP_PENDING;
     pthread_attr_t at;
     pthread_t t;
-    if (mapping.busy) {
+    if (host_work.busy) {
         r = -EBUSY;
     } else {
-        mapping.busy = true;
-        mapping.done = false;
-        mapping.m = *m;
-        mapping.fd = fd;
+        host_work.busy = true;
+        host_work.done = false;
+        host_work.m = *m;
+        host_work.fd = fd;
         fd = -1;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &at, map_main, NULL) != 0) {
-            mapping.busy = false;
-            fd = mapping.fd;
+        if (pthread_create(&t, &at, host_work_main, NULL) != 0) {
+            host_work.busy = false;
+            fd = host_work.fd;
             r = -EAGAIN;
         }
         pthread_attr_destroy(&at);
     }
-    pthread_mutex_unlock(&mapping.lock);
+    pthread_mutex_unlock(&host_work.lock);
     if (fd >= 0)
         close(fd);
     return r;
 }
 
-/* DP_HOST_MAP_DONE: the mapping's status and pinned flag in m once it is done. */
-static void map_poll(struct dp_msg *m)
+/* DP_HOST_DONE: the mapping's or unmapping's status (and pinned flag) in m once it is done. */
+static void host_work_poll(struct dp_msg *m)
 {
-    pthread_mutex_lock(&mapping.lock);
-    if (!mapping.busy) {
+    pthread_mutex_lock(&host_work.lock);
+    if (!host_work.busy) {
         m->status = -EPROTO;
-    } else if (!mapping.done) {
+    } else if (!host_work.done) {
         m->status = DP_PENDING;
     } else {
-        m->status = mapping.m.status;
-        m->pinned = mapping.m.pinned;
-        mapping.busy = false;
+        m->status = host_work.m.status;
+        m->pinned = host_work.m.pinned;
+        host_work.busy = false;
     }
-    pthread_mutex_unlock(&mapping.lock);
+    pthread_mutex_unlock(&host_work.lock);
 }
 
 /* One control request; *fd_out: an fd for the reply to carry (closed after). */
@@ -438,14 +446,20 @@ static void serve_ctl(struct dp_msg *m, int fd, int *fd_out)
         m->status = backend_memory_info(dp.be, 0, &m->used, &m->total);
         break;
     case DP_HOST_MAP:
-        m->status = fd < 0 ? -EBADF : map_start(m, fd);
-        fd = -1;                  /* map_start's */
+        m->status = fd < 0 ? -EBADF : host_work_start(m, fd);
+        fd = -1;                  /* host_work_start's */
         break;
-    case DP_HOST_MAP_DONE:
-        map_poll(m);
+    case DP_HOST_DONE:
+        host_work_poll(m);
         break;
     case DP_HOST_UNMAP:
-        unmap_arena(m->a);
+        /* Done here when no thread can take it: an arena must not stay mapped (and pinned)
+         * after gllmd has let it go. */
+        m->status = host_work_start(m, -1);
+        if (m->status < 0) {
+            unmap_arena(m->a);
+            m->status = 0;
+        }
         break;
     case DP_ALLOC: {
         void *p = NULL;

@@ -34,8 +34,10 @@ enum dp_op {
     DP_MEMORY,
     DP_HOST_MAP,                /* fd: an arena; a = gllmd's address, b = bytes; answered
                                  * DP_PENDING at once, the mapping going on meanwhile */
-    DP_HOST_MAP_DONE,           /* the mapping's answer, or DP_PENDING while it goes on */
-    DP_HOST_UNMAP,              /* a = gllmd's address */
+    DP_HOST_DONE,               /* the mapping's or unmapping's answer, or DP_PENDING while
+                                 * it goes on */
+    DP_HOST_UNMAP,              /* a = gllmd's address; answered DP_PENDING at once, the
+                                 * unmapping going on meanwhile (or 0, done already) */
     DP_ALLOC,                   /* b = bytes; reply a = pointer */
     DP_FREE,                    /* a = pointer */
     DP_SHARE_ALLOC,             /* b = bytes; reply shared, fd */
@@ -51,7 +53,7 @@ enum dp_op {
     DP_INJECT_FAULT,            /* a = kind, b = deadline */
 };
 
-/* A control request's status while its work goes on (DP_HOST_MAP). */
+/* A control request's status while its work goes on (DP_HOST_MAP, DP_HOST_UNMAP). */
 #define DP_PENDING 1
 
 /* Which optional entries the device process's backend has (DP_HELLO). */

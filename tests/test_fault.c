@@ -388,6 +388,62 @@ static void test_registration_holds_nobody(void **state)
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* A large arena's unmapping (made 4 s slow in the device process by the test hook, as
+ * unpinning tens of GiB takes seconds) holds up no device tensor: D's is answered within 2 s
+ * while it goes on, where it waited for the whole unmapping before, and the next registration
+ * (which waits for the unmapping) succeeds once it is done. */
+static void test_unmapping_holds_nobody(void **state)
+{
+    (void)state;
+    setenv("GLLM_TEST_SLOW_UNMAP_MS", "4000", 1);
+    setenv("GLLM_TEST_SLOW_MAP_BYTES", "16777216", 1);
+    struct daemon d;
+    int started = start_fault_daemon(&d, "");
+    unsetenv("GLLM_TEST_SLOW_UNMAP_MS");
+    unsetenv("GLLM_TEST_SLOW_MAP_BYTES");
+    assert_int_equal(started, 0);
+
+    int a = raw_connect(d.socket);
+    raw_hello(a);
+    struct timeval limit = {.tv_sec = 30};
+    assert_int_equal(setsockopt(a, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit), 0);
+    const size_t big = 32u << 20;
+    int memfd = make_memfd(big, F_SEAL_SHRINK);
+    assert_true(memfd >= 0);
+    const uint32_t arena = raw_register(a, memfd, big, 2);
+    struct proto_buf req;
+    proto_buf_init(&req);
+    proto_pack_request(&req.pk, 3, "arena_release");
+    msgpack_pack_map(&req.pk, 1);
+    proto_pack_kv_u64(&req.pk, "arena", arena);
+    raw_send(a, req.data, req.len, -1);
+    int64_t id = 0;
+    assert_int_equal(raw_reply(a, &id, NULL), 0);
+    assert_int_equal(id, 3);
+    sleep_ms(200);                               /* the unmapping is under way */
+
+    int dd = raw_connect(d.socket);
+    raw_hello(dd);
+    struct timeval short_limit = {.tv_sec = 2};
+    assert_int_equal(setsockopt(dd, SOL_SOCKET, SO_RCVTIMEO, &short_limit, sizeof short_limit), 0);
+    proto_buf_init(&req);
+    proto_pack_request(&req.pk, 7, "dtensor_create");
+    msgpack_pack_map(&req.pk, 1);
+    proto_pack_kv_u64(&req.pk, "bytes", 1 << 20);
+    raw_send(dd, req.data, req.len, -1);
+    assert_int_equal(raw_reply(dd, &id, NULL), 0);
+    assert_int_equal(id, 7);
+
+    int small = make_memfd(1u << 20, F_SEAL_SHRINK);
+    assert_true(small >= 0);
+    assert_true(raw_register(a, small, 1u << 20, 4) > 0);
+    close(small);
+    close(dd);
+    close(a);
+    close(memfd);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 /* A release gllmd answers debug_fault as an unknown method. */
 static void test_release_has_no_debug_fault(void **state)
 {
@@ -422,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_devmem_clean),
         cmocka_unit_test(test_release_has_no_debug_fault),
         cmocka_unit_test(test_registration_holds_nobody),
+        cmocka_unit_test(test_unmapping_holds_nobody),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
