@@ -303,6 +303,41 @@ static void test_devmem_clean(void **state)
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* gllmd (a fault build) whose device processes take ms longer to map (var
+ * GLLM_TEST_SLOW_MAP_MS) or unmap (GLLM_TEST_SLOW_UNMAP_MS) an arena of 16 MiB or more, as
+ * pinning and unpinning tens of GiB do on a GPU's host. */
+static void start_slow_daemon(struct daemon *d, const char *var, const char *ms)
+{
+    setenv(var, ms, 1);
+    setenv("GLLM_TEST_SLOW_MAP_BYTES", "16777216", 1);
+    int started = start_fault_daemon(d, "");
+    unsetenv(var);
+    unsetenv("GLLM_TEST_SLOW_MAP_BYTES");
+    assert_int_equal(started, 0);
+}
+
+/* A raw connection past hello whose replies must come within sec seconds. */
+static int raw_connect_within(const char *socket, long sec)
+{
+    int fd = raw_connect(socket);
+    raw_hello(fd);
+    struct timeval limit = {.tv_sec = sec};
+    assert_int_equal(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit), 0);
+    return fd;
+}
+
+/* A request of method with one unsigned argument, sent only. */
+static void send_u64_request(int fd, uint64_t id, const char *method, const char *key,
+                             uint64_t value)
+{
+    struct proto_buf req;
+    proto_buf_init(&req);
+    proto_pack_request(&req.pk, id, method);
+    msgpack_pack_map(&req.pk, 1);
+    proto_pack_kv_u64(&req.pk, key, value);
+    raw_send(fd, req.data, req.len, -1);
+}
+
 /* A large arena's registration (its mapping made 4 s slow in the device process by the test
  * hook, as pinning tens of GiB is on a GPU's host) holds up no other client: a status, C's
  * arena release (whose unmapping waits for A's mapping) and B's job are answered while A's
@@ -314,13 +349,8 @@ static void test_devmem_clean(void **state)
 static void test_registration_holds_nobody(void **state)
 {
     (void)state;
-    setenv("GLLM_TEST_SLOW_MAP_MS", "4000", 1);
-    setenv("GLLM_TEST_SLOW_MAP_BYTES", "16777216", 1);
     struct daemon d;
-    int started = start_fault_daemon(&d, "");
-    unsetenv("GLLM_TEST_SLOW_MAP_MS");
-    unsetenv("GLLM_TEST_SLOW_MAP_BYTES");
-    assert_int_equal(started, 0);
+    start_slow_daemon(&d, "GLLM_TEST_SLOW_MAP_MS", "4000");
     gllm_client *b = NULL;
     assert_int_equal(gllm_connect(d.socket, &b), 0);
     struct live_job j;
@@ -328,10 +358,7 @@ static void test_registration_holds_nobody(void **state)
     struct raw_client cc;                                 /* C, with a small arena too */
     raw_client_open(&cc, d.socket);
 
-    int a = raw_connect(d.socket);
-    raw_hello(a);
-    struct timeval limit = {.tv_sec = 30};
-    assert_int_equal(setsockopt(a, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit), 0);
+    int a = raw_connect_within(d.socket, 30);
     const size_t big = 32u << 20;
     int memfd = make_memfd(big, F_SEAL_SHRINK);
     assert_true(memfd >= 0);
@@ -344,23 +371,13 @@ static void test_registration_holds_nobody(void **state)
     sleep_ms(200);                               /* the loop has A's registration under way */
     /* D's device tensor, in the device process that is mapping A's arena: its control
      * channel serves D meanwhile, and the loop the others. */
-    int dd = raw_connect(d.socket);
-    raw_hello(dd);
-    assert_int_equal(setsockopt(dd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit), 0);
-    proto_buf_init(&req);
-    proto_pack_request(&req.pk, 7, "dtensor_create");
-    msgpack_pack_map(&req.pk, 1);
-    proto_pack_kv_u64(&req.pk, "bytes", 1 << 20);
-    raw_send(dd, req.data, req.len, -1);
+    int dd = raw_connect_within(d.socket, 30);
+    send_u64_request(dd, 7, "dtensor_create", "bytes", 1 << 20);
     sleep_ms(100);
 
     gllm_status st = status_of(d.socket);
     assert_true(st.clients >= 3);
-    proto_buf_init(&req);
-    proto_pack_request(&req.pk, cc.next_id, "arena_release");
-    msgpack_pack_map(&req.pk, 1);
-    proto_pack_kv_u64(&req.pk, "arena", cc.arena);
-    raw_send(cc.fd, req.data, req.len, -1);
+    send_u64_request(cc.fd, cc.next_id, "arena_release", "arena", cc.arena);
     int64_t id = 0;
     assert_int_equal(raw_reply(cc.fd, &id, NULL), 0);
     assert_int_equal(id, (int64_t)cc.next_id);
@@ -395,42 +412,22 @@ static void test_registration_holds_nobody(void **state)
 static void test_unmapping_holds_nobody(void **state)
 {
     (void)state;
-    setenv("GLLM_TEST_SLOW_UNMAP_MS", "4000", 1);
-    setenv("GLLM_TEST_SLOW_MAP_BYTES", "16777216", 1);
     struct daemon d;
-    int started = start_fault_daemon(&d, "");
-    unsetenv("GLLM_TEST_SLOW_UNMAP_MS");
-    unsetenv("GLLM_TEST_SLOW_MAP_BYTES");
-    assert_int_equal(started, 0);
+    start_slow_daemon(&d, "GLLM_TEST_SLOW_UNMAP_MS", "4000");
 
-    int a = raw_connect(d.socket);
-    raw_hello(a);
-    struct timeval limit = {.tv_sec = 30};
-    assert_int_equal(setsockopt(a, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit), 0);
+    int a = raw_connect_within(d.socket, 30);
     const size_t big = 32u << 20;
     int memfd = make_memfd(big, F_SEAL_SHRINK);
     assert_true(memfd >= 0);
     const uint32_t arena = raw_register(a, memfd, big, 2);
-    struct proto_buf req;
-    proto_buf_init(&req);
-    proto_pack_request(&req.pk, 3, "arena_release");
-    msgpack_pack_map(&req.pk, 1);
-    proto_pack_kv_u64(&req.pk, "arena", arena);
-    raw_send(a, req.data, req.len, -1);
+    send_u64_request(a, 3, "arena_release", "arena", arena);
     int64_t id = 0;
     assert_int_equal(raw_reply(a, &id, NULL), 0);
     assert_int_equal(id, 3);
     sleep_ms(200);                               /* the unmapping is under way */
 
-    int dd = raw_connect(d.socket);
-    raw_hello(dd);
-    struct timeval short_limit = {.tv_sec = 2};
-    assert_int_equal(setsockopt(dd, SOL_SOCKET, SO_RCVTIMEO, &short_limit, sizeof short_limit), 0);
-    proto_buf_init(&req);
-    proto_pack_request(&req.pk, 7, "dtensor_create");
-    msgpack_pack_map(&req.pk, 1);
-    proto_pack_kv_u64(&req.pk, "bytes", 1 << 20);
-    raw_send(dd, req.data, req.len, -1);
+    int dd = raw_connect_within(d.socket, 2);
+    send_u64_request(dd, 7, "dtensor_create", "bytes", 1 << 20);
     assert_int_equal(raw_reply(dd, &id, NULL), 0);
     assert_int_equal(id, 7);
 
