@@ -128,6 +128,12 @@ void rpc_reply_end(struct rpc_call *c)
     rpc_reply_end_fd(c, -1);
 }
 
+void rpc_reply_empty(struct rpc_call *c)
+{
+    msgpack_pack_map(rpc_reply_begin(c), 0);
+    rpc_reply_end(c);
+}
+
 void rpc_reply_end_fd(struct rpc_call *c, int fd)
 {
     if (c->reply->overflow) {

@@ -63,6 +63,8 @@ msgpack_packer *rpc_reply_begin(struct rpc_call *c);
 void rpc_reply_end(struct rpc_call *c);
 /* rpc_reply_end with fd sent alongside the reply (SCM_RIGHTS); takes fd in every case. */
 void rpc_reply_end_fd(struct rpc_call *c, int fd);
+/* A result that carries nothing: an empty map. */
+void rpc_reply_empty(struct rpc_call *c);
 void rpc_reply_error(struct rpc_call *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

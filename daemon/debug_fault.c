@@ -40,7 +40,5 @@ void method_debug_fault(struct rpc_call *c, const struct proto_msg *m)
     }
     /* Jobs carry their channel as the owner's cookie (methods.c's submit). */
     sched_arm_fault(srv->sched, (int)dev, c->ch, kind);
-    msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 0);
-    rpc_reply_end(c);
+    rpc_reply_empty(c);
 }

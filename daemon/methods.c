@@ -366,9 +366,7 @@ void method_arena_release(struct rpc_call *c, const struct proto_msg *m)
         return;
     }
     arena_unref(a);  /* jobs still using it keep it mapped until they finish */
-    msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 0);
-    rpc_reply_end(c);
+    rpc_reply_empty(c);
 }
 
 /* A finished job's success reply: its timings. */
@@ -837,9 +835,7 @@ static void dtensor_drop_run(struct pool_call *pc)
 
 static void dtensor_drop_answer(struct pool_call *pc, struct rpc_call *c)
 {
-    msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 0);
-    rpc_reply_end(c);
+    rpc_reply_empty(c);
     free(pc);
 }
 
@@ -863,9 +859,7 @@ void method_dtensor_free(struct rpc_call *c, const struct proto_msg *m)
         free(t);
     }
     arena_unref(a);   /* jobs still using it keep it until they finish */
-    msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 0);
-    rpc_reply_end(c);
+    rpc_reply_empty(c);
 }
 
 void method_dtensor_copy(struct rpc_call *c, const struct proto_msg *m)
