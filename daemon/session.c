@@ -75,11 +75,9 @@ bool session_may_add_device(const struct session *s, const struct limits *l, uin
 
 void session_device_pending(struct session *s, uint64_t bytes, int sign)
 {
-    struct region_totals *t = s->totals;
-    s->pending_device_bytes = sign > 0 ? s->pending_device_bytes + bytes
-                                       : s->pending_device_bytes - bytes;
-    t->pending_device_bytes = sign > 0 ? t->pending_device_bytes + bytes
-                                       : t->pending_device_bytes - bytes;
+    const uint64_t delta = sign > 0 ? bytes : 0 - bytes;   /* modulo 2^64: a subtraction */
+    s->pending_device_bytes += delta;
+    s->totals->pending_device_bytes += delta;
 }
 
 bool session_may_submit(const struct session *s, const struct limits *l)
