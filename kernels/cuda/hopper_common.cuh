@@ -211,6 +211,24 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, int parity)
     while (!done);
 }
 
+// Two barriers' phases asked at once, so that the two try_waits' latencies overlap; one not
+// yet complete is then waited for alone. In the key loop (K of tile j, V of tile j - 1) this
+// was 0.5-1.4% faster than two waits in turn (v53): each try_wait takes its round trip even
+// when the phase is long complete, and an ncu profile had about 45 cycles a key tile on each.
+__device__ __forceinline__ void mbar_wait2(uint32_t a, int pa, uint32_t b, int pb)
+{
+    uint32_t da, db;
+    asm volatile("{\n.reg .pred p, q;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%2], %3;\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 q, [%4], %5;\n"
+                 "selp.u32 %0, 1, 0, p;\nselp.u32 %1, 1, 0, q;\n}\n"
+                 : "=r"(da), "=r"(db) : "r"(a), "r"(pa), "r"(b), "r"(pb) : "memory");
+    if (!da)
+        mbar_wait(a, pa);
+    if (!db)
+        mbar_wait(b, pb);
+}
+
 // O's TMA store (v21): a consumer warpgroup's tile, written to shared memory by stmatrix in the
 // 128-byte swizzle, goes out as boxes of a 4-D tensor map (coordinates innermost first), in a
 // bulk group of the issuing thread; wait_read: that thread's groups have read their shared
@@ -563,6 +581,13 @@ template <int D, int STAGES> struct KeyRing {
     {
         mbar_wait(kv_bar<STAGES>(w.full0, stage(j), v), ((w.load0 + (uint32_t)j) / STAGES) & 1);
     }
+    // K of key tile j and V of key tile j - 1, asked at once (mbar_wait2).
+    __device__ __forceinline__ void full_wait_kv(int j) const
+    {
+        mbar_wait2(kv_bar<STAGES>(w.full0, stage(j), 0), ((w.load0 + (uint32_t)j) / STAGES) & 1,
+                   kv_bar<STAGES>(w.full0, stage(j - 1), 1),
+                   ((w.load0 + (uint32_t)j - 1) / STAGES) & 1);
+    }
     __device__ __forceinline__ uint64_t k_desc(int j) const
     {
         return desc_add(w.dk0, stage(j) * 2 * Hp<D>::KV_TILE);
@@ -689,8 +714,7 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         HP_TRACE(14, 0);
     }
     for (int j = 1; j < w.n_mine; j++) {
-        ring.full_wait(j, 0);
-        ring.full_wait(j - 1, 1);
+        ring.full_wait_kv(j);
         turns.begin();
         HP_TRACE(11, j);
         issue_qk<T, D>(s, w.dq, ring.k_desc(j));
