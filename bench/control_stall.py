@@ -5,10 +5,12 @@ Registering an arena maps and pins it in each device process, in time that grows
 bytes. Client B sends small prefill jobs one after another, and client C makes and frees a
 1 MiB device tensor over and over, while client A registers an arena of each given size and
 releases it; the figures are B's slowest job and C's slowest device tensor meanwhile against
-B's jobs alone, and how long A's registration and release took (docs/hardening.md). A job is
-B1 H1 S128 D64 f16 from an arena of B's own.
+B's jobs alone, and how long A's registration and release took (docs/hardening.md). B and C go
+on for --tail-ms after the release's answer, since the arena's teardown (unpinning, unmapping)
+runs after it; B's slowest is also given for the registration and for the release and tail
+apart. A job is B1 H1 S128 D64 f16 from an arena of B's own.
 
-  bench/control_stall.py --socket S [--sizes-gib 1,4,16] [--json OUT]
+  bench/control_stall.py --socket S [--sizes-gib 1,4,16] [--tail-ms 1000] [--json OUT]
 """
 import argparse
 import json
@@ -34,6 +36,8 @@ def main():
     ap.add_argument("--socket", required=True)
     ap.add_argument("--sizes-gib", default="1,4,16")
     ap.add_argument("--alone", type=int, default=200, help="B's jobs timed alone")
+    ap.add_argument("--tail-ms", type=float, default=1000,
+                    help="how long B and C go on after the release's answer")
     ap.add_argument("--json")
     args = ap.parse_args()
     b, c = Client(args.socket), Client(args.socket)
@@ -55,6 +59,8 @@ def main():
             t0 = time.perf_counter()
             arena.release()
             span["release_ms"] = (time.perf_counter() - t0) * 1e3
+            span["released_at"] = time.perf_counter()
+            time.sleep(args.tail_ms / 1e3)
             done.set()
 
         during, made = [], []
@@ -69,18 +75,28 @@ def main():
         threads = [threading.Thread(target=register), threading.Thread(target=dtensors)]
         for th in threads:
             th.start()
+        starts = []
         while not done.is_set():
+            starts.append(time.perf_counter())
             during.append(timed(b, params))
         for th in threads:
             th.join()
+        # A job still running when the registration ended counts in both phases.
+        reg_end = span["released_at"] - span["release_ms"] / 1e3
+        in_reg = [ms for t, ms in zip(starts, during) if t < reg_end]
+        after = [ms for t, ms in zip(starts, during) if t + ms / 1e3 >= reg_end]
         row = {"register_ms": span["register_ms"], "release_ms": span["release_ms"],
-               "b_jobs": len(during),
+               "tail_ms": args.tail_ms, "b_jobs": len(during),
                "b_max_ms": max(during), "b_p50_ms": float(np.median(during)),
+               "b_max_register_ms": max(in_reg, default=None),
+               "b_max_release_ms": max(after, default=None),
                "c_dtensors": len(made), "c_max_ms": max(made) if made else None}
         out["sizes"][f"{gib:g} GiB"] = row
         print(f"A registers {gib:g} GiB in {row['register_ms']:.1f} ms, releases it in "
               f"{row['release_ms']:.1f} ms; B meanwhile: "
-              f"{row['b_jobs']} jobs, slowest {row['b_max_ms']:.1f} ms, p50 {row['b_p50_ms']:.3f} ms; "
+              f"{row['b_jobs']} jobs, slowest {row['b_max_ms']:.1f} ms (registering "
+              f"{row['b_max_register_ms'] or 0:.1f}, releasing and after {row['b_max_release_ms'] or 0:.1f}), "
+              f"p50 {row['b_p50_ms']:.3f} ms; "
               f"C: {row['c_dtensors']} device tensors, slowest {row['c_max_ms'] or 0:.1f} ms")
         a.sock.close()
     if args.json:
