@@ -7,8 +7,8 @@ bytes. Client B sends small prefill jobs one after another, and client C makes a
 releases it; the figures are B's slowest job and C's slowest device tensor meanwhile against
 B's jobs alone, and how long A's registration and release took (docs/hardening.md). B and C go
 on for --tail-ms after the release's answer, since the arena's teardown (unpinning, unmapping)
-runs after it; B's slowest is also given for the registration and for the release and tail
-apart. A job is B1 H1 S128 D64 f16 from an arena of B's own.
+runs after it; B's and C's slowest are also given for the registration and for the release and
+tail apart. A job is B1 H1 S128 D64 f16 from an arena of B's own.
 
   bench/control_stall.py --socket S [--sizes-gib 1,4,16] [--tail-ms 1000] [--json OUT]
 """
@@ -69,7 +69,7 @@ def main():
             while not done.is_set():
                 t0 = time.perf_counter()
                 dt = c.call("dtensor_create", {"bytes": 1 << 20})["dtensor"]
-                made.append((time.perf_counter() - t0) * 1e3)
+                made.append((t0, (time.perf_counter() - t0) * 1e3))
                 c.call("dtensor_free", {"dtensor": dt})
 
         threads = [threading.Thread(target=register), threading.Thread(target=dtensors)]
@@ -83,21 +83,29 @@ def main():
             th.join()
         # A job still running when the registration ended counts in both phases.
         reg_end = span["released_at"] - span["release_ms"] / 1e3
-        in_reg = [ms for t, ms in zip(starts, during) if t < reg_end]
-        after = [ms for t, ms in zip(starts, during) if t + ms / 1e3 >= reg_end]
+
+        def phases(timed_calls):
+            return ([ms for t, ms in timed_calls if t < reg_end],
+                    [ms for t, ms in timed_calls if t + ms / 1e3 >= reg_end])
+        in_reg, after = phases(list(zip(starts, during)))
+        c_reg, c_after = phases(made)
         row = {"register_ms": span["register_ms"], "release_ms": span["release_ms"],
                "tail_ms": args.tail_ms, "b_jobs": len(during),
                "b_max_ms": max(during), "b_p50_ms": float(np.median(during)),
                "b_max_register_ms": max(in_reg, default=None),
                "b_max_release_ms": max(after, default=None),
-               "c_dtensors": len(made), "c_max_ms": max(made) if made else None}
+               "c_dtensors": len(made), "c_max_ms": max((ms for _, ms in made), default=None),
+               "c_max_register_ms": max(c_reg, default=None),
+               "c_max_release_ms": max(c_after, default=None)}
         out["sizes"][f"{gib:g} GiB"] = row
         print(f"A registers {gib:g} GiB in {row['register_ms']:.1f} ms, releases it in "
               f"{row['release_ms']:.1f} ms; B meanwhile: "
               f"{row['b_jobs']} jobs, slowest {row['b_max_ms']:.1f} ms (registering "
               f"{row['b_max_register_ms'] or 0:.1f}, releasing and after {row['b_max_release_ms'] or 0:.1f}), "
               f"p50 {row['b_p50_ms']:.3f} ms; "
-              f"C: {row['c_dtensors']} device tensors, slowest {row['c_max_ms'] or 0:.1f} ms")
+              f"C: {row['c_dtensors']} device tensors, slowest {row['c_max_ms'] or 0:.1f} ms "
+              f"(registering {row['c_max_register_ms'] or 0:.1f}, releasing and after "
+              f"{row['c_max_release_ms'] or 0:.1f})")
         a.sock.close()
     if args.json:
         with open(args.json, "w") as f:
