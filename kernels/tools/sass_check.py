@@ -106,9 +106,11 @@ def main():
     print("%-44s %6s %5s" % ("kernel", "instr", "R2UR") +
           (" %6s %9s %6s %6s %6s" % ("HGMMA", "waited", "spill", "loop", "loopR2U") if nvdisasm else ""))
     bad = False
+    found = 0
     for name, code in sorted(text_sections(sys.argv[1])):
         if want not in name:
             continue
+        found += 1
         words = [struct.unpack_from("<Q", code, i)[0] for i in range(0, len(code), 16)]
         r2ur = sum(1 for w in words if w & 0xFFF == R2UR)
         row = "%-44s %6d %5d" % (name[:44], len(words), r2ur)
@@ -135,6 +137,11 @@ def main():
         print(row)
     if not nvdisasm:
         print("(no nvdisasm: R2UR only; see this file's header)")
+    if not found:
+        # A host executable (hp_build.sh's harness) is an ELF too, but its kernels are in a
+        # compressed fatbin that this script does not unpack.
+        sys.exit("%s: no kernel named *%s*; a host executable's kernels are not read: build a "
+                 "cubin (this file's header)" % (sys.argv[1], want))
     sys.exit(1 if bad else 0)
 
 
