@@ -12,6 +12,8 @@
 // HP_OUT=file writes O as the last launch left it (raw f16, the run's layout), to compare
 // two builds' results (kernels/tools/hp_ab.py runs builds against each other with it).
 // HP_L2_PROMO=none|64|128|256 encodes the maps with that L2 promotion (gllmd's: 256).
+// HP_CPASYNC=1 times the cp.async producer's kernel instead (gllm_attn_fwd_hopper_f16_*, what
+// gllmd launches when the driver refuses a tensor map), never split: no timeline, no clock.
 // A probe (results wrong): HP_KV_L2=1 lays K's and V's heads and batches a row apart, so every
 // head reads nearly the same rows and they stay in L2 (what missing L2 costs).
 // Besides the time it prints the SMs' clock over the last timed launch (each block's clock64
@@ -195,7 +197,10 @@ int main(int argc, char **argv)
     const int keys = (S + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS;
     const gllm_cuda_hp_sched sc =
         gllm_cuda_hp_schedule(S, GLLM_CUDA_HP_ROWS(D), B * H, causal, grid, D == 128 ? keys : 0);
-    const bool split = !(split_env && !strcmp(split_env, "0")) && sc.whole_units < sc.units;
+    const char *cpasync_env = getenv("HP_CPASYNC");
+    const bool cpasync = cpasync_env && !strcmp(cpasync_env, "1");
+    const bool split =
+        !cpasync && !(split_env && !strcmp(split_env, "0")) && sc.whole_units < sc.units;
     if (split) {
         char *ws;
         CK(cudaMalloc(&ws, GLLM_CUDA_HP_SPLIT_BYTES(128, grid)));
@@ -207,8 +212,13 @@ int main(int argc, char **argv)
     const int smem = GLLM_CUDA_HP_SMEM(D), threads = GLLM_CUDA_HP_THREADS(D);
     void *fn = D == 128 ? (causal ? kernel<true, 128>() : kernel<false, 128>())
                         : (causal ? kernel<true, 64>() : kernel<false, 64>());
+    if (cpasync)           // the included file's cp.async entries, which take the plain params
+        fn = D == 128 ? (causal ? (void *)gllm_attn_fwd_hopper_f16_d128_causal
+                                : (void *)gllm_attn_fwd_hopper_f16_d128)
+                      : (causal ? (void *)gllm_attn_fwd_hopper_f16_d64_causal
+                                : (void *)gllm_attn_fwd_hopper_f16_d64);
     CK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    void *args[] = {&hp};
+    void *args[] = {cpasync ? (void *)&hp.a : (void *)&hp};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -250,7 +260,8 @@ int main(int argc, char **argv)
     const double clock_mhz = mhz.empty() ? 0 : mhz[mhz.size() / 2];
     const double tensor = clock_mhz > 0 ? flop / (us * 1e-6) / (clock_mhz * 1e6 * sms * 4096.0) : 0;
     printf("D%d B%d H%d S%d causal %d%s: grid %d, %.1f us, %.1f TFLOP/s, %.0f MHz, tensor %.1f%%\n",
-           D, B, H, S, causal, split ? " split" : "", grid, us, flop / us * 1e-6, clock_mhz,
+           D, B, H, S, causal, split ? " split" : cpasync ? " cp.async" : "", grid, us,
+           flop / us * 1e-6, clock_mhz,
            tensor * 100);
 
     if (const char *out_env = getenv("HP_OUT")) {
