@@ -236,8 +236,18 @@ static int spawn(struct dp_ctx *x, struct dp_proc *p, const char *name, struct d
     posix_spawn_file_actions_adddup2(&fa, work[1], DP_FD_WORK);
     posix_spawn_file_actions_adddup2(&fa, ctl_area, DP_FD_CTL_AREA);
     posix_spawn_file_actions_adddup2(&fa, work_area, DP_FD_WORK_AREA);
+    /* The device process is this binary, started through an fd of /proc/self/exe rather
+     * than the path itself: both name the running file, not one an upgrade put in its place,
+     * but under valgrind only the open is redirected to gllmd (an exec of the path would
+     * start valgrind's own tool, which refuses to run). Above 10, so that no dup2 above
+     * lands on it; the path is looked up before close-on-exec closes it. */
     pid_t pid;
-    r = -posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
+    const int exe = high_fd(open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
+    char exe_path[32];
+    snprintf(exe_path, sizeof exe_path, "/proc/self/fd/%d", exe);
+    r = exe < 0 ? -errno : -posix_spawn(&pid, exe_path, &fa, NULL, argv, environ);
+    if (exe >= 0)
+        close(exe);
     posix_spawn_file_actions_destroy(&fa);
     close(ctl[1]);
     close(work[1]);
