@@ -243,11 +243,14 @@ static int spawn(struct dp_ctx *x, struct dp_proc *p, const char *name, struct d
      * lands on it; the path is looked up before close-on-exec closes it. */
     pid_t pid;
     const int exe = high_fd(open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
-    char exe_path[32];
-    snprintf(exe_path, sizeof exe_path, "/proc/self/fd/%d", exe);
-    r = exe < 0 ? -errno : -posix_spawn(&pid, exe_path, &fa, NULL, argv, environ);
-    if (exe >= 0)
+    if (exe < 0) {
+        r = -errno;
+    } else {
+        char exe_path[32];
+        snprintf(exe_path, sizeof exe_path, "/proc/self/fd/%d", exe);
+        r = -posix_spawn(&pid, exe_path, &fa, NULL, argv, environ);
         close(exe);
+    }
     posix_spawn_file_actions_destroy(&fa);
     close(ctl[1]);
     close(work[1]);
