@@ -441,12 +441,13 @@ __device__ __forceinline__ void mask_tile(float (&s)[64], int n0, int Skv, int r
 }
 
 // Online softmax of one score tile, base 2, with attention_fwd.cu's lazy rescale: the
-// reference max moves only when a row's maximum passes it by more than 8 (log2 units).
-// Leaves exp2(s * qk_scale - max) in s and adds it to row_sum. Returns whether O must be
-// multiplied by scale_o (warp-uniform); row_sum is rescaled here already.
-__device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2],
-                                             float (&row_sum)[2], float (&scale_o)[2],
-                                             float qk_scale, bool pos_scale)
+// reference max moves only when a row's maximum passes it by more than slack (log2 units; 8
+// in the walk). rescale_to_max takes the tile's row maxima and moves the references, rescaling
+// row_sum at once; it returns whether O must be multiplied by scale_o (warp-uniform). exp_tile
+// leaves exp2(s * qk_scale - reference) in s and adds them to sum, row by row.
+__device__ __forceinline__ bool rescale_to_max(const float (&s)[64], float (&row_max)[2],
+                                               float (&row_sum)[2], float (&scale_o)[2],
+                                               float qk_scale, bool pos_scale, float slack)
 {
     float tile_max[2];
     if (pos_scale)
@@ -455,7 +456,7 @@ __device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2]
         row_extreme<false>(s, tile_max);
     tile_max[0] *= qk_scale;
     tile_max[1] *= qk_scale;
-    const bool grow = tile_max[0] > row_max[0] + 8.f || tile_max[1] > row_max[1] + 8.f;
+    const bool grow = tile_max[0] > row_max[0] + slack || tile_max[1] > row_max[1] + slack;
     const bool rescale = __any_sync(0xffffffff, grow);
     if (rescale) {
 #pragma unroll
@@ -466,6 +467,12 @@ __device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2]
             row_sum[hr] *= scale_o[hr];
         }
     }
+    return rescale;
+}
+
+__device__ __forceinline__ void exp_tile(float (&s)[64], const float (&row_max)[2], float qk_scale,
+                                         float (&sum)[2])
+{
     const float ref[2] = {row_max[0] == -INFINITY ? 0.f : row_max[0],
                           row_max[1] == -INFINITY ? 0.f : row_max[1]};
 #pragma unroll
@@ -474,10 +481,49 @@ __device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2]
         s[4 * n + 1] = fast_exp2(fmaf(s[4 * n + 1], qk_scale, -ref[0]));
         s[4 * n + 2] = fast_exp2(fmaf(s[4 * n + 2], qk_scale, -ref[1]));
         s[4 * n + 3] = fast_exp2(fmaf(s[4 * n + 3], qk_scale, -ref[1]));
-        row_sum[0] += s[4 * n] + s[4 * n + 1];
-        row_sum[1] += s[4 * n + 2] + s[4 * n + 3];
+        sum[0] += s[4 * n] + s[4 * n + 1];
+        sum[1] += s[4 * n + 2] + s[4 * n + 3];
     }
+}
+
+// Both, for a tile whose maxima are taken first; row_sum gets the tile's sums.
+__device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2],
+                                             float (&row_sum)[2], float (&scale_o)[2],
+                                             float qk_scale, bool pos_scale)
+{
+    const bool rescale = rescale_to_max(s, row_max, row_sum, scale_o, qk_scale, pos_scale, 8.f);
+    exp_tile(s, row_max, qk_scale, row_sum);
     return rescale;
+}
+
+// A thread's sum of its 32 exponentials of a row past which a speculative tile is taken again
+// (key_rest): below it, none of them is above 2^8, the bound the lazy rescale keeps.
+#define HP_SPEC_SUM 256.f
+
+// S = Q K^T again for one warp's 16 rows of its warpgroup (Q at q_wg, the tile's K at k_tile,
+// both laid out as hp_offset says), with mma.sync from shared memory: the rare path of
+// key_rest's speculative softmax. The accumulator of mma.sync's m16n8 tiles is each warp's
+// share of wgmma's m64n128 one, so s comes out as issue_qk leaves it.
+template <typename T, int D>
+__device__ __forceinline__ void qk_again(float (&s)[64], uint32_t q_wg, uint32_t k_tile)
+{
+    const int lane = threadIdx.x % 32, wrow = (threadIdx.x / 32 % 4) * 16;
+#pragma unroll
+    for (int i = 0; i < 64; i++)
+        s[i] = 0.f;
+#pragma unroll 1
+    for (int kk = 0; kk < D / 16; kk++) {
+        uint32_t a[4];
+        ldmatrix_x4(a, q_wg + hp_offset<Hp<D>::ROWS>(wrow + (lane & 15), kk * 16 + (lane >> 4) * 8));
+        const int key = (lane & 7) + ((lane >> 4) << 3), col = kk * 16 + ((lane >> 3) & 1) * 8;
+#pragma unroll
+        for (int n = 0; n < 16; n += 2) {
+            uint32_t b[4];
+            ldmatrix_x4(b, k_tile + hp_offset<HP_KEYS>(n * 8 + key, col));
+            mma16816<T>(&s[4 * n], a, b);
+            mma16816<T>(&s[4 * n + 4], a, b + 2);
+        }
+    }
 }
 
 // O's columns of each of a thread's two rows times that row's scale.
@@ -713,7 +759,9 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         pack_p<T>(s, pf);
         HP_TRACE(14, 0);
     }
-    for (int j = 1; j < w.n_mine; j++) {
+    // Turn j of tiles 1 .. n_mine - 1: S = Q K^T of key tile j and O += P V of tile j - 1 issued,
+    // then the wait for S.
+    auto turn = [&](int j) {
         ring.full_wait_kv(j);
         turns.begin();
         HP_TRACE(11, j);
@@ -725,17 +773,82 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         wg_wait<1>();                                  // S of j is in; P V of j - 1 may not be
         pin(s);
         HP_TRACE(13, j);
-        ring.release(j, 0);                            // this thread is done with K of j
-        if (j == w.n_mine - 1)
-            mbar_arrive(q_empty);                      // the last Q K^T has read Q
-        mask_tile<CAUSAL>(s, (w.k0 + j) * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t,
-                          w.masked);
-        pending = softmax_tile(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale);
-        wg_wait<0>();
-        pin(o);
-        pin(pf);
-        ring.release(j - 1, 1);                        // and with V of j - 1
-        pack_p<T>(s, pf);
+    };
+    // Speculative (v57, D = 128 without a causal mask): a key tile takes its exponentials
+    // against the references as they stand, without its row maxima, and only a sum past
+    // HP_SPEC_SUM (a miss) sends it the exact way, out of the loop so that the loop's code
+    // stays together. Its K and Q stay until the check. The walk's last tile gives Q back at
+    // once (the next tile's Q waits on it), so it is exact, and so is every tile after a miss:
+    // scores that keep growing pay for one miss a walk, not one a tile.
+    if constexpr (D == 128 && !CAUSAL) {
+        bool exact = false;
+        int j = 1;
+        while (j < w.n_mine) {
+            bool missed = false;
+            float sum[2];
+            for (; j < w.n_mine; j++) {
+                turn(j);
+                const bool spec = !exact && j + 1 < w.n_mine;
+                if (!spec)
+                    ring.release(j, 0);
+                if (j == w.n_mine - 1)
+                    mbar_arrive(q_empty);
+                mask_tile<CAUSAL>(s, (w.k0 + j) * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t,
+                                  w.masked);
+                if (spec) {
+                    pending = false;
+                    sum[0] = sum[1] = 0.f;
+                } else {
+                    pending = rescale_to_max(s, row_max, row_sum, scale_o, w.qk_scale,
+                                             w.pos_scale, 8.f);
+                    sum[0] = row_sum[0], sum[1] = row_sum[1];
+                }
+                exp_tile(s, row_max, w.qk_scale, sum);
+                wg_wait<0>();
+                pin(o);
+                pin(pf);
+                pack_p<T>(s, pf);                      // before the check, among the exp2
+                if (spec &&
+                    __any_sync(0xffffffff, sum[0] > HP_SPEC_SUM || sum[1] > HP_SPEC_SUM)) {
+                    missed = true;
+                    break;
+                }
+                if (spec)
+                    ring.release(j, 0);
+                ring.release(j - 1, 1);
+                row_sum[0] = spec ? row_sum[0] + sum[0] : sum[0];
+                row_sum[1] = spec ? row_sum[1] + sum[1] : sum[1];
+            }
+            if (missed) {                              // S of j again, then its exact softmax
+                exact = true;
+                qk_again<T, D>(s, (uint32_t)(w.dq & 0x3FFF) << 4,
+                               (uint32_t)(ring.k_desc(j) & 0x3FFF) << 4);
+                mask_tile<CAUSAL>(s, (w.k0 + j) * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t,
+                                  w.masked);
+                pending = rescale_to_max(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale,
+                                         0.f);
+                exp_tile(s, row_max, w.qk_scale, row_sum);
+                pack_p<T>(s, pf);
+                ring.release(j, 0);
+                ring.release(j - 1, 1);
+                j++;
+            }
+        }
+    } else {
+        for (int j = 1; j < w.n_mine; j++) {
+            turn(j);
+            ring.release(j, 0);                        // this thread is done with K of j
+            if (j == w.n_mine - 1)
+                mbar_arrive(q_empty);                  // the last Q K^T has read Q
+            mask_tile<CAUSAL>(s, (w.k0 + j) * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t,
+                              w.masked);
+            pending = softmax_tile(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale);
+            wg_wait<0>();
+            pin(o);
+            pin(pf);
+            ring.release(j - 1, 1);                    // and with V of j - 1
+            pack_p<T>(s, pf);
+        }
     }
     if (CROSS && w.n_mine > 0 && w.n_mine == w.n_tiles) {
         ow.pv = true;                                  // the last P V goes in the final turn

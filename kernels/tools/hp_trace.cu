@@ -9,6 +9,8 @@
 // PyTorch's), HP_DATA=normal (standard normal values, not uniform in [-0.5, 0.5)),
 // HP_SINGLE=1 (each launch alone on an idle GPU between its own events, as gllmd times a job,
 // not 20 back to back), HP_ITERS=n (n timed launches, not 20: a sustained load for the clock).
+// HP_RAMP=g adds scores that grow by about g / sqrt(D) a key tile (see below), which sends
+// every key tile of the walk's speculative softmax the exact way.
 // HP_OUT=file writes O as the last launch left it (raw f16, the run's layout), to compare
 // two builds' results (kernels/tools/hp_ab.py runs builds against each other with it).
 // HP_L2_PROMO=none|64|128|256 encodes the maps with that L2 promotion (gllmd's: 256).
@@ -168,8 +170,18 @@ int main(int argc, char **argv)
     CK(cudaMalloc(&k, n * 2));
     CK(cudaMalloc(&v, n * 2));
     CK(cudaMalloc(&o, n * 2));
+    // HP_RAMP=g: every query's column 0 is 1 and key j's is j * g / 128, so each key tile's
+    // scores pass the last one's by about g / sqrt(D) (past 8 log2 units, the walk's rescale;
+    // past 128, exp2 overflows a tile taken against the last maximum).
+    const char *ramp_env = getenv("HP_RAMP");
+    const float ramp = ramp_env ? (float)atof(ramp_env) : 0.f;
     for (void *dst : {q, k, v}) {               // Q, K and V each their own values
         fill();
+        if (ramp != 0.f && dst != v)
+            for (size_t i = 0; i < n; i += D) {
+                const size_t key = bhsd ? i / D % S : i / ((size_t)H * D) % S;
+                h[i] = __float2half(dst == q ? 1.f : (float)key * ramp / 128.f);
+            }
         CK(cudaMemcpy(dst, h.data(), n * 2, cudaMemcpyHostToDevice));
     }
     gllm_cuda_hp_params hp = {};

@@ -105,13 +105,21 @@ class Job:
 
 
 def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=None,
-          kv_bcast=False):
+          kv_bcast=False, ramp=0.0):
     """kv_bcast: K and V given with a head stride of 0 (every KV head the same rows), a
-    layout the Hopper kernels' TMA producer cannot take: their cp.async producer runs."""
+    layout the Hopper kernels' TMA producer cannot take: their cp.async producer runs.
+    ramp: every query's column 0 is 1 and key j's is j * ramp / 128, so each 128-key tile's
+    scores pass the last one's by about ramp / sqrt(D): the Hopper D = 128 kernel's
+    speculative softmax misses (past 8 in log2 units) and, past 128, its exp2 overflows."""
     job = Job(client, B, Hq, Hkv, Sq, Skv, D, dtype)
-    q = torch.randn(B, Hq, Sq, D, generator=rng).to(TORCH[dtype])
+    q = torch.randn(B, Hq, Sq, D, generator=rng)
     kv_heads = 1 if kv_bcast else Hkv
-    k = torch.randn(B, kv_heads, Skv, D, generator=rng).to(TORCH[dtype]).expand(B, Hkv, Skv, D)
+    k = torch.randn(B, kv_heads, Skv, D, generator=rng)
+    if ramp:
+        q[..., 0] = 1.0
+        k[..., 0] = torch.arange(Skv, dtype=torch.float32) * ramp / 128
+    q = q.to(TORCH[dtype])
+    k = k.to(TORCH[dtype]).expand(B, Hkv, Skv, D)
     v = torch.randn(B, kv_heads, Skv, D, generator=rng).to(TORCH[dtype]).expand(B, Hkv, Skv, D)
     job.fill(q, k, v)
     job.poison()
@@ -142,6 +150,8 @@ def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=Non
         name += f" scale {scale}"
     if kv_bcast:
         name += " kv heads broadcast"
+    if ramp:
+        name += f" ramp {ramp:g}"
     print(f"{'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e} (tol {TOL[dtype]:.0e}), "
           f"lse err {lse_err:.1e} (tol {LSE_TOL:.0e}){'' if written else ' UNWRITTEN OUTPUT'}",
           flush=True)
@@ -424,6 +434,13 @@ def main():
         # not a multiple): GQA, a ragged key tail inside a split part, ragged rows, wide scores
         (3, 40, 8, 1000, 4100, 128, "f16", False), (2, 36, 4, 1100, 5000, 128, "bf16", False),
         (5, 28, 28, 700, 4500, 128, "f16", False, 1.0),
+        # scores that grow key tile after key tile (v57's misses; at 1200 exp2 overflows when
+        # a tile is taken against the last maximum), in whole and split walks, and falling
+        (1, 8, 8, 1024, 1024, 128, "f16", False, None, False, 160.0),
+        (2, 8, 2, 700, 2000, 128, "bf16", False, None, False, 1200.0),
+        (3, 40, 8, 1000, 4100, 128, "f16", False, None, False, 40.0),
+        (1, 8, 8, 600, 1500, 128, "f16", False, None, False, -160.0),
+        (2, 8, 2, 500, 1500, 128, "bf16", False, None, True, 160.0),   # the cp.async kernel
     ]
     for _ in range(6):   # fresh random shapes every run
         r = [int(x) for x in torch.randint(1, 700, (2,), generator=rng)]
