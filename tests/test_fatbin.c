@@ -129,12 +129,11 @@ static void test_hopper_code(void **state)
         assert_true(c.hgmma >= 24);
         assert_true(2 * c.hgmma_waited <= c.hgmma);                  /* not serialised */
         const size_t len = strlen(sec);
+        const bool dense_d128 = !strstr(sec, "paged") && len > 5 && !strcmp(sec + len - 5, "_d128");
         if (strstr(sec, "paged_prefill") && strstr(sec, "_d64"))
             assert_true(c.local <= 2);
-        else if (strstr(sec, "hopper_tma_") && len > 5 && !strcmp(sec + len - 5, "_d128"))
-            assert_true(c.local <= 56);
-        else if (!strstr(sec, "paged") && len > 5 && !strcmp(sec + len - 5, "_d128"))
-            assert_true(c.local <= 24);
+        else if (dense_d128)
+            assert_true(c.local <= (strstr(sec, "hopper_tma_") ? 56 : 24));
         else
             assert_int_equal(c.local, 0);
         kernels++;
