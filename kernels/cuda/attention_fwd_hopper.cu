@@ -627,7 +627,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 
     // Consumers: warpgroup wg takes query rows [m0 + 64 wg, m0 + 64 wg + 64) of each tile.
     regs_inc<S::CONSUMER>();
-    const Consumer c = consumer_setup<D>(p.scale, s_q, s_kv);
+    const Consumer c = consumer_setup<D, D == 64 || !CAUSAL>(p.scale, s_q, s_kv);
     const int wg = c.wg, wrow = c.wrow, g = c.g, t = c.t;
     const bool o_thread = threadIdx.x % 128 == 0;    // issues the warpgroup's O stores
     uint32_t base = 0;                               // K/V loads of the block's earlier tiles

@@ -580,7 +580,7 @@ struct Consumer {
     bool pos_scale;
 };
 
-template <int D>
+template <int D, bool OPAQUE_DESC = D == 64>
 __device__ __forceinline__ Consumer consumer_setup(float scale, uint32_t s_q, uint32_t s_kv)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -592,11 +592,13 @@ __device__ __forceinline__ Consumer consumer_setup(float scale, uint32_t s_q, ui
     c.dq = desc_k_major(s_q + (uint32_t)c.wg * 64 * 128);
     c.dk0 = desc_k_major(s_kv);
     c.dv0 = desc_mn_major(s_kv + Hp<D>::KV_TILE);
-    if constexpr (D == 64) {
+    if constexpr (OPAQUE_DESC) {
         // Kept as made here: otherwise the compiler makes Q's and the stage's K descriptors
         // again from their shared addresses at every turn, a chain of about ten uniform
         // instructions before the first wgmma. Kept, the D = 64 key loop is 11 instructions
-        // shorter and 0.5-1.4% faster (v52); at D = 128 the same was 0.3-0.6% slower.
+        // shorter and 0.5-1.4% faster (v52); at D = 128 the same was 0.3-0.6% slower, but
+        // with v57's speculative walk (D = 128 without a causal mask) it takes the loop's 8
+        // R2UR away and is 0.5-0.7% faster (v57o).
         asm volatile("mov.b64 %0, %0;" : "+l"(c.dq));
         asm volatile("mov.b64 %0, %0;" : "+l"(c.dk0));
         asm volatile("mov.b64 %0, %0;" : "+l"(c.dv0));
