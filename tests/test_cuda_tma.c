@@ -474,7 +474,8 @@ static void test_pp_params(void **state)
 }
 
 /* Units split by keys (D = 128, not causal, units of at least GLLM_CUDA_HP_SPLIT_MIN_KEYS key
- * tiles; 16k-token shapes from S = 4096): the whole units go round by round, every round
+ * tiles, 16k-token shapes from S = 4096, or of half that where the last round is at most a
+ * quarter full, S = 2048 with 32 heads): the whole units go round by round, every round
  * full; the key tiles of the rest are dealt out in ranges one key tile apart at most, each
  * unit's key tiles done exactly once, a unit cut at most once, its two parts in slots 2x and
  * 2x + 1 (the first part, keys from 0, in the even slot, done by block x - 1; the second by
@@ -489,7 +490,9 @@ static void test_hp_split(void **state)
         {2, 32, 2048, 8192, 132, 1},  {3, 5, 1000, 4100, 7, 1},    {2, 8, 1000, 5000, 5, 1},
         {4, 31, 640, 4000, 132, 1},   {8, 16, 2048, 2048, 132, 0}, {32, 16, 512, 512, 132, 0},
         {1, 1, 100, 300, 132, 0},     {2, 3, 777, 1500, 1, 0},     {8, 17, 1024, 128, 132, 0},
-        {16, 33, 128, 5000, 132, 0},
+        {16, 33, 128, 5000, 132, 0},  {8, 32, 2048, 2048, 132, 1}, {1, 34, 2048, 2048, 132, 1},
+        {1, 35, 2048, 2048, 132, 1},  {1, 37, 2048, 2048, 132, 0}, {1, 34, 3072, 3072, 132, 1},
+        {1, 34, 2048, 1920, 132, 0},  {2, 8, 1000, 2500, 9, 1},    {2, 8, 1000, 2500, 3, 0},
     };
     const int64_t rows = GLLM_CUDA_HP_ROWS(128);
     for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
@@ -504,8 +507,11 @@ static void test_hp_split(void **state)
             gllm_cuda_hp_schedule((int32_t)Sq, (int32_t)rows, (int32_t)heads, 0, grid, keys);
         const gllm_cuda_hp_split sp = gllm_cuda_hp_split_of(&sc, keys);
         assert_int_equal(sp.keys > 0, shape[i].split);
-        assert_int_equal(sp.keys > 0, units > grid && units % grid != 0 &&
-                                          keys >= GLLM_CUDA_HP_SPLIT_MIN_KEYS);
+        const int64_t last = units % grid;
+        assert_int_equal(sp.keys > 0, units > grid && last != 0 &&
+                                          (keys >= GLLM_CUDA_HP_SPLIT_MIN_KEYS ||
+                                           (2 * keys >= GLLM_CUDA_HP_SPLIT_MIN_KEYS &&
+                                            last * 4 <= grid)));
         assert_int_equal(sp.keys > 0, sc.whole_units < sc.units);
         if (!sp.keys) {
             assert_int_equal(sc.whole_units, units);

@@ -124,11 +124,16 @@ typedef struct gllm_cuda_hp_sched {
  * order. A range is at least a unit's key tiles long, so a unit is cut at most once, into two
  * parts done by neighbouring blocks; each part's partial result goes to a slot
  * (gllm_cuda_hp_piece) and the part that counts in second adds the other to its own and writes
- * the tile. Only units of GLLM_CUDA_HP_SPLIT_MIN_KEYS key tiles or more are split: below, the
+ * the tile. Units of GLLM_CUDA_HP_SPLIT_MIN_KEYS key tiles or more are split: below, the
  * parts' extra tile boundaries, the merge and the switch between the two walks cost more than
- * the idle blocks (measured on an H100: S = 512 +8% time, 1k +2.5%, 2k level, 4k -1.2%, 8k -2%).
- * Only whole_units says so here: the kernels take the rest (gllm_cuda_hp_split) from the launch
- * when they come to the split units, so that it is not held through the whole ones. */
+ * the idle blocks (measured on an H100: S = 512 +8% time, 1k +2.5%, 2k level, 4k -1.2%, 8k -2%)
+ * unless the last round is nearly empty, since what the split saves is the last round's idle
+ * time. So units of half as many key tiles (S = 2k-4k) are split too where the last round is
+ * at most a quarter full (H200, v58: 16 key tiles, last round 3% full -0.5 to -1.8%, 12% -4.1%,
+ * 24% -2.1%, 24 key tiles 18% full -3.5%; split always, 16 key tiles lost 0.4-0.5% at 52% full
+ * and 2.2% at 48%). Only whole_units says so here: the kernels take the rest
+ * (gllm_cuda_hp_split) from the launch when they come to the split units, so that it is not
+ * held through the whole ones. */
 #define GLLM_CUDA_HP_SPLIT_MIN_KEYS 32
 GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t rows, int32_t heads,
                                                          int32_t causal, int32_t grid,
@@ -149,9 +154,11 @@ GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t row
      * against 9). */
     s.m_pad = causal ? (s.m_blocks * rows - Sq) / 64 * 64 : 0;
     s.whole_units = s.units;
-    if (!causal && split_keys >= GLLM_CUDA_HP_SPLIT_MIN_KEYS && s.units > grid &&
-        s.units % grid != 0 &&
-        (int64_t)(s.units % grid + grid) * split_keys * grid < ((int64_t)1 << 31))
+    const int32_t last_round = s.units % grid;   /* units in a part-filled last round */
+    if (!causal && s.units > grid && last_round != 0 &&
+        (split_keys >= GLLM_CUDA_HP_SPLIT_MIN_KEYS ||
+         (split_keys >= GLLM_CUDA_HP_SPLIT_MIN_KEYS / 2 && 4 * last_round <= grid)) &&
+        (int64_t)(last_round + grid) * split_keys * grid < ((int64_t)1 << 31))
         s.whole_units = (s.units / grid - 1) * grid;
     s.stride_div = gllm_cuda_fastdiv_of((uint32_t)(s.stride > 0 ? s.stride : 1));
     s.grid_div = gllm_cuda_fastdiv_of((uint32_t)grid);
