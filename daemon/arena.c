@@ -11,10 +11,7 @@
 #include "backend.h"
 #include "device_health.h"
 #include "gllm/errors.h"
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  /* Linux 5.14's value, for C libraries that predate it */
-#endif
+#include "mman_compat.h"
 
 int arena_map(int fd, uint64_t size, struct arena **out)
 {

@@ -2,11 +2,8 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23  /* Linux 5.14's value, for C libraries that predate it */
-#endif
-
 #include "cuda_pin.h"
+#include "mman_compat.h"
 
 struct cuda_pin {
     void *p;
