@@ -81,6 +81,26 @@ for _ in $(seq 200); do [ -S "$dsock" ] && break; sleep 0.05; done
 if python3 "$here/gpu_paged.py" --socket "$dsock" --repeat-only 50 --expect-repeatable > "$out/repeat.log" 2>&1
 then note "ok   $(grep -E '^  ok' "$out/repeat.log" | sed 's/^  ok   //')"
 else note "FAIL deterministic = on: $(tail -1 "$out/repeat.log")"; fails=$((fails + 1)); fi
+# ... and so must a dense prefill whose last units are split between blocks (D = 128 not
+# causal: 136 units of 32 key tiles, more than any GPU here has SMs), their parts merged in
+# one order whichever block finishes last.
+pdir=$(mktemp -d)
+python3 -c "
+import numpy as np
+g = np.random.default_rng(7)
+for name, s in (('q', 1024), ('k', 4096), ('v', 4096)):
+    np.save('$pdir/' + name + '.npy', g.standard_normal((1, 17, s, 128)).astype(np.float16))"
+runs=0
+for i in $(seq 20); do
+  "$build/gllmctl" --socket "$dsock" attn "$pdir/q.npy" "$pdir/k.npy" "$pdir/v.npy" \
+    -o "$pdir/o$i.npy" > "$out/repeat-prefill.log" 2>&1 || break
+  runs=$i
+done
+distinct=$(md5sum "$pdir"/o*.npy 2> /dev/null | cut -d' ' -f1 | sort -u | wc -l)
+if [ "$runs" = 20 ] && [ "$distinct" = 1 ]
+then note "ok   B1 H17 S1024 Skv4096 D128 prefill (split) run 20 times: 1 different output (gllmd deterministic = on)"
+else note "FAIL deterministic = on, split prefill: $runs runs, $distinct different outputs ($(tail -1 "$out/repeat-prefill.log"))"; fails=$((fails + 1)); fi
+rm -rf "$pdir"
 kill -TERM "$dpid"; wait "$dpid"
 
 echo; echo "== summary"; cat "$out/status.txt"; cat "$out/gllmctl_bench.txt" "$out/gllmctl_bench_decode.txt"
