@@ -397,6 +397,7 @@ def main():
     args = ap.parse_args()
     if args.sustained and not 0.2 <= args.sustained <= 10:
         ap.error("--sustained: want 0.2 to 10 seconds")
+    os.makedirs(args.out, exist_ok=True)   # now, not after a long run that then cannot write
     client = Client(args.socket)
     dev = client.caps["devices"][0]
     print(f"gllmd {client.caps['daemon']} backend {client.caps['backend']}: {dev['name']} "

@@ -438,6 +438,7 @@ def main():
     ap.add_argument("--expect-repeatable", action="store_true",
                     help="with --repeat-only: fail unless every output is the same")
     args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)   # now, not after a long run that then cannot write
     client = Client(args.socket)
     g = torch.Generator().manual_seed(int(time.time()))
     results, passed, total = [], 0, 0
