@@ -18,7 +18,9 @@ FAILS = []
 FAKE = r'''#!{python}
 # A stand-in for hp_trace: D B H S causal out.bin; FAKE_US its time, FAKE_DELTA added to O,
 # FAKE_NAN an O with a NaN, FAKE_FAIL an exit 3, FAKE_HANG a sleep of that many seconds (a
-# deadlocked kernel), FAKE_LOG a file each run appends its FAKE_NAME and HP_LAYOUT to.
+# deadlocked kernel), FAKE_LOG a file each run appends its FAKE_NAME and HP_LAYOUT to,
+# FAKE_FLIP a file whose count of O writes so far, odd or even, is added to O[0] (a result
+# that depends on the run).
 import os, sys, time
 import numpy as np
 e = os.environ
@@ -35,6 +37,11 @@ if e.get("HP_OUT"):
     o = (np.arange(64) * 0.25 + float(e.get("FAKE_DELTA", "0"))).astype(np.float16)
     if e.get("FAKE_NAN"):
         o[3] = np.nan
+    if e.get("FAKE_FLIP"):
+        n = os.path.getsize(e["FAKE_FLIP"]) if os.path.exists(e["FAKE_FLIP"]) else 0
+        with open(e["FAKE_FLIP"], "a") as f:
+            f.write("x")
+        o[0] += n % 2
     o.tofile(e["HP_OUT"])
 us = float(e.get("FAKE_US", "100")) * (2 if s == "2048" else 1)
 print(f"D{{d}} B{{b}} H{{h}} S{{s}} causal {{c}}: grid 132, {{us:.1f}} us, 1.0 TFLOP/s, 1700 MHz, tensor 50.0%")
@@ -98,6 +105,20 @@ def main():
     r = ab("--variant", f"base={fake}", "--variant", f"nan={fake},FAKE_NAN=1",
            "--shape", "64 1 1 128 0", "--rounds", "1", "--tol", "1")
     ok(r.returncode == 1 and "nan: DIFFER: not finite" in r.stdout, "an O with a NaN: DIFFER")
+    flip = os.path.join(tmp, "flip")
+    r = ab("--variant", f"base={fake}", "--variant", f"racy={fake},FAKE_FLIP={flip}",
+           "--shape", "64 1 1 128 0", "--rounds", "1", "--repeat", "3", "--tol", "1", "--json", out)
+    check = json.load(open(out))["shapes"]["D64 B1 H1 S128"]["check"] if r.returncode != 2 else {}
+    ok(r.returncode == 1 and check.get("racy", "").startswith("NOT REPEATABLE: 2 different O in 3 runs")
+       and "base" not in check,
+       f"--repeat 3: the variant whose O changes between runs named, exit 1 ({r.returncode}: {check})")
+    ok(os.path.getsize(flip) == 3, f"--repeat 3: three O runs of the racy variant ({os.path.getsize(flip)})")
+    r = ab("--variant", f"base={fake}", "--variant", f"same={fake}", "--shape", "64 1 1 128 0",
+           "--rounds", "1", "--repeat", "2", "--json", out)
+    ok(r.returncode == 0 and json.load(open(out)).get("repeat") == 2,
+       f"--repeat 2 of steady variants: exit 0, repeat in the JSON ({r.returncode})")
+    r = ab("--variant", f"base={fake}", "--shape", "64 1 1 128 0", "--repeat", "0")
+    ok(r.returncode == 2 and "--repeat must be at least 1" in r.stderr, "--repeat 0 refused")
     r = ab("--variant", f"base={fake}", "--variant", f"bad={fake},FAKE_FAIL=1",
            "--shape", "64 1 1 128 0", "--rounds", "1")
     ok(r.returncode == 2 and "bad D64 B1 H1 S128: exit 3: boom" in r.stderr,

@@ -15,8 +15,11 @@ gets HP_LAYOUT=bhsd (PyTorch's layout, as gpu_compare.py times) unless --layout 
 
 The check runs each variant once with HP_OUT and compares O with the first variant's: bit for
 bit by default (a change that moves loads must not change a bit), or, with --tol X, to within X
-of the first's largest magnitude (a change that reorders arithmetic). A variant that differs,
-or whose O is not finite, makes the exit status 1; its times are still taken and printed.
+of the first's largest magnitude (a change that reorders arithmetic). With --repeat N each
+variant's O is taken N times, and one whose runs differ among themselves is named NOT
+REPEATABLE (the split prefill's merge, whose result depended on which block finished last).
+A variant that differs, is not repeatable, or whose O is not finite, makes the exit status 1;
+its times are still taken and printed.
 
 Each harness run gets --timeout seconds (default 60): a build that deadlocks (v48's first did)
 is killed there and named, and the status is 2, instead of the call spending its device time
@@ -94,13 +97,22 @@ def run(variant, shape, layout, scratch, timeout, extra=None):
     return float(m.group(1))
 
 
-def check(variants, shape, layout, scratch, tol, timeout):
-    """Each variant's O against the first's: 'identical', 'within tol (x)' or why not."""
-    outs = []
+def check(variants, shape, layout, scratch, tol, timeout, repeat=1):
+    """Each variant's O against the first's: 'identical', 'within tol (x)' or why not. With
+    repeat > 1 each variant's O is taken that many times, and a variant whose runs differ
+    among themselves is named too ('NOT REPEATABLE': the order blocks finish in shows)."""
+    outs, differ_runs = [], {}
     for i, v in enumerate(variants):
         path = os.path.join(scratch, f"o{i}.bin")
-        run(v, shape, layout, scratch, timeout, {"HP_OUT": path, "HP_ITERS": "2"})
-        outs.append(np.fromfile(path, np.float16))
+        seen = set()
+        for _ in range(repeat):
+            run(v, shape, layout, scratch, timeout, {"HP_OUT": path, "HP_ITERS": "2"})
+            o = np.fromfile(path, np.float16)
+            if not seen:
+                outs.append(o)
+            seen.add(o.tobytes())
+        if len(seen) > 1:
+            differ_runs[v["name"]] = len(seen)
     ref = outs[0]
     scale = float(np.max(np.abs(ref.astype(np.float64)))) if ref.size else 0.0
     verdicts = {}
@@ -117,6 +129,10 @@ def check(variants, shape, layout, scratch, tol, timeout):
             verdicts[v["name"]] = f"{'within tol' if ok else 'DIFFER'} ({err:.2e} of max |O|)"
     if not np.isfinite(ref).all():
         verdicts[variants[0]["name"]] = "DIFFER: the reference's O is not finite"
+    for name, n in differ_runs.items():
+        said = verdicts.get(name)
+        verdicts[name] = (f"NOT REPEATABLE: {n} different O in {repeat} runs" +
+                          (f"; first run {said}" if said else ""))
     return verdicts
 
 
@@ -132,6 +148,8 @@ def main(argv=None):
     ap.add_argument("--tol", type=float, default=0.0,
                     help="accept O within this fraction of the first's largest |O| (0: bit for bit)")
     ap.add_argument("--no-check", action="store_true", help="time only")
+    ap.add_argument("--repeat", type=int, default=1, metavar="N",
+                    help="take each variant's O N times and name one whose runs differ")
     ap.add_argument("--timeout", type=float, default=60.0,
                     help="seconds a harness run may take before it is killed (default 60)")
     ap.add_argument("--json", help="write the figures here")
@@ -143,11 +161,13 @@ def main(argv=None):
         ap.error("--rounds must be at least 1")
     if not args.timeout > 0:
         ap.error("--timeout must be more than 0")
+    if args.repeat < 1:
+        ap.error("--repeat must be at least 1")
 
     doc = {"schema": "gllm-hp-ab/1",
            "when": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
            "commit": benchrun.commit(), **benchrun.nvidia_smi(),
-           "layout": args.layout, "rounds": args.rounds,
+           "layout": args.layout, "rounds": args.rounds, "repeat": args.repeat,
            "variants": {v["name"]: {"path": v["path"], "env": v["env"]} for v in args.variant},
            "shapes": {}}
     differ = False
@@ -157,10 +177,10 @@ def main(argv=None):
                 entry = doc["shapes"].setdefault(shape_name(shape), {"us": {n: [] for n in names}})
                 if not args.no_check:
                     entry["check"] = check(args.variant, shape, args.layout, scratch, args.tol,
-                                           args.timeout)
+                                           args.timeout, args.repeat)
                     for name, verdict in entry["check"].items():
                         print(f"O {shape_name(shape)} {name}: {verdict}", flush=True)
-                        differ |= verdict.startswith("DIFFER")
+                        differ |= verdict.startswith(("DIFFER", "NOT REPEATABLE"))
             for r in range(args.rounds):
                 for shape in args.shape:
                     entry = doc["shapes"][shape_name(shape)]
