@@ -415,26 +415,34 @@ __device__ __forceinline__ bool split_merge(const gllm_cuda_hp_params *hp, int p
     if (!second)
         return false;
     __threadfence();
+    // Both parts are read from their slots, the tile's first part (even slot) first, so the
+    // sums are the same whichever block counted in second: a * x + b * y compiles to a fused
+    // multiply-add whose rounding depends on which product is fused, and with this block's part
+    // always first the result changed with the order the blocks finished in (against
+    // deterministic = on's promise). This block's part is read back from L2, where it has just
+    // gone.
     const float4 *other = reinterpret_cast<const float4 *>(hp->split_parts) +
                           (int64_t)((part ^ 1) * CONSUMERS + wg) * V4 * 128 + i;
-    const float4 ms = __ldcg(other + (D / 8) * 128);
-    const float m_other[2] = {ms.x, ms.y}, l_other[2] = {ms.z, ms.w};
-    float f_mine[2], f_other[2];
+    const float4 *p0 = part & 1 ? other : slot, *p1 = part & 1 ? slot : other;
+    const float4 ms0 = __ldcg(p0 + (D / 8) * 128), ms1 = __ldcg(p1 + (D / 8) * 128);
+    const float m0[2] = {ms0.x, ms0.y}, l0[2] = {ms0.z, ms0.w};
+    const float m1[2] = {ms1.x, ms1.y}, l1[2] = {ms1.z, ms1.w};
+    float f0[2], f1[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        const float mx = fmaxf(row_max[hr], m_other[hr]);
-        f_mine[hr] = row_max[hr] == -INFINITY ? 0.f : exp2f(row_max[hr] - mx);
-        f_other[hr] = m_other[hr] == -INFINITY ? 0.f : exp2f(m_other[hr] - mx);
-        row_sum[hr] = row_sum[hr] * f_mine[hr] + l_other[hr] * f_other[hr];
+        const float mx = fmaxf(m0[hr], m1[hr]);
+        f0[hr] = m0[hr] == -INFINITY ? 0.f : exp2f(m0[hr] - mx);
+        f1[hr] = m1[hr] == -INFINITY ? 0.f : exp2f(m1[hr] - mx);
+        row_sum[hr] = l0[hr] * f0[hr] + l1[hr] * f1[hr];
         row_max[hr] = mx;
     }
 #pragma unroll
     for (int k = 0; k < D / 8; k++) {
-        const float4 v = __ldcg(other + k * 128);
-        o[4 * k] = o[4 * k] * f_mine[0] + v.x * f_other[0];
-        o[4 * k + 1] = o[4 * k + 1] * f_mine[0] + v.y * f_other[0];
-        o[4 * k + 2] = o[4 * k + 2] * f_mine[1] + v.z * f_other[1];
-        o[4 * k + 3] = o[4 * k + 3] * f_mine[1] + v.w * f_other[1];
+        const float4 a = __ldcg(p0 + k * 128), b = __ldcg(p1 + k * 128);
+        o[4 * k] = a.x * f0[0] + b.x * f1[0];
+        o[4 * k + 1] = a.y * f0[0] + b.y * f1[0];
+        o[4 * k + 2] = a.z * f0[1] + b.z * f1[1];
+        o[4 * k + 3] = a.w * f0[1] + b.w * f1[1];
     }
     return true;
 }
