@@ -440,6 +440,14 @@ def main():
         (1, 8, 8, 1024, 1024, 128, "f16", False, None, False, 160.0),
         (2, 8, 2, 700, 2000, 128, "bf16", False, None, False, 1200.0),
         (3, 40, 8, 1000, 4100, 128, "f16", False, None, False, 40.0),
+        # overflowing where 132 SMs split its units (272 of 16 key tiles: 8 in the last round)
+        # and the last row block's warps disagree (rows past Sq have no scores to overflow;
+        # a miss path that needed the whole warpgroup hung here, v59c)
+        (1, 34, 17, 1000, 2048, 128, "bf16", False, None, False, 1200.0),
+        # overflowing at the walk's last key tile (two, the second ragged), ragged rows, both
+        # producers
+        (2, 8, 2, 300, 200, 128, "bf16", False, None, False, 1200.0),
+        (1, 4, 4, 130, 250, 128, "f16", False, None, True, 1200.0),
         (1, 8, 8, 600, 1500, 128, "f16", False, None, False, -160.0),
         (2, 8, 2, 500, 1500, 128, "bf16", False, None, True, 160.0),   # the cp.async kernel
     ]
