@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import benchrun  # noqa: E402
-from gllm_raw import Arena, Client  # noqa: E402
+from gllm_raw import Arena, Client, GllmError  # noqa: E402
 
 TOL = {"f16": 3e-3, "bf16": 2e-2, "f32": 1e-5}
 LSE_TOL = 2e-3     # absolute, natural log: float32 sums of the rounded inputs' exponentials
@@ -131,7 +131,22 @@ def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=Non
         scale = 1 / math.sqrt(D)
     else:
         params["scale"] = scale
-    client.call("attention", params)
+    name = f"B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {dtype}{' causal' if causal else ''}"
+    if "scale" in params:
+        name += f" scale {scale}"
+    if kv_bcast:
+        name += " kv heads broadcast"
+    if ramp:
+        name += f" ramp {ramp:g}"
+    try:
+        client.call("attention", params)
+    except GllmError as e:
+        # A failed job (a kernel past the watchdog, say: gllmd resets the device and serves
+        # on) fails its case; the cases after it still run.
+        print(f"FAIL {name}: {e}", flush=True)
+        results.append({"case": name, "error": str(e), "ok": False})
+        job.release()
+        return False
     got = job.output().to(torch.float64)
     want, want_lse = (t.cpu() for t in reference(q.cuda(), k.cuda(), v.cuda(), causal, scale))
     written = not torch.isnan(got).any().item()
@@ -145,13 +160,6 @@ def check(client, rng, results, B, Hq, Hkv, Sq, Skv, D, dtype, causal, scale=Non
         if not torch.equal(got_lse[~finite], want_lse[~finite]):
             lse_err = float("inf")
     ok = written and err <= TOL[dtype] and lse_err <= LSE_TOL
-    name = f"B{B} Hq{Hq} Hkv{Hkv} Sq{Sq} Skv{Skv} D{D} {dtype}{' causal' if causal else ''}"
-    if "scale" in params:
-        name += f" scale {scale}"
-    if kv_bcast:
-        name += " kv heads broadcast"
-    if ramp:
-        name += f" ramp {ramp:g}"
     print(f"{'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e} (tol {TOL[dtype]:.0e}), "
           f"lse err {lse_err:.1e} (tol {LSE_TOL:.0e}){'' if written else ' UNWRITTEN OUTPUT'}",
           flush=True)
