@@ -117,8 +117,9 @@
 // with the consumers reading the next unit's item a unit ahead (kept; within noise of pp3):
 // D128 0.95 / 0.95-0.96 / 0.89-0.90 (B32 x 512) / 0.91-0.98 (B64 x 2048); D = 64, against
 // 0.92 / 0.96 / 0.73, 0.98 / 0.97-0.98 / 0.95 (B32 x 512 187 -> 247 TFLOP/s).
-// The D = 64 producer spills 4 bytes at its 32 registers (D = 128: none); not found which
-// value, without SASS tools here.
+// The D = 64 producer spills 4 bytes at its 32 registers (D = 128: none): the stage-free part
+// of dst (s_kv + v * KV_TILE), stored and loaded in the producer warps' code, outside any
+// consumer's path (kernels/tools/sass_check.py and nvdisasm, 2026-11-28).
 // O through shared memory at D = 128 (pp3o): the dense kernel's v21 epilogue (two stages, the
 // third's shared memory holding each warpgroup's O tile, one thread's TMA store waited for only
 // before the tile is written again) for a warpgroup whose 64 rows are all the item's; others
