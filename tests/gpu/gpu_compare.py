@@ -25,6 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import benchrun  # noqa: E402
 from gllm_raw import Arena, Client, GllmError  # noqa: E402
+import prefill_shapes  # noqa: E402
+from prefill_shapes import shape_name  # noqa: E402
 
 TOL = {"f16": 3e-3, "bf16": 2e-2, "f32": 1e-5}
 LSE_TOL = 2e-3     # absolute, natural log: float32 sums of the rounded inputs' exponentials
@@ -251,11 +253,6 @@ def check_heads(job, q, k, v, causal, heads):
     return ((got - want).abs().max() / want.abs().max()).item()
 
 
-def shape_name(B, H, Hkv, S, D, dtype, causal):
-    """A bench shape as the results name it (Hkv only where it differs from H)."""
-    return f"B{B} H{H}{f' Hkv{Hkv}' if Hkv != H else ''} S{S} D{D} {dtype}{' causal' if causal else ''}"
-
-
 def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None, sustain=0.0):
     """results: also check the output (batch 0, first and last head) in float64 first.
     sustain: also time gllm and cuDNN under a sustained load of that many seconds each, twice,
@@ -476,14 +473,9 @@ def main():
     if not args.skip_bench:
         h2d = pinned_h2d_gbps()
         print(f"PyTorch pinned host-to-device copy: {h2d:.1f} GB/s", flush=True)
-        shapes = [((4, 32, 2048, 128, "f16", False), None), ((4, 32, 2048, 128, "f16", True), None),
-                  ((2, 32, 4096, 128, "bf16", True), None), ((8, 16, 1024, 64, "f16", False), None)]
+        shapes = [(s, None) for s in prefill_shapes.STANDARD]
         if args.sweep:
-            shapes = [((16384 // S, 2048 // D, S, D, dt, c), None) for dt in ("f16", "bf16")
-                      for D in (64, 128) for c in (False, True)
-                      for S in (512, 1024, 2048, 4096, 8192, 16384)]
-            shapes += [((16384 // S, 32, S, 128, "bf16", c), 32 // g) for g in (4, 8)
-                       for c in (False, True) for S in (2048, 8192)]
+            shapes = prefill_shapes.sweep()
         for shape, hkv in shapes:
             B, H, S, D, dt, c = shape
             if args.match and not re.search(args.match, shape_name(B, H, hkv or H, S, D, dt, c)):
