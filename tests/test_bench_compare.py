@@ -14,13 +14,7 @@ import sys
 import tempfile
 import time
 
-FAILS = []
-
-
-def ok(cond, what):
-    print(f"{'ok  ' if cond else 'FAIL'} {what}", flush=True)
-    if not cond:
-        FAILS.append(what)
+from checklist import FAILS, ok, summary
 
 
 def run(args, **kw):
@@ -215,8 +209,7 @@ def main():
     check_commit(repo, head, ok)
     if args.gllmd and args.gllmctl:
         check_gllmctl(args, tmp, ok, repo, head)
-    print(f"\n{len(FAILS)} failed" if FAILS else "\nall passed")
-    return 1 if FAILS else 0
+    return summary()
 
 
 def git(repo, *a):

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-FAILS = []
+from checklist import ok, summary
 
 FAKE = r'''#!{python}
 # A stand-in for hp_trace: D B H S causal out.bin; FAKE_US its time, FAKE_DELTA added to O,
@@ -46,12 +46,6 @@ if e.get("HP_OUT"):
 us = float(e.get("FAKE_US", "100")) * (2 if s == "2048" else 1)
 print(f"D{{d}} B{{b}} H{{h}} S{{s}} causal {{c}}: grid 132, {{us:.1f}} us, 1.0 TFLOP/s, 1700 MHz, tensor 50.0%")
 '''
-
-
-def ok(cond, what):
-    print(f"{'ok  ' if cond else 'FAIL'} {what}", flush=True)
-    if not cond:
-        FAILS.append(what)
 
 
 def main():
@@ -140,8 +134,7 @@ def main():
     r = ab("--variant", f"a={fake}", "--variant", f"a={fake}", "--shape", "64 1 1 128 0")
     ok(r.returncode == 2 and "differ" in r.stderr, "two variants of one name refused")
 
-    print(f"{len(FAILS)} failed" if FAILS else "all passed")
-    return 1 if FAILS else 0
+    return summary()
 
 
 if __name__ == "__main__":

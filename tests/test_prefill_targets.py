@@ -10,13 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-FAILS = []
-
-
-def ok(cond, what):
-    print(f"{'ok  ' if cond else 'FAIL'} {what}", flush=True)
-    if not cond:
-        FAILS.append(what)
+from checklist import ok, summary
 
 
 def main():
@@ -120,8 +114,7 @@ def main():
                        capture_output=True, text=True, timeout=60)
     ok(r.returncode == 2 and "sweep.json" in r.stderr, "unreadable results: status 2")
 
-    print(f"{len(FAILS)} failed" if FAILS else "all passed")
-    return 1 if FAILS else 0
+    return summary()
 
 
 if __name__ == "__main__":
