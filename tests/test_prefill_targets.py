@@ -33,15 +33,21 @@ def main():
             checks.append({"case": name + " heads 0,last", "rel_err": 1e-4, "ok": True})
         return cases, checks
 
-    def run(ratio=None, paged=0.95, fail_check=None, drop=None, unchecked=None, use_paged=True):
+    def run(ratio=None, paged=0.95, fail_check=None, drop=None, unchecked=None, use_paged=True,
+            twice=False, zero=None):
         ratio = ratio or {}
         sc, schecks = prefill(prefill_shapes.sweep(), ratio)
         bc, _ = prefill([(s, None) for s in prefill_shapes.STANDARD], ratio)
         sc = [c for c in sc if c["name"] != drop]
+        for c in sc:
+            if c["name"] == zero:
+                c["figures"]["cudnn_graph_tflops"] = [0.0]
         schecks = [c for c in schecks if c["case"] != (unchecked or "") + " heads 0,last"]
         cases = [{"case": "B1 Hq8 Hkv8 Sq256 Skv256 D128 f16", "rel_err": 1e-4, "ok": True},
                  {"case": "B2 Hq8 Hkv2 Sq300 Skv200 D128 bf16 ramp 1200", "rel_err": 3e-3,
                   "ok": fail_check is None}]
+        if twice:     # a case run twice under one name: the second failed
+            cases += [dict(cases[0]), dict(cases[0], ok=False)]
         meta = {"device": "NVIDIA H100", "date": "2026-11-28T20:00:00Z", "commit": "abc"}
         docs = {"sweep": {"meta": meta, "cases": sc, "correctness": schecks},
                 "bench": {"meta": meta, "cases": bc, "correctness": cases},
@@ -98,6 +104,12 @@ def main():
     r, v = run(fail_check=True)
     ok(r.returncode == 1 and "NOT MET float64" in r.stdout and "ramp 1200" in r.stdout,
        "a failed float64 case named")
+    r, v = run(twice=True)
+    ok(r.returncode == 1 and "NOT MET float64" in r.stdout,
+       "a failed check not hidden by a passed one of the same name")
+    r, v = run(zero="B8 H16 S2048 D128 f16")
+    ok(r.returncode == 2 and "cudnn_graph_tflops" in r.stderr and v is None,
+       "a figure of 0: status 2, not a division by zero")
     r, v = run(use_paged=False)
     ok(r.returncode == 0 and "not judged: chunked prefill" in r.stdout and v is not None and
        len(v["targets"]) == 3, "without --paged the chunked prefill is not judged")

@@ -51,21 +51,31 @@ def load(path):
 
 
 def median(figures, key, where):
-    v = figures.get(key)
-    if not isinstance(v, list) or not v or not all(isinstance(x, (int, float)) for x in v):
-        raise Incomplete(f"{where}: no {key}")
+    v = figures.get(key) if isinstance(figures, dict) else None
+    if not isinstance(v, list) or not v or not all(isinstance(x, (int, float)) and x > 0
+                                                   for x in v):
+        raise Incomplete(f"{where}: no {key} (a list of positive figures)")
     return statistics.median(v)
+
+
+def cases(doc, key):
+    """doc[key] as a list of objects (the results' cases, correctness)."""
+    v = (doc or {}).get(key, [])
+    if not isinstance(v, list) or not all(isinstance(c, dict) for c in v):
+        raise Incomplete(f"{key} is not a list of objects")
+    return v
 
 
 def ratios(doc, path):
     """Prefill shape name -> (params, gllm back to back / cuDNN graph)."""
     out = {}
-    for c in doc["cases"]:
+    for c in cases(doc, "cases"):
         if c.get("suite") != "prefill":
             continue
         where = f"{path}: {c.get('name')}"
-        f = c.get("figures", {})
-        out[c.get("name")] = (c.get("params", {}),
+        f = c.get("figures")
+        p = c.get("params") if isinstance(c.get("params"), dict) else {}
+        out[c.get("name")] = (p,
                               median(f, "gllm_back_to_back_tflops", where) /
                               median(f, "cudnn_graph_tflops", where))
     return out
@@ -102,23 +112,22 @@ def judge(sweep, bench, paged):
     if paged is not None:
         pp = [(median(c["figures"], "gllm_paged_tflops", c.get("name")) /
                median(c["figures"], "gllm_dense_tflops", c.get("name")), c.get("name"))
-              for c in paged["cases"] if c.get("suite") == "paged-prefill"]
+              for c in cases(paged, "cases") if c.get("suite") == "paged-prefill"]
         if not pp:
             raise Incomplete("the paged results hold no chunked prefill")
         out.append(target("chunked prefill against the dense kernel", PAGED_OF_DENSE, pp))
-    checks = {}
-    for doc, kind in ((sweep, "sweep"), (bench, "cases"), (paged, "paged")):
-        for r in (doc or {}).get("correctness", []):
-            checks[(kind, r.get("case"))] = bool(r.get("ok"))
-    swept = [n + " heads 0,last" for n in names(prefill_shapes.sweep())]
-    unchecked = [n for n in swept if ("sweep", n) not in checks]
+    checks = [(kind, r.get("case"), r.get("ok") is True)
+              for doc, kind in ((sweep, "sweep"), (bench, "cases"), (paged, "paged"))
+              for r in cases(doc, "correctness")]
+    checked = {c for kind, c, _ in checks if kind == "sweep"}
+    unchecked = [n for n in (n + " heads 0,last" for n in names(prefill_shapes.sweep()))
+                 if n not in checked]
     if unchecked:
         raise Incomplete(f"the sweep was not checked in float64 for {len(unchecked)} shapes: " +
                          ", ".join(unchecked[:4]) + (", ..." if len(unchecked) > 4 else ""))
-    failed = sorted(c for (_, c), ok in checks.items() if not ok)
+    failed = sorted(str(c) for _, c, ok in checks if not ok)
     out.append({"target": "float64 checks (sweep, cases, paged)", "met": not failed,
-                "checks": len(checks),
-                "failed": failed})
+                "checks": len(checks), "failed": failed})
     return out
 
 
