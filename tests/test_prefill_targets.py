@@ -30,7 +30,7 @@ def main():
                                      "head_dim": D, "dtype": dt, "causal": c},
                           "figures": {"gllm_back_to_back_tflops": [600.0 * r, 600.0 * r + 1],
                                       "cudnn_graph_tflops": [600.0, 601.0]}})
-            checks.append({"case": name + " heads 0,last", "rel_err": 1e-4, "ok": True})
+            checks.append({"case": name + prefill_shapes.CHECKED, "rel_err": 1e-4, "ok": True})
         return cases, checks
 
     def run(ratio=None, paged=0.95, fail_check=None, drop=None, unchecked=None, use_paged=True,
@@ -42,7 +42,7 @@ def main():
         for c in sc:
             if c["name"] == zero:
                 c["figures"]["cudnn_graph_tflops"] = [0.0]
-        schecks = [c for c in schecks if c["case"] != (unchecked or "") + " heads 0,last"]
+        schecks = [c for c in schecks if c["case"] != (unchecked or "") + prefill_shapes.CHECKED]
         cases = [{"case": "B1 Hq8 Hkv8 Sq256 Skv256 D128 f16", "rel_err": 1e-4, "ok": True},
                  {"case": "B2 Hq8 Hkv2 Sq300 Skv200 D128 bf16 ramp 1200", "rel_err": 3e-3,
                   "ok": fail_check is None}]

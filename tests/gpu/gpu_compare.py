@@ -273,7 +273,7 @@ def bench(client, B, H, S, D, dtype, causal, iters, rows, Hkv=None, results=None
         ok = err <= TOL[dtype]
         print(f"{'ok  ' if ok else 'FAIL'} {name} (batch 0, heads 0 and {H - 1}): rel err "
               f"{err:.2e} (tol {TOL[dtype]:.0e})", flush=True)
-        results.append({"case": name + " heads 0,last", "rel_err": err, "ok": ok})
+        results.append({"case": name + prefill_shapes.CHECKED, "rel_err": err, "ok": ok})
     kern, e2e, copy_bw = [], [], []
     slow = 1 + benchrun.slowdown()     # the test hook: 1 unless GLLM_BENCH_SLOWDOWN is set
     client.call("attention", params)   # warm-up

@@ -18,6 +18,10 @@ def sweep():
     return shapes
 
 
+# A sweep shape's float64 check, as gpu_compare.py records it: the shape's name and this.
+CHECKED = " heads 0,last"
+
+
 def shape_name(B, H, Hkv, S, D, dtype, causal):
     """A bench shape as the results name it (Hkv only where it differs from H)."""
     return f"B{B} H{H}{f' Hkv{Hkv}' if Hkv != H else ''} S{S} D{D} {dtype}{' causal' if causal else ''}"

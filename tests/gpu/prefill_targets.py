@@ -95,13 +95,18 @@ def target(what, bar, figures):
             "below": [{"shape": s, "figure": v} for v, s in below]}
 
 
+def few(shapes):
+    """The first few of a list of shapes, for an error."""
+    return f"{len(shapes)} shapes: " + ", ".join(shapes[:4]) + (", ..." if len(shapes) > 4 else "")
+
+
 def judge(sweep, bench, paged):
     sw, st = ratios(sweep, "sweep"), ratios(bench, "bench")
-    missing = [n for n in names(prefill_shapes.sweep()) if n not in sw]
+    swept = names(prefill_shapes.sweep())
+    missing = [n for n in swept if n not in sw]
     missing += [n for n in names((s, None) for s in prefill_shapes.STANDARD) if n not in st]
     if missing:
-        raise Incomplete(f"results lack {len(missing)} shapes: " + ", ".join(missing[:4]) +
-                         (", ..." if len(missing) > 4 else ""))
+        raise Incomplete("results lack " + few(missing))
     every = [(r, n) for n, (_, r) in sw.items()]
     every += [(r, n + " (standard)") for n, (_, r) in st.items()]
     out = [target("at least cuDNN on every sweep and standard shape", AT_LEAST_CUDNN, every)]
@@ -120,11 +125,9 @@ def judge(sweep, bench, paged):
               for doc, kind in ((sweep, "sweep"), (bench, "cases"), (paged, "paged"))
               for r in cases(doc, "correctness")]
     checked = {c for kind, c, _ in checks if kind == "sweep"}
-    unchecked = [n for n in (n + " heads 0,last" for n in names(prefill_shapes.sweep()))
-                 if n not in checked]
+    unchecked = [n for n in swept if n + prefill_shapes.CHECKED not in checked]
     if unchecked:
-        raise Incomplete(f"the sweep was not checked in float64 for {len(unchecked)} shapes: " +
-                         ", ".join(unchecked[:4]) + (", ..." if len(unchecked) > 4 else ""))
+        raise Incomplete("the sweep was not checked in float64 for " + few(unchecked))
     failed = sorted(str(c) for _, c, ok in checks if not ok)
     out.append({"target": "float64 checks (sweep, cases, paged)", "met": not failed,
                 "checks": len(checks), "failed": failed})
