@@ -415,34 +415,37 @@ __device__ __forceinline__ bool split_merge(const gllm_cuda_hp_params *hp, int p
     if (!second)
         return false;
     __threadfence();
-    // Both parts are read from their slots, the tile's first part (even slot) first, so the
-    // sums are the same whichever block counted in second: a * x + b * y compiles to a fused
-    // multiply-add whose rounding depends on which product is fused, and with this block's part
-    // always first the result changed with the order the blocks finished in (against
-    // deterministic = on's promise). This block's part is read back from L2, where it has just
-    // gone.
+    // The sums are taken in slot order, the tile's first part (even slot) the fused one, so
+    // they are the same whichever block counted in second: a * x + b * y left to the compiler
+    // becomes one fused multiply-add whose rounding depends on which product is fused, and
+    // with this block's part always first the result changed with the order the blocks
+    // finished in (against deterministic = on's promise). __fmaf_rn and __fmul_rn pin the
+    // rounding, so this block's part stays in its registers; only the other's is read.
     const float4 *other = reinterpret_cast<const float4 *>(hp->split_parts) +
                           (int64_t)((part ^ 1) * CONSUMERS + wg) * V4 * 128 + i;
-    const float4 *p0 = part & 1 ? other : slot, *p1 = part & 1 ? slot : other;
-    const float4 ms0 = __ldcg(p0 + (D / 8) * 128), ms1 = __ldcg(p1 + (D / 8) * 128);
-    const float m0[2] = {ms0.x, ms0.y}, l0[2] = {ms0.z, ms0.w};
-    const float m1[2] = {ms1.x, ms1.y}, l1[2] = {ms1.z, ms1.w};
-    float f0[2], f1[2];
+    const bool mine_first = !(part & 1);
+    auto merge = [mine_first](float mine, float f_mine, float theirs, float f_theirs) {
+        return mine_first ? __fmaf_rn(mine, f_mine, __fmul_rn(theirs, f_theirs))
+                          : __fmaf_rn(theirs, f_theirs, __fmul_rn(mine, f_mine));
+    };
+    const float4 ms = __ldcg(other + (D / 8) * 128);
+    const float m_theirs[2] = {ms.x, ms.y}, l_theirs[2] = {ms.z, ms.w};
+    float f_mine[2], f_theirs[2];
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        const float mx = fmaxf(m0[hr], m1[hr]);
-        f0[hr] = m0[hr] == -INFINITY ? 0.f : exp2f(m0[hr] - mx);
-        f1[hr] = m1[hr] == -INFINITY ? 0.f : exp2f(m1[hr] - mx);
-        row_sum[hr] = l0[hr] * f0[hr] + l1[hr] * f1[hr];
+        const float mx = fmaxf(row_max[hr], m_theirs[hr]);
+        f_mine[hr] = row_max[hr] == -INFINITY ? 0.f : exp2f(row_max[hr] - mx);
+        f_theirs[hr] = m_theirs[hr] == -INFINITY ? 0.f : exp2f(m_theirs[hr] - mx);
+        row_sum[hr] = merge(row_sum[hr], f_mine[hr], l_theirs[hr], f_theirs[hr]);
         row_max[hr] = mx;
     }
 #pragma unroll
     for (int k = 0; k < D / 8; k++) {
-        const float4 a = __ldcg(p0 + k * 128), b = __ldcg(p1 + k * 128);
-        o[4 * k] = a.x * f0[0] + b.x * f1[0];
-        o[4 * k + 1] = a.y * f0[0] + b.y * f1[0];
-        o[4 * k + 2] = a.z * f0[1] + b.z * f1[1];
-        o[4 * k + 3] = a.w * f0[1] + b.w * f1[1];
+        const float4 b = __ldcg(other + k * 128);
+        o[4 * k] = merge(o[4 * k], f_mine[0], b.x, f_theirs[0]);
+        o[4 * k + 1] = merge(o[4 * k + 1], f_mine[0], b.y, f_theirs[0]);
+        o[4 * k + 2] = merge(o[4 * k + 2], f_mine[1], b.z, f_theirs[1]);
+        o[4 * k + 3] = merge(o[4 * k + 3], f_mine[1], b.w, f_theirs[1]);
     }
     return true;
 }
