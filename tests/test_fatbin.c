@@ -97,8 +97,10 @@ static struct sm90_counts sm90_count(const unsigned char *code, size_t size)
  * over the split units, has ptxas keep a few words of the schedule in local memory, stored
  * once and read at tile boundaries, never in a key loop; measured level with v32 on shapes
  * it does not split; with v57's speculative softmax, whose walk holds a few values more, and
- * its descriptors kept as made (v57o), 20 instructions, none in a key loop; the merge of a
- * split tile's parts in slot order added none);
+ * its descriptors kept as made (v57o), 20 instructions; the merge of a split tile's parts in
+ * slot order added none; 40 since lse is a product rather than a division, which took the
+ * division's slow path out of every copy of the epilogue and moved ptxas's allocation, still
+ * none in a key loop and the kernel level or faster);
  * the paged prefill at D = 64 keeps a 4-byte spill in its producer (docs/performance.md). */
 static void test_hopper_code(void **state)
 {
@@ -132,7 +134,7 @@ static void test_hopper_code(void **state)
         if (strstr(sec, "paged_prefill") && strstr(sec, "_d64"))
             assert_true(c.local <= 2);
         else if (strstr(sec, "hopper_tma_") && len > 5 && !strcmp(sec + len - 5, "_d128"))
-            assert_true(c.local <= 20);
+            assert_true(c.local <= 40);
         else
             assert_int_equal(c.local, 0);
         kernels++;

@@ -333,7 +333,7 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
                 }
                 if (p.lse && t == 0)
                     p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
-                        sum > 0.f ? (row_max[mi][hr] + log2f(sum)) / LOG2E : -INFINITY;
+                        sum > 0.f ? (row_max[mi][hr] + __log2f(sum)) * LN2 : -INFINITY;
             }
         }
 }
@@ -396,7 +396,7 @@ __device__ __forceinline__ void attention_fwd_generic(const gllm_cuda_attn_param
     }
     if (p.lse && lane == 0)
         p.lse[b * p.lse_st[0] + h * p.lse_st[1] + row * p.lse_st[2]] =
-            sum > 0.f ? (mx + log2f(sum)) / LOG2E : -INFINITY;
+            sum > 0.f ? (mx + log2f(sum)) * LN2 : -INFINITY;
 }
 
 } // namespace

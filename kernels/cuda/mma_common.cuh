@@ -11,6 +11,7 @@
 namespace {
 
 constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;       // 1 / LOG2E: lse as a product, not a division
 
 // ---- element types ------------------------------------------------------------------------
 

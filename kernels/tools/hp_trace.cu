@@ -13,6 +13,8 @@
 // every key tile of the walk's speculative softmax the exact way.
 // HP_OUT=file writes O as the last launch left it (raw f16, the run's layout), to compare
 // two builds' results (kernels/tools/hp_ab.py runs builds against each other with it).
+// HP_LSE=1 has the kernel write each row's lse too (gllmd's jobs may ask for it; gpu_compare.py's
+// timed runs do not).
 // HP_L2_PROMO=none|64|128|256 encodes the maps with that L2 promotion (gllmd's: 256).
 // HP_CPASYNC=1 times the cp.async producer's kernel instead (gllm_attn_fwd_hopper_f16_*, what
 // gllmd launches when the driver refuses a tensor map), never split: no timeline, no clock.
@@ -188,6 +190,10 @@ int main(int argc, char **argv)
     gllm_cuda_attn_params &p = hp.a;
     p.q = q, p.k = k, p.v = v, p.out = o, p.lse = nullptr;
     p.B = B, p.Hq = H, p.Hkv = H, p.Sq = S, p.Skv = S, p.D = D;
+    if (const char *lse_env = getenv("HP_LSE"); lse_env && !strcmp(lse_env, "1")) {
+        CK(cudaMalloc(&p.lse, (size_t)B * H * S * sizeof(float)));
+        p.lse_st[0] = (int64_t)H * S, p.lse_st[1] = S, p.lse_st[2] = 1;
+    }
     const int64_t st[4] = {(int64_t)S * H * D, bhsd ? (int64_t)S * D : D, bhsd ? D : (int64_t)H * D, 1};
     for (int i = 0; i < 4; i++)
         p.q_st[i] = p.k_st[i] = p.v_st[i] = p.o_st[i] = st[i];
