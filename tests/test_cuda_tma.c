@@ -574,6 +574,42 @@ static void test_hp_split(void **state)
     }
 }
 
+/* gllm_cuda_hp_grid_even: D = 128 not causal, as few blocks as gllm_cuda_hp_grid's rounds
+ * need where that schedule splits nothing and leaves a part-filled last round; otherwise
+ * gllm_cuda_hp_grid's. Never more blocks or rounds, and never a split the other did not make. */
+static void test_hp_grid_even(void **state)
+{
+    (void)state;
+    static const struct { int64_t B, H, Sq, Skv, sms, even; } shape[] = {
+        {8, 16, 2048, 2048, 132, 128},  /* 2048 units: 16 rounds on 128 blocks, not 15.5 on 132 */
+        {32, 16, 512, 512, 132, 128},   {16, 16, 1024, 1024, 132, 128},
+        {1, 37, 1536, 1536, 132, 111},  /* 444 units: 4 rounds of 111 */
+        {8, 32, 2048, 2048, 132, 132},  /* 4096 units, last round 4 units: split (v58) */
+        {4, 16, 4096, 4096, 132, 132},  /* 32 key tiles, last round part-filled: split */
+        {1, 8, 512, 512, 132, 32},      /* fewer units than SMs: one each */
+        {4, 33, 512, 512, 132, 132},    /* 528 units, 4 whole rounds */
+        {1, 1, 1, 1, 132, 1},           {3, 5, 1000, 700, 7, 7},
+    };
+    const int64_t rows = GLLM_CUDA_HP_ROWS(128);
+    for (size_t i = 0; i < sizeof shape / sizeof shape[0]; i++) {
+        const int64_t heads = shape[i].B * shape[i].H, Sq = shape[i].Sq;
+        const int64_t units = (Sq + rows - 1) / rows * heads;
+        const int32_t keys = (int32_t)hp_key_tiles(0, rows, Sq, shape[i].Skv, false);
+        const int64_t grid = gllm_cuda_hp_grid(Sq, 128, heads, shape[i].sms);
+        const int64_t even = gllm_cuda_hp_grid_even(Sq, heads, shape[i].sms, keys);
+        assert_int_equal(even, shape[i].even);
+        assert_true(even >= 1 && even <= grid);
+        assert_int_equal((units + even - 1) / even, (units + grid - 1) / grid);   /* rounds */
+        const gllm_cuda_hp_sched sg = gllm_cuda_hp_schedule((int32_t)Sq, (int32_t)rows,
+                                                            (int32_t)heads, 0, (int32_t)grid, keys);
+        const gllm_cuda_hp_sched se = gllm_cuda_hp_schedule((int32_t)Sq, (int32_t)rows,
+                                                            (int32_t)heads, 0, (int32_t)even, keys);
+        if (sg.whole_units < sg.units)
+            assert_int_equal(even, grid);
+        assert_true(se.whole_units == se.units || even == grid);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -588,6 +624,7 @@ int main(void)
         cmocka_unit_test_setup(test_param_layout, setup),
         cmocka_unit_test(test_hp_schedule),
         cmocka_unit_test(test_hp_split),
+        cmocka_unit_test(test_hp_grid_even),
         cmocka_unit_test(test_fastdiv),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

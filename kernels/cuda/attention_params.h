@@ -28,12 +28,12 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_TC_SMEM(D) ((GLLM_CUDA_TC_ROWS(D) + 4 * GLLM_CUDA_TC_KEYS(D)) * (D) * 2)
 
 /* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d{64,128}[_causal] (sm_90a image only),
- * persistent: grid (gllm_cuda_hp_grid(...), 1), block GLLM_CUDA_HP_THREADS(D), dynamic
- * shared memory GLLM_CUDA_HP_SMEM(D) (Q, GLLM_CUDA_HP_STAGES(D) stages of K and V, the O
- * tile where GLLM_CUDA_HP_O_TILE(D), and 1 KiB to align them). Same layout needs as the
- * tensor-core kernels. 64 query rows per consumer warpgroup: two at D = 128, three at D = 64;
- * one producer warpgroup. Each block works through the units gllm_cuda_hp_schedule defines,
- * one a round, as gllm_cuda_hp_round_unit gives them. */
+ * persistent: grid (gllm_cuda_hp_grid(...), or gllm_cuda_hp_grid_even(...) at D = 128 not
+ * causal, 1), block GLLM_CUDA_HP_THREADS(D), dynamic shared memory GLLM_CUDA_HP_SMEM(D) (Q,
+ * GLLM_CUDA_HP_STAGES(D) stages of K and V, the O tile where GLLM_CUDA_HP_O_TILE(D), and 1 KiB
+ * to align them). Same layout needs as the tensor-core kernels. 64 query rows per consumer
+ * warpgroup: two at D = 128, three at D = 64; one producer warpgroup. Each block works through
+ * the units gllm_cuda_hp_schedule defines, one a round, as gllm_cuda_hp_round_unit gives them. */
 #define GLLM_CUDA_HP_ROWS(D) ((D) == 64 ? 192 : 128)
 #define GLLM_CUDA_HP_KEYS 128
 #define GLLM_CUDA_HP_THREADS(D) (2 * GLLM_CUDA_HP_ROWS(D) + 128)  /* 128 per warpgroup */
@@ -112,8 +112,9 @@ typedef struct gllm_cuda_hp_sched {
     gllm_cuda_fastdiv stride_div, grid_div;
 } gllm_cuda_hp_sched;
 
-/* heads: B * Hq; grid: the blocks launched (gllm_cuda_hp_grid); split_keys: a unit's key tiles
- * where the kernel can split units by keys (not causal, the workspace there), else 0.
+/* heads: B * Hq; grid: the blocks launched (gllm_cuda_hp_grid or gllm_cuda_hp_grid_even);
+ * split_keys: a unit's key tiles where the kernel can split units by keys (not causal, the
+ * workspace there), else 0.
  *
  * Split by keys (v34, stream-K's hybrid): with U units of one tile and U a little past a
  * multiple of the grid G, the last round holds U mod G tiles and the other blocks idle through
@@ -131,9 +132,9 @@ typedef struct gllm_cuda_hp_sched {
  * time. So units of half as many key tiles (S = 2k-4k) are split too where the last round is
  * at most a quarter full (H200, v58: 16 key tiles, last round 3% full -0.5 to -1.8%, 12% -4.1%,
  * 24% -2.1%, 24 key tiles 18% full -3.5%; split always, 16 key tiles lost 0.4-0.5% at 52% full
- * and 2.2% at 48%). Only whole_units says so here: the kernels take the rest
- * (gllm_cuda_hp_split) from the launch when they come to the split units, so that it is not
- * held through the whole ones. */
+ * and 2.2% at 48%; there gllm_cuda_hp_grid_even fills the last round instead). Only
+ * whole_units says so here: the kernels take the rest (gllm_cuda_hp_split) from the launch when
+ * they come to the split units, so that it is not held through the whole ones. */
 #define GLLM_CUDA_HP_SPLIT_MIN_KEYS 32
 GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t rows, int32_t heads,
                                                          int32_t causal, int32_t grid,
@@ -276,6 +277,32 @@ GLLM_CUDA_HP_FN int64_t gllm_cuda_hp_grid(int64_t Sq, int64_t D, int64_t heads, 
 {
     return gllm_cuda_persistent_grid((Sq + GLLM_CUDA_HP_ROWS(D) - 1) / GLLM_CUDA_HP_ROWS(D) * heads,
                                      sm_count);
+}
+
+/* The dense kernels' blocks at D = 128 without a causal mask, whose units all cost the same key
+ * tiles (schedule with split_keys as gllm_cuda_hp_schedule takes it): where the schedule on
+ * gllm_cuda_hp_grid's blocks keeps every unit whole and leaves its last round part-filled, as
+ * few blocks as the same number of rounds needs (2048 units on 132 SMs: 128 blocks, 16 rounds
+ * either way). The idle blocks are then 4 through every round rather than 64 through the last,
+ * and the rest run faster for it (they contend): H200, -0.5 to -0.9% at S512-S2k with 16k
+ * tokens, -3.5% with 444 units on 111 blocks, level with 1024 or 1536. At D = 64 (light m-tiles,
+ * which the rounds' rotation over 128 blocks brings back to the same blocks) the same cost
+ * 6-7%, and causal pairs gained nothing, so it is kept to D = 128 not causal. */
+GLLM_CUDA_HP_FN int64_t gllm_cuda_hp_grid_even(int64_t Sq, int64_t heads, int64_t sm_count,
+                                               int32_t split_keys)
+{
+    const int64_t grid = gllm_cuda_hp_grid(Sq, 128, heads, sm_count);
+    const int64_t units = (Sq + GLLM_CUDA_HP_ROWS(128) - 1) / GLLM_CUDA_HP_ROWS(128) * heads;
+    if (units <= grid || units % grid == 0 || units > INT32_MAX)
+        return grid;
+    const gllm_cuda_hp_sched s = gllm_cuda_hp_schedule((int32_t)Sq, GLLM_CUDA_HP_ROWS(128),
+                                                      (int32_t)heads, 0, (int32_t)grid, split_keys);
+    if (s.whole_units < s.units)
+        return grid;                                /* split: its last rounds are even already */
+    const int64_t rounds = (units + grid - 1) / grid, even = (units + rounds - 1) / rounds;
+    const gllm_cuda_hp_sched e = gllm_cuda_hp_schedule((int32_t)Sq, GLLM_CUDA_HP_ROWS(128),
+                                                      (int32_t)heads, 0, (int32_t)even, split_keys);
+    return e.whole_units < e.units ? grid : even;
 }
 
 /* gllm_attn_fwd_hopper_tma_{f16,bf16}_d{64,128}[_causal] (sm_90a image only): the same

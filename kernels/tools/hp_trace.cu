@@ -13,6 +13,8 @@
 // every key tile of the walk's speculative softmax the exact way.
 // HP_OUT=file writes O as the last launch left it (raw f16, the run's layout), to compare
 // two builds' results (kernels/tools/hp_ab.py runs builds against each other with it).
+// HP_GRID=n launches n blocks (at most one per SM and unit; the schedule made for them) instead
+// of gllmd's choice (gllm_cuda_hp_grid_even at D = 128 not causal).
 // HP_LSE=1 has the kernel write each row's lse too (gllmd's jobs may ask for it; gpu_compare.py's
 // timed runs do not).
 // HP_L2_PROMO=none|64|128|256 encodes the maps with that L2 promotion (gllmd's: 256).
@@ -209,10 +211,14 @@ int main(int argc, char **argv)
 
     int sms;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    const int grid = (int)gllm_cuda_hp_grid(S, D, (int64_t)B * H, sms);
+    const int keys = (S + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS;
+    const int most = (int)gllm_cuda_hp_grid(S, D, (int64_t)B * H, sms);
+    int grid = D == 128 && !causal ? (int)gllm_cuda_hp_grid_even(S, (int64_t)B * H, sms, keys) : most;
+    if (const char *grid_env = getenv("HP_GRID"); grid_env && atoi(grid_env) > 0)
+        grid = std::min(most, atoi(grid_env));
+
     // D = 128 not causal: the last rounds split by keys as gllmd launches it (HP_SPLIT=0: whole).
     const char *split_env = getenv("HP_SPLIT");
-    const int keys = (S + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS;
     const gllm_cuda_hp_sched sc =
         gllm_cuda_hp_schedule(S, GLLM_CUDA_HP_ROWS(D), B * H, causal, grid, D == 128 ? keys : 0);
     const char *cpasync_env = getenv("HP_CPASYNC");

@@ -272,10 +272,17 @@ static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
     return op_end(be, dev, r, cp->why, cp->why_len);
 }
 
+/* A query row's key tiles: the dense Hopper prefill's split_keys (attention_params.h). */
+static int32_t split_keys(const struct attn_args *a)
+{
+    return (int32_t)((a->Skv + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS);
+}
+
 /* The dense Hopper prefill's split by keys (D = 128 not causal, where its schedule splits the
  * last rounds' tiles; attention_params.h): hp's split units and the lane's workspace (cleared
  * on the stream when first made or grown). Without them, or out of memory for the workspace,
  * every tile whole. */
+
 static int prefill_split(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
                          const struct attn_args *a, unsigned gx, gllm_cuda_hp_params *hp)
 {
@@ -283,7 +290,7 @@ static int prefill_split(const struct cuda_ctx *c, struct cuda_dev *x, struct cu
     hp->split_counts = NULL, hp->split_parts = NULL;
     if (a->D != 128 || a->causal)
         return 0;
-    const int32_t keys = (int32_t)((a->Skv + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS);
+    const int32_t keys = split_keys(a);
     const gllm_cuda_hp_sched sc = gllm_cuda_hp_schedule(
         (int32_t)a->Sq, GLLM_CUDA_HP_ROWS(128), (int32_t)(a->B * a->Hq), 0, (int32_t)gx, keys);
     if (sc.whole_units == sc.units)
@@ -381,10 +388,15 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     void *param = &p;
     gllm_cuda_hp_params hp;
     if (tc_eligible(a) && hopper) {
-        /* Persistent: a block per SM (fewer when there are fewer tiles), each working
-         * through the schedule of attention_params.h. */
+        /* Persistent: a block per SM (fewer when there are fewer tiles, or at D = 128 not
+         * causal as few as its rounds need), each working through the schedule of
+         * attention_params.h. */
         f = hopper;
-        gx = (unsigned)gllm_cuda_hp_grid(a->Sq, a->D, a->B * a->Hq, x->sm_count), gy = 1;
+        gx = (unsigned)(a->D == 128 && !a->causal
+                            ? gllm_cuda_hp_grid_even(a->Sq, a->B * a->Hq, x->sm_count,
+                                                     split_keys(a))
+                            : gllm_cuda_hp_grid(a->Sq, a->D, a->B * a->Hq, x->sm_count));
+        gy = 1;
         threads = (unsigned)GLLM_CUDA_HP_THREADS(a->D), smem = (unsigned)GLLM_CUDA_HP_SMEM(a->D);
         /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
         CUfunction tma = x->hopper_tma[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
