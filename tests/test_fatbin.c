@@ -100,7 +100,7 @@ static struct sm90_counts sm90_count(const unsigned char *code, size_t size)
  * its descriptors kept as made (v57o), 20 instructions; the merge of a split tile's parts in
  * slot order added none; 40 since lse is a product rather than a division, which took the
  * division's slow path out of every copy of the epilogue and moved ptxas's allocation, still
- * none in a key loop and the kernel level or faster);
+ * none in a key loop, the kernel level without lse and faster with it);
  * the paged prefill at D = 64 keeps a 4-byte spill in its producer (docs/performance.md). */
 static void test_hopper_code(void **state)
 {

@@ -213,7 +213,8 @@ int main(int argc, char **argv)
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int keys = (S + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS;
     const int most = (int)gllm_cuda_hp_grid(S, D, (int64_t)B * H, sms);
-    int grid = D == 128 && !causal ? (int)gllm_cuda_hp_grid_even(S, (int64_t)B * H, sms, keys) : most;
+    int grid = D == 128 && !causal ? (int)gllm_cuda_hp_grid_even(S, (int64_t)B * H, sms, keys)
+                                   : most;
     if (const char *grid_env = getenv("HP_GRID"); grid_env && atoi(grid_env) > 0)
         grid = std::min(most, atoi(grid_env));
 
