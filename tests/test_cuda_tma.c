@@ -596,8 +596,12 @@ static void test_hp_grid_even(void **state)
         const int64_t units = (Sq + rows - 1) / rows * heads;
         const int32_t keys = (int32_t)hp_key_tiles(0, rows, Sq, shape[i].Skv, false);
         const int64_t grid = gllm_cuda_hp_grid(Sq, 128, heads, shape[i].sms);
-        const int64_t even = gllm_cuda_hp_grid_even(Sq, heads, shape[i].sms, keys);
+        const int64_t even = gllm_cuda_hp_grid_even(Sq, 128, heads, 0, shape[i].sms, keys);
         assert_int_equal(even, shape[i].even);
+        /* Causal, and D = 64, keep one block per SM. */
+        assert_int_equal(gllm_cuda_hp_grid_even(Sq, 128, heads, 1, shape[i].sms, keys), grid);
+        assert_int_equal(gllm_cuda_hp_grid_even(Sq, 64, heads, 0, shape[i].sms, keys),
+                         gllm_cuda_hp_grid(Sq, 64, heads, shape[i].sms));
         assert_true(even >= 1 && even <= grid);
         assert_int_equal((units + even - 1) / even, (units + grid - 1) / grid);   /* rounds */
         const gllm_cuda_hp_sched sg = gllm_cuda_hp_schedule((int32_t)Sq, (int32_t)rows,

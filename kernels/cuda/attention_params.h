@@ -28,7 +28,7 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_TC_SMEM(D) ((GLLM_CUDA_TC_ROWS(D) + 4 * GLLM_CUDA_TC_KEYS(D)) * (D) * 2)
 
 /* Hopper kernels gllm_attn_fwd_hopper_{f16,bf16}_d{64,128}[_causal] (sm_90a image only),
- * persistent: grid (gllm_cuda_hp_grid(...), or gllm_cuda_hp_grid_even(...) at D = 128 not
+ * persistent: grid (gllm_cuda_hp_grid_even(...), gllm_cuda_hp_grid(...) but at D = 128 not
  * causal, 1), block GLLM_CUDA_HP_THREADS(D), dynamic shared memory GLLM_CUDA_HP_SMEM(D) (Q,
  * GLLM_CUDA_HP_STAGES(D) stages of K and V, the O tile where GLLM_CUDA_HP_O_TILE(D), and 1 KiB
  * to align them). Same layout needs as the tensor-core kernels. 64 query rows per consumer
@@ -279,19 +279,22 @@ GLLM_CUDA_HP_FN int64_t gllm_cuda_hp_grid(int64_t Sq, int64_t D, int64_t heads, 
                                      sm_count);
 }
 
-/* The dense kernels' blocks at D = 128 without a causal mask, whose units all cost the same key
- * tiles (schedule with split_keys as gllm_cuda_hp_schedule takes it): where the schedule on
- * gllm_cuda_hp_grid's blocks keeps every unit whole and leaves its last round part-filled, as
- * few blocks as the same number of rounds needs (2048 units on 132 SMs: 128 blocks, 16 rounds
- * either way). The idle blocks are then 4 through every round rather than 64 through the last,
- * and the rest run faster for it (they contend): H200, -0.5 to -0.9% at S512-S2k with 16k
- * tokens, -3.5% with 444 units on 111 blocks, level with 1024 or 1536. At D = 64 (light m-tiles,
- * which the rounds' rotation over 128 blocks brings back to the same blocks) the same cost
- * 6-7%, and causal pairs gained nothing, so it is kept to D = 128 not causal. */
-GLLM_CUDA_HP_FN int64_t gllm_cuda_hp_grid_even(int64_t Sq, int64_t heads, int64_t sm_count,
-                                               int32_t split_keys)
+/* The dense kernels' blocks as gllmd launches them: gllm_cuda_hp_grid's, but at D = 128 without
+ * a causal mask, whose units all cost the same key tiles (schedule with split_keys as
+ * gllm_cuda_hp_schedule takes it), where the schedule on those blocks keeps every unit whole
+ * and leaves its last round part-filled, as few blocks as the same number of rounds needs
+ * (2048 units on 132 SMs: 128 blocks, 16 rounds either way). The idle blocks are then 4
+ * through every round rather than 64 through the last, and the rest run faster for it (they
+ * contend): H200, -0.5 to -0.9% at S512-S2k with 16k tokens, -3.5% with 444 units on 111
+ * blocks, level with 1024 or 1536. At D = 64 (light m-tiles, which the rounds' rotation over
+ * 128 blocks brings back to the same blocks) the same cost 6-7%, and causal pairs gained
+ * nothing, so it is kept to D = 128 not causal. */
+GLLM_CUDA_HP_FN int64_t gllm_cuda_hp_grid_even(int64_t Sq, int64_t D, int64_t heads, int causal,
+                                               int64_t sm_count, int32_t split_keys)
 {
-    const int64_t grid = gllm_cuda_hp_grid(Sq, 128, heads, sm_count);
+    const int64_t grid = gllm_cuda_hp_grid(Sq, D, heads, sm_count);
+    if (D != 128 || causal)
+        return grid;
     const int64_t units = (Sq + GLLM_CUDA_HP_ROWS(128) - 1) / GLLM_CUDA_HP_ROWS(128) * heads;
     if (units <= grid || units % grid == 0 || units > INT32_MAX)
         return grid;

@@ -14,7 +14,7 @@
 // HP_OUT=file writes O as the last launch left it (raw f16, the run's layout), to compare
 // two builds' results (kernels/tools/hp_ab.py runs builds against each other with it).
 // HP_GRID=n launches n blocks (at most one per SM and unit; the schedule made for them) instead
-// of gllmd's choice (gllm_cuda_hp_grid_even at D = 128 not causal).
+// of gllmd's choice (gllm_cuda_hp_grid_even).
 // HP_LSE=1 has the kernel write each row's lse too (gllmd's jobs may ask for it; gpu_compare.py's
 // timed runs do not).
 // HP_L2_PROMO=none|64|128|256 encodes the maps with that L2 promotion (gllmd's: 256).
@@ -213,8 +213,7 @@ int main(int argc, char **argv)
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const int keys = (S + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS;
     const int most = (int)gllm_cuda_hp_grid(S, D, (int64_t)B * H, sms);
-    int grid = D == 128 && !causal ? (int)gllm_cuda_hp_grid_even(S, (int64_t)B * H, sms, keys)
-                                   : most;
+    int grid = (int)gllm_cuda_hp_grid_even(S, D, (int64_t)B * H, causal, sms, keys);
     if (const char *grid_env = getenv("HP_GRID"); grid_env && atoi(grid_env) > 0)
         grid = std::min(most, atoi(grid_env));
 

@@ -115,8 +115,8 @@ def judge(sweep, bench, paged):
                        if p.get("head_dim") == 128 and not p.get("causal")
                        and p.get("seq_len", 0) >= D128_LONG_FROM]))
     if paged is not None:
-        pp = [(median(c["figures"], "gllm_paged_tflops", c.get("name")) /
-               median(c["figures"], "gllm_dense_tflops", c.get("name")), c.get("name"))
+        pp = [(median(c.get("figures"), "gllm_paged_tflops", c.get("name")) /
+               median(c.get("figures"), "gllm_dense_tflops", c.get("name")), c.get("name"))
               for c in cases(paged, "cases") if c.get("suite") == "paged-prefill"]
         if not pp:
             raise Incomplete("the paged results hold no chunked prefill")

@@ -392,10 +392,8 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
          * causal as few as its rounds need), each working through the schedule of
          * attention_params.h. */
         f = hopper;
-        gx = (unsigned)(a->D == 128 && !a->causal
-                            ? gllm_cuda_hp_grid_even(a->Sq, a->B * a->Hq, x->sm_count,
-                                                     split_keys(a))
-                            : gllm_cuda_hp_grid(a->Sq, a->D, a->B * a->Hq, x->sm_count));
+        gx = (unsigned)gllm_cuda_hp_grid_even(a->Sq, a->D, a->B * a->Hq, a->causal,
+                                              x->sm_count, split_keys(a)),
         gy = 1;
         threads = (unsigned)GLLM_CUDA_HP_THREADS(a->D), smem = (unsigned)GLLM_CUDA_HP_SMEM(a->D);
         /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
