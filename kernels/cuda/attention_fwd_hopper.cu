@@ -650,9 +650,10 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // n_mine: fewer causal tiles, or rows past Sq; every turn of a tile with no keys) is only
     // its sync and arrive, so the partner never waits on a warpgroup that has finished.
     // PingPong (hopper_common.cuh): begin() waits until the partner has ended its previous turn
-    // (wg 0's first turn of the block goes at once), end() lets the partner start its turn.
-    // Per barrier, syncs and arrivals match one for one (wg 1 skips the arrival after the
-    // block's last turn, which nobody waits for), so no phase is left open at exit. The turns
+    // (for wg 0's first turn of the block, wg 1's one arrival when the turns are set up),
+    // end() lets the partner start its turn. Per barrier, syncs and arrivals match one for one
+    // (wg 1 skips the arrival after the block's last turn, which nobody waits for), so no phase
+    // is left open at exit. The turns
     // run on across tiles rather than restart: a restart would let wg 0 arrive on barrier 2
     // for the next tile's turn 0 before wg 1 had synced on it for this tile's last turn, two
     // arrivals of the same warps in one phase.
@@ -668,7 +669,6 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     auto consume = [&](auto parts) {
         constexpr bool PARTS = decltype(parts)::value;
         HP_TRACE(2, PARTS);
-        PingPong<S::PINGPONG> turns{wg};
         // A tile as this warpgroup sees it. The key tiles it computes, [0, n_mine): none for rows
         // past the end (the last tile's spare warpgroups); causal, those with a key <= its last
         // row + shift. The rest, up to the tile's n_tiles, it only waits for and releases: the
@@ -719,6 +719,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         Owed owed;
         Tile cur, nxt{};
         bool have = next_tile(cur);
+        PingPong<S::PINGPONG> turns{wg, have};
         float row_max[2], row_sum[2];
         // A part of a split tile (PARTS) that this warpgroup computed: its epilogue waits until
         // the tile's turns are over, then the part is merged with the other (split_merge), and

@@ -268,11 +268,14 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t
 }
 // The two consumer warpgroups of the dense D = 128 kernel at the switch between its two walks
 // (the whole units, then the split ones' parts), 256 threads: id 3, between the ping-pong pair and
-// O_BAR's. Each walk takes its turns from 0, so warpgroup 0's first turn of the second one does
-// not wait for its partner; without this barrier it could end that turn, arriving on PP_BAR + 1,
-// before warpgroup 1 had synced there for its final turn of the first walk. Two arrivals of the
-// same warps would then complete one phase of PP_BAR + 1, and the two warpgroups wait for each
-// other for ever (v34 hung so once its softmax was slowed).
+// O_BAR's. Each walk takes its turns from 0. Before v61 warpgroup 0's first turn of the second
+// one did not wait for its partner; without this barrier it could end that turn, arriving on
+// PP_BAR + 1, before warpgroup 1 had synced there for its final turn of the first walk. Two
+// arrivals of the same warps would then complete one phase of PP_BAR + 1, and the two
+// warpgroups wait for each other for ever (v34 hung so once its softmax was slowed). Since v61
+// (PingPong) that first turn waits for warpgroup 1's arrival as the second walk's turns are set
+// up, which comes after its final turn of the first walk, so this barrier is no longer the only
+// thing that orders them; it stays, once a block, as the walk race test (gpu-check.sh) checks it.
 constexpr int WALK_BAR = 3;
 __device__ __forceinline__ void walk_sync()
 {
@@ -472,11 +475,16 @@ __device__ __forceinline__ bool rescale_to_max(const float (&s)[64], float (&row
     return rescale;
 }
 
-__device__ __forceinline__ void exp_tile(float (&s)[64], const float (&row_max)[2], float qk_scale,
-                                         float (&sum)[2])
+// The reference a row's exponentials are taken against: its maximum, or 0 while it has none.
+__device__ __forceinline__ float exp_ref(float row_max)
 {
-    const float ref[2] = {row_max[0] == -INFINITY ? 0.f : row_max[0],
-                          row_max[1] == -INFINITY ? 0.f : row_max[1]};
+    return row_max == -INFINITY ? 0.f : row_max;
+}
+
+// exp2(s * qk_scale - ref) in s, row by row, each added to its row's sum.
+__device__ __forceinline__ void exp_tile_ref(float (&s)[64], const float (&ref)[2], float qk_scale,
+                                             float (&sum)[2])
+{
 #pragma unroll
     for (int n = 0; n < 16; n++) {
         s[4 * n] = fast_exp2(fmaf(s[4 * n], qk_scale, -ref[0]));
@@ -486,6 +494,13 @@ __device__ __forceinline__ void exp_tile(float (&s)[64], const float (&row_max)[
         sum[0] += s[4 * n] + s[4 * n + 1];
         sum[1] += s[4 * n + 2] + s[4 * n + 3];
     }
+}
+
+__device__ __forceinline__ void exp_tile(float (&s)[64], const float (&row_max)[2], float qk_scale,
+                                         float (&sum)[2])
+{
+    const float ref[2] = {exp_ref(row_max[0]), exp_ref(row_max[1])};
+    exp_tile_ref(s, ref, qk_scale, sum);
 }
 
 // Both, for a tile whose maxima are taken first; row_sum gets the tile's sums.
@@ -653,22 +668,33 @@ template <int D, int STAGES> struct KeyRing {
 };
 
 // The ping-pong turns of two consumer warpgroups (v17; the dense kernel's comment on them), run
-// on across a block's tiles: begin() waits until the partner has ended its previous turn (wg
-// 0's first turn of the block goes at once), end() lets the partner start its next; wg 1 skips
-// the arrival after the block's final turn (block_final), which nobody waits for. Without
-// ping-pong (PINGPONG false) only the count moves.
+// on across a block's tiles: begin() waits until the partner has ended its previous turn, end()
+// lets the partner start its next; wg 1 skips the arrival after the block's final turn
+// (block_final), which nobody waits for, and makes up for it with one arrival when the turns
+// are set up (any: the block has turns to take), as if it had ended a turn before wg 0's first.
+// So each warpgroup syncs on its own barrier at every turn, with no count of turns and no
+// branch (v61: the first-turn test cost the key loop three branches a tile), and per barrier
+// syncs and arrivals still match one for one. Without ping-pong (PINGPONG false) nothing is
+// done.
 template <bool PINGPONG> struct PingPong {
-    int wg, turns = 0;                           // the block's turns so far
+    int wg;
+    __device__ __forceinline__ PingPong(int wg_, bool any) : wg(wg_)
+    {
+        if constexpr (PINGPONG) {
+            if (wg == 1 && any)
+                named_arrive<PP_BAR>();
+        }
+    }
     __device__ __forceinline__ void begin() const
     {
         if constexpr (PINGPONG) {
             if (wg == 1)
                 named_sync<PP_BAR + 1>();
-            else if (turns > 0)
+            else
                 named_sync<PP_BAR>();
         }
     }
-    __device__ __forceinline__ void end(bool block_final)
+    __device__ __forceinline__ void end(bool block_final) const
     {
         if constexpr (PINGPONG) {
             if (wg == 0)
@@ -676,7 +702,6 @@ template <bool PINGPONG> struct PingPong {
             else if (!block_final)
                 named_arrive<PP_BAR>();
         }
-        turns++;
     }
 };
 
@@ -790,6 +815,9 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
     if constexpr (D == 128 && !CAUSAL) {
         bool exact = false;
         int j = 1;
+        // The references as exp_tile takes them, made again only where an exact tile (or a
+        // miss) moves them, not at every tile (v61).
+        float ref[2] = {exp_ref(row_max[0]), exp_ref(row_max[1])};
         while (j < w.n_mine) {
             bool missed = false;
             float sum[2];
@@ -803,13 +831,13 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
                 mask(j);
                 if (spec) {
                     pending = false;
-                    sum[0] = sum[1] = 0.f;
                 } else {
                     pending = rescale_to_max(s, row_max, row_sum, scale_o, w.qk_scale,
                                              w.pos_scale, 8.f);
-                    sum[0] = row_sum[0], sum[1] = row_sum[1];
+                    ref[0] = exp_ref(row_max[0]), ref[1] = exp_ref(row_max[1]);
                 }
-                exp_tile(s, row_max, w.qk_scale, sum);
+                sum[0] = sum[1] = 0.f;                 // the tile's own, added to row_sum below
+                exp_tile_ref(s, ref, w.qk_scale, sum);
                 wg_wait<0>();
                 pin(o);
                 pin(pf);
@@ -822,8 +850,8 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
                 if (spec)
                     ring.release(j, 0);
                 ring.release(j - 1, 1);
-                row_sum[0] = spec ? row_sum[0] + sum[0] : sum[0];
-                row_sum[1] = spec ? row_sum[1] + sum[1] : sum[1];
+                row_sum[0] += sum[0];
+                row_sum[1] += sum[1];
             }
             if (missed) {                              // S of j again, then its exact softmax
                 exact = true;
@@ -831,7 +859,8 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
                 mask(j);
                 pending = rescale_to_max(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale,
                                          0.f);
-                exp_tile(s, row_max, w.qk_scale, row_sum);
+                ref[0] = exp_ref(row_max[0]), ref[1] = exp_ref(row_max[1]);
+                exp_tile_ref(s, ref, w.qk_scale, row_sum);
                 pack_p<T>(s, pf);
                 ring.release(j, 0);
                 ring.release(j - 1, 1);

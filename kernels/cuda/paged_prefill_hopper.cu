@@ -304,7 +304,6 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     const int wg = c.wg, wrow = c.wrow, t = c.t;
     const bool o_thread = threadIdx.x % 128 == 0;    // issues the warpgroup's O stores
     uint32_t base = 0;                               // K/V loads of the block's earlier units
-    PingPong<S::PINGPONG> turns{wg};                 // run on across units
     // The key tiles a unit's warpgroup computes (none for tokens past the item's), the rest of
     // n_tiles it only waits for and releases, as in the dense kernel.
     const int r_wg = wg * 64, row0 = r_wg + wrow + c.g;
@@ -319,6 +318,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     int u = gllm_cuda_pp_unit(0, x, grid, p.units);
     PpUnit cur = pp_unit(p, u, pp_work_of(p, u, hq), hq);
     bool have = u >= 0;
+    PingPong<S::PINGPONG> turns{wg, have};           // run on across units
     u = gllm_cuda_pp_unit(1, x, grid, p.units);
     gllm_cuda_pp_work w_next = pp_work_of(p, u, hq);
     float s[64], o[D / 2];
