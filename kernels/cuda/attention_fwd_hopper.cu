@@ -514,6 +514,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             // writes through the async proxy that wgmma reads, so no proxy fence.
             if (threadIdx.x != S::CONSUMERS * 128)
                 return;
+            // V_FIRST (v63, D = 128 without a causal mask): load g - 1's V before g's K. The
+            // speculative walk (key_rest) holds K of a tile to its check, at the end of the
+            // softmax, but gives V of the tile before back as soon as its P V has landed, so
+            // there V's slot comes free first, and K, which goes out last, lands sooner after
+            // the check than V did behind it.
+            constexpr bool V_FIRST = D == 128 && !CAUSAL;
             constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column boxes per tile
             constexpr uint32_t Q_TILE = S::ROWS * D * 2;
             int v_row = -1, v_hk = 0, v_b = 0;       // the V tile owed (row -1: none), load v_ld
@@ -547,6 +553,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 }
                 for (int j = 0; j < n_tiles; j++, ld++) {
                     const uint32_t st = ld % S::STAGES, bar = kv_bar<S::STAGES>(full0, st, 0);
+                    if constexpr (V_FIRST)
+                        load_v();
                     if (j == 0)
                         HP_TRACE(30, j);
                     if (ld >= S::STAGES)
@@ -559,7 +567,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                     for (int c = 0; c < BLOCKS; c++)
                         tma_load_4d(sk + (uint32_t)c * HP_KEYS * 128, &hp->k_map, bar,
                                     c * GLLM_CUDA_HP_BOX_COLS, (k0 + j) * HP_KEYS, hk, b);
-                    load_v();
+                    if constexpr (!V_FIRST)
+                        load_v();
                     if (j == 0) {
                         if (nq > 0)
                             mbar_wait(q_empty, (nq - 1) & 1);

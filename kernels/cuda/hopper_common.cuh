@@ -841,6 +841,9 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
                 wg_wait<0>();
                 pin(o);
                 pin(pf);
+                // V of j - 1 is done with once its P V has landed, before the check (v63): the
+                // producer loads it ahead of K here (V_FIRST), whose slot the check holds.
+                ring.release(j - 1, 1);
                 pack_p<T>(s, pf);                      // before the check, among the exp2
                 if (spec &&
                     __any_sync(0xffffffff, sum[0] > HP_SPEC_SUM || sum[1] > HP_SPEC_SUM)) {
@@ -849,7 +852,6 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
                 }
                 if (spec)
                     ring.release(j, 0);
-                ring.release(j - 1, 1);
                 row_sum[0] += sum[0];
                 row_sum[1] += sum[1];
             }
@@ -863,7 +865,6 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
                 exp_tile_ref(s, ref, w.qk_scale, row_sum);
                 pack_p<T>(s, pf);
                 ring.release(j, 0);
-                ring.release(j - 1, 1);
                 j++;
             }
         }
