@@ -662,10 +662,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // (for wg 0's first turn of the block, wg 1's one arrival when the turns are set up),
     // end() lets the partner start its turn. Per barrier, syncs and arrivals match one for one
     // (wg 1 skips the arrival after the block's last turn, which nobody waits for), so no phase
-    // is left open at exit. The turns
-    // run on across tiles rather than restart: a restart would let wg 0 arrive on barrier 2
-    // for the next tile's turn 0 before wg 1 had synced on it for this tile's last turn, two
-    // arrivals of the same warps in one phase.
+    // is left open at exit. The turns run on across tiles rather than restart: a restart would
+    // let wg 0 arrive on barrier 2 for the next tile's turn 0 before wg 1 had synced on it for
+    // this tile's last turn, two arrivals of the same warps in one phase.
     // The consumers' tiles in one or two phases, each a copy of the loop below: the whole
     // units, then (SPLIT, when the schedule splits) the block's parts of the split ones. Each
     // phase takes its ping-pong turns from 0, as at the kernel's start; the first ends with the
