@@ -817,7 +817,9 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         int j = 1;
         // The references as exp_tile takes them, made again only where an exact tile (or a
         // miss) moves them, not at every tile (v61).
-        float ref[2] = {exp_ref(row_max[0]), exp_ref(row_max[1])};
+        float ref[2];
+        auto remake_ref = [&]() { ref[0] = exp_ref(row_max[0]), ref[1] = exp_ref(row_max[1]); };
+        remake_ref();
         while (j < w.n_mine) {
             bool missed = false;
             float sum[2];
@@ -834,7 +836,7 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
                 } else {
                     pending = rescale_to_max(s, row_max, row_sum, scale_o, w.qk_scale,
                                              w.pos_scale, 8.f);
-                    ref[0] = exp_ref(row_max[0]), ref[1] = exp_ref(row_max[1]);
+                    remake_ref();
                 }
                 sum[0] = sum[1] = 0.f;                 // the tile's own, added to row_sum below
                 exp_tile_ref(s, ref, w.qk_scale, sum);
@@ -861,7 +863,7 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
                 mask(j);
                 pending = rescale_to_max(s, row_max, row_sum, scale_o, w.qk_scale, w.pos_scale,
                                          0.f);
-                ref[0] = exp_ref(row_max[0]), ref[1] = exp_ref(row_max[1]);
+                remake_ref();
                 exp_tile_ref(s, ref, w.qk_scale, row_sum);
                 pack_p<T>(s, pf);
                 ring.release(j, 0);

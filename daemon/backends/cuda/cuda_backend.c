@@ -282,7 +282,6 @@ static int32_t split_keys(const struct attn_args *a)
  * last rounds' tiles; attention_params.h): hp's split units and the lane's workspace (cleared
  * on the stream when first made or grown). Without them, or out of memory for the workspace,
  * every tile whole. */
-
 static int prefill_split(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
                          const struct attn_args *a, unsigned gx, gllm_cuda_hp_params *hp)
 {
@@ -393,7 +392,7 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
          * attention_params.h. */
         f = hopper;
         gx = (unsigned)gllm_cuda_hp_grid_even(a->Sq, a->D, a->B * a->Hq, a->causal,
-                                              x->sm_count, split_keys(a)),
+                                              x->sm_count, split_keys(a));
         gy = 1;
         threads = (unsigned)GLLM_CUDA_HP_THREADS(a->D), smem = (unsigned)GLLM_CUDA_HP_SMEM(a->D);
         /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
