@@ -1,4 +1,4 @@
-/* Times what a launch costs on this host: the launch call, and the event interval around a near-empty kernel and around B1 decode, with cuLaunchKernel and through gllmd's graphs. */
+/* Times what a launch costs on this host: the launch call, and the event interval around a near-empty kernel and around B1 decode, with cuLaunchKernel and through gllmd's graphs, one launch alone and 20 back to back. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,6 +79,39 @@ static void measure(const struct launch *l)
            "   round trip %6.2f %6.2f %6.2f us\n",
            l->name, call[N / 10], call[N / 2], call[N * 9 / 10], ev[N / 10], ev[N / 2],
            ev[N * 9 / 10], trip[N / 10], trip[N / 2], trip[N * 9 / 10]);
+    d->cuEventDestroy(a);
+    d->cuEventDestroy(b);
+}
+
+/* Back to back, as a peer replayed from a CUDA graph is timed (tests/gpu/gpu_compare.py's
+ * graph_ms): REPS launches between two events, the next launched while the one before runs, so
+ * that the launch's share is one REPS-th; the interval over REPS, p10/p50/p90 over NBB. */
+static void measure_back_to_back(const struct launch *l)
+{
+    enum { REPS = 20, NBB = 200 };
+    static double per[NBB];
+    CUevent a, b;
+    must(d->cuEventCreate(&a, CU_EVENT_DEFAULT), "event");
+    must(d->cuEventCreate(&b, CU_EVENT_DEFAULT), "event");
+    void *args[] = {l->params};
+    for (int i = -5; i < NBB; i++) {
+        must(d->cuEventRecord(a, stream), "record");
+        for (int r = 0; r < REPS; r++)
+            must(l->graph ? cuda_launch(d, &graphs, &graphs.lane, l->f, l->gx, l->gy, 128, l->smem,
+                                        l->params)
+                          : d->cuLaunchKernel(l->f, l->gx, l->gy, 1, 128, 1, 1, l->smem, stream,
+                                              args, NULL),
+                 l->name);
+        must(d->cuEventRecord(b, stream), "record");
+        must(d->cuStreamSynchronize(stream), l->name);
+        float ms;
+        must(d->cuEventElapsedTime(&ms, a, b), "elapsed");
+        if (i >= 0)
+            per[i] = ms * 1e3 / REPS;
+    }
+    qsort(per, NBB, sizeof *per, cmp);
+    printf("%-34s back to back (%d a pair of events) p10/p50/p90 %6.2f %6.2f %6.2f us\n",
+           l->name, REPS, per[NBB / 10], per[NBB / 2], per[NBB * 9 / 10]);
     d->cuEventDestroy(a);
     d->cuEventDestroy(b);
 }
@@ -221,6 +254,8 @@ int main(void)
         measure(&empty_graph);
         measure(&b1);
         measure(&b1_graph);
+        measure_back_to_back(&empty_graph);
+        measure_back_to_back(&b1_graph);
     }
     if (*bad)
         printf("the kernel reported a bad page: the probe's table is wrong\n");
