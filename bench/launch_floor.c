@@ -46,6 +46,16 @@ struct launch {
     bool graph;                     /* through cuda_launch, as gllmd launches */
 };
 
+/* One launch of l: through cuda_launch's graphs, as gllmd launches, or with cuLaunchKernel. */
+static CUresult launch_once(const struct launch *l)
+{
+    void *args[] = {l->params};
+    return l->graph ? cuda_launch(d, &graphs, &graphs.lane, l->f, l->gx, l->gy, 128, l->smem,
+                                  l->params)
+                    : d->cuLaunchKernel(l->f, l->gx, l->gy, 1, 128, 1, 1, l->smem, stream, args,
+                                        NULL);
+}
+
 /* N launches, each alone on an idle stream: the call's host time, the events' interval, and the
  * host's round trip (from recording the start event to the stream's synchronize returning),
  * p10/p50/p90 of each. */
@@ -55,14 +65,11 @@ static void measure(const struct launch *l)
     CUevent a, b;
     must(d->cuEventCreate(&a, CU_EVENT_DEFAULT), "event");
     must(d->cuEventCreate(&b, CU_EVENT_DEFAULT), "event");
-    void *args[] = {l->params};
     for (int i = -50; i < N; i++) {
         const double t00 = now_us();
         must(d->cuEventRecord(a, stream), "record");
         const double t0 = now_us();
-        must(l->graph ? cuda_launch(d, &graphs, &graphs.lane, l->f, l->gx, l->gy, 128, l->smem, l->params)
-                      : d->cuLaunchKernel(l->f, l->gx, l->gy, 1, 128, 1, 1, l->smem, stream, args, NULL),
-             l->name);
+        must(launch_once(l), l->name);
         const double t1 = now_us();
         must(d->cuEventRecord(b, stream), "record");
         must(d->cuStreamSynchronize(stream), l->name);
@@ -93,15 +100,10 @@ static void measure_back_to_back(const struct launch *l)
     CUevent a, b;
     must(d->cuEventCreate(&a, CU_EVENT_DEFAULT), "event");
     must(d->cuEventCreate(&b, CU_EVENT_DEFAULT), "event");
-    void *args[] = {l->params};
     for (int i = -5; i < NBB; i++) {
         must(d->cuEventRecord(a, stream), "record");
         for (int r = 0; r < REPS; r++)
-            must(l->graph ? cuda_launch(d, &graphs, &graphs.lane, l->f, l->gx, l->gy, 128, l->smem,
-                                        l->params)
-                          : d->cuLaunchKernel(l->f, l->gx, l->gy, 1, 128, 1, 1, l->smem, stream,
-                                              args, NULL),
-                 l->name);
+            must(launch_once(l), l->name);
         must(d->cuEventRecord(b, stream), "record");
         must(d->cuStreamSynchronize(stream), l->name);
         float ms;
