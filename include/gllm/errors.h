@@ -40,7 +40,8 @@
     X(NOTEXPORT,    -1026, "fd is not memory exported for this device")      \
     X(WAITTIMEOUT,  -1027, "a GPU-side wait was not satisfied in time")           \
     X(DEVLOST,      -1028, "the device was lost to a fault: its tensors are lost") \
-    X(JOBTIMEOUT,   -1029, "a job ran past its watchdog deadline; its device was lost")
+    X(JOBTIMEOUT,   -1029, "a job ran past its watchdog deadline; its device was lost") \
+    X(VARIANT,      -1030, "the backend does not compute this attention variant")
 
 enum gllm_error {
 #define GLLM_ERROR_ENUM_(name, code, text) GLLM_E##name = (code),

@@ -170,11 +170,40 @@ typedef struct gllm_status {
 #define GLLM_ATTN_CAUSAL (1u << 0) /* mask aligned bottom-right: query i sees keys j <= i + Skv - Sq */
 #define GLLM_ATTN_SCALE  (1u << 1) /* use .scale instead of 1/sqrt(D) */
 #define GLLM_ATTN_LSE    (1u << 2) /* write log-sum-exp per row into .lse (f32, [B, Hq, Sq]) */
+#define GLLM_ATTN_WINDOW (1u << 3) /* read variant.window_left and variant.window_right */
 
 /*
- * out = softmax(scale * Q K^T + mask) V with Q [B,Hq,Sq,D], K and V [B,Hkv,Skv,D],
- * out [B,Hq,Sq,D]; Hq must be a multiple of Hkv. Q, K, V and out share one
- * dtype; accumulation is fp32.
+ * Attention variants (docs/PROTOCOL.md, "Variants": FlashInfer's and FA3's names and
+ * meanings). Positions are bottom-right aligned as GLLM_ATTN_CAUSAL's: query row r of a
+ * dense job has absolute position i = r + Skv - Sq; a paged job's queries are the last
+ * tokens of their sequence. Every field's zero is "none" except the window's, which is read
+ * only with GLLM_ATTN_WINDOW, so params zeroed but for their size keep full attention.
+ * Query i sees key j when every mask given allows it:
+ *  - causal: j <= i;
+ *  - window: i - window_left <= j (unless window_left is -1) and j <= i + window_right
+ *    (unless window_right is -1);
+ *  - attention_chunk c > 0: floor(i / c) == floor(j / c) (Llama 4's chunked local attention).
+ * The score of a visible key is s = scale * q.k, then cap * tanh(s / cap) with
+ * logits_soft_cap cap > 0 (Gemma 2's order), then s + slope[h] * (j - i) with ALiBi slopes.
+ * With sinks, a virtual key of logit sinks[h] (not scaled) and value zero joins each row's
+ * softmax (GPT-OSS). A row that sees no key is zeros, with lse -inf (sinks[h] with sinks).
+ * Which fields a backend computes, per mode, is in gllm_client_mode_caps; a job with a field
+ * the backend does not compute is refused (GLLM_EVARIANT), never run without it.
+ */
+typedef struct gllm_attention_variant {
+    int32_t window_left;          /* with GLLM_ATTN_WINDOW: >= -1 (-1: no left edge) */
+    int32_t window_right;         /* with GLLM_ATTN_WINDOW: >= -1 (-1: no right edge) */
+    uint32_t attention_chunk;     /* 0: none */
+    float logits_soft_cap;        /* 0: none; else finite and > 0 */
+    gllm_tensor alibi_slopes;     /* memory NULL: none; else f32 [Hq] */
+    gllm_tensor sinks;            /* memory NULL: none; else f32 [Hq] */
+} gllm_attention_variant;
+
+/*
+ * out = softmax(scale * Q K^T + mask) V with Q [B,Hq,Sq,Dqk], K [B,Hkv,Skv,Dqk], V
+ * [B,Hkv,Skv,Dv] and out [B,Hq,Sq,Dv]; Hq must be a multiple of Hkv, Dv at most Dqk (Dv != Dqk
+ * where the mode's caps have GLLM_VARIANT_HEAD_DIM_V). Q, K, V and out share one dtype;
+ * accumulation is fp32. The scale defaults to 1/sqrt(Dqk).
  */
 /*
  * A 32-bit counter in an arena that orders a job with the caller's own work: the job's
@@ -202,6 +231,8 @@ typedef struct gllm_attention_params {
      * GLLM_MAX_REPEAT), the result's kernel_ns being one run's mean, as a peer replayed
      * from a CUDA graph is timed. Callers built before it omit it. */
     uint32_t repeat;
+    /* Callers built before it omit it: no variant. */
+    gllm_attention_variant variant;
 } gllm_attention_params;
 #define GLLM_MAX_REPEAT 100
 
@@ -252,8 +283,9 @@ typedef struct gllm_kv_append_params {
  * Attention over a paged cache. Decode: q and out [B, Hq, D], one query per sequence,
  * seeing all of it. Prefill: q and out [N, Hq, D], queries qo_indptr[b] .. qo_indptr[b +
  * 1] (i32 [B + 1]) are the last tokens of sequence b (already appended) and attend
- * causally to the cached prefix and to each other. Hq must be a multiple of Hkv; flags
- * takes GLLM_ATTN_SCALE only.
+ * causally to the cached prefix and to each other. Hq must be a multiple of Hkv; v_cache's
+ * head dim (Dv, out's) may be below k_cache's as for gllm_attention_params. flags takes
+ * GLLM_ATTN_SCALE and GLLM_ATTN_WINDOW; the mask is always causal, and variant adds to it.
  */
 typedef struct gllm_paged_attention_params {
     size_t size;                  /* sizeof(gllm_paged_attention_params) */
@@ -263,6 +295,7 @@ typedef struct gllm_paged_attention_params {
     gllm_tensor q, out;
     gllm_tensor qo_indptr;        /* prefill only */
     gllm_counter wait, signal;    /* optional, as for gllm_attention_params */
+    gllm_attention_variant variant; /* optional: callers built before it omit it */
 } gllm_paged_attention_params;
 
 /* Connection. path NULL: the default socket (gllm_default_socket_path). Performs the
@@ -279,6 +312,39 @@ GLLM_EXPORT int gllm_default_socket_path(char *buf, size_t len);
 GLLM_EXPORT int gllm_client_caps(const gllm_client *c, gllm_caps *out);
 GLLM_EXPORT int gllm_client_limits(const gllm_client *c, gllm_limits *out);
 GLLM_EXPORT int gllm_client_device(const gllm_client *c, int index, gllm_device_info *out);
+/* What a backend computes per mode, from hello's "capabilities" (docs/PROTOCOL.md). A
+ * daemon from before it reports no variants, and the head dims of its limits. */
+typedef enum gllm_mode {
+    GLLM_MODE_DENSE = 0,          /* gllm_attention */
+    GLLM_MODE_DECODE = 1,         /* gllm_attention_decode */
+    GLLM_MODE_PREFILL = 2,        /* gllm_attention_prefill (chunked prefill) */
+} gllm_mode;
+#define GLLM_MODE_COUNT 3
+/* The variant fields, one bit each; the wire names are the field names. */
+#define GLLM_VARIANT_WINDOW     (1u << 0)   /* window_left, window_right */
+#define GLLM_VARIANT_CHUNK      (1u << 1)   /* attention_chunk */
+#define GLLM_VARIANT_SOFT_CAP   (1u << 2)   /* logits_soft_cap */
+#define GLLM_VARIANT_ALIBI      (1u << 3)   /* alibi_slopes */
+#define GLLM_VARIANT_SINKS      (1u << 4)   /* sinks */
+#define GLLM_VARIANT_HEAD_DIM_V (1u << 5)   /* v's head dim below q's and k's */
+#define GLLM_MAX_MODE_HEAD_DIMS 16
+typedef struct gllm_mode_caps {
+    size_t size;                  /* sizeof(gllm_mode_caps): GLLM_MODE_CAPS_INIT */
+    uint32_t variants;            /* GLLM_VARIANT_* bits the mode computes */
+    int max_head_dim;             /* q's head dim is 1 .. max_head_dim ... */
+    int nhead_dims;               /* ... or, when > 0, one of head_dims[0 .. nhead_dims - 1] */
+    int head_dims[GLLM_MAX_MODE_HEAD_DIMS];
+} gllm_mode_caps;
+#define GLLM_MODE_CAPS_INIT {.size = sizeof(gllm_mode_caps)}
+/* Mode's capabilities as hello announced them: -EINVAL for a mode not in gllm_mode. */
+GLLM_EXPORT int gllm_client_mode_caps(const gllm_client *c, gllm_mode mode, gllm_mode_caps *out);
+/* Whether the daemon computes every variant field p sets (and its head dims) in mode: 0, or
+ * GLLM_EVARIANT / GLLM_EHEADDIM with the reason in gllm_client_last_error. The job calls check
+ * this themselves before anything is sent. */
+GLLM_EXPORT int gllm_client_check_variant(gllm_client *c, gllm_mode mode, uint32_t flags,
+                                          const gllm_attention_variant *v, int64_t head_dim,
+                                          int64_t head_dim_v);
+
 /* The socket fd, readable when a reply is waiting: poll it from your event
  * loop, then call gllm_job_poll(). Do not read or close it yourself. */
 GLLM_EXPORT int gllm_client_fd(const gllm_client *c);
