@@ -6,10 +6,11 @@ import math
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Tuple
 
 from . import _lib
-from .dtypes import DType, as_dtype
+from .dtypes import as_dtype
 
 if TYPE_CHECKING:
     from .client import Client
+    from .connection import Connection
 
 
 class MemoryKind:
@@ -29,9 +30,14 @@ class Memory:
 
     Release it with release() or a `with` block; otherwise it is released when garbage
     collected. Views made with numpy() keep it alive; after an explicit release() they must
-    not be used."""
+    not be used.
 
-    def __init__(self, client: "Client", handle: int, imported: bool = False):
+    Made by the Client (arena(), device_memory(), import_memory()), which hands it the
+    connection it calls the library through."""
+
+    def __init__(self, connection: "Connection", client: "Client", handle: int,
+                 imported: bool = False):
+        self._connection = connection
         self._client = client
         self._handle: Optional[int] = handle
         lib = _lib.lib()
@@ -40,7 +46,6 @@ class Memory:
         self.imported = imported
         self.host_address: Optional[int] = lib.gllm_memory_data(handle) or None
         self.device_address: Optional[int] = None
-        client._register(self)
 
     def __repr__(self) -> str:
         state = "released" if self._handle is None else f"{self.nbytes} bytes"
@@ -58,6 +63,11 @@ class Memory:
         return self._handle
 
     @property
+    def released(self) -> bool:
+        """Whether release() has given the memory back."""
+        return self._handle is None
+
+    @property
     def kind_name(self) -> str:
         return _KIND_NAMES.get(self.kind, str(self.kind))
 
@@ -68,7 +78,7 @@ class Memory:
         if self.device_address is not None:
             return self.device_address
         ptr = ctypes.c_void_p()
-        self._client._run_plain("gllm_memory_map", self.handle, ctypes.byref(ptr))
+        self._connection.call_plain("gllm_memory_map", self.handle, ctypes.byref(ptr))
         self.device_address = ptr.value or 0
         return self.device_address
 
@@ -116,12 +126,12 @@ class Memory:
         h, self._handle = self._handle, None
         if h is None:
             return
-        self._client._unregister(self)
-        with self._client._lock:
+        self._connection.memory_released(self)
+        with self._connection.lock:
             r = _lib.lib().gllm_memory_release(h)
         self.host_address = self.device_address = None
-        if r < 0 and not self._client.closed:
-            self._client._call("gllm_memory_release", r)
+        if r < 0 and not self._connection.closed:
+            self._connection.check("gllm_memory_release", r)
 
     def __enter__(self) -> "Memory":
         return self
@@ -166,6 +176,7 @@ class Tensor:
     def c_struct(self) -> _lib.GllmTensor:
         t = _lib.GllmTensor()
         shape = (ctypes.c_int64 * len(self.shape))(*self.shape)
-        self.memory.client._run_plain("gllm_tensor_init", self.memory.handle, self.offset,
-                                      int(self.dtype), len(self.shape), shape, ctypes.byref(t))
+        self.memory._connection.call_plain("gllm_tensor_init", self.memory.handle,
+                                           self.offset, int(self.dtype), len(self.shape), shape,
+                                           ctypes.byref(t))
         return t

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from .client import Job, JobResult, PagedKV
 from .dtypes import as_dtype
 from .memory import Tensor
+from .ordering import Job
+from .records import JobResult, PagedKV
 
 if TYPE_CHECKING:
     from .client import Client
