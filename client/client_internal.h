@@ -75,6 +75,7 @@ struct hello_info {
     bool device_waits;           /* sync.device_waits: a wait's counter may be shared memory */
     gllm_limits limits;
     gllm_device_info devices[GLLM_MAX_DEVICES];
+    struct proto_mode_caps modes[GLLM_MODE_COUNT];  /* hello's capabilities (variant.c) */
 };
 
 struct gllm_client {
@@ -190,6 +191,15 @@ int info_hello(gllm_client *c, uint64_t *ring_bytes);
 /* memory.c */
 /* The wire form of t, whose memory must belong to c. */
 int memory_tensor_to_wire(gllm_client *c, const gllm_tensor *t, struct proto_tensor *w);
+
+/* Variants (variant.c). hello's capabilities into h (after its limits). */
+void variant_decode_hello(const msgpack_object *res, struct hello_info *h);
+/* v (NULL: none) as it travels; flags: the job's, for GLLM_ATTN_WINDOW. */
+int variant_to_wire(gllm_client *c, uint32_t flags, const gllm_attention_variant *v,
+                    struct proto_variant *w);
+/* w against hello's mode, as gllmd will check it: 0, or a code with last_error set. */
+int variant_check(gllm_client *c, gllm_mode mode, const struct proto_variant *w, int64_t Hq,
+                  int64_t D, int64_t Dv);
 /* Detaches every handle: the daemon gives back its side when the connection closes. */
 void memory_detach_all(gllm_client *c);
 /* Links a handle the daemon has accepted into its client's list. */

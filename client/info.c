@@ -131,6 +131,7 @@ int info_hello(gllm_client *c, uint64_t *ring_bytes)
     r = decode_devices(res, h->devices, &caps->ndevices);
     decode_dtypes(res, &caps->dtypes);
     decode_limits(res, &h->limits);
+    variant_decode_hello(res, h);
     proto_get_u64(res, "ring_bytes", false, ring_bytes);
     decode_share(res, h);
     rpc_end(c);

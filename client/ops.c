@@ -32,6 +32,24 @@ static int counter_to_wire(gllm_client *c, const gllm_counter *g, struct proto_c
  * size it knows, and has none. */
 #define HAS_COUNTERS(p) ((p)->size >= offsetof(__typeof__(*(p)), signal) + sizeof (p)->signal)
 #define HAS_REPEAT(p) ((p)->size >= offsetof(gllm_attention_params, repeat) + sizeof (p)->repeat)
+#define HAS_VARIANT(p) ((p)->size >= offsetof(__typeof__(*(p)), variant) + sizeof (p)->variant)
+
+/* The job's variant on the wire, checked as gllmd would before anything is sent: a field the
+ * daemon does not compute (or one an older gllmd does not know) fails here, with the reason
+ * in last_error, instead of reaching a daemon that might ignore it. */
+static int variant_out(gllm_client *c, gllm_mode mode, uint32_t flags,
+                       const gllm_attention_variant *v, const gllm_tensor *q,
+                       const gllm_tensor *vt, struct proto_variant *w)
+{
+    int r = variant_to_wire(c, flags, v, w);
+    if (r < 0)
+        return r;
+    /* q is [B, Hq, Sq, D] (dense) or [N, Hq, D]; v (or v_cache) ends in Dv. */
+    const int want = mode == GLLM_MODE_DENSE ? 4 : 3;
+    if (q->rank != want || vt->rank < 1)
+        return 0;                 /* a shape gllmd refuses itself, with its own words */
+    return variant_check(c, mode, w, q->shape[1], q->shape[want - 1], vt->shape[vt->rank - 1]);
+}
 
 int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p, uint64_t *job)
 {
@@ -56,6 +74,9 @@ int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p, uint64
     a.has_scale = p->flags & GLLM_ATTN_SCALE;
     a.scale = p->scale;
     a.repeat = HAS_REPEAT(p) ? p->repeat : 0;
+    if ((r = variant_out(c, GLLM_MODE_DENSE, p->flags, HAS_VARIANT(p) ? &p->variant : NULL,
+                         &p->q, &p->v, &a.variant)) < 0)
+        return r;
     uint64_t id;
     msgpack_packer *pk = rpc_begin(c, "attention", &id);
     proto_pack_attention(pk, &a);
@@ -103,7 +124,7 @@ static int paged_attention_submit(gllm_client *c, const gllm_paged_attention_par
                                   enum proto_paged_op op, uint64_t *job)
 {
     if (!p || p->size < offsetof(gllm_paged_attention_params, wait) ||
-        (p->flags & ~GLLM_ATTN_SCALE))
+        (p->flags & ~(GLLM_ATTN_SCALE | GLLM_ATTN_WINDOW)))
         return -EINVAL;
     struct proto_paged w = {.op = op};
     int r;
@@ -118,6 +139,10 @@ static int paged_attention_submit(gllm_client *c, const gllm_paged_attention_par
         return r;
     w.has_scale = p->flags & GLLM_ATTN_SCALE;
     w.scale = p->scale;
+    if ((r = variant_out(c, op == PROTO_DECODE ? GLLM_MODE_DECODE : GLLM_MODE_PREFILL, p->flags,
+                         HAS_VARIANT(p) ? &p->variant : NULL, &p->q, &p->kv.v_cache,
+                         &w.variant)) < 0)
+        return r;
     return paged_submit(c, op == PROTO_DECODE ? "attention_decode" : "attention_prefill", &w, job);
 }
 

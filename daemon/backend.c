@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "proto.h"
 
 /* Each backend library defines one (daemon/backends/<name>/<name>_backend.c). */
 extern const struct backend_iface cpu_backend_iface;
@@ -147,6 +148,20 @@ int backend_device_count(const struct backend *be)
 const struct backend_caps *backend_caps(const struct backend *be)
 {
     return &be->caps;
+}
+
+void backend_mode_caps(const struct backend *be, struct proto_mode_caps *out)
+{
+    for (int i = 0; i < GLLM_MODE_COUNT; i++) {
+        const struct backend_mode_caps *m = &be->caps.modes[i];
+        struct proto_mode_caps c = {.variants = m->variants};
+        c.max_head_dim = (uint32_t)(m->max_head_dim > 0 ? m->max_head_dim : be->caps.max_head_dim);
+        c.nhead_dims = m->nhead_dims > 0 && m->nhead_dims <= GLLM_MAX_MODE_HEAD_DIMS
+                           ? (uint32_t)m->nhead_dims : 0;
+        for (uint32_t d = 0; d < c.nhead_dims; d++)
+            c.head_dims[d] = (uint32_t)m->head_dims[d];
+        out[i] = c;
+    }
 }
 
 bool backend_has(const struct backend *be, uint32_t feature)

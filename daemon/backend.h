@@ -26,6 +26,10 @@ void backend_close(struct backend *be);
 const char *backend_name(const struct backend *be);
 int backend_device_count(const struct backend *be);
 const struct backend_caps *backend_caps(const struct backend *be);
+/* The backend's modes as hello reports them and jobs are checked against: a mode the backend
+ * left zeroed is plain attention with head dims 1..caps.max_head_dim. */
+struct proto_mode_caps;
+void backend_mode_caps(const struct backend *be, struct proto_mode_caps *out);  /* [GLLM_MODE_COUNT] */
 bool backend_has(const struct backend *be, uint32_t feature);
 
 int backend_device_info(struct backend *be, int dev, gllm_device_info *out);

@@ -112,6 +112,8 @@ static bool bind_args(struct op *o, uint32_t op, struct backend_queue *q)
         HOST_UNLESS(a->device_mask, 2, a->v);
         HOST_UNLESS(a->device_mask, 3, a->out);
         HOST_UNLESS(a->device_mask, 4, a->lse);
+        HOST_UNLESS(a->device_mask, 5, a->variant.alibi_slopes);
+        HOST_UNLESS(a->device_mask, 6, a->variant.sinks);
         return true;
     }
     case DP_COPY: {
@@ -132,6 +134,8 @@ static bool bind_args(struct op *o, uint32_t op, struct backend_queue *q)
         HOST_UNLESS(p->device_mask, PG_OUT, p->out);
         HOST_UNLESS(p->device_mask, PG_KNEW, p->k_new);
         HOST_UNLESS(p->device_mask, PG_VNEW, p->v_new);
+        HOST_UNLESS(p->device_mask, PG_ALIBI, p->variant.alibi_slopes);
+        HOST_UNLESS(p->device_mask, PG_SINKS, p->variant.sinks);
         int32_t *t = o->tables;
         if (j->tab_indptr)
             p->kv_indptr = t, t += j->tab_indptr;

@@ -96,13 +96,14 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
                           const struct arena_table *arenas, const struct job_caps *caps,
                           char *err, size_t errlen)
 {
-    struct resolved r[5] = {
+    /* r[0..n): q, k, v, out, then lse when wanted, then the variant's slopes and sinks. */
+    struct resolved r[7] = {
         {"q", &pa->q, NULL, 0, 0}, {"k", &pa->k, NULL, 0, 0}, {"v", &pa->v, NULL, 0, 0},
         {"out", &pa->out, NULL, 0, 0}, {"lse", &pa->lse, NULL, 0, 0},
     };
-    int n = pa->has_lse ? 5 : 4;
+    const int nout = pa->has_lse ? 5 : 4;     /* out and lse are the job's writes */
     int rc;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < nout; i++)
         if ((rc = job_resolve(&r[i], arenas, caps->max_elements, err, errlen)) < 0)
             return rc;
 
@@ -123,14 +124,15 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
         return GLLM_EDTYPE;
     }
     int64_t B = q->shape[0], Hq = q->shape[1], Sq = q->shape[2], D = q->shape[3];
-    int64_t Hkv = k->shape[1], Skv = k->shape[2];
-    if (k->shape[0] != B || k->shape[3] != D || memcmp(k->shape, v->shape, sizeof k->shape) != 0) {
-        snprintf(err, errlen, "k and v must both be [B=%lld, Hkv, Skv, D=%lld]", (long long)B,
-                 (long long)D);
+    int64_t Hkv = k->shape[1], Skv = k->shape[2], Dv = v->shape[3];
+    if (k->shape[0] != B || k->shape[3] != D || v->shape[0] != B || v->shape[1] != Hkv ||
+        v->shape[2] != Skv) {
+        snprintf(err, errlen, "k must be [B=%lld, Hkv, Skv, D=%lld] and v [B, Hkv, Skv, Dv]",
+                 (long long)B, (long long)D);
         return GLLM_ESHAPE;
     }
-    if (memcmp(o->shape, q->shape, sizeof q->shape) != 0) {
-        snprintf(err, errlen, "out must have q's shape [B, Hq, Sq, D]");
+    if (o->shape[0] != B || o->shape[1] != Hq || o->shape[2] != Sq || o->shape[3] != Dv) {
+        snprintf(err, errlen, "out must be [B, Hq, Sq, Dv]: q's shape with v's head dim");
         return GLLM_ESHAPE;
     }
     if (Hkv == 0 ? Hq != 0 : Hq % Hkv != 0) {
@@ -142,6 +144,13 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
         snprintf(err, errlen, "head dim %lld not in [1, %d]", (long long)D, caps->max_head_dim);
         return GLLM_EHEADDIM;
     }
+    struct job_variant jv;
+    if ((rc = job_variant_prepare(&jv, &pa->variant, GLLM_MODE_DENSE, caps, arenas, Hq, D, Dv,
+                                  err, errlen)) < 0)
+        return rc;
+    for (int i = 0; i < jv.n; i++)
+        r[nout + i] = jv.r[i];
+    const int n = nout + jv.n;
     if (pa->has_lse) {
         const struct proto_tensor *l = &pa->lse;
         if (l->dtype != GLLM_DTYPE_F32) {
@@ -153,7 +162,7 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
             return GLLM_ESHAPE;
         }
     }
-    for (int w = 3; w < n; w++) {
+    for (int w = 3; w < nout; w++) {
         if (!job_injective(r[w].t)) {
             snprintf(err, errlen, "%s: strides make elements overlap", r[w].name);
             return GLLM_EALIAS;
@@ -175,7 +184,7 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
     struct attn_args *a = &job->args;
     memset(a, 0, sizeof *a);
     a->dtype = q->dtype;
-    a->B = B, a->Hq = Hq, a->Hkv = Hkv, a->Sq = Sq, a->Skv = Skv, a->D = D;
+    a->B = B, a->Hq = Hq, a->Hkv = Hkv, a->Sq = Sq, a->Skv = Skv, a->D = D, a->Dv = Dv;
     a->q = (const char *)r[0].arena->base + q->offset;
     a->k = (const char *)r[1].arena->base + k->offset;
     a->v = (const char *)r[2].arena->base + v->offset;
@@ -188,12 +197,14 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
         a->lse = (float *)(void *)((char *)r[4].arena->base + pa->lse.offset);
         copy_strides(a->lse_st, &pa->lse);
     }
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < nout; i++)
         if (r[i].arena->device)
             a->device_mask |= 1u << i;
+    a->device_mask |= jv.device << 5;        /* bits 5, 6: slopes, sinks */
+    a->variant = jv.v;
     a->causal = pa->causal;
     a->repeat = pa->repeat ? (uint32_t)pa->repeat : 1;
-    a->scale = pa->has_scale ? (float)pa->scale : (float)(1.0 / sqrt((double)D));
+    a->scale = job_scale(pa->has_scale, pa->scale, D);
 
     job_hold(job, r, n);
     return 0;

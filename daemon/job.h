@@ -2,6 +2,7 @@
 #ifndef GLLMD_JOB_H
 #define GLLMD_JOB_H
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -11,7 +12,7 @@
 #include "clock.h"
 #include "proto.h"
 
-#define JOB_MAX_ARENAS 12   /* a paged job's ten tensors, a wait and a signal counter */
+#define JOB_MAX_ARENAS 12   /* a paged job's eight tensors, its slopes and sinks, a wait and a signal */
 
 enum job_kind { JOB_ATTENTION, JOB_COPY, JOB_PAGED };
 
@@ -76,6 +77,8 @@ struct job {
 struct job_caps {
     uint32_t dtypes;
     int max_head_dim;
+    const char *backend;          /* its name, for errors */
+    struct proto_mode_caps modes[GLLM_MODE_COUNT];  /* by gllm_mode: what hello reports */
     uint64_t max_elements;        /* per tensor; 0 = no limit */
     uint32_t max_page_entries;    /* page-table entries, queries or new tokens of a paged job */
     bool reads_arena_tables;      /* the backend's: attention's kv_indices left in its arena */
@@ -93,6 +96,24 @@ int job_resolve(struct resolved *r, const struct arena_table *arenas, uint64_t m
 bool job_overlaps(const struct resolved *a, const struct resolved *b);
 bool job_injective(const struct proto_tensor *t);
 void job_hold(struct job *job, const struct resolved *r, int n);
+
+/* A job's variant, checked (proto_variant_check against caps' mode) and resolved: v for the
+ * backend, r[0 .. n) the given slopes and sinks for the job to hold and check for overlaps,
+ * device bit 0 (slopes) and 1 (sinks) set for those in device memory. Holds no reference. */
+struct job_variant {
+    struct attn_variant v;
+    struct resolved r[2];
+    int n;
+    uint32_t device;
+};
+int job_variant_prepare(struct job_variant *jv, const struct proto_variant *pv, gllm_mode mode,
+                        const struct job_caps *caps, const struct arena_table *arenas,
+                        int64_t Hq, int64_t D, int64_t Dv, char *err, size_t errlen);
+/* The scale a job runs with: the caller's, else 1/sqrt(D) of q's head dim. */
+static inline float job_scale(bool has_scale, double scale, int64_t D)
+{
+    return has_scale ? (float)scale : (float)(1.0 / sqrt((double)D));
+}
 
 /* Resolves and checks every tensor of an attention request against the
  * session's arenas and the backend's caps, fills job->args and takes a

@@ -152,7 +152,7 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
                       char *err, size_t errlen)
 {
     const bool append = pp->op == PROTO_KV_APPEND, decode = pp->op == PROTO_DECODE;
-    struct resolved r[R_MAX] = {
+    struct resolved r[R_MAX + 2] = {     /* then the variant's slopes and sinks */
         [R_KC] = {"k_cache", &pp->k_cache, NULL, 0, 0},
         [R_VC] = {"v_cache", &pp->v_cache, NULL, 0, 0},
         [R_A] = append ? (struct resolved){"k", &pp->k, NULL, 0, 0}
@@ -200,11 +200,12 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
         snprintf(err, errlen, "dtype %s not supported by this backend", proto_dtype_name(kc->dtype));
         return GLLM_EDTYPE;
     }
-    if (kc->rank != 4 || memcmp(kc->shape, pp->v_cache.shape, sizeof kc->shape) != 0 ||
-        pp->v_cache.rank != 4)
+    const struct proto_tensor *vc = &pp->v_cache;
+    if (kc->rank != 4 || vc->rank != 4 || memcmp(kc->shape, vc->shape, 3 * sizeof *kc->shape))
         return shape_err(err, errlen, "k_cache and v_cache", kc,
-                         "one shape [num_pages, page_size, Hkv, D]");
+                         "[num_pages, page_size, Hkv, D] and [num_pages, page_size, Hkv, Dv]");
     const int64_t P = kc->shape[0], ps = kc->shape[1], Hkv = kc->shape[2], D = kc->shape[3];
+    const int64_t Dv = vc->shape[3];
     if (ps < 1 || ps > PAGE_SIZE_MAX) {
         snprintf(err, errlen, "page_size %lld not in [1, %d]", (long long)ps, PAGE_SIZE_MAX);
         return GLLM_EPARAM;
@@ -214,10 +215,12 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
                  (long long)D, caps->max_head_dim);
         return D > caps->max_head_dim || D < 1 ? GLLM_EHEADDIM : GLLM_ESHAPE;
     }
-    if (a->rank != 3 || memcmp(a->shape, b->shape, sizeof a->shape) != 0 || b->rank != 3 ||
-        a->shape[2] != D || (append && a->shape[1] != Hkv))
+    /* k [N, Hkv, D] and v [N, Hkv, Dv]; q [N, Hq, D] and out [N, Hq, Dv]. */
+    if (a->rank != 3 || b->rank != 3 || memcmp(a->shape, b->shape, 2 * sizeof *a->shape) ||
+        a->shape[2] != D || b->shape[2] != Dv || (append && a->shape[1] != Hkv))
         return shape_err(err, errlen, append ? "k and v" : "q and out", a,
-                         append ? "one shape [N, Hkv, D]" : "one shape [N, Hq, D]");
+                         append ? "[N, Hkv, D] and [N, Hkv, Dv], the caches' head dims"
+                                : "[N, Hq, D] and [N, Hq, Dv], the caches' head dims");
     const int64_t Hq = a->shape[1];
     if (!append && (Hq < 1 || Hq % Hkv != 0)) {
         snprintf(err, errlen, "Hq (%lld) must be a positive multiple of Hkv (%lld)", (long long)Hq,
@@ -235,6 +238,26 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
                  (long long)N, (long long)B);
         return GLLM_ESHAPE;
     }
+    struct job_variant jv = {0};
+    if (append && Dv != D) {
+        if (!(caps->modes[GLLM_MODE_DECODE].variants & GLLM_VARIANT_HEAD_DIM_V)) {
+            snprintf(err, errlen, "head_dim_v: the %s backend's caches take one head dim for K "
+                     "and V", caps->backend);
+            return GLLM_EVARIANT;
+        }
+        if (Dv > D || Dv < 1) {
+            snprintf(err, errlen, "v_cache's head dim %lld: 1 to k_cache's (%lld)",
+                     (long long)Dv, (long long)D);
+            return Dv < 1 ? GLLM_ESHAPE : GLLM_EHEADDIM;
+        }
+    }
+    if (!append && (rc = job_variant_prepare(&jv, &pp->variant,
+                                             decode ? GLLM_MODE_DECODE : GLLM_MODE_PREFILL, caps,
+                                             arenas, Hq, D, Dv, err, errlen)) < 0)
+        return rc;
+    for (int i = 0; i < jv.n; i++)
+        r[n + i] = jv.r[i];
+    const int nall = n + jv.n;
     if (nindices > caps->max_page_entries || N > caps->max_page_entries ||
         B > caps->max_page_entries) {
         snprintf(err, errlen, "%lld page entries, %lld tokens, %lld sequences: limit %u each",
@@ -247,7 +270,7 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
     for (int w = 0; w < 2; w++) {
         if (writers[w] < 0)
             continue;
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < nall; i++)
             if (i != writers[w] && job_overlaps(&r[writers[w]], &r[i])) {
                 snprintf(err, errlen, "%s overlaps %s", r[writers[w]].name, r[i].name);
                 return GLLM_EALIAS;
@@ -285,7 +308,8 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
     *pa = (struct paged_args){
         .op = append ? PAGED_APPEND : PAGED_ATTEND,
         .dtype = kc->dtype,
-        .B = B, .Hq = append ? 0 : Hq, .Hkv = Hkv, .D = D, .page_size = ps, .num_pages = P,
+        .B = B, .Hq = append ? 0 : Hq, .Hkv = Hkv, .D = D, .Dv = Dv, .page_size = ps,
+        .num_pages = P, .variant = jv.v,
         .k_cache = (char *)r[R_KC].arena->base + kc->offset,
         .v_cache = (char *)r[R_VC].arena->base + pp->v_cache.offset,
         .kv_indptr = indptr, .kv_indices = indices, .kv_len = kv_len, .q_indptr = q_indptr,
@@ -298,8 +322,9 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
         pa->k_new = pa_ptr, pa->v_new = pb_ptr, pa->nnew = N;
     } else {
         pa->q = pa_ptr, pa->out = pb_ptr, pa->nq = N;
-        pa->scale = pp->has_scale ? (float)pp->scale : (float)(1.0 / sqrt((double)D));
+        pa->scale = job_scale(pp->has_scale, pp->scale, D);
     }
+    pa->device_mask |= (jv.device & 1u ? 1u << PG_ALIBI : 0) | (jv.device & 2u ? 1u << PG_SINKS : 0);
     const int bit_of[4] = {PG_KCACHE, PG_VCACHE, append ? PG_KNEW : PG_Q, append ? PG_VNEW : PG_OUT};
     for (int i = 0; i < 4; i++)
         if (r[i].arena->device)
@@ -310,6 +335,6 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
     }
     job->kind = JOB_PAGED;
     job->tables = tables;
-    job_hold(job, r, n);
+    job_hold(job, r, nall);
     return 0;
 }

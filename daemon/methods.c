@@ -74,7 +74,7 @@ void method_hello(struct rpc_call *c, const struct proto_msg *m)
     const char *share = share_kind_name(srv->be);
     const bool sync = backend_has(srv->be, BACKEND_FEAT_SYNC);
     msgpack_packer *pk = rpc_reply_begin(c);
-    msgpack_pack_map(pk, 8 + (share != NULL) + sync);
+    msgpack_pack_map(pk, 9 + (share != NULL) + sync);
     if (sync) {    /* jobs take "wait" and "signal" counters in arenas */
         const bool device_waits = backend_has_queues(srv->be) && share != NULL;
         proto_pack_str(pk, "sync");
@@ -104,6 +104,8 @@ void method_hello(struct rpc_call *c, const struct proto_msg *m)
         if (srv->caps.dtypes & (1u << d))
             proto_pack_str(pk, proto_dtype_name((gllm_dtype)d));
     proto_pack_kv_u64(pk, "max_head_dim", (uint64_t)srv->caps.max_head_dim);
+    proto_pack_str(pk, "capabilities");     /* variants and head dims per mode */
+    proto_pack_capabilities(pk, srv->caps.modes);
     proto_pack_str(pk, "limits");
     msgpack_pack_map(pk, 10);
     proto_pack_kv_u64(pk, "max_message_bytes", PROTO_MAX_MESSAGE);
@@ -902,7 +904,13 @@ void method_attention(struct rpc_call *c, const struct proto_msg *m)
     if (!admit(c, "attention"))
         return;
     struct proto_attention pa;
-    int r = proto_decode_attention(m->params, &pa);
+    char err[PROTO_MAX_ERRMSG];
+    int r = proto_job_keys_check(m->params, err, sizeof err);
+    if (r < 0) {
+        rpc_reply_error(c, r, "attention: %s", err);
+        return;
+    }
+    r = proto_decode_attention(m->params, &pa);
     if (r < 0) {
         rpc_reply_error(c, r, "attention: %s (fields q, k, v, out: tensors)", gllm_strerror(r));
         return;
@@ -915,7 +923,6 @@ void method_attention(struct rpc_call *c, const struct proto_msg *m)
         rpc_reply_error(c, -ENOMEM, "attention: out of memory");
         return;
     }
-    char err[PROTO_MAX_ERRMSG];
     r = job_prepare_attention(job, &pa, &c->ch->session.regions, &srv->caps, err, sizeof err);
     if (r < 0) {
         free(job);
@@ -934,7 +941,13 @@ static void paged(struct rpc_call *c, const struct proto_msg *m, enum proto_page
     if (!admit(c, method))
         return;
     struct proto_paged pp;
-    int r = proto_decode_paged(m->params, op, &pp);
+    char err[PROTO_MAX_ERRMSG];
+    int r = proto_job_keys_check(m->params, err, sizeof err);
+    if (r < 0) {
+        rpc_reply_error(c, r, "%s: %s", method, err);
+        return;
+    }
+    r = proto_decode_paged(m->params, op, &pp);
     if (r < 0) {
         rpc_reply_error(c, r, "%s: %s (see docs/PROTOCOL.md for its fields)", method,
                         gllm_strerror(r));
@@ -948,7 +961,6 @@ static void paged(struct rpc_call *c, const struct proto_msg *m, enum proto_page
         rpc_reply_error(c, -ENOMEM, "%s: out of memory", method);
         return;
     }
-    char err[PROTO_MAX_ERRMSG];
     r = job_prepare_paged(job, &pp, &c->ch->session.regions, &srv->caps, err, sizeof err);
     if (r == 0)
         r = backend_paged_check(srv->be, &job->paged, err, sizeof err);

@@ -394,6 +394,8 @@ int proto_decode_attention(const msgpack_object *params, struct proto_attention 
         return r;
     if ((r = proto_get_u64(params, "repeat", false, &v.repeat)) < 0)    /* range: the job's */
         return r;
+    if ((r = proto_decode_variant(params, &v.variant)) < 0)
+        return r;
     *a = v;
     return 0;
 }
@@ -432,6 +434,10 @@ int proto_decode_paged(const msgpack_object *params, enum proto_paged_op op, str
     }
     if (op != PROTO_KV_APPEND && (r = decode_scale(params, &v.has_scale, &v.scale)) < 0)
         return r;
+    if ((r = proto_decode_variant(params, &v.variant)) < 0)
+        return r;
+    if (op == PROTO_KV_APPEND && proto_variant_keys(&v.variant) > 0)
+        return GLLM_EPARAM;              /* an append has no attention to vary */
     *p = v;
     return 0;
 }

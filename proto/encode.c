@@ -165,7 +165,7 @@ static void pack_counters(msgpack_packer *pk, const struct proto_counter *wait,
 void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a)
 {
     msgpack_pack_map(pk, 5 + a->has_lse + a->has_scale + (a->repeat > 1) + a->wait.set +
-                             a->signal.set);
+                             a->signal.set + proto_variant_keys(&a->variant));
     pack_counters(pk, &a->wait, &a->signal);
     proto_pack_str(pk, "q");
     proto_pack_tensor(pk, &a->q);
@@ -184,13 +184,15 @@ void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a)
         proto_pack_kv_f64(pk, "scale", a->scale);
     if (a->repeat > 1)
         proto_pack_kv_u64(pk, "repeat", a->repeat);
+    proto_pack_variant(pk, &a->variant);
 }
 
 void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p)
 {
     const bool append = p->op == PROTO_KV_APPEND, prefill = p->op == PROTO_PREFILL;
-    msgpack_pack_map(pk, 5 + (append ? 3 : 2 + prefill + p->has_scale) + p->wait.set +
-                             p->signal.set);
+    msgpack_pack_map(pk, 5 + (append ? 3 : 2 + prefill + p->has_scale +
+                                      proto_variant_keys(&p->variant)) +
+                             p->wait.set + p->signal.set);
     pack_counters(pk, &p->wait, &p->signal);
     const struct { const char *key; const struct proto_tensor *t; bool on; } fields[] = {
         {"k_cache", &p->k_cache, true},
@@ -212,4 +214,6 @@ void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p)
         }
     if (!append && p->has_scale)
         proto_pack_kv_f64(pk, "scale", p->scale);
+    if (!append)
+        proto_pack_variant(pk, &p->variant);
 }

@@ -98,6 +98,17 @@ struct proto_counter {
     uint32_t timeout_ms;          /* wait only; 0: the daemon's default */
 };
 
+/* An attention job's variant fields (docs/PROTOCOL.md, "Variants"); zeroed: none. The values
+ * are as read: proto_variant_check says whether they are in range. */
+struct proto_variant {
+    bool window;                         /* window_left or window_right given */
+    int64_t window_left, window_right;   /* with window: -1 is no edge on that side */
+    int64_t attention_chunk;             /* 0: none */
+    double logits_soft_cap;              /* 0: none */
+    bool has_alibi, has_sinks;
+    struct proto_tensor alibi_slopes, sinks;
+};
+
 struct proto_attention {
     struct proto_tensor q, k, v, out, lse;
     bool has_lse;
@@ -106,6 +117,7 @@ struct proto_attention {
     double scale;
     uint64_t repeat;                     /* 0: absent (once); packed when above 1 */
     struct proto_counter wait, signal;   /* packed when set (the daemon reads them itself) */
+    struct proto_variant variant;
 };
 
 /* The paged KV cache operations; fields that an operation does not take must be absent. */
@@ -118,6 +130,7 @@ struct proto_paged {
     bool has_scale;
     double scale;
     struct proto_counter wait, signal;   /* packed when set */
+    struct proto_variant variant;        /* decode, prefill */
 };
 
 int proto_dtype_parse(const char *name, gllm_dtype *out);
@@ -169,6 +182,40 @@ void proto_pack_notify(msgpack_packer *pk, const char *method);
 void proto_pack_error(msgpack_packer *pk, int64_t id, int code, const char *message);
 
 void proto_pack_tensor(msgpack_packer *pk, const struct proto_tensor *t);
+
+/* ---- Variants (variant.c) ---- */
+
+/* What a mode computes, as hello's "capabilities" carries it (gllm.h's gllm_mode_caps). */
+struct proto_mode_caps {
+    uint32_t variants;                   /* GLLM_VARIANT_* */
+    uint32_t max_head_dim;
+    uint32_t nhead_dims;                 /* > 0: only head_dims[0 .. nhead_dims) */
+    uint32_t head_dims[GLLM_MAX_MODE_HEAD_DIMS];
+};
+/* The variant keys of a job's params; absent ones are none. GLLM_EPARAM for a mistyped one. */
+int proto_decode_variant(const msgpack_object *params, struct proto_variant *v);
+/* Packs v's keys that are not none, proto_variant_keys(v) of them. */
+void proto_pack_variant(msgpack_packer *pk, const struct proto_variant *v);
+unsigned proto_variant_keys(const struct proto_variant *v);
+/* The GLLM_VARIANT_* bits v asks for, with head dims D (q, k) and Dv (v, out). */
+uint32_t proto_variant_fields(const struct proto_variant *v, int64_t D, int64_t Dv);
+/* The one check of a job's variant, in the daemon and before sending in the library: values
+ * in range (PARAM), slopes and sinks f32 [Hq] (DTYPE, SHAPE), Dv in [1, D] (SHAPE, HEADDIM),
+ * D among the mode's head dims (HEADDIM), every field asked for computed by the mode
+ * (VARIANT, naming the field and backend). 0, or a code and err. */
+int proto_variant_check(const struct proto_variant *v, gllm_mode mode,
+                        const struct proto_mode_caps *m, const char *backend, int64_t Hq,
+                        int64_t D, int64_t Dv, char *err, size_t len);
+bool proto_head_dim_ok(const struct proto_mode_caps *m, int64_t D);
+/* "window", "attention_chunk", ... for one GLLM_VARIANT_* bit; "dense", "decode", "prefill". */
+const char *proto_variant_name(uint32_t bit);
+const char *proto_mode_name(gllm_mode mode);
+/* hello's "capabilities": a map of the three modes. */
+void proto_pack_capabilities(msgpack_packer *pk, const struct proto_mode_caps modes[GLLM_MODE_COUNT]);
+int proto_decode_capabilities(const msgpack_object *caps,
+                              struct proto_mode_caps modes[GLLM_MODE_COUNT]);
+/* GLLM_EPARAM, naming it in err, when params holds a key no job method reads. */
+int proto_job_keys_check(const msgpack_object *params, char *err, size_t len);
 void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a);
 void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p);
 

@@ -37,31 +37,73 @@ void fill_random(void *base, gllm_dtype dt, size_t n, uint64_t *seed)
         elem_set(base, dt, (int64_t)i, (double)(rng_next(seed) >> 11) / 4503599627370496.0 - 1.0);
 }
 
-void ref64_row(const double *q, int64_t D, const struct ref64_kv *kv, int64_t b, int64_t hk,
-               int64_t visible, double scale, double *out, double *lse)
+static double floor_div(int64_t x, int64_t y)
 {
-    double *s = malloc((size_t)(visible > 0 ? visible : 1) * sizeof *s);
-    if (!s)
+    return floor((double)x / (double)y);
+}
+
+/* Whether the query at pos sees key j: gllm.h's definition, mask by mask. */
+static bool sees(const struct ref64_variant *v, int64_t pos, int64_t j)
+{
+    if (v->causal && j > pos)
+        return false;
+    if (v->window && v->window_left >= 0 && j < pos - v->window_left)
+        return false;
+    if (v->window && v->window_right >= 0 && j > pos + v->window_right)
+        return false;
+    if (v->chunk > 0 && floor_div(pos, v->chunk) != floor_div(j, v->chunk))
+        return false;
+    return true;
+}
+
+void ref64_row_variant(const double *q, int64_t D, int64_t Dv, const struct ref64_kv *kv,
+                       int64_t b, int64_t h, int64_t hk, int64_t Skv, int64_t pos, double scale,
+                       const struct ref64_variant *v, double *out, double *lse)
+{
+    double *s = malloc((size_t)(Skv > 0 ? Skv : 1) * sizeof *s);
+    bool *seen = malloc((size_t)(Skv > 0 ? Skv : 1) * sizeof *seen);
+    if (!s || !seen)
         abort();   /* a test helper: no way to go on */
-    double mx = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < visible; j++) {
+    double mx = v->sinks ? (double)v->sinks[h] : -INFINITY, sum = 0;
+    int64_t visible = 0;
+    for (int64_t j = 0; j < Skv; j++) {
+        if (!(seen[j] = sees(v, pos, j)))
+            continue;
+        visible++;
         double acc = 0;
         for (int64_t d = 0; d < D; d++)
             acc += q[d] * kv->get(kv->ctx, b, hk, j, d, false);
-        s[j] = acc * scale;
-        mx = fmax(mx, s[j]);
+        acc *= scale;
+        if (v->soft_cap > 0)
+            acc = v->soft_cap * tanh(acc / v->soft_cap);
+        if (v->alibi_slopes)
+            acc += (double)v->alibi_slopes[h] * (double)(j - pos);
+        s[j] = acc;
+        mx = fmax(mx, acc);
     }
-    for (int64_t j = 0; j < visible; j++)
-        sum += (s[j] = exp(s[j] - mx));
-    for (int64_t d = 0; d < D; d++) {
+    for (int64_t j = 0; j < Skv; j++)
+        if (seen[j])
+            sum += (s[j] = exp(s[j] - mx));
+    if (v->sinks && mx != -INFINITY)
+        sum += exp((double)v->sinks[h] - mx);
+    for (int64_t d = 0; d < Dv; d++) {
         double acc = 0;
-        for (int64_t j = 0; j < visible; j++)
-            acc += s[j] * kv->get(kv->ctx, b, hk, j, d, true);
+        for (int64_t j = 0; j < Skv; j++)
+            if (seen[j])
+                acc += s[j] * kv->get(kv->ctx, b, hk, j, d, true);
         out[d] = visible > 0 ? acc / sum : 0.0;
     }
     if (lse)
-        *lse = visible > 0 ? mx + log(sum) : -INFINITY;
+        *lse = sum > 0 ? mx + log(sum) : -INFINITY;
     free(s);
+    free(seen);
+}
+
+void ref64_row(const double *q, int64_t D, const struct ref64_kv *kv, int64_t b, int64_t hk,
+               int64_t visible, double scale, double *out, double *lse)
+{
+    const struct ref64_variant causal = {.causal = true};
+    ref64_row_variant(q, D, D, kv, b, 0, hk, visible, visible - 1, scale, &causal, out, lse);
 }
 
 struct dense_kv {
@@ -75,9 +117,10 @@ static double dense_get(const void *ctx, int64_t b, int64_t hk, int64_t j, int64
     return elem_get(t->data, t->dtype, b * t->st[0] + hk * t->st[1] + j * t->st[2] + d * t->st[3]);
 }
 
-void ref64_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv, int64_t D,
-                     struct ref_view q, struct ref_view k, struct ref_view v, bool causal,
-                     double scale, double *out, double *lse)
+void ref64_attention_variant(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv,
+                             int64_t D, int64_t Dv, struct ref_view q, struct ref_view k,
+                             struct ref_view v, const struct ref64_variant *var, double scale,
+                             double *out, double *lse)
 {
     struct dense_kv ctx = {&k, &v};
     struct ref64_kv kv = {dense_get, &ctx};
@@ -90,13 +133,19 @@ void ref64_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv
                 for (int64_t d = 0; d < D; d++)
                     row[d] = elem_get(q.data, q.dtype,
                                       b * q.st[0] + h * q.st[1] + i * q.st[2] + d * q.st[3]);
-                int64_t visible = causal ? i + Skv - Sq + 1 : Skv;
-                visible = visible > Skv ? Skv : visible < 0 ? 0 : visible;
                 int64_t r = (b * Hq + h) * Sq + i;
-                ref64_row(row, D, &kv, b, h / (Hq / Hkv), visible, scale, out + r * D,
-                          lse ? lse + r : NULL);
+                ref64_row_variant(row, D, Dv, &kv, b, h, h / (Hq / Hkv), Skv, i + Skv - Sq,
+                                  scale, var, out + r * Dv, lse ? lse + r : NULL);
             }
     free(row);
+}
+
+void ref64_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv, int64_t D,
+                     struct ref_view q, struct ref_view k, struct ref_view v, bool causal,
+                     double scale, double *out, double *lse)
+{
+    const struct ref64_variant var = {.causal = causal};
+    ref64_attention_variant(B, Hq, Hkv, Sq, Skv, D, D, q, k, v, &var, scale, out, lse);
 }
 
 struct ref64_tol ref64_tolerance(gllm_dtype dt)

@@ -27,6 +27,24 @@ struct ref64_kv {
 void ref64_row(const double *q, int64_t D, const struct ref64_kv *kv, int64_t b, int64_t hk,
                int64_t visible, double scale, double *out, double *lse);
 
+/* An attention variant as gllm.h defines it, written from that definition alone (not from
+ * any backend's code): masks per (query position, key) and the score's transforms. */
+struct ref64_variant {
+    bool causal;
+    bool window;                  /* window_left/right read (-1: no edge that side) */
+    int64_t window_left, window_right;
+    int64_t chunk;                /* 0: none */
+    double soft_cap;              /* 0: none */
+    const float *alibi_slopes;    /* [Hq] or NULL */
+    const float *sinks;           /* [Hq] or NULL */
+};
+/* Query head h's row q[D] at absolute position pos over keys [0, Skv) of (b, h / group hk):
+ * out[Dv] and *lse (optional; the log of the softmax's whole denominator, the sink's term
+ * included). A row that sees no key is zeros, lse -inf (sinks[h] with sinks). */
+void ref64_row_variant(const double *q, int64_t D, int64_t Dv, const struct ref64_kv *kv,
+                       int64_t b, int64_t h, int64_t hk, int64_t Skv, int64_t pos, double scale,
+                       const struct ref64_variant *v, double *out, double *lse);
+
 /* A strided 4-d view [b, h, s, d] in elements. */
 struct ref_view {
     const void *data;
@@ -39,6 +57,12 @@ struct ref_view {
 void ref64_attention(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv, int64_t D,
                      struct ref_view q, struct ref_view k, struct ref_view v, bool causal,
                      double scale, double *out, double *lse);
+/* The same with v's head dim Dv (out [b][h][i][Dv]) and a variant (its causal replaces the
+ * argument above); row i is at position i + Skv - Sq. */
+void ref64_attention_variant(int64_t B, int64_t Hq, int64_t Hkv, int64_t Sq, int64_t Skv,
+                             int64_t D, int64_t Dv, struct ref_view q, struct ref_view k,
+                             struct ref_view v, const struct ref64_variant *var, double scale,
+                             double *out, double *lse);
 
 /* The one tolerance table: what is left after the reference reads the same rounded inputs
  * (fp32 accumulation, probabilities rounded to the dtype on tensor cores, the output rounded

@@ -16,7 +16,10 @@
 
 static struct arena_table table;
 static struct arena *arena1, *arena2;
-static const struct job_caps caps = {.dtypes = 7, .max_head_dim = 256};
+/* A backend computing plain attention with head dims 1..256 in every mode. */
+#define PLAIN_MODES                                                                        \
+    .backend = "test", .modes = {{.max_head_dim = 256}, {.max_head_dim = 256}, {.max_head_dim = 256}}
+static const struct job_caps caps = {.dtypes = 7, .max_head_dim = 256, PLAIN_MODES};
 
 static struct arena *make_arena(void)
 {
@@ -187,7 +190,7 @@ static void test_dtype_not_supported_by_backend(void **state)
     struct proto_attention pa = good_job();
     struct job job;
     char err[200];
-    const struct job_caps f32_only = {.dtypes = 1, .max_head_dim = 256};
+    const struct job_caps f32_only = {.dtypes = 1, .max_head_dim = 256, PLAIN_MODES};
     assert_int_equal(job_prepare_attention(&job, &pa, &table, &f32_only, err, sizeof err),
                      GLLM_EDTYPE);
 }

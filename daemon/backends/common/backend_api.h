@@ -13,7 +13,7 @@
 
 /* Bumped when a vtable or an argument struct changes; the registry passes over a backend
  * built against another version. */
-#define BACKEND_API_VERSION 6
+#define BACKEND_API_VERSION 7
 
 /* ---- Logging: the daemon's logger, handed in through backend_config ---- */
 
@@ -79,27 +79,63 @@ struct attn_timing {
     uint64_t copy_bytes;
 };
 
+/* An attention variant (gllm.h's gllm_attention_variant, validated): zeroed, it is plain
+ * attention. A backend computes the fields its caps.modes list and is
+ * never handed one it does not (the daemon refuses such a job first). Positions are
+ * bottom-right aligned: dense row r is at i = r + Skv - Sq, a paged query at its token's
+ * place in its sequence. Query i sees key j when causal allows it (j <= i), with window when
+ * i - window_left <= j (window_left >= 0) and j <= i + window_right (window_right >= 0), and
+ * when floor(i / chunk) == floor(j / chunk) (chunk > 0). A visible key's score is s = scale
+ * q.k, then soft_cap tanh(s / soft_cap) (soft_cap > 0), then s + alibi_slopes[h] (j - i); a
+ * virtual key of logit sinks[h] and value zero joins the softmax. A row that sees no key is
+ * zeros, lse -inf (sinks[h] with sinks); lse is log of the softmax's whole denominator. */
+struct attn_variant {
+    bool window;                        /* false: window_left and window_right are not read */
+    int32_t window_left, window_right;  /* -1: no edge on that side */
+    uint32_t chunk;                     /* 0: none */
+    float soft_cap;                     /* 0: none */
+    const float *alibi_slopes;          /* [Hq] f32, or NULL */
+    const float *sinks;                 /* [Hq] f32, or NULL */
+};
+
+/* Whether v asks for anything beyond plain (causal or full) attention. */
+static inline bool attn_variant_none(const struct attn_variant *v)
+{
+    return (!v->window || (v->window_left < 0 && v->window_right < 0)) && v->chunk == 0 &&
+           v->soft_cap == 0.0f && !v->alibi_slopes && !v->sinks;
+}
+
 /* A validated attention job: a backend never sees sessions, arenas or the wire. Strides are
- * in elements and index [b, h, s, d] (q, k, v, out) or [b, h, s] (lse). */
+ * in elements and index [b, h, s, d] (q, k, v, out) or [b, h, s] (lse). D is q's and k's
+ * head dim, Dv v's and out's (0: D; another value only where the mode's caps have
+ * GLLM_VARIANT_HEAD_DIM_V). */
 struct attn_args {
     gllm_dtype dtype;
-    int64_t B, Hq, Hkv, Sq, Skv, D;
+    int64_t B, Hq, Hkv, Sq, Skv, D, Dv;
     const void *q, *k, *v;
     void *out;
     float *lse;                 /* NULL: not wanted */
     int64_t q_st[4], k_st[4], v_st[4], o_st[4], lse_st[3];
     bool causal;                /* bottom-right aligned: row i sees keys j <= i + Skv - Sq */
     float scale;
+    struct attn_variant variant;
     uint32_t repeat;            /* runs of the kernel back to back (benchmarks; 0 or 1:
                                  * one, attn_runs); kernel_ns is one run's mean */
     struct attn_timing *timing; /* out, optional */
-    uint32_t device_mask;       /* bit i: tensor i (q, k, v, out, lse) is in device memory */
+    uint32_t device_mask;       /* bit i: tensor i (q, k, v, out, lse, alibi_slopes, sinks)
+                                 * is in device memory */
     const struct backend_sync *sync;   /* optional */
     uint64_t deadline_ns;       /* the watchdog's (see below); 0: none */
     char *why;                  /* out, optional: a failed job's reason, one line */
     size_t why_len;
     struct backend_queue *queue;       /* optional: submit to it (see Queues below) */
 };
+
+/* v's and out's head dim. */
+static inline int64_t attn_dv(const struct attn_args *a)
+{
+    return a->Dv ? a->Dv : a->D;
+}
 
 /* How many times a backend runs an attention job's kernel (attn_args.repeat). */
 static inline uint32_t attn_runs(const struct attn_args *a)
@@ -130,13 +166,15 @@ struct copy_args {
  * arena, which the client may still be writing, unchecked, and the backend reads each page
  * number once (in place when indices_pinned allows, or from one copy) and checks the value
  * it uses. Tensors are row-major:
- * caches [num_pages, page_size, Hkv, D], q/out [nq, Hq, D], k_new/v_new [nnew, Hkv, D]. */
+ * caches [num_pages, page_size, Hkv, D] (v_cache: Dv), q [nq, Hq, D], out [nq, Hq, Dv],
+ * k_new [nnew, Hkv, D], v_new [nnew, Hkv, Dv]; Dv 0 is D. */
 enum paged_op { PAGED_APPEND, PAGED_ATTEND };
-enum paged_tensor { PG_KCACHE, PG_VCACHE, PG_Q, PG_OUT, PG_KNEW, PG_VNEW, PG_COUNT };
+enum paged_tensor { PG_KCACHE, PG_VCACHE, PG_Q, PG_OUT, PG_KNEW, PG_VNEW, PG_ALIBI, PG_SINKS,
+                    PG_COUNT };
 struct paged_args {
     enum paged_op op;
     gllm_dtype dtype;
-    int64_t B, Hq, Hkv, D, page_size, num_pages;
+    int64_t B, Hq, Hkv, D, Dv, page_size, num_pages;
     void *k_cache, *v_cache;
     const void *q;              /* attend */
     void *out;
@@ -151,6 +189,7 @@ struct paged_args {
     int32_t max_kv_len, max_q_len;
     float scale;
     bool causal;                /* attend: always true (decode sees the whole sequence) */
+    struct attn_variant variant;    /* attend */
     uint32_t device_mask;       /* bit (1 << enum paged_tensor): in device memory */
     bool indices_on_device;     /* attend only; see above */
     bool indices_in_arena;      /* attend only; see above */
@@ -286,11 +325,22 @@ struct backend_shared {
     uint64_t handle;            /* the backend's own (CUDA: the allocation's handle) */
 };
 
+/* What one mode (gllm_mode: dense, paged decode, chunked prefill) computes: hello reports
+ * it, job validation refuses what it lacks. A mode left zeroed by the backend is plain
+ * attention with head dims 1..max_head_dim (backend.c fills it in). */
+struct backend_mode_caps {
+    uint32_t variants;          /* GLLM_VARIANT_* */
+    int max_head_dim;           /* q's head dim 1..max_head_dim, or one of head_dims */
+    int nhead_dims;             /* > 0: only head_dims[0 .. nhead_dims) */
+    int head_dims[GLLM_MAX_MODE_HEAD_DIMS];
+};
+
 /* What a backend can do, as data: filled by open, read by the daemon's job validation.
  * (Per-tensor element bounds are the daemon's limits today: no backend has its own.) */
 struct backend_caps {
     uint32_t dtypes;            /* bit (1 << gllm_dtype) each, dense attention and copies */
     int max_head_dim;           /* dense attention takes head dims 1..max_head_dim */
+    struct backend_mode_caps modes[GLLM_MODE_COUNT];
     uint32_t features;          /* BACKEND_FEAT_* */
     enum backend_share_kind share_kind;
     size_t share_granularity;   /* shared sizes are multiples of it; 0 with SHARE_NONE */

@@ -131,30 +131,76 @@ HOT static void accumulate_pv(struct tile_scratch *t, int rows4, int cols, int D
 struct attn_plan {
     const struct attn_args *a;
     int64_t qblocks;
-    int Dp;
+    int Dp, Dvp;                  /* q's and k's head dim, v's, padded to DPAD */
     float qscale;                 /* scale * log2(e): softmax in base 2 */
+    bool transform;               /* soft-cap or ALiBi: each visible score is rewritten */
     struct tile_scratch **scratch;
 };
 
 static void load_kv_tile(struct tile_scratch *t, const struct attn_args *a, int64_t b, int64_t hk,
-                         int64_t k0, int cols, int Dp)
+                         int64_t k0, int cols, int Dp, int Dvp)
 {
-    const int64_t D = a->D;
     for (int j = 0; j < cols; j++) {
         int64_t kbase = b * a->k_st[0] + hk * a->k_st[1] + (k0 + j) * a->k_st[2];
         int64_t vbase = b * a->v_st[0] + hk * a->v_st[1] + (k0 + j) * a->v_st[2];
-        float *vrow = t->v + (size_t)j * Dp;
-        for (int64_t d = 0; d < D; d++) {
+        float *vrow = t->v + (size_t)j * Dvp;
+        for (int64_t d = 0; d < a->D; d++)
             t->kt[(size_t)d * KB + j] = load_elem(a->k, a->dtype, kbase + d * a->k_st[3]);
+        for (int64_t d = 0; d < attn_dv(a); d++)
             vrow[d] = load_elem(a->v, a->dtype, vbase + d * a->v_st[3]);
-        }
-        for (int d = (int)D; d < Dp; d++)
+        for (int d = (int)attn_dv(a); d < Dvp; d++)
             vrow[d] = 0.0f;
     }
+    for (int d = (int)a->D; d < Dp; d++)
+        for (int j = 0; j < cols; j++)
+            t->kt[(size_t)d * KB + j] = 0.0f;
     /* Columns past the tile's end must hold finite values: they are masked after. */
     for (int d = 0; d < Dp; d++)
         for (int j = cols; j < KB; j++)
             t->kt[(size_t)d * KB + j] = 0.0f;
+}
+
+static int64_t floor_div(int64_t x, int64_t y)
+{
+    int64_t q = x / y;
+    return q * y > x ? q - 1 : q;
+}
+
+/* The keys [*lo, *hi) the query at absolute position pos sees: every mask is an interval
+ * (causal, the window, the query's chunk), so their meet is one too. */
+static void visible_keys(const struct attn_args *a, int64_t pos, int64_t *lo, int64_t *hi)
+{
+    const struct attn_variant *v = &a->variant;
+    int64_t l = 0, h = a->Skv;
+    if (a->causal && pos + 1 < h)
+        h = pos + 1;
+    if (v->window && v->window_left >= 0 && pos - v->window_left > l)
+        l = pos - v->window_left;
+    if (v->window && v->window_right >= 0 && pos + v->window_right + 1 < h)
+        h = pos + v->window_right + 1;
+    if (v->chunk) {
+        const int64_t c0 = floor_div(pos, v->chunk) * v->chunk;
+        l = c0 > l ? c0 : l;
+        h = c0 + v->chunk < h ? c0 + v->chunk : h;
+    }
+    *lo = l;
+    *hi = h > l ? h : l;
+}
+
+/* The soft-cap and ALiBi on row i's visible scores s[vlo, vhi) (base 2, scaled): the cap
+ * applies to the natural-log score, before the bias (Gemma 2's order). */
+static void transform_row(const struct attn_args *a, int64_t h, float *s, int vlo, int vhi,
+                          int64_t key0, int64_t pos)
+{
+    const float cap = a->variant.soft_cap;
+    const float slope = a->variant.alibi_slopes ? a->variant.alibi_slopes[h] * (float)M_LOG2E
+                                                : 0.0f;
+    for (int j = vlo; j < vhi; j++) {
+        float x = s[j];
+        if (cap > 0.0f)
+            x = cap * tanhf(x * (float)M_LN2 / cap) * (float)M_LOG2E;
+        s[j] = x + slope * (float)(key0 + j - pos);
+    }
 }
 
 static void attn_task(void *ctx, int64_t task, int thread)
@@ -162,8 +208,8 @@ static void attn_task(void *ctx, int64_t task, int thread)
     const struct attn_plan *pl = ctx;
     const struct attn_args *a = pl->a;
     struct tile_scratch *t = pl->scratch[thread];
-    const int Dp = pl->Dp;
-    const int64_t D = a->D;
+    const int Dp = pl->Dp, Dvp = pl->Dvp;
+    const int64_t Dv = attn_dv(a);
 
     int64_t qb = task % pl->qblocks, bh = task / pl->qblocks;
     int64_t h = bh % a->Hq, b = bh / a->Hq;
@@ -172,74 +218,91 @@ static void attn_task(void *ctx, int64_t task, int thread)
     int rows = (int)(a->Sq - q0 < QB ? a->Sq - q0 : QB);
     int rows4 = (rows + 3) & ~3;
 
+    /* Row i is the query at absolute position q0 + i + shift (bottom-right aligned); it sees
+     * keys [lo[i], hi[i]), and the block the union of those. */
+    const int64_t shift = a->Skv - a->Sq;
+    int64_t lo[QB], hi[QB], kv_begin = a->Skv, kv_end = 0;
     for (int i = 0; i < rows4; i++) {
         float *qrow = t->q + (size_t)i * Dp;
         int64_t base = b * a->q_st[0] + h * a->q_st[1] + (q0 + i) * a->q_st[2];
-        for (int64_t d = 0; d < D; d++)
+        for (int64_t d = 0; d < a->D; d++)
             qrow[d] = i < rows ? load_elem(a->q, a->dtype, base + d * a->q_st[3]) * pl->qscale : 0.0f;
-        for (int d = (int)D; d < Dp; d++)
+        for (int d = (int)a->D; d < Dp; d++)
             qrow[d] = 0.0f;
         t->m[i] = -INFINITY;
         t->l[i] = 0.0f;
+        if (i < rows) {
+            visible_keys(a, q0 + i + shift, &lo[i], &hi[i]);
+            if (lo[i] < hi[i]) {
+                kv_begin = lo[i] < kv_begin ? lo[i] : kv_begin;
+                kv_end = hi[i] > kv_end ? hi[i] : kv_end;
+            }
+        }
     }
-    memset(t->o, 0, (size_t)rows4 * Dp * sizeof(float));
+    memset(t->o, 0, (size_t)rows4 * Dvp * sizeof(float));
 
-    /* Row i sees keys j <= i + shift when causal; the block needs keys < kv_end. */
-    const int64_t shift = a->Skv - a->Sq;
-    int64_t kv_end = a->Skv;
-    if (a->causal && q0 + rows + shift < kv_end)
-        kv_end = q0 + rows + shift;
-
-    for (int64_t k0 = 0; k0 < kv_end; k0 += KB) {
+    for (int64_t k0 = kv_begin; k0 < kv_end; k0 += KB) {
         int cols = (int)(kv_end - k0 < KB ? kv_end - k0 : KB);
-        load_kv_tile(t, a, b, hk, k0, cols, Dp);
+        load_kv_tile(t, a, b, hk, k0, cols, Dp, Dvp);
         scores(t, rows4, Dp);
         for (int i = 0; i < rows; i++) {
             float *s = t->s + (size_t)i * KB;
-            int visible = cols;
-            if (a->causal) {
-                int64_t last = q0 + i + shift - k0;   /* last visible column of this row */
-                visible = last < 0 ? 0 : last + 1 < cols ? (int)(last + 1) : cols;
-            }
+            const int64_t vl = lo[i] - k0, vh = hi[i] - k0;
+            const int vlo = vl < 0 ? 0 : vl > cols ? cols : (int)vl;
+            const int vhi = vh < vlo ? vlo : vh > cols ? cols : (int)vh;
+            if (pl->transform)
+                transform_row(a, h, s, vlo, vhi, k0, q0 + i + shift);
             /* A NaN score makes the row's maximum NaN, so it reaches the output as NaN
              * instead of being skipped as "nothing visible". */
             float mx = t->m[i];
-            for (int j = 0; j < visible; j++)
+            for (int j = vlo; j < vhi; j++)
                 mx = s[j] > mx || s[j] != s[j] ? s[j] : mx;
-            float sum = 0.0f;
             if (mx == -INFINITY) {
                 /* Nothing visible yet (or all -inf): contributes nothing. */
                 for (int j = 0; j < KB; j++)
                     s[j] = 0.0f;
-            } else {
-                float alpha = exp2f(t->m[i] - mx);
-                for (int j = 0; j < visible; j++) {
-                    s[j] = exp2f(s[j] - mx);
-                    sum += s[j];
-                }
-                for (int j = visible; j < KB; j++)
-                    s[j] = 0.0f;
-                float *o = t->o + (size_t)i * Dp;
-                for (int d = 0; d < Dp; d++)
-                    o[d] *= alpha;
-                t->l[i] = t->l[i] * alpha + sum;
-                t->m[i] = mx;
+                continue;
             }
+            float alpha = exp2f(t->m[i] - mx), sum = 0.0f;
+            for (int j = 0; j < vlo; j++)
+                s[j] = 0.0f;
+            for (int j = vlo; j < vhi; j++) {
+                s[j] = exp2f(s[j] - mx);
+                sum += s[j];
+            }
+            for (int j = vhi; j < KB; j++)
+                s[j] = 0.0f;
+            float *o = t->o + (size_t)i * Dvp;
+            for (int d = 0; d < Dvp; d++)
+                o[d] *= alpha;
+            t->l[i] = t->l[i] * alpha + sum;
+            t->m[i] = mx;
         }
         for (int i = rows; i < rows4; i++)
             memset(t->s + (size_t)i * KB, 0, KB * sizeof(float));
-        accumulate_pv(t, rows4, cols, Dp);
+        accumulate_pv(t, rows4, cols, Dvp);
     }
 
     for (int i = 0; i < rows; i++) {
-        /* A row that sees no key (causal with Sq > Skv) is defined as zeros, lse -inf. */
-        float inv = t->l[i] > 0.0f ? 1.0f / t->l[i] : 0.0f;
-        const float *o = t->o + (size_t)i * Dp;
+        float m = t->m[i], l = t->l[i], keep = 1.0f;
+        if (a->variant.sinks) {
+            /* The sink: one more key in the softmax, of logit sinks[h] and value zero. */
+            const float s2 = a->variant.sinks[h] * (float)M_LOG2E;
+            const float mf = s2 > m ? s2 : m;
+            if (mf != -INFINITY) {
+                keep = m == -INFINITY ? 0.0f : exp2f(m - mf);
+                l = l * keep + exp2f(s2 - mf);
+                m = mf;
+            }
+        }
+        /* A row that sees no key is defined as zeros, lse -inf (the sink's logit with one). */
+        float inv = l > 0.0f ? keep / l : 0.0f;
+        const float *o = t->o + (size_t)i * Dvp;
         int64_t base = b * a->o_st[0] + h * a->o_st[1] + (q0 + i) * a->o_st[2];
-        for (int64_t d = 0; d < D; d++)
+        for (int64_t d = 0; d < Dv; d++)
             store_elem(a->out, a->dtype, base + d * a->o_st[3], o[d] * inv);
         if (a->lse) {
-            float lse = t->l[i] > 0.0f ? (t->m[i] + log2f(t->l[i])) * (float)M_LN2 : -INFINITY;
+            float lse = l > 0.0f ? (m + log2f(l)) * (float)M_LN2 : -INFINITY;
             a->lse[b * a->lse_st[0] + h * a->lse_st[1] + (q0 + i) * a->lse_st[2]] = lse;
         }
     }
@@ -286,7 +349,8 @@ void cpu_attention_destroy(struct cpu_attention *c)
 
 int cpu_attention_run(struct cpu_attention *c, const struct attn_args *a)
 {
-    if (a->D < 1 || a->D > CPU_MAX_HEAD_DIM || a->Hkv < 1 || a->Hq % a->Hkv != 0)
+    if (a->D < 1 || a->D > CPU_MAX_HEAD_DIM || attn_dv(a) < 1 || attn_dv(a) > a->D || a->Hkv < 1 ||
+        a->Hq % a->Hkv != 0)
         return -EINVAL;
     if (a->B == 0 || a->Hq == 0 || a->Sq == 0)
         return 0;
@@ -294,7 +358,9 @@ int cpu_attention_run(struct cpu_attention *c, const struct attn_args *a)
         .a = a,
         .qblocks = (a->Sq + QB - 1) / QB,
         .Dp = (int)((a->D + DPAD - 1) / DPAD * DPAD),
+        .Dvp = (int)((attn_dv(a) + DPAD - 1) / DPAD * DPAD),
         .qscale = a->scale * (float)M_LOG2E,
+        .transform = a->variant.soft_cap > 0.0f || a->variant.alibi_slopes,
         .scratch = c->scratch,
     };
     const uint64_t t0 = backend_now_ns();

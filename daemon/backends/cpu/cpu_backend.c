@@ -96,6 +96,12 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
         .share_kind = BACKEND_SHARE_MEMFD,
         .share_granularity = cpu_share_granularity(),
     };
+    /* The reference computes every variant field in every mode. */
+    const uint32_t every = GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP |
+                           GLLM_VARIANT_ALIBI | GLLM_VARIANT_SINKS | GLLM_VARIANT_HEAD_DIM_V;
+    for (int m = 0; m < GLLM_MODE_COUNT; m++)
+        be->caps.modes[m] = (struct backend_mode_caps){.variants = every,
+                                                       .max_head_dim = CPU_MAX_HEAD_DIM};
     int r = cpu_pool_create(threads, &c->pool);
     if (r == 0)
         r = cpu_attention_create(c->pool, &c->attn);

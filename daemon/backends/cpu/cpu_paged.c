@@ -5,44 +5,55 @@
 
 #include "cpu_paged.h"
 
+/* v's head dim: D unless the job gave another. */
+static int64_t paged_dv(const struct paged_args *p)
+{
+    return p->Dv ? p->Dv : p->D;
+}
+
 static void kv_append(const struct paged_args *p, size_t es)
 {
-    const size_t row = (size_t)(p->Hkv * p->D) * es;
+    const size_t krow = (size_t)(p->Hkv * p->D) * es, vrow = (size_t)(p->Hkv * paged_dv(p)) * es;
     for (int64_t b = 0; b < p->B; b++) {
         const int32_t n = p->q_indptr[b + 1] - p->q_indptr[b];
         for (int32_t i = 0; i < n; i++) {
             const int64_t pos = p->kv_len[b] - n + i, src = p->q_indptr[b] + i;
-            const size_t dst = (size_t)paged_row(p, b, pos) * row;
-            memcpy((char *)p->k_cache + dst, (const char *)p->k_new + (size_t)src * row, row);
-            memcpy((char *)p->v_cache + dst, (const char *)p->v_new + (size_t)src * row, row);
+            const size_t row = (size_t)paged_row(p, b, pos);
+            memcpy((char *)p->k_cache + row * krow, (const char *)p->k_new + (size_t)src * krow,
+                   krow);
+            memcpy((char *)p->v_cache + row * vrow, (const char *)p->v_new + (size_t)src * vrow,
+                   vrow);
         }
     }
 }
 
-/* Copies sequence b's tokens, page by page, into dense [len, Hkv, D] buffers. */
+/* Copies sequence b's tokens, page by page, into dense [len, Hkv, D] (k) and [len, Hkv, Dv]
+ * (v) buffers. */
 static void gather(const struct paged_args *p, int64_t b, size_t es, char *k, char *v)
 {
-    const size_t row = (size_t)(p->Hkv * p->D) * es;
+    const size_t krow = (size_t)(p->Hkv * p->D) * es, vrow = (size_t)(p->Hkv * paged_dv(p)) * es;
     int64_t left = p->kv_len[b];
     for (int32_t i = p->kv_indptr[b]; left > 0; i++) {
         const int64_t n = left < p->page_size ? left : p->page_size;
-        const size_t src = (size_t)(p->kv_indices[i] * p->page_size) * row;
-        memcpy(k, (const char *)p->k_cache + src, (size_t)n * row);
-        memcpy(v, (const char *)p->v_cache + src, (size_t)n * row);
-        k += (size_t)n * row;
-        v += (size_t)n * row;
+        const size_t page = (size_t)(p->kv_indices[i] * p->page_size);
+        memcpy(k, (const char *)p->k_cache + page * krow, (size_t)n * krow);
+        memcpy(v, (const char *)p->v_cache + page * vrow, (size_t)n * vrow);
+        k += (size_t)n * krow;
+        v += (size_t)n * vrow;
         left -= n;
     }
 }
 
 /* Each sequence's queries are its last tokens: the dense kernel's bottom-right causal mask
- * with Sq = queries and Skv = cached tokens is exactly that. */
+ * with Sq = queries and Skv = cached tokens is exactly that, and so are the variant's
+ * positions. */
 static int attend(struct cpu_attention *dense, const struct paged_args *p, size_t es)
 {
-    const size_t row = (size_t)(p->Hkv * p->D) * es;
-    char *k = malloc((size_t)p->max_kv_len * row + 1), *v = malloc((size_t)p->max_kv_len * row + 1);
+    const int64_t D = p->D, Dv = paged_dv(p);
+    const size_t krow = (size_t)(p->Hkv * D) * es, vrow = (size_t)(p->Hkv * Dv) * es;
+    char *k = malloc((size_t)p->max_kv_len * krow + 1), *v = malloc((size_t)p->max_kv_len * vrow + 1);
     int rc = k && v ? 0 : -ENOMEM;
-    const int64_t qrow = p->Hq * p->D;    /* elements per query token */
+    const int64_t qrow = p->Hq * D, orow = p->Hq * Dv;   /* elements per query token */
     for (int64_t b = 0; b < p->B && rc == 0; b++) {
         const int64_t q0 = p->q_indptr[b], nq = p->q_indptr[b + 1] - q0;
         if (nq == 0)
@@ -50,14 +61,15 @@ static int attend(struct cpu_attention *dense, const struct paged_args *p, size_
         gather(p, b, es, k, v);
         const int64_t Skv = p->kv_len[b];
         struct attn_args a = {
-            .dtype = p->dtype, .B = 1, .Hq = p->Hq, .Hkv = p->Hkv, .Sq = nq, .Skv = Skv, .D = p->D,
+            .dtype = p->dtype, .B = 1, .Hq = p->Hq, .Hkv = p->Hkv, .Sq = nq, .Skv = Skv, .D = D,
+            .Dv = Dv,
             .q = (const char *)p->q + (size_t)(q0 * qrow) * es, .k = k, .v = v,
-            .out = (char *)p->out + (size_t)(q0 * qrow) * es,
-            .q_st = {nq * qrow, p->D, qrow, 1},
-            .k_st = {Skv * p->Hkv * p->D, p->D, p->Hkv * p->D, 1},
-            .v_st = {Skv * p->Hkv * p->D, p->D, p->Hkv * p->D, 1},
-            .o_st = {nq * qrow, p->D, qrow, 1},
-            .causal = true, .scale = p->scale,
+            .out = (char *)p->out + (size_t)(q0 * orow) * es,
+            .q_st = {nq * qrow, D, qrow, 1},
+            .k_st = {Skv * p->Hkv * D, D, p->Hkv * D, 1},
+            .v_st = {Skv * p->Hkv * Dv, Dv, p->Hkv * Dv, 1},
+            .o_st = {nq * orow, Dv, orow, 1},
+            .causal = true, .scale = p->scale, .variant = p->variant,
         };
         rc = cpu_attention_run(dense, &a);
     }
