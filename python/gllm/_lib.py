@@ -8,8 +8,8 @@ import ctypes.util
 import glob
 import os
 import threading
-from ctypes import (POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int64, c_size_t,
-                    c_uint32, c_uint64, c_void_p)
+from ctypes import (POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int32, c_int64,
+                    c_size_t, c_uint32, c_uint64, c_void_p)
 from typing import Optional
 
 MAX_RANK = 8
@@ -23,6 +23,22 @@ MEMORY_SHARED = 3
 ATTN_CAUSAL = 1 << 0
 ATTN_SCALE = 1 << 1
 ATTN_LSE = 1 << 2
+ATTN_WINDOW = 1 << 3
+
+# enum gllm_mode
+MODE_DENSE = 0
+MODE_DECODE = 1
+MODE_PREFILL = 2
+MODE_COUNT = 3
+
+# The variant fields a mode computes (GLLM_VARIANT_*)
+VARIANT_WINDOW = 1 << 0
+VARIANT_CHUNK = 1 << 1
+VARIANT_SOFT_CAP = 1 << 2
+VARIANT_ALIBI = 1 << 3
+VARIANT_SINKS = 1 << 4
+VARIANT_HEAD_DIM_V = 1 << 5
+MAX_MODE_HEAD_DIMS = 16
 
 
 class GllmTensor(ctypes.Structure):
@@ -74,11 +90,17 @@ class GllmCounter(ctypes.Structure):
                 ("timeout_ms", c_uint32)]
 
 
+class GllmAttentionVariant(ctypes.Structure):
+    _fields_ = [("window_left", c_int32), ("window_right", c_int32),
+                ("attention_chunk", c_uint32), ("logits_soft_cap", c_float),
+                ("alibi_slopes", GllmTensor), ("sinks", GllmTensor)]
+
+
 class GllmAttentionParams(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("flags", c_uint32), ("scale", c_float),
                 ("q", GllmTensor), ("k", GllmTensor), ("v", GllmTensor), ("out", GllmTensor),
                 ("lse", GllmTensor), ("wait", GllmCounter), ("signal", GllmCounter),
-                ("repeat", c_uint32)]
+                ("repeat", c_uint32), ("variant", GllmAttentionVariant)]
 
 
 class GllmJobResult(ctypes.Structure):
@@ -100,7 +122,13 @@ class GllmKVAppendParams(ctypes.Structure):
 class GllmPagedAttentionParams(ctypes.Structure):
     _fields_ = [("size", c_size_t), ("flags", c_uint32), ("scale", c_float), ("kv", GllmPagedKV),
                 ("q", GllmTensor), ("out", GllmTensor), ("qo_indptr", GllmTensor),
-                ("wait", GllmCounter), ("signal", GllmCounter)]
+                ("wait", GllmCounter), ("signal", GllmCounter),
+                ("variant", GllmAttentionVariant)]
+
+
+class GllmModeCaps(ctypes.Structure):
+    _fields_ = [("size", c_size_t), ("variants", c_uint32), ("max_head_dim", c_int),
+                ("nhead_dims", c_int), ("head_dims", c_int * MAX_MODE_HEAD_DIMS)]
 
 
 # Every struct the layout test checks, by its C name.
@@ -111,11 +139,13 @@ STRUCTS = {
     "gllm_caps": GllmCaps,
     "gllm_client_info": GllmClientInfo,
     "gllm_status": GllmStatus,
+    "gllm_attention_variant": GllmAttentionVariant,
     "gllm_attention_params": GllmAttentionParams,
     "gllm_job_result": GllmJobResult,
     "gllm_paged_kv": GllmPagedKV,
     "gllm_kv_append_params": GllmKVAppendParams,
     "gllm_paged_attention_params": GllmPagedAttentionParams,
+    "gllm_mode_caps": GllmModeCaps,
 }
 
 
@@ -174,7 +204,14 @@ _PROTOTYPES = {
     "gllm_strerror": (c_char_p, [c_int]),
     "gllm_error_name": (c_char_p, [c_int]),
     "gllm_version": (c_char_p, []),
+    "gllm_client_mode_caps": (c_int, [_P, c_int, POINTER(GllmModeCaps)]),
+    "gllm_client_check_variant": (c_int, [_P, c_int, c_uint32, POINTER(GllmAttentionVariant),
+                                          c_int64, c_int64]),
 }
+# Functions a library from before them lacks: declared when present, and has() says which.
+# Without the variant functions the library also sends no variant, so the package refuses
+# one rather than have an older library drop it silently.
+_OPTIONAL = {"gllm_client_mode_caps", "gllm_client_check_variant"}
 
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
@@ -216,7 +253,12 @@ def lib() -> ctypes.CDLL:
                 errors.append(f"{path}: {e}")
                 continue
             for name, (restype, argtypes) in _PROTOTYPES.items():
-                fn = getattr(handle, name)
+                try:
+                    fn = getattr(handle, name)
+                except AttributeError:
+                    if name in _OPTIONAL:
+                        continue
+                    raise
                 fn.restype = restype
                 fn.argtypes = argtypes
             # The same function returning the address itself (c_char_p would return a copy):
@@ -229,6 +271,12 @@ def lib() -> ctypes.CDLL:
         raise LibraryNotFound(
             "cannot load libgllm-client (set GLLM_LIBRARY to the path of libgllm-client.so): "
             + tried)
+
+
+def has(name: str) -> bool:
+    """Whether the loaded library has the C function name (the optional ones may be
+    missing from an older library)."""
+    return hasattr(lib(), name)
 
 
 def library_path() -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _lib
 from .connection import Connection
@@ -16,6 +16,7 @@ from .ordering import Job, JobRunner
 from .records import (Caps, ClientInfo, DeviceInfo, JobResult, Limits, PagedKV, Status,
                       from_struct)
 from .tensors import TensorResolver
+from .variants import ModeCaps, mode_caps, mode_number, set_variant
 
 if TYPE_CHECKING:
     from .paged import PagedKVCache
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 _clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
 
 __all__ = ["Caps", "Client", "ClientInfo", "DeviceInfo", "Job", "JobResult", "Limits",
-           "PagedKV", "Status", "attention", "connect", "find_client"]
+           "ModeCaps", "PagedKV", "Status", "attention", "connect", "find_client"]
+
 
 
 class Client:
@@ -61,6 +63,7 @@ class Client:
         self._tensors = TensorResolver(self)
         self._conn.release_hooks.append(self._tensors.forget)
         self._runner = JobRunner(self, self._conn, self._caps.share)
+        self._mode_caps: Dict[int, ModeCaps] = {}
         _clients.add(self)
 
     # --- lifetime -------------------------------------------------------------------
@@ -134,6 +137,16 @@ class Client:
         """How long job calls poll for the reply before sleeping (gllm_client_set_wait_spin)."""
         with self._conn.lock:
             _lib.lib().gllm_client_set_wait_spin(self.handle, int(us))
+
+    def mode_caps(self, mode: Any = "dense") -> ModeCaps:
+        """What the backend computes in mode "dense" (attention), "decode" or "prefill":
+        the variant fields (ModeCaps.variants: "window", "attention_chunk",
+        "logits_soft_cap", "alibi_slopes", "sinks", "head_dim_v") and the head dims."""
+        n = mode_number(mode)
+        got = self._mode_caps.get(n)
+        if got is None:     # hello's: fixed per connection
+            got = self._mode_caps[n] = mode_caps(self._conn, n, lambda: self.limits.max_head_dim)
+        return got
 
     # --- memory ---------------------------------------------------------------------
     def _new_memory(self, name: str, *args: Any, imported: bool = False) -> Memory:
@@ -211,17 +224,35 @@ class Client:
 
     def attention(self, q: Any, k: Any, v: Any, out: Any, causal: bool = False,
                   scale: Optional[float] = None, lse: Any = None,
-                  stream: Any = None, repeat: int = 1) -> "JobResult | Job":
-        """out = softmax(scale * Q K^T + mask) V, with Q and out [B, Hq, Sq, D], K and V
-        [B, Hkv, Skv, D] (Hq a multiple of Hkv), one dtype; lse (optional) f32 [B, Hq, Sq].
-        causal: query i sees keys j <= i + Skv - Sq. scale: default 1/sqrt(D). repeat
-        (benchmarks, 1 to 100): the kernel runs that many times back to back, kernel_ns one
-        run's mean.
+                  stream: Any = None, repeat: int = 1, *, window_left: int = -1,
+                  window_right: int = -1, attention_chunk: int = 0,
+                  logits_soft_cap: float = 0.0, alibi_slopes: Any = None,
+                  sinks: Any = None) -> "JobResult | Job":
+        """out = softmax(scale * Q K^T + mask) V, with Q [B, Hq, Sq, Dqk], K [B, Hkv, Skv,
+        Dqk], V [B, Hkv, Skv, Dv] and out [B, Hq, Sq, Dv] (Hq a multiple of Hkv; Dv = Dqk,
+        or below it where mode_caps("dense") has "head_dim_v"), one dtype; lse (optional)
+        f32 [B, Hq, Sq]. causal: query i sees keys j <= i + Skv - Sq. scale: default
+        1/sqrt(Dqk). repeat (benchmarks, 1 to 100): the kernel runs that many times back to
+        back, kernel_ns one run's mean.
         Tensors are gllm Tensors, numpy views of this client's arenas, or torch tensors from
-        Client.torch_tensor."""
+        Client.torch_tensor.
+
+        Variants (keyword only, each default "none"; gllm.h's gllm_attention_variant, which
+        every attention call takes): window_left, window_right: query i sees keys j with
+        i - window_left <= j <= i + window_right (-1: no edge on that side);
+        attention_chunk c > 0: only keys of the query's chunk (i // c == j // c);
+        logits_soft_cap cap > 0: a score s becomes cap * tanh(s / cap); alibi_slopes (f32
+        [Hq], in gllm memory): slope[h] * (j - i) is added to the scores; sinks (f32 [Hq]): a
+        virtual key of logit sinks[h] and value zero joins every row's softmax. Positions
+        are aligned bottom-right, as causal's (query row r is at i = r + Skv - Sq). A row
+        that sees no key is zeros, its lse -inf (sinks[h] with sinks). A field the mode
+        does not compute (mode_caps) raises VariantError before anything runs."""
         p = _lib.sized(_lib.GllmAttentionParams)
         any_cuda = self._set_tensors(p, (("q", q), ("k", k), ("v", v), ("out", out),
                                          ("lse", lse)))
+        any_cuda |= set_variant(p, self._tensors.struct, "gllm_attention", window_left,
+                                window_right, attention_chunk, logits_soft_cap, alibi_slopes,
+                                sinks)
         if causal:
             p.flags |= _lib.ATTN_CAUSAL
         if scale is not None:
@@ -248,49 +279,69 @@ class Client:
 
     def append_attention(self, kv: PagedKV, k: Any, v: Any, append_indptr: Any, q: Any,
                          out: Any, qo_indptr: Any = None, scale: Optional[float] = None,
-                         stream: Any = None) -> "JobResult | Job":
+                         stream: Any = None, **variant: Any) -> "JobResult | Job":
         """kv_append, then attention_decode (qo_indptr None) or attention_prefill over the
         same cache, as one run: on CUDA tensors one wait on the stream before the append and
         one signal after the attention, so a layer costs the stream a single round trip
-        through gllmd. Returns the attention's result (or Job)."""
-        a, cuda_a = self._append_params(kv, k, v, append_indptr)
-        p, cuda_p = self._paged_params(kv, q, out, qo_indptr, scale)
+        through gllmd. Returns the attention's result (or Job). variant: the keywords of
+        attention_decode and attention_prefill."""
         name = "gllm_attention_decode" if qo_indptr is None else "gllm_attention_prefill"
+        a, cuda_a = self._append_params(kv, k, v, append_indptr)
+        p, cuda_p = self._paged_params(name, kv, q, out, qo_indptr, scale, variant)
         return self._runner.run([("gllm_kv_append", a), (name, p)], cuda_a or cuda_p, stream)
 
-    def _paged_params(self, kv: PagedKV, q: Any, out: Any, qo_indptr: Any,
-                      scale: Optional[float]) -> Tuple[Any, bool]:
+    def _paged_params(self, name: str, kv: PagedKV, q: Any, out: Any, qo_indptr: Any,
+                      scale: Optional[float], variant: Dict[str, Any]) -> Tuple[Any, bool]:
         p = _lib.sized(_lib.GllmPagedAttentionParams)
         p.kv, cuda_kv = self._tensors.paged_kv(kv)
         any_cuda = self._set_tensors(p, (("q", q), ("out", out), ("qo_indptr", qo_indptr)))
+        any_cuda |= set_variant(p, self._tensors.struct, name, **variant)
         if scale is not None:
             p.flags |= _lib.ATTN_SCALE
             p.scale = float(scale)
         return p, any_cuda or cuda_kv
 
     def attention_decode(self, kv: PagedKV, q: Any, out: Any, scale: Optional[float] = None,
-                         stream: Any = None) -> "JobResult | Job":
-        """Decode over a paged cache: q and out [B, Hq, D], one query per sequence, seeing
-        all of it."""
-        p, any_cuda = self._paged_params(kv, q, out, None, scale)
+                         stream: Any = None, *, window_left: int = -1,
+                         window_right: int = -1, attention_chunk: int = 0,
+                         logits_soft_cap: float = 0.0, alibi_slopes: Any = None,
+                         sinks: Any = None) -> "JobResult | Job":
+        """Decode over a paged cache: q [B, Hq, Dqk] and out [B, Hq, Dv] (v_cache's head
+        dim), one query per sequence, its last token: it sees all of the sequence unless a
+        variant (as Client.attention's) masks some."""
+        p, any_cuda = self._paged_params(
+            "gllm_attention_decode", kv, q, out, None, scale,
+            dict(window_left=window_left, window_right=window_right,
+                 attention_chunk=attention_chunk, logits_soft_cap=logits_soft_cap,
+                 alibi_slopes=alibi_slopes, sinks=sinks))
         return self._runner.run([("gllm_attention_decode", p)], any_cuda, stream)
 
     def attention_prefill(self, kv: PagedKV, q: Any, out: Any, qo_indptr: Any,
-                          scale: Optional[float] = None, stream: Any = None) -> "JobResult | Job":
-        """Chunked prefill over a paged cache: q and out [N, Hq, D]; queries qo_indptr[b] ..
-        qo_indptr[b + 1] are the last tokens of sequence b (already appended) and attend
-        causally to its cached prefix and to each other."""
-        p, any_cuda = self._paged_params(kv, q, out, qo_indptr, scale)
+                          scale: Optional[float] = None, stream: Any = None, *,
+                          window_left: int = -1, window_right: int = -1,
+                          attention_chunk: int = 0, logits_soft_cap: float = 0.0,
+                          alibi_slopes: Any = None, sinks: Any = None) -> "JobResult | Job":
+        """Chunked prefill over a paged cache: q [N, Hq, Dqk] and out [N, Hq, Dv]; queries
+        qo_indptr[b] .. qo_indptr[b + 1] are the last tokens of sequence b (already
+        appended) and attend causally to its cached prefix and to each other, within the
+        masks of the variant (as Client.attention's)."""
+        p, any_cuda = self._paged_params(
+            "gllm_attention_prefill", kv, q, out, qo_indptr, scale,
+            dict(window_left=window_left, window_right=window_right,
+                 attention_chunk=attention_chunk, logits_soft_cap=logits_soft_cap,
+                 alibi_slopes=alibi_slopes, sinks=sinks))
         return self._runner.run([("gllm_attention_prefill", p)], any_cuda, stream)
 
     def paged_kv_cache(self, num_pages: int, page_size: int, num_kv_heads: int,
                        head_dim: int, dtype: Any, max_batch: int = 64,
-                       memory: str = "device", num_layers: int = 1) -> "PagedKVCache":
+                       memory: str = "device", num_layers: int = 1,
+                       head_dim_v: Optional[int] = None) -> "PagedKVCache":
         """A PagedKVCache whose pools (one K and one V per layer) live in memory "device",
-        "shared" or "arena"."""
+        "shared" or "arena"; head_dim_v: V's head dim where it is below K's."""
         from .paged import PagedKVCache
         return PagedKVCache(self, num_pages, page_size, num_kv_heads, head_dim, dtype,
-                            max_batch=max_batch, memory=memory, num_layers=num_layers)
+                            max_batch=max_batch, memory=memory, num_layers=num_layers,
+                            head_dim_v=head_dim_v)
 
     # --- torch ----------------------------------------------------------------------
     def torch_tensor(self, shape: Sequence[int], dtype: Any, device: Any = None) -> Any:
@@ -317,10 +368,15 @@ def find_client(*tensors: Any) -> Client:
 
 
 def attention(q: Any, k: Any, v: Any, out: Any, causal: bool = False, scale: Optional[float] = None,
-              lse: Any = None, stream: Any = None, repeat: int = 1) -> "JobResult | Job":
-    """Client.attention on the client whose memory holds q."""
-    return find_client(q, k, v, out).attention(q, k, v, out, causal=causal, scale=scale,
-                                               lse=lse, stream=stream, repeat=repeat)
+              lse: Any = None, stream: Any = None, repeat: int = 1, *, window_left: int = -1,
+              window_right: int = -1, attention_chunk: int = 0, logits_soft_cap: float = 0.0,
+              alibi_slopes: Any = None, sinks: Any = None) -> "JobResult | Job":
+    """Client.attention on the client whose memory holds q (or the first of the tensors
+    that is in gllm memory)."""
+    return find_client(q, k, v, out).attention(
+        q, k, v, out, causal=causal, scale=scale, lse=lse, stream=stream, repeat=repeat,
+        window_left=window_left, window_right=window_right, attention_chunk=attention_chunk,
+        logits_soft_cap=logits_soft_cap, alibi_slopes=alibi_slopes, sinks=sinks)
 
 
 def connect(socket: Optional[str] = None) -> Client:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Type
 
-# The codes of GLLM_ERROR_MAP, stable by the header's promise (python/tests/test_errors.py
+# The codes of GLLM_ERROR_MAP, stable by the header's promise (python/tests/test_layout.py
 # checks this table against the header and against the library's gllm_error_name).
 CODES: Dict[str, int] = {
     "MALFORMED": -1000, "TOOBIG": -1001, "LIMIT": -1002, "METHOD": -1003, "PARAM": -1004,
@@ -12,7 +12,7 @@ CODES: Dict[str, int] = {
     "SHAPE": -1013, "DTYPE": -1014, "HEADDIM": -1015, "BUSY": -1016, "SHUTDOWN": -1017,
     "BACKEND": -1018, "NOFD": -1019, "DISCONNECTED": -1020, "NOJOB": -1021, "QUOTA": -1022,
     "ALIAS": -1023, "DEVMEM": -1024, "DENIED": -1025, "NOTEXPORT": -1026,
-    "WAITTIMEOUT": -1027, "DEVLOST": -1028, "JOBTIMEOUT": -1029,
+    "WAITTIMEOUT": -1027, "DEVLOST": -1028, "JOBTIMEOUT": -1029, "VARIANT": -1030,
 }
 
 
@@ -110,6 +110,12 @@ class JobTimeoutError(Error, TimeoutError):
     """GLLM_EJOBTIMEOUT: the job ran past gllmd's watchdog; its device was lost as with DEVLOST."""
 
 
+class VariantError(Error):
+    """GLLM_EVARIANT: the backend does not compute an attention variant field the job sets
+    in its mode (Client.mode_caps says which it does); the job was refused, not run without
+    it. The message names the field."""
+
+
 class NotSupportedError(Error):
     """-EOPNOTSUPP: the daemon's backend does not offer this (for example shared memory)."""
 
@@ -122,7 +128,7 @@ _BY_NAME: Dict[str, Type[Error]] = {
     "SHUTDOWN": DisconnectedError, "DENIED": DeniedError, "BACKEND": BackendError,
     "NOTEXPORT": NotExportError, "UNSEALED": NotExportError, "NOTMEMFD": NotExportError,
     "ARENASIZE": NotExportError, "WAITTIMEOUT": WaitTimeoutError, "DEVLOST": DeviceLostError,
-    "JOBTIMEOUT": JobTimeoutError,
+    "JOBTIMEOUT": JobTimeoutError, "VARIANT": VariantError,
 }
 _BY_CODE: Dict[int, Type[Error]] = {CODES[n]: cls for n, cls in _BY_NAME.items()}
 _EOPNOTSUPP = -95

@@ -2,6 +2,7 @@
 the FlashInfer page table of a batch of sequences, written once per step for all layers."""
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from .dtypes import as_dtype
@@ -14,8 +15,9 @@ if TYPE_CHECKING:
 
 
 class PagedKVCache:
-    """K and V pools [num_pages, page_size, Hkv, D] per layer (FlashInfer's NHD layout) and
-    the page tables of sequences that grow token by token; all layers share the pages.
+    """K pools [num_pages, page_size, Hkv, D] and V pools [num_pages, page_size, Hkv, Dv]
+    per layer (FlashInfer's NHD layout; Dv = head_dim_v, D unless given) and the page tables
+    of sequences that grow token by token; all layers share the pages.
 
     Sequences are integers from add_sequence(). One layer: append() writes new tokens' K and
     V and grows their sequences (taking pages as needed); decode() and prefill() run
@@ -27,20 +29,25 @@ class PagedKVCache:
 
     The page table lives in an arena of the cache; the pools in memory "device" (gllmd's),
     "shared" (gllmd-shared: addressable by the caller's kernels on CUDA, numpy views on the
-    CPU backend) or "arena"."""
+    CPU backend) or "arena".
+
+    decode(), prefill() and their _step forms take the variant keywords of
+    Client.attention_decode and Client.attention_prefill (window_left, window_right,
+    attention_chunk, logits_soft_cap, alibi_slopes, sinks)."""
 
     def __init__(self, client: "Client", num_pages: int, page_size: int, num_kv_heads: int,
                  head_dim: int, dtype: Any, max_batch: int = 64, memory: str = "device",
-                 num_layers: int = 1):
+                 num_layers: int = 1, head_dim_v: Optional[int] = None):
         self.client = client
         self.num_pages, self.page_size = int(num_pages), int(page_size)
         self.num_kv_heads, self.head_dim = int(num_kv_heads), int(head_dim)
+        self.head_dim_v = self.head_dim if head_dim_v is None else int(head_dim_v)
         self.dtype = as_dtype(dtype)
         self.max_batch = int(max_batch)
         self.num_layers = int(num_layers)
-        pool_shape = (self.num_pages, self.page_size, self.num_kv_heads, self.head_dim)
-        pool_bytes = self.num_pages * self.page_size * self.num_kv_heads * self.head_dim * \
-            self.dtype.itemsize
+        # V's head dim (Dv, out's) may be below K's: its pools are sized by it
+        shapes = [(self.num_pages, self.page_size, self.num_kv_heads, d)
+                  for d in (self.head_dim, self.head_dim_v)]
         if memory == "device":
             alloc = client.device_memory
         elif memory == "shared":
@@ -55,9 +62,9 @@ class PagedKVCache:
         self.v_caches: List[Tensor] = []
         try:
             for _ in range(self.num_layers):
-                for pools in (self.k_caches, self.v_caches):
-                    self._pool_mem.append(alloc(pool_bytes))
-                    pools.append(Tensor(self._pool_mem[-1], self.dtype, pool_shape))
+                for pools, shape in zip((self.k_caches, self.v_caches), shapes):
+                    self._pool_mem.append(alloc(math.prod(shape) * self.dtype.itemsize))
+                    pools.append(Tensor(self._pool_mem[-1], self.dtype, shape))
             # indptr [B + 1], indices [num_pages], last_page_len [B], and the step's
             # indptrs of new tokens and of queries [B + 1] each; twice (see _writable)
             b1 = self.max_batch + 1
@@ -272,40 +279,45 @@ class PagedKVCache:
         return self._table_for(self._step_seqs)[layer]
 
     def append_step(self, layer: int, k: Any, v: Any, stream: Any = None) -> JobResult:
-        """Writes this step's new tokens' K and V ([N, Hkv, D], sequences one after the
-        other) into layer's pools."""
+        """Writes this step's new tokens' K [N, Hkv, D] and V [N, Hkv, Dv] (sequences one
+        after the other) into layer's pools."""
         kv = self._step_kv(layer)
         return self._track(self.client.kv_append(kv, k, v, self._step_indptr, stream=stream))
 
     def prefill_step(self, layer: int, q: Any, out: Any, scale: Optional[float] = None,
-                     stream: Any = None) -> JobResult:
-        """Chunked prefill of layer for this step's new tokens (q, out [N, Hq, D]): each
-        attends causally to its sequence's prefix and to the new tokens before it."""
+                     stream: Any = None, **variant: Any) -> JobResult:
+        """Chunked prefill of layer for this step's new tokens (q [N, Hq, D], out [N, Hq,
+        Dv]): each attends causally to its sequence's prefix and to the new tokens before
+        it."""
         kv = self._step_kv(layer)
         return self._track(self.client.attention_prefill(
-            kv, q, out, self._views_for(len(self._step_seqs))[2], scale=scale, stream=stream))
+            kv, q, out, self._views_for(len(self._step_seqs))[2], scale=scale, stream=stream,
+            **variant))
 
     def decode_step(self, layer: int, q: Any, out: Any, scale: Optional[float] = None,
-                    stream: Any = None) -> JobResult:
-        """Decode of layer: one query per sequence of the step (q, out [B, Hq, D])."""
+                    stream: Any = None, **variant: Any) -> JobResult:
+        """Decode of layer: one query per sequence of the step (q [B, Hq, D], out [B, Hq,
+        Dv])."""
         kv = self._step_kv(layer)
-        return self._track(self.client.attention_decode(kv, q, out, scale=scale, stream=stream))
+        return self._track(self.client.attention_decode(kv, q, out, scale=scale, stream=stream,
+                                                        **variant))
 
     def append_attention_step(self, layer: int, k: Any, v: Any, q: Any, out: Any,
                               decode: bool, scale: Optional[float] = None,
-                              stream: Any = None) -> Any:
+                              stream: Any = None, **variant: Any) -> Any:
         """append_step then decode_step (decode) or prefill_step, as one run ordered on the
         stream: see Client.append_attention."""
         kv = self._step_kv(layer)
         qo = None if decode else self._views_for(len(self._step_seqs))[2]
         return self._track(self.client.append_attention(kv, k, v, self._step_indptr, q, out,
-                                                        qo_indptr=qo, scale=scale, stream=stream))
+                                                        qo_indptr=qo, scale=scale, stream=stream,
+                                                        **variant))
 
     # --- one layer ---------------------------------------------------------------------
     def append(self, seqs: Sequence[int], k: Any, v: Any, counts: Sequence[int],
                layer: int = 0, stream: Any = None) -> JobResult:
-        """Appends counts[b] new tokens to sequence seqs[b]: rows of k and v ([N, Hkv, D],
-        N = sum(counts), sequences' tokens one after the other) in gllm memory. With
+        """Appends counts[b] new tokens to sequence seqs[b]: rows of k [N, Hkv, D] and v [N,
+        Hkv, Dv] (N = sum(counts), sequences' tokens one after the other) in gllm memory. With
         several layers use step() and append_step(): this grows the sequences itself. If
         gllmd refuses the append, the sequences are left as they were."""
         self.step(seqs, counts)
@@ -316,23 +328,25 @@ class PagedKVCache:
             raise
 
     def decode(self, seqs: Sequence[int], q: Any, out: Any, scale: Optional[float] = None,
-               layer: int = 0, stream: Any = None) -> JobResult:
-        """One query per sequence (q and out [B, Hq, D]) attending to all its tokens."""
+               layer: int = 0, stream: Any = None, **variant: Any) -> JobResult:
+        """One query per sequence (q [B, Hq, D], out [B, Hq, Dv]) attending to all its
+        tokens (within the variant's masks)."""
         return self._track(self.client.attention_decode(self._table_for(seqs)[layer], q, out,
-                                                        scale=scale, stream=stream))
+                                                        scale=scale, stream=stream, **variant))
 
     def prefill(self, seqs: Sequence[int], q: Any, out: Any, counts: Sequence[int],
                 scale: Optional[float] = None, layer: int = 0,
-                stream: Any = None) -> JobResult:
-        """Chunked prefill: the counts[b] queries of sequence seqs[b] (q and out [N, Hq, D])
-        are its last counts[b] tokens, already appended; they attend causally."""
+                stream: Any = None, **variant: Any) -> JobResult:
+        """Chunked prefill: the counts[b] queries of sequence seqs[b] (q [N, Hq, D], out
+        [N, Hq, Dv]) are its last counts[b] tokens, already appended; they attend causally
+        (within the variant's masks)."""
         if len(counts) != len(seqs):
             raise ValueError("one count per sequence")
         self._writable()
         kv = self._table_for(seqs)[layer]
         qo = self._indptr_of(self._qo_indptr, counts)
         return self._track(self.client.attention_prefill(kv, q, out, qo, scale=scale,
-                                                         stream=stream))
+                                                         stream=stream, **variant))
 
     def release(self) -> None:
         """Gives the pools and the table back."""

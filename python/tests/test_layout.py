@@ -89,8 +89,16 @@ def test_constants_match_header():
     assert define("GLLM_ATTN_CAUSAL") == _lib.ATTN_CAUSAL
     assert define("GLLM_ATTN_SCALE") == _lib.ATTN_SCALE
     assert define("GLLM_ATTN_LSE") == _lib.ATTN_LSE
+    assert define("GLLM_ATTN_WINDOW") == _lib.ATTN_WINDOW
+    for name in ("WINDOW", "CHUNK", "SOFT_CAP", "ALIBI", "SINKS", "HEAD_DIM_V"):
+        assert define("GLLM_VARIANT_" + name) == getattr(_lib, "VARIANT_" + name), name
+    assert define("GLLM_MAX_MODE_HEAD_DIMS") == _lib.MAX_MODE_HEAD_DIMS
+    assert define("GLLM_MODE_COUNT") == _lib.MODE_COUNT
     for name, value in (("GLLM_DTYPE_F32", 0), ("GLLM_DTYPE_F16", 1), ("GLLM_DTYPE_BF16", 2),
                         ("GLLM_DTYPE_I32", 3), ("GLLM_MEMORY_ARENA", _lib.MEMORY_ARENA),
                         ("GLLM_MEMORY_DEVICE", _lib.MEMORY_DEVICE),
-                        ("GLLM_MEMORY_SHARED", _lib.MEMORY_SHARED)):
+                        ("GLLM_MEMORY_SHARED", _lib.MEMORY_SHARED),
+                        ("GLLM_MODE_DENSE", _lib.MODE_DENSE),
+                        ("GLLM_MODE_DECODE", _lib.MODE_DECODE),
+                        ("GLLM_MODE_PREFILL", _lib.MODE_PREFILL)):
         assert re.search(rf"\b{name} = {value}\b", text), name

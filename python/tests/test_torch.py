@@ -126,3 +126,32 @@ def test_torch_ordered_on_the_stream(tclient):
         job.result()
     torch.cuda.current_stream().synchronize()
     tclient.synchronize()
+
+
+def test_torch_variants(tclient):
+    """The variant keywords with torch tensors: slopes and sinks in shared memory too, and
+    out's head dim v's (below q's)."""
+    from refs import attention64
+    from test_variants import needs
+    needs(tclient, "dense", "window", "logits_soft_cap", "alibi_slopes", "sinks", "head_dim_v")
+    B, Hq, Hkv, Sq, Skv, D, Dv, dtype = 1, 4, 2, 12, 20, 128, 64, torch.float16
+    torch.manual_seed(4)
+    q, k, v = (tclient.torch_tensor(shape, dtype) for shape in
+               ((B, Hq, Sq, D), (B, Hkv, Skv, D), (B, Hkv, Skv, Dv)))
+    out = tclient.torch_tensor((B, Hq, Sq, Dv), dtype)
+    slopes, sinks = (tclient.torch_tensor((Hq,), torch.float32) for _ in range(2))
+    for t in (q, k, v):
+        t.copy_(torch.rand(t.shape, dtype=torch.float32, device=t.device) * 2 - 1)
+    slopes.copy_(torch.tensor([0.5, 0.25, 0.125, 0.0625]))
+    sinks.copy_(torch.tensor([1.0, -1.0, 0.5, 2.0]))
+    kw = dict(window_left=7, logits_soft_cap=1.5)
+    res = gllm.attention(q, k, v, out, causal=True, alibi_slopes=slopes, sinks=sinks, **kw)
+    if isinstance(res, gllm.Job):
+        res.result()
+    want, _ = attention64(*(x.to("cpu", torch.float64).numpy() for x in (q, k, v)),
+                          causal=True, alibi_slopes=slopes.cpu().double().numpy(),
+                          sinks=sinks.cpu().double().numpy(), **kw)
+    got = out.to("cpu", torch.float64)
+    assert got.shape == (B, Hq, Sq, Dv)
+    assert torch.allclose(got, torch.from_numpy(want), atol=2e-3, rtol=2e-3), \
+        (got - torch.from_numpy(want)).abs().max().item()
