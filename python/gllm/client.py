@@ -49,7 +49,7 @@ class Client:
     synchronously."""
 
     def __init__(self, socket: Optional[str] = None):
-        self._conn: Optional[Connection] = None
+        self._conn: Optional[Connection] = None   # for close(), from __del__, if connect fails
         self._conn = Connection(socket)
         self.socket = socket
         caps = _lib.sized(_lib.GllmCaps)

@@ -85,13 +85,15 @@ def set_variant(p: Any, struct_of: Callable[[Any], Tuple[Any, bool]], call: str,
     """Fills p.variant (and GLLM_ATTN_WINDOW in p.flags) from the keywords, the tensors
     named through struct_of; returns whether one of them is a torch CUDA tensor. The
     library checks the values and the mode's caps when the job is submitted."""
+    # No variant, the usual case, costs a serving loop's call no conversions.
+    if window_left == -1 and window_right == -1 and not attention_chunk and \
+            not logits_soft_cap and alibi_slopes is None and sinks is None:
+        return False
     wl = _int_in("window_left", window_left, _INT32)
     wr = _int_in("window_right", window_right, _INT32)
     chunk = _int_in("attention_chunk", attention_chunk, _UINT32)
     cap = float(logits_soft_cap)
     window = wl != -1 or wr != -1
-    if not (window or chunk or cap or alibi_slopes is not None or sinks is not None):
-        return False
     if not _lib.has("gllm_client_check_variant"):
         # An older library sends no variant: the job would run as full attention.
         raise errors.from_code(_EOPNOTSUPP, call, f"{_lib.library_path()} predates attention "
