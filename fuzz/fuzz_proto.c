@@ -84,8 +84,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             proto_tensor_span(&p.kv_indices, &first, &end);
         }
     }
+    /* The variant side: the job-key check, hello's capabilities as the library reads them,
+     * and the one check of a decoded variant against them. */
+    char err[PROTO_MAX_ERRMSG];
+    proto_job_keys_check(map, err, sizeof err);
+    struct proto_mode_caps modes[GLLM_MODE_COUNT];
+    const msgpack_object *capabilities = proto_map_get(map, "capabilities");
+    if (!capabilities || proto_decode_capabilities(capabilities, modes) < 0)
+        memset(modes, 0, sizeof modes);
     struct proto_attention a;
     if (proto_decode_attention(map, &a) == 0) {
+        proto_variant_check(&a.variant, GLLM_MODE_DENSE, &modes[GLLM_MODE_DENSE], "fuzz",
+                            a.q.shape[1], a.q.shape[a.q.rank ? a.q.rank - 1 : 0],
+                            a.v.shape[a.v.rank ? a.v.rank - 1 : 0], err, sizeof err);
         uint64_t first, end;
         proto_tensor_span(&a.q, &first, &end);
         proto_tensor_span(&a.out, &first, &end);

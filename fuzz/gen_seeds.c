@@ -125,6 +125,18 @@ int main(int argc, char **argv)
     proto_pack_request(&b.pk, 4, "attention");
     proto_pack_attention(&b.pk, &a);
     save(pd, "attention", b.data, b.len);
+    {   /* Every variant key, as a client sends them (proto/variant.c). */
+        struct proto_attention va = job(1, 8, true);
+        va.variant = (struct proto_variant){.window = true, .window_left = 4, .window_right = -1,
+                                            .attention_chunk = 16, .logits_soft_cap = 30.0,
+                                            .has_alibi = true, .alibi_slopes = va.lse,
+                                            .has_sinks = true, .sinks = va.lse};
+        va.variant.alibi_slopes.rank = va.variant.sinks.rank = 1;
+        proto_buf_init(&b);
+        proto_pack_request(&b.pk, 5, "attention");
+        proto_pack_attention(&b.pk, &va);
+        save(pd, "attention_variant", b.data, b.len);
+    }
     proto_buf_init(&b);
     proto_pack_result(&b.pk, 4);
     msgpack_pack_map(&b.pk, 2);

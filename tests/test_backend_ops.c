@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "proto.h"
 #include "ref64.h"
 
 /* ==== Adapter: every call into the backend interface (daemon/backend.h) is in this section.
@@ -64,6 +65,37 @@ static int be_max_head_dim(const struct be *be)
     return backend_caps(be->b)->max_head_dim;
 }
 
+/* The GLLM_VARIANT_* fields mode computes, and whether it takes head dim D. */
+static uint32_t be_variants(const struct be *be, gllm_mode mode, int64_t D, bool *head_dim_ok)
+{
+    struct proto_mode_caps m[GLLM_MODE_COUNT];
+    backend_mode_caps(be->b, m);
+    *head_dim_ok = proto_head_dim_ok(&m[mode], D);
+    return m[mode].variants;
+}
+
+/* A variant as the cases ask for it, in gllm.h's terms; slopes and sinks [Hq] made by the
+ * case. */
+struct var_case {
+    bool window;
+    int window_left, window_right;
+    int chunk;
+    double soft_cap;
+    bool alibi, sinks;
+    int64_t Dv;                 /* v's head dim; 0: D */
+};
+
+static struct attn_variant variant_of(const struct var_case *v, const float *alibi,
+                                      const float *sinks)
+{
+    if (!v)
+        return (struct attn_variant){0};
+    return (struct attn_variant){.window = v->window, .window_left = v->window_left,
+                                 .window_right = v->window_right, .chunk = (uint32_t)v->chunk,
+                                 .soft_cap = (float)v->soft_cap, .alibi_slopes = alibi,
+                                 .sinks = sinks};
+}
+
 static int be_alloc(const struct be *be, size_t bytes, void **out)
 {
     return backend_dev_alloc(be->b, be->dev, bytes ? bytes : 1, out);
@@ -84,7 +116,9 @@ static int be_copy(const struct be *be, void *dst, const void *src, size_t bytes
 /* A dense attention job: strides in elements, [b, h, s, d] (lse [b, h, s]). */
 struct dense_job {
     gllm_dtype dtype;
-    int64_t B, Hq, Hkv, Sq, Skv, D;
+    int64_t B, Hq, Hkv, Sq, Skv, D, Dv;
+    const struct var_case *var;   /* NULL: none */
+    const float *alibi, *sinks;   /* [Hq], device memory with on_device */
     const void *q, *k, *v;
     void *out;
     float *lse;
@@ -97,9 +131,10 @@ static int be_attention(const struct be *be, const struct dense_job *j)
 {
     struct attn_args a = {
         .dtype = j->dtype, .B = j->B, .Hq = j->Hq, .Hkv = j->Hkv, .Sq = j->Sq, .Skv = j->Skv,
-        .D = j->D, .q = j->q, .k = j->k, .v = j->v, .out = j->out, .lse = j->lse,
+        .D = j->D, .Dv = j->Dv, .q = j->q, .k = j->k, .v = j->v, .out = j->out, .lse = j->lse,
         .causal = j->causal, .scale = (float)j->scale,
-        .device_mask = j->on_device ? 0x1fu : 0u,
+        .variant = variant_of(j->var, j->alibi, j->sinks),
+        .device_mask = j->on_device ? 0x7fu : 0u,
     };
     memcpy(a.q_st, j->q_st, sizeof a.q_st);
     memcpy(a.k_st, j->k_st, sizeof a.k_st);
@@ -115,7 +150,9 @@ static int be_attention(const struct be *be, const struct dense_job *j)
 struct paged_job {
     bool append;
     gllm_dtype dtype;
-    int64_t B, Hq, Hkv, D, page_size, num_pages;
+    int64_t B, Hq, Hkv, D, Dv, page_size, num_pages;
+    const struct var_case *var;   /* attention; NULL: none */
+    const float *alibi, *sinks;
     void *k_cache, *v_cache;
     const void *q, *k_new, *v_new;
     void *out;
@@ -130,7 +167,8 @@ static struct paged_args paged_args_of(const struct paged_job *j)
 {
     struct paged_args p = {
         .op = j->append ? PAGED_APPEND : PAGED_ATTEND, .dtype = j->dtype, .B = j->B,
-        .Hq = j->append ? 0 : j->Hq, .Hkv = j->Hkv, .D = j->D, .page_size = j->page_size,
+        .Hq = j->append ? 0 : j->Hq, .Hkv = j->Hkv, .D = j->D, .Dv = j->Dv,
+        .page_size = j->page_size, .variant = variant_of(j->var, j->alibi, j->sinks),
         .num_pages = j->num_pages, .k_cache = j->k_cache, .v_cache = j->v_cache,
         .kv_indptr = j->kv_indptr, .kv_indices = j->kv_indices, .kv_len = j->kv_len,
         .q_indptr = j->q_indptr, .max_kv_len = j->max_kv_len, .max_q_len = j->max_q_len,
@@ -143,7 +181,8 @@ static struct paged_args paged_args_of(const struct paged_job *j)
     } else {
         p.q = j->q, p.out = j->out, p.nq = j->nrows, p.scale = (float)j->scale;
         if (j->on_device)
-            p.device_mask = 1u << PG_KCACHE | 1u << PG_VCACHE | 1u << PG_Q | 1u << PG_OUT;
+            p.device_mask = 1u << PG_KCACHE | 1u << PG_VCACHE | 1u << PG_Q | 1u << PG_OUT |
+                            1u << PG_ALIBI | 1u << PG_SINKS;
     }
     return p;
 }
@@ -227,6 +266,7 @@ struct dense_case {
     bool causal, lse;
     enum layout layout;
     double scale;                    /* 0: 1/sqrt(D) */
+    const struct var_case *var;      /* NULL: none */
 };
 
 static void strides_for(enum layout l, int64_t H, int64_t S, int64_t D, int64_t st[4])
@@ -250,19 +290,94 @@ static size_t span(const int64_t *n, const int64_t *st, int rank)
     return (size_t)last + 1;
 }
 
+/* " window 16/-1 chunk 32 cap 5 alibi sinks Dv 48", or "" for none. */
+static void describe_variant(const struct var_case *v, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    if (!v)
+        return;
+    size_t n = 0;
+    if (v->window)
+        n += (size_t)snprintf(buf + n, len - n, " window %d/%d", v->window_left, v->window_right);
+    if (v->chunk && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " chunk %d", v->chunk);
+    if (v->soft_cap != 0 && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " cap %g", v->soft_cap);
+    if (v->alibi && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " alibi");
+    if (v->sinks && n < len)
+        n += (size_t)snprintf(buf + n, len - n, " sinks");
+    if (v->Dv && n < len)
+        snprintf(buf + n, len - n, " Dv %lld", (long long)v->Dv);
+}
+
+/* The GLLM_VARIANT_* fields a case asks for (head dim D). */
+static uint32_t variant_fields(const struct var_case *v, int64_t D)
+{
+    if (!v)
+        return 0;
+    return (v->window && (v->window_left >= 0 || v->window_right >= 0) ? GLLM_VARIANT_WINDOW : 0) |
+           (v->chunk ? GLLM_VARIANT_CHUNK : 0) | (v->soft_cap != 0 ? GLLM_VARIANT_SOFT_CAP : 0) |
+           (v->alibi ? GLLM_VARIANT_ALIBI : 0) | (v->sinks ? GLLM_VARIANT_SINKS : 0) |
+           (v->Dv && v->Dv != D ? GLLM_VARIANT_HEAD_DIM_V : 0);
+}
+
+/* Whether the backend computes what the case asks in mode; a case it does not is skipped,
+ * loudly (a capability, not a fault: the daemon refuses such a job before it runs). */
+static bool backend_takes(gllm_mode mode, const struct var_case *v, int64_t D, const char *what)
+{
+    bool dim_ok;
+    const uint32_t have = be_variants(&cur, mode, D, &dim_ok);
+    if (!dim_ok) {
+        skip_case(what, "head dim not among the mode's");
+        return false;
+    }
+    if (variant_fields(v, D) & ~have) {
+        skip_case(what, "a variant field this backend does not compute in this mode");
+        return false;
+    }
+    return true;
+}
+
+/* ALiBi's slopes (the geometric series of the paper, 2^(-8 (h + 1) / Hq)) and sinks
+ * (uniform in [-2, 2)), [Hq] each; NULL when the case has none. */
+static float *per_head(bool want, bool slopes, int64_t Hq, uint64_t *seed)
+{
+    if (!want)
+        return NULL;
+    float *p = xmalloc((size_t)Hq * sizeof *p);
+    for (int64_t h = 0; h < Hq; h++)
+        p[h] = slopes ? (float)exp2(-8.0 * (double)(h + 1) / (double)Hq)
+                      : (float)((double)(rng_next(seed) >> 11) / 4503599627370496.0 * 4.0 - 2.0);
+    return p;
+}
+
+static struct ref64_variant ref_variant(const struct var_case *v, bool causal, const float *alibi,
+                                        const float *sinks)
+{
+    struct ref64_variant r = {.causal = causal, .alibi_slopes = alibi, .sinks = sinks};
+    if (v) {
+        r.window = v->window, r.window_left = v->window_left, r.window_right = v->window_right;
+        r.chunk = v->chunk, r.soft_cap = v->soft_cap;
+    }
+    return r;
+}
+
 static void describe(const struct dense_case *c, char *buf, size_t len)
 {
     static const char *const lname[] = {"", " bshd", " padded"};
-    snprintf(buf, len, "dense %s B%lld Hq%lld Hkv%lld Sq%lld Skv%lld D%lld%s%s%s",
+    char var[96];
+    describe_variant(c->var, var, sizeof var);
+    snprintf(buf, len, "dense %s B%lld Hq%lld Hkv%lld Sq%lld Skv%lld D%lld%s%s%s%s",
              gllm_dtype_name(c->dtype), (long long)c->B, (long long)c->Hq, (long long)c->Hkv,
              (long long)c->Sq, (long long)c->Skv, (long long)c->D, c->causal ? " causal" : "",
-             c->lse ? " lse" : "", lname[c->layout]);
+             c->lse ? " lse" : "", lname[c->layout], var);
 }
 
 /* Runs one case, once from host memory and once from device memory, against ref64. */
 static void run_dense(const struct dense_case *c, uint64_t seed)
 {
-    char what[160];
+    char what[200];
     describe(c, what, sizeof what);
     if (!be_has_dtype(&cur, c->dtype)) {
         skip_case(what, "dtype not offered");
@@ -272,45 +387,56 @@ static void run_dense(const struct dense_case *c, uint64_t seed)
         skip_case(what, "head dim over the backend's maximum");
         return;
     }
+    if (c->var && !backend_takes(GLLM_MODE_DENSE, c->var, c->D, what))
+        return;
     const size_t es = gllm_dtype_size(c->dtype);
+    const int64_t Dv = c->var && c->var->Dv ? c->var->Dv : c->D;
     struct dense_job j = {.dtype = c->dtype, .B = c->B, .Hq = c->Hq, .Hkv = c->Hkv, .Sq = c->Sq,
-                          .Skv = c->Skv, .D = c->D, .causal = c->causal,
+                          .Skv = c->Skv, .D = c->D, .Dv = Dv, .causal = c->causal, .var = c->var,
                           .scale = c->scale ? c->scale : 1.0 / sqrt((double)c->D)};
     strides_for(c->layout, c->Hq, c->Sq, c->D, j.q_st);
     strides_for(c->layout, c->Hkv, c->Skv, c->D, j.k_st);
-    strides_for(c->layout, c->Hkv, c->Skv, c->D, j.v_st);
-    strides_for(c->layout, c->Hq, c->Sq, c->D, j.o_st);
+    strides_for(c->layout, c->Hkv, c->Skv, Dv, j.v_st);
+    strides_for(c->layout, c->Hq, c->Sq, Dv, j.o_st);
     int64_t lpad = c->layout == PADDED ? 4 : 0;
     j.lse_st[2] = 1, j.lse_st[1] = c->Sq + lpad, j.lse_st[0] = c->Hq * j.lse_st[1];
     const int64_t qn[4] = {c->B, c->Hq, c->Sq, c->D}, kn[4] = {c->B, c->Hkv, c->Skv, c->D};
-    const size_t nq = span(qn, j.q_st, 4), nk = span(kn, j.k_st, 4), no = span(qn, j.o_st, 4),
-                 nl = span(qn, j.lse_st, 3), rows = (size_t)(c->B * c->Hq * c->Sq);
-    void *q = xmalloc(nq * es), *k = xmalloc(nk * es), *v = xmalloc(nk * es), *o = xmalloc(no * es);
+    const int64_t vn[4] = {c->B, c->Hkv, c->Skv, Dv}, on[4] = {c->B, c->Hq, c->Sq, Dv};
+    const size_t nq = span(qn, j.q_st, 4), nk = span(kn, j.k_st, 4), nv = span(vn, j.v_st, 4),
+                 no = span(on, j.o_st, 4), nl = span(qn, j.lse_st, 3),
+                 rows = (size_t)(c->B * c->Hq * c->Sq);
+    void *q = xmalloc(nq * es), *k = xmalloc(nk * es), *v = xmalloc(nv * es), *o = xmalloc(no * es);
     float *lse = xmalloc(nl * sizeof *lse);
     fill_random(q, c->dtype, nq, &seed);
     fill_random(k, c->dtype, nk, &seed);
-    fill_random(v, c->dtype, nk, &seed);
+    fill_random(v, c->dtype, nv, &seed);
+    float *alibi = per_head(c->var && c->var->alibi, true, c->Hq, &seed);
+    float *sinks = per_head(c->var && c->var->sinks, false, c->Hq, &seed);
 
-    double *want = xmalloc(rows * (size_t)c->D * sizeof *want), *want_lse = xmalloc(rows * sizeof(double));
-    double *got = xmalloc(rows * (size_t)c->D * sizeof *got), *got_lse = xmalloc(rows * sizeof(double));
+    double *want = xmalloc(rows * (size_t)Dv * sizeof *want), *want_lse = xmalloc(rows * sizeof(double));
+    double *got = xmalloc(rows * (size_t)Dv * sizeof *got), *got_lse = xmalloc(rows * sizeof(double));
     struct ref_view rq = {q, c->dtype, {0}}, rk = {k, c->dtype, {0}}, rv = {v, c->dtype, {0}};
     memcpy(rq.st, j.q_st, sizeof rq.st);
     memcpy(rk.st, j.k_st, sizeof rk.st);
     memcpy(rv.st, j.v_st, sizeof rv.st);
-    ref64_attention(c->B, c->Hq, c->Hkv, c->Sq, c->Skv, c->D, rq, rk, rv, c->causal,
-                    (double)(float)j.scale, want, want_lse);
+    const struct ref64_variant rvar = ref_variant(c->var, c->causal, alibi, sinks);
+    ref64_attention_variant(c->B, c->Hq, c->Hkv, c->Sq, c->Skv, c->D, Dv, rq, rk, rv, &rvar,
+                            (double)(float)j.scale, want, want_lse);
     /* Which output elements the view covers: everything else must come back untouched. */
     unsigned char *in_view = calloc(no + 1, 1), *l_in_view = calloc(nl + 1, 1);
     assert_non_null(in_view), assert_non_null(l_in_view);
 
     const struct ref64_tol tol = ref64_tolerance(c->dtype);
+    const size_t nh = (size_t)c->Hq * sizeof(float);
     for (int device = 0; device < 2; device++) {
         memset(o, POISON, no * es);
         memset(lse, POISON, nl * sizeof *lse);
         j.on_device = device;
         j.q = place(device, q, nq * es), j.k = place(device, k, nk * es);
-        j.v = place(device, v, nk * es), j.out = place(device, o, no * es);
+        j.v = place(device, v, nv * es), j.out = place(device, o, no * es);
         j.lse = c->lse ? place(device, lse, nl * sizeof *lse) : NULL;
+        j.alibi = alibi ? place(device, alibi, nh) : NULL;
+        j.sinks = sinks ? place(device, sinks, nh) : NULL;
         int rc = be_attention(&cur, &j);
         if (rc != 0)
             fail_msg("[%s] %s (%s memory): %s", cur_name, what, device ? "device" : "host",
@@ -322,12 +448,16 @@ static void run_dense(const struct dense_case *c, uint64_t seed)
         release(device, j.out);
         if (c->lse)
             release(device, j.lse);
+        if (alibi)
+            release(device, (void *)j.alibi);
+        if (sinks)
+            release(device, (void *)j.sinks);
 
         size_t n = 0;
         for (int64_t b = 0; b < c->B; b++)
             for (int64_t h = 0; h < c->Hq; h++)
                 for (int64_t i = 0; i < c->Sq; i++) {
-                    for (int64_t d = 0; d < c->D; d++) {
+                    for (int64_t d = 0; d < Dv; d++) {
                         int64_t at = b * j.o_st[0] + h * j.o_st[1] + i * j.o_st[2] + d * j.o_st[3];
                         in_view[at] = 1;
                         got[n++] = elem_get(o, c->dtype, at);
@@ -355,7 +485,7 @@ static void run_dense(const struct dense_case *c, uint64_t seed)
                          what, e);
     }
     free(in_view), free(l_in_view);
-    free(q), free(k), free(v), free(o), free(lse);
+    free(q), free(k), free(v), free(o), free(lse), free(alibi), free(sinks);
     free(want), free(want_lse), free(got), free(got_lse);
 }
 
@@ -371,13 +501,13 @@ static void test_dense_dtypes_and_masks(void **state)
 {
     (void)state;
     static const struct dense_case cases[] = {
-        {GLLM_DTYPE_F16, 2, 4, 4, 130, 130, 64, false, false, BHSD, 0},
-        {GLLM_DTYPE_F16, 2, 4, 4, 130, 130, 64, true, false, BHSD, 0},
-        {GLLM_DTYPE_BF16, 2, 4, 4, 130, 130, 64, false, false, BHSD, 0},
-        {GLLM_DTYPE_BF16, 2, 4, 4, 130, 130, 64, true, false, BHSD, 0},
-        {GLLM_DTYPE_F32, 2, 4, 4, 70, 70, 64, false, false, BHSD, 0},
-        {GLLM_DTYPE_F32, 2, 4, 4, 70, 70, 64, true, false, BHSD, 0},
-        {GLLM_DTYPE_F16, 1, 8, 1, 70, 70, 128, false, false, BSHD, 0.3},   /* explicit scale */
+        {GLLM_DTYPE_F16, 2, 4, 4, 130, 130, 64, false, false, BHSD, 0, NULL},
+        {GLLM_DTYPE_F16, 2, 4, 4, 130, 130, 64, true, false, BHSD, 0, NULL},
+        {GLLM_DTYPE_BF16, 2, 4, 4, 130, 130, 64, false, false, BHSD, 0, NULL},
+        {GLLM_DTYPE_BF16, 2, 4, 4, 130, 130, 64, true, false, BHSD, 0, NULL},
+        {GLLM_DTYPE_F32, 2, 4, 4, 70, 70, 64, false, false, BHSD, 0, NULL},
+        {GLLM_DTYPE_F32, 2, 4, 4, 70, 70, 64, true, false, BHSD, 0, NULL},
+        {GLLM_DTYPE_F16, 1, 8, 1, 70, 70, 128, false, false, BSHD, 0.3, NULL},   /* explicit scale */
     };
     RUN_DENSE(cases, 100);
 }
@@ -389,12 +519,12 @@ static void test_dense_gqa_and_lengths(void **state)
 {
     (void)state;
     static const struct dense_case cases[] = {
-        {GLLM_DTYPE_F16, 2, 8, 2, 33, 200, 128, true, true, BHSD, 0},
-        {GLLM_DTYPE_BF16, 1, 8, 1, 1, 257, 64, true, true, BHSD, 0},
-        {GLLM_DTYPE_F16, 1, 6, 3, 100, 37, 64, false, true, BHSD, 0},
-        {GLLM_DTYPE_F32, 1, 2, 1, 50, 20, 64, true, true, BHSD, 0},
-        {GLLM_DTYPE_F16, 1, 2, 1, 50, 20, 64, true, true, BHSD, 0},
-        {GLLM_DTYPE_BF16, 3, 4, 2, 17, 95, 128, false, false, BHSD, 0},
+        {GLLM_DTYPE_F16, 2, 8, 2, 33, 200, 128, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 8, 1, 1, 257, 64, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_F16, 1, 6, 3, 100, 37, 64, false, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_F32, 1, 2, 1, 50, 20, 64, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_F16, 1, 2, 1, 50, 20, 64, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_BF16, 3, 4, 2, 17, 95, 128, false, false, BHSD, 0, NULL},
     };
     RUN_DENSE(cases, 200);
 }
@@ -404,12 +534,12 @@ static void test_dense_head_dims(void **state)
 {
     (void)state;
     static const struct dense_case cases[] = {
-        {GLLM_DTYPE_F16, 1, 2, 1, 65, 65, 64, true, true, BHSD, 0},
-        {GLLM_DTYPE_BF16, 1, 2, 1, 65, 65, 128, true, true, BHSD, 0},
-        {GLLM_DTYPE_F16, 1, 2, 2, 40, 40, 7, true, true, BHSD, 0},
-        {GLLM_DTYPE_F32, 1, 2, 1, 40, 50, 7, false, true, BHSD, 0},
-        {GLLM_DTYPE_BF16, 1, 2, 1, 40, 40, 40, false, false, BHSD, 0},
-        {GLLM_DTYPE_F32, 1, 1, 1, 9, 9, 1, true, true, BHSD, 0},
+        {GLLM_DTYPE_F16, 1, 2, 1, 65, 65, 64, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 2, 1, 65, 65, 128, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_F16, 1, 2, 2, 40, 40, 7, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_F32, 1, 2, 1, 40, 50, 7, false, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 2, 1, 40, 40, 40, false, false, BHSD, 0, NULL},
+        {GLLM_DTYPE_F32, 1, 1, 1, 9, 9, 1, true, true, BHSD, 0, NULL},
     };
     RUN_DENSE(cases, 300);
 }
@@ -419,16 +549,63 @@ static void test_dense_strided_views(void **state)
 {
     (void)state;
     static const struct dense_case cases[] = {
-        {GLLM_DTYPE_F16, 2, 4, 2, 80, 80, 64, true, true, BSHD, 0},
-        {GLLM_DTYPE_BF16, 1, 4, 4, 33, 60, 128, false, true, BSHD, 0},
-        {GLLM_DTYPE_F16, 2, 4, 2, 80, 80, 64, true, true, PADDED, 0},
-        {GLLM_DTYPE_BF16, 1, 2, 1, 20, 70, 128, true, true, PADDED, 0},
-        {GLLM_DTYPE_F32, 1, 2, 2, 30, 30, 40, false, true, PADDED, 0},
+        {GLLM_DTYPE_F16, 2, 4, 2, 80, 80, 64, true, true, BSHD, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 4, 4, 33, 60, 128, false, true, BSHD, 0, NULL},
+        {GLLM_DTYPE_F16, 2, 4, 2, 80, 80, 64, true, true, PADDED, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 2, 1, 20, 70, 128, true, true, PADDED, 0, NULL},
+        {GLLM_DTYPE_F32, 1, 2, 2, 30, 30, 40, false, true, PADDED, 0, NULL},
     };
     RUN_DENSE(cases, 400);
 }
 
 /* ---- copies between host and device memory ---- */
+
+/* Each variant field alone and in the combinations models use, every dtype, Sq != Skv both
+ * ways, and rows that see no key (zeros, lse -inf, or the sink's logit with sinks). */
+static const struct var_case v_left16 = {.window = true, .window_left = 16, .window_right = -1};
+static const struct var_case v_both8 = {.window = true, .window_left = 8, .window_right = 8};
+static const struct var_case v_self = {.window = true, .window_left = 0, .window_right = 0};
+static const struct var_case v_right4 = {.window = true, .window_left = -1, .window_right = 4};
+static const struct var_case v_chunk32 = {.chunk = 32};
+static const struct var_case v_chunk16 = {.chunk = 16};
+static const struct var_case v_cap = {.soft_cap = 0.5};
+static const struct var_case v_alibi = {.alibi = true};
+static const struct var_case v_sinks = {.sinks = true};
+static const struct var_case v_gptoss = {.window = true, .window_left = 20, .window_right = -1,
+                                         .soft_cap = 1.0, .sinks = true};
+static const struct var_case v_mixed = {.window = true, .window_left = 40, .window_right = 3,
+                                        .chunk = 24, .alibi = true};
+static const struct var_case v_dv128 = {.Dv = 128};
+static const struct var_case v_dv40_sinks = {.Dv = 40, .window = true, .window_left = 5,
+                                             .window_right = -1, .sinks = true};
+
+static const struct var_case v_gemma_dv = {.chunk = 16, .soft_cap = 0.75, .alibi = true,
+                                           .Dv = 16};
+
+static void test_dense_variants(void **state)
+{
+    (void)state;
+    static const struct dense_case cases[] = {
+        {GLLM_DTYPE_F16, 1, 4, 2, 100, 100, 64, true, true, BHSD, 0, &v_left16},
+        {GLLM_DTYPE_BF16, 2, 4, 4, 70, 90, 64, false, true, BHSD, 0, &v_both8},
+        {GLLM_DTYPE_F32, 1, 2, 1, 30, 30, 16, false, true, BHSD, 0, &v_self},
+        {GLLM_DTYPE_F32, 1, 2, 2, 50, 45, 24, false, true, BSHD, 0, &v_right4},
+        {GLLM_DTYPE_F16, 1, 4, 1, 100, 100, 64, true, true, BHSD, 0, &v_chunk32},
+        {GLLM_DTYPE_F32, 1, 2, 1, 40, 64, 40, false, true, BHSD, 0, &v_chunk16},
+        {GLLM_DTYPE_F32, 1, 2, 1, 70, 20, 32, false, true, BHSD, 0, &v_chunk16},
+        {GLLM_DTYPE_F16, 1, 4, 4, 70, 70, 128, true, true, BHSD, 1.0, &v_cap},
+        {GLLM_DTYPE_BF16, 1, 8, 2, 60, 130, 64, true, true, BHSD, 0, &v_alibi},
+        {GLLM_DTYPE_F32, 2, 4, 4, 33, 50, 32, false, true, PADDED, 0, &v_sinks},
+        {GLLM_DTYPE_F16, 1, 8, 2, 77, 77, 64, true, true, BHSD, 0, &v_gptoss},
+        {GLLM_DTYPE_BF16, 1, 8, 2, 65, 100, 64, true, false, BSHD, 0, &v_gptoss},
+        {GLLM_DTYPE_F32, 1, 4, 2, 20, 100, 32, false, true, BHSD, 0, &v_mixed},
+        {GLLM_DTYPE_F32, 1, 2, 1, 50, 20, 16, true, true, BHSD, 0, &v_gptoss},
+        {GLLM_DTYPE_BF16, 1, 4, 1, 70, 70, 192, true, true, BHSD, 0, &v_dv128},
+        {GLLM_DTYPE_F16, 1, 4, 2, 40, 60, 64, true, true, PADDED, 0, &v_dv40_sinks},
+        {GLLM_DTYPE_F32, 1, 4, 2, 24, 50, 48, false, true, BHSD, 0, &v_gemma_dv},
+    };
+    RUN_DENSE(cases, 500);
+}
 
 static void test_copies(void **state)
 {
@@ -462,18 +639,25 @@ struct paged_case {
     const int *len;          /* tokens per sequence */
     const int *tail;         /* of which the second append writes the last tail[b] */
     const int *qlen;         /* queries per sequence; NULL: decode, one each */
+    const struct var_case *var;   /* attention's variant (and v's head dim); NULL: none */
 };
+
+/* v's head dim of a paged case. */
+static int case_dv(const struct paged_case *c)
+{
+    return c->var && c->var->Dv ? (int)c->var->Dv : c->D;
+}
 
 /* A cache: its pool of shuffled pages, the tokens it should hold, host copies. */
 struct cache {
     const struct paged_case *c;
-    size_t es, row;          /* element size; bytes of one [Hkv, D] row */
+    size_t es, row, vrow;    /* element size; bytes of one [Hkv, D] (k) and [Hkv, Dv] (v) row */
     int P, T;                /* pages in the pool; tokens in all */
     int *first, *pages;      /* sequence b owns pages[first[b] .. first[b + 1]) in order */
     int *tok0;               /* its tokens are rows tok0[b] .. of kt/vt */
     char *kt, *vt;           /* every token's K and V row, dtype-rounded */
     char *kc, *vc;           /* host pools */
-    size_t pool;             /* bytes of one pool */
+    size_t pool, vpool;      /* bytes of the K and the V pool */
 };
 
 static void cache_init(struct cache *k, const struct paged_case *c, uint64_t seed)
@@ -482,6 +666,7 @@ static void cache_init(struct cache *k, const struct paged_case *c, uint64_t see
     k->c = c;
     k->es = gllm_dtype_size(c->dtype);
     k->row = (size_t)(c->Hkv * c->D) * k->es;
+    k->vrow = (size_t)(c->Hkv * case_dv(c)) * k->es;
     k->first = xmalloc((size_t)(c->B + 1) * sizeof *k->first);
     k->tok0 = xmalloc((size_t)(c->B + 1) * sizeof *k->tok0);
     k->first[0] = k->tok0[0] = 0;
@@ -499,12 +684,13 @@ static void cache_init(struct cache *k, const struct paged_case *c, uint64_t see
         k->pages[i] = k->pages[j], k->pages[j] = t;
     }
     k->kt = xmalloc((size_t)k->T * k->row);
-    k->vt = xmalloc((size_t)k->T * k->row);
+    k->vt = xmalloc((size_t)k->T * k->vrow);
     fill_random(k->kt, c->dtype, (size_t)k->T * (size_t)(c->Hkv * c->D), &seed);
-    fill_random(k->vt, c->dtype, (size_t)k->T * (size_t)(c->Hkv * c->D), &seed);
+    fill_random(k->vt, c->dtype, (size_t)k->T * (size_t)(c->Hkv * case_dv(c)), &seed);
     k->pool = (size_t)k->P * (size_t)c->page_size * k->row;
+    k->vpool = (size_t)k->P * (size_t)c->page_size * k->vrow;
     k->kc = xmalloc(k->pool);
-    k->vc = xmalloc(k->pool);
+    k->vc = xmalloc(k->vpool);
 }
 
 static void cache_free(struct cache *k)
@@ -555,19 +741,19 @@ static void append(struct cache *k, struct pools *pl, bool on_device, const int 
     for (int b = 0; b < c->B; b++)
         qind[b + 1] = qind[b] + to[b] - from[b];
     const int n = qind[c->B];
-    char *kn = xmalloc((size_t)n * k->row + 1), *vn = xmalloc((size_t)n * k->row + 1);
+    char *kn = xmalloc((size_t)n * k->row + 1), *vn = xmalloc((size_t)n * k->vrow + 1);
     int32_t max_q = 0;
     for (int b = 0; b < c->B; b++) {
         size_t rows = (size_t)(to[b] - from[b]);
         memcpy(kn + (size_t)qind[b] * k->row, k->kt + (size_t)(k->tok0[b] + from[b]) * k->row, rows * k->row);
-        memcpy(vn + (size_t)qind[b] * k->row, k->vt + (size_t)(k->tok0[b] + from[b]) * k->row, rows * k->row);
+        memcpy(vn + (size_t)qind[b] * k->vrow, k->vt + (size_t)(k->tok0[b] + from[b]) * k->vrow, rows * k->vrow);
         max_q = (int32_t)rows > max_q ? (int32_t)rows : max_q;
     }
     struct table t = table_for(k, to);
     struct paged_job j = {
-        .append = true, .dtype = c->dtype, .B = c->B, .Hkv = c->Hkv, .D = c->D,
+        .append = true, .dtype = c->dtype, .B = c->B, .Hkv = c->Hkv, .D = c->D, .Dv = case_dv(c),
         .page_size = c->page_size, .num_pages = k->P, .k_cache = pl->k, .v_cache = pl->v,
-        .k_new = place(on_device, kn, (size_t)n * k->row), .v_new = place(on_device, vn, (size_t)n * k->row),
+        .k_new = place(on_device, kn, (size_t)n * k->row), .v_new = place(on_device, vn, (size_t)n * k->vrow),
         .nrows = n, .kv_indptr = t.indptr, .kv_indices = t.indices, .kv_len = t.kv_len,
         .q_indptr = qind, .max_kv_len = t.max_kv_len, .max_q_len = max_q, .on_device = on_device,
     };
@@ -586,7 +772,7 @@ static void check_pools(struct cache *k, struct pools *pl, bool on_device)
 {
     const struct paged_case *c = k->c;
     fetch(on_device, k->kc, pl->k, k->pool);
-    fetch(on_device, k->vc, pl->v, k->pool);
+    fetch(on_device, k->vc, pl->v, k->vpool);
     int *owner = xmalloc((size_t)k->P * sizeof *owner), *index = xmalloc((size_t)k->P * sizeof *index);
     for (int p = 0; p < k->P; p++)
         owner[p] = -1;
@@ -596,14 +782,15 @@ static void check_pools(struct cache *k, struct pools *pl, bool on_device)
     int wrong = 0, touched = 0;
     for (int p = 0; p < k->P; p++)
         for (int s = 0; s < c->page_size; s++) {
-            size_t at = ((size_t)p * (size_t)c->page_size + (size_t)s) * k->row;
+            const size_t slot = (size_t)p * (size_t)c->page_size + (size_t)s;
+            const size_t at = slot * k->row, vat = slot * k->vrow;
             int b = owner[p], pos = b < 0 ? -1 : index[p] * c->page_size + s;
             if (b >= 0 && pos < c->len[b]) {
-                size_t tok = (size_t)(k->tok0[b] + pos) * k->row;
-                wrong += memcmp(k->kc + at, k->kt + tok, k->row) != 0;
-                wrong += memcmp(k->vc + at, k->vt + tok, k->row) != 0;
+                const size_t tok = (size_t)(k->tok0[b] + pos);
+                wrong += memcmp(k->kc + at, k->kt + tok * k->row, k->row) != 0;
+                wrong += memcmp(k->vc + vat, k->vt + tok * k->vrow, k->vrow) != 0;
             } else {
-                touched += !all_poison(k->kc + at, k->row) || !all_poison(k->vc + at, k->row);
+                touched += !all_poison(k->kc + at, k->row) || !all_poison(k->vc + vat, k->vrow);
             }
         }
     free(owner), free(index);
@@ -616,8 +803,8 @@ static double paged_get(const void *ctx, int64_t b, int64_t hk, int64_t j, int64
 {
     const struct cache *k = ctx;
     const struct paged_case *c = k->c;
-    int64_t at = ((k->tok0[b] + j) * c->Hkv + hk) * c->D + d;
-    return elem_get(value ? k->vt : k->kt, c->dtype, at);
+    const int64_t Dx = value ? case_dv(c) : c->D;
+    return elem_get(value ? k->vt : k->kt, c->dtype, ((k->tok0[b] + j) * c->Hkv + hk) * Dx + d);
 }
 
 /* Attention over the filled cache: each sequence's queries are its last qlen[b] tokens. */
@@ -632,17 +819,23 @@ static void attend(struct cache *k, struct pools *pl, bool on_device, bool indic
         qind[b + 1] = qind[b] + n;
         max_q = n > max_q ? n : max_q;
     }
-    const int nq = qind[c->B];
+    const int nq = qind[c->B], Dv = case_dv(c);
     const size_t qrow = (size_t)(c->Hq * c->D), qbytes = (size_t)nq * qrow * k->es;
-    char *q = xmalloc(qbytes + 1), *o = xmalloc(qbytes + 1);
+    const size_t orow = (size_t)(c->Hq * Dv), obytes = (size_t)nq * orow * k->es;
+    char *q = xmalloc(qbytes + 1), *o = xmalloc(obytes + 1);
     fill_random(q, c->dtype, (size_t)nq * qrow, &seed);
-    memset(o, POISON, qbytes);
+    memset(o, POISON, obytes);
+    float *alibi = per_head(c->var && c->var->alibi, true, c->Hq, &seed);
+    float *sinks = per_head(c->var && c->var->sinks, false, c->Hq, &seed);
+    const size_t nh = (size_t)c->Hq * sizeof(float);
     struct table t = table_for(k, c->len);
     const size_t nidx = (size_t)t.indptr[c->B] * 4;
     struct paged_job j = {
-        .dtype = c->dtype, .B = c->B, .Hq = c->Hq, .Hkv = c->Hkv, .D = c->D,
+        .dtype = c->dtype, .B = c->B, .Hq = c->Hq, .Hkv = c->Hkv, .D = c->D, .Dv = Dv,
         .page_size = c->page_size, .num_pages = k->P, .k_cache = pl->k, .v_cache = pl->v,
-        .q = place(on_device, q, qbytes), .out = place(on_device, o, qbytes), .nrows = nq,
+        .q = place(on_device, q, qbytes), .out = place(on_device, o, obytes), .nrows = nq,
+        .var = c->var, .alibi = alibi ? place(on_device, alibi, nh) : NULL,
+        .sinks = sinks ? place(on_device, sinks, nh) : NULL,
         .kv_indptr = t.indptr, .kv_len = t.kv_len, .q_indptr = qind,
         .kv_indices = indices_on_device ? place(true, t.indices, nidx) : t.indices,
         .max_kv_len = t.max_kv_len, .max_q_len = max_q, .scale = 1.0 / sqrt((double)c->D),
@@ -654,33 +847,41 @@ static void attend(struct cache *k, struct pools *pl, bool on_device, bool indic
                       : on_device       ? "device memory" : "host memory";
     if (rc != 0)
         fail_msg("[%s] %s: attention (%s): %s %s", cur_name, c->what, mem, gllm_strerror(rc), why);
-    fetch(on_device, o, j.out, qbytes);
+    fetch(on_device, o, j.out, obytes);
     release(on_device, (void *)j.q), release(on_device, j.out);
+    if (alibi)
+        release(on_device, (void *)j.alibi);
+    if (sinks)
+        release(on_device, (void *)j.sinks);
     if (indices_on_device)
         release(true, (void *)j.kv_indices);
 
-    double *want = xmalloc((size_t)nq * qrow * sizeof *want), *got = xmalloc((size_t)nq * qrow * sizeof *got);
+    double *want = xmalloc((size_t)nq * orow * sizeof *want), *got = xmalloc((size_t)nq * orow * sizeof *got);
     double *qd = xmalloc((size_t)c->D * sizeof *qd);
     struct ref64_kv kv = {paged_get, k};
+    const struct ref64_variant rvar = ref_variant(c->var, true, alibi, sinks);
     for (int b = 0; b < c->B; b++)
         for (int i = qind[b]; i < qind[b + 1]; i++) {
             int pos = c->len[b] - (qind[b + 1] - i);      /* the query's own token */
             for (int h = 0; h < c->Hq; h++) {
                 for (int d = 0; d < c->D; d++)
                     qd[d] = elem_get(q, c->dtype, (int64_t)((size_t)i * qrow) + h * c->D + d);
-                ref64_row(qd, c->D, &kv, b, h / (c->Hq / c->Hkv), pos + 1, (double)(float)j.scale,
-                          want + (size_t)i * qrow + (size_t)(h * c->D), NULL);
+                ref64_row_variant(qd, c->D, Dv, &kv, b, h, h / (c->Hq / c->Hkv), c->len[b], pos,
+                                  (double)(float)j.scale, &rvar,
+                                  want + (size_t)i * orow + (size_t)(h * Dv), NULL);
             }
         }
-    for (size_t i = 0; i < (size_t)nq * qrow; i++)
+    for (size_t i = 0; i < (size_t)nq * orow; i++)
         got[i] = elem_get(o, c->dtype, (int64_t)i);
-    const double err = ref64_rel_error(got, want, (size_t)nq * qrow), tol = ref64_tolerance(c->dtype).out;
-    fprintf(stderr, "  [%s] %s %s, %s: rel err %.2e (tol %.0e)\n", cur_name, c->what,
+    const double err = ref64_rel_error(got, want, (size_t)nq * orow), tol = ref64_tolerance(c->dtype).out;
+    char var[96];
+    describe_variant(c->var, var, sizeof var);
+    fprintf(stderr, "  [%s] %s%s %s, %s: rel err %.2e (tol %.0e)\n", cur_name, c->what, var,
             c->qlen ? "prefill" : "decode", mem, err, tol);
     if (!(err <= tol))
         fail_msg("[%s] %s (%s): rel err %.3g > %.0e", cur_name, c->what, mem, err, tol);
     table_free(&t);
-    free(qind), free(q), free(o), free(want), free(got), free(qd);
+    free(qind), free(q), free(o), free(want), free(got), free(qd), free(alibi), free(sinks);
 }
 
 /* Two appends (the prompt, then new tokens from inside a partial page), the pools checked,
@@ -689,12 +890,15 @@ static void run_paged(const struct paged_case *c, uint64_t seed)
 {
     char why[200] = "";
     struct paged_job probe = {.dtype = c->dtype, .B = c->B, .Hq = c->Hq, .Hkv = c->Hkv, .D = c->D,
-                              .page_size = c->page_size, .scale = 1};
+                              .Dv = case_dv(c), .page_size = c->page_size, .scale = 1};
     int rc = be_paged_check(&cur, &probe, why, sizeof why);
     if (rc != 0) {
         skip_case(c->what, why);
         return;
     }
+    if (c->var && !backend_takes(c->qlen ? GLLM_MODE_PREFILL : GLLM_MODE_DECODE, c->var, c->D,
+                                 c->what))
+        return;
     struct cache k;
     cache_init(&k, c, seed);
     int *zero = calloc((size_t)c->B, sizeof *zero), *mid = xmalloc((size_t)c->B * sizeof *mid);
@@ -704,8 +908,8 @@ static void run_paged(const struct paged_case *c, uint64_t seed)
     for (int mode = 0; mode < 3; mode++) {
         const bool on_device = mode > 0;
         memset(k.kc, POISON, k.pool);
-        memset(k.vc, POISON, k.pool);
-        struct pools pl = {place(on_device, k.kc, k.pool), place(on_device, k.vc, k.pool)};
+        memset(k.vc, POISON, k.vpool);
+        struct pools pl = {place(on_device, k.kc, k.pool), place(on_device, k.vc, k.vpool)};
         append(&k, &pl, on_device, zero, mid);
         append(&k, &pl, on_device, mid, c->len);
         check_pools(&k, &pl, on_device);
@@ -725,10 +929,10 @@ static void test_paged_decode(void **state)
     static const int len3[] = {64, 65, 900}, tail3[] = {1, 64, 1};
     static const int len4[] = {5, 130}, tail4[] = {2, 3};
     const struct paged_case cases[] = {
-        {"paged f16 GQA4 D128 page 16", GLLM_DTYPE_F16, 5, 8, 2, 128, 16, len1, tail1, NULL},
-        {"paged bf16 GQA8 D64 page 1", GLLM_DTYPE_BF16, 3, 16, 2, 64, 1, len2, tail2, NULL},
-        {"paged f16 MHA D64 page 64", GLLM_DTYPE_F16, 3, 4, 4, 64, 64, len3, tail3, NULL},
-        {"paged f32 GQA2 D40 page 16", GLLM_DTYPE_F32, 2, 4, 2, 40, 16, len4, tail4, NULL},
+        {"paged f16 GQA4 D128 page 16", GLLM_DTYPE_F16, 5, 8, 2, 128, 16, len1, tail1, NULL, NULL},
+        {"paged bf16 GQA8 D64 page 1", GLLM_DTYPE_BF16, 3, 16, 2, 64, 1, len2, tail2, NULL, NULL},
+        {"paged f16 MHA D64 page 64", GLLM_DTYPE_F16, 3, 4, 4, 64, 64, len3, tail3, NULL, NULL},
+        {"paged f32 GQA2 D40 page 16", GLLM_DTYPE_F32, 2, 4, 2, 40, 16, len4, tail4, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run_paged(&cases[i], 10 + i);
@@ -743,9 +947,9 @@ static void test_paged_prefill(void **state)
     static const int len2[] = {33, 2, 500}, tail2[] = {1, 1, 4}, q2[] = {33, 1, 20};
     static const int len3[] = {64, 65, 300}, tail3[] = {1, 64, 1}, q3[] = {3, 65, 7};
     const struct paged_case cases[] = {
-        {"paged f16 GQA4 D128 page 16", GLLM_DTYPE_F16, 5, 8, 2, 128, 16, len1, tail1, q1},
-        {"paged bf16 GQA8 D64 page 1", GLLM_DTYPE_BF16, 3, 16, 2, 64, 1, len2, tail2, q2},
-        {"paged bf16 MHA D128 page 64", GLLM_DTYPE_BF16, 3, 4, 4, 128, 64, len3, tail3, q3},
+        {"paged f16 GQA4 D128 page 16", GLLM_DTYPE_F16, 5, 8, 2, 128, 16, len1, tail1, q1, NULL},
+        {"paged bf16 GQA8 D64 page 1", GLLM_DTYPE_BF16, 3, 16, 2, 64, 1, len2, tail2, q2, NULL},
+        {"paged bf16 MHA D128 page 64", GLLM_DTYPE_BF16, 3, 4, 4, 128, 64, len3, tail3, q3, NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run_paged(&cases[i], 20 + i);
@@ -757,8 +961,33 @@ static void test_paged_empty_sequence(void **state)
     (void)state;
     static const int len[] = {20, 0, 45}, tail[] = {3, 0, 45}, q[] = {4, 0, 1};
     const struct paged_case c = {"paged f16 GQA2 D64 page 16, an empty sequence", GLLM_DTYPE_F16,
-                                 3, 4, 2, 64, 16, len, tail, q};
+                                 3, 4, 2, 64, 16, len, tail, q, NULL};
     run_paged(&c, 30);
+}
+
+/* Decode and chunked prefill with each variant field and the combinations models use; the
+ * page size and the window, chunk and query counts cut through pages. */
+static void test_paged_variants(void **state)
+{
+    (void)state;
+    static const int len1[] = {1, 17, 300, 16, 90}, tail1[] = {1, 2, 5, 16, 3},
+                     q1[] = {1, 5, 40, 16, 2};
+    static const int len2[] = {33, 2, 200}, tail2[] = {1, 1, 4}, q2[] = {33, 1, 20};
+    static const struct var_case v_chunk8 = {.chunk = 8};
+    const struct paged_case cases[] = {
+        {"paged f16 GQA4 D64 page 16", GLLM_DTYPE_F16, 5, 8, 2, 64, 16, len1, tail1, NULL, &v_left16},
+        {"paged bf16 GQA4 D64 page 16", GLLM_DTYPE_BF16, 5, 8, 2, 64, 16, len1, tail1, q1, &v_left16},
+        {"paged f32 GQA2 D32 page 7", GLLM_DTYPE_F32, 3, 4, 2, 32, 7, len2, tail2, q2, &v_chunk8},
+        {"paged f16 GQA2 D64 page 16", GLLM_DTYPE_F16, 3, 4, 2, 64, 16, len2, tail2, NULL, &v_cap},
+        {"paged f32 GQA4 D32 page 16", GLLM_DTYPE_F32, 5, 8, 2, 32, 16, len1, tail1, q1, &v_alibi},
+        {"paged bf16 MQA D64 page 1", GLLM_DTYPE_BF16, 3, 4, 1, 64, 1, len2, tail2, NULL, &v_sinks},
+        {"paged f16 GQA4 D64 page 16", GLLM_DTYPE_F16, 5, 8, 2, 64, 16, len1, tail1, q1, &v_gptoss},
+        {"paged f32 GQA2 D32 page 5", GLLM_DTYPE_F32, 3, 4, 2, 32, 5, len2, tail2, q2, &v_mixed},
+        {"paged bf16 GQA2 D192 page 16", GLLM_DTYPE_BF16, 3, 4, 2, 192, 16, len2, tail2, q2, &v_dv128},
+        {"paged f16 GQA2 D64 page 16", GLLM_DTYPE_F16, 3, 4, 2, 64, 16, len2, tail2, NULL, &v_dv40_sinks},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        run_paged(&cases[i], 40 + i);
 }
 
 /* ---- one group per compiled-in backend ---- */
@@ -805,10 +1034,12 @@ BACKEND_TEST(test_dense_dtypes_and_masks)
 BACKEND_TEST(test_dense_gqa_and_lengths)
 BACKEND_TEST(test_dense_head_dims)
 BACKEND_TEST(test_dense_strided_views)
+BACKEND_TEST(test_dense_variants)
 BACKEND_TEST(test_copies)
 BACKEND_TEST(test_paged_decode)
 BACKEND_TEST(test_paged_prefill)
 BACKEND_TEST(test_paged_empty_sequence)
+BACKEND_TEST(test_paged_variants)
 
 int main(void)
 {
@@ -817,10 +1048,12 @@ int main(void)
         cmocka_unit_test(test_dense_gqa_and_lengths_on_backend),
         cmocka_unit_test(test_dense_head_dims_on_backend),
         cmocka_unit_test(test_dense_strided_views_on_backend),
+        cmocka_unit_test(test_dense_variants_on_backend),
         cmocka_unit_test(test_copies_on_backend),
         cmocka_unit_test(test_paged_decode_on_backend),
         cmocka_unit_test(test_paged_prefill_on_backend),
         cmocka_unit_test(test_paged_empty_sequence_on_backend),
+        cmocka_unit_test(test_paged_variants_on_backend),
     };
     char names[8][16];
     const int n = be_names(names, 8);

@@ -317,6 +317,62 @@ static void test_page_table_copied_or_left(void **state)
     job_release_arenas(&job);
 }
 
+/* A backend refuses, through its capabilities, every variant field it does not compute and
+ * every head dim its mode does not take, naming the field and itself; one that computes a
+ * field gets it in the args. */
+static void test_variants_against_capabilities(void **state)
+{
+    (void)state;
+    struct job_caps some = caps;
+    some.backend = "gpu";
+    some.modes[GLLM_MODE_DENSE] = (struct proto_mode_caps){
+        .variants = GLLM_VARIANT_WINDOW, .max_head_dim = 256, .nhead_dims = 2,
+        .head_dims = {64, 128}};
+    char err[200];
+    struct job job;
+    struct proto_attention pa = good_job();
+    pa.variant = (struct proto_variant){.window = true, .window_left = 32, .window_right = -1};
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &some, err, sizeof err), 0);
+    assert_true(job.args.variant.window && job.args.variant.window_left == 32 &&
+                job.args.variant.window_right == -1);
+    job_release_arenas(&job);
+    /* A window of -1 on both sides asks for nothing: a backend without windows takes it. */
+    pa.variant.window_left = -1;
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &caps, err, sizeof err), 0);
+    assert_false(job.args.variant.window);
+    job_release_arenas(&job);
+
+    pa.variant = (struct proto_variant){.logits_soft_cap = 30.0};
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &some, err, sizeof err),
+                     GLLM_EVARIANT);
+    assert_non_null(strstr(err, "logits_soft_cap"));
+    assert_non_null(strstr(err, "gpu"));
+    pa.variant = (struct proto_variant){.attention_chunk = 8192};
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &some, err, sizeof err),
+                     GLLM_EVARIANT);
+    assert_non_null(strstr(err, "attention_chunk"));
+    /* v's head dim below q's is a field too. */
+    pa = good_job();
+    pa.v = tensor(arena1, 2 * 65536, GLLM_DTYPE_F16, 1, 2, 64, 32);
+    pa.out = tensor(arena2, 0, GLLM_DTYPE_F16, 1, 8, 64, 32);
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &some, err, sizeof err),
+                     GLLM_EVARIANT);
+    assert_non_null(strstr(err, "head_dim_v"));
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &caps, err, sizeof err),
+                     GLLM_EVARIANT);
+    /* Head dims the mode lists: 64 and 128 only. */
+    pa = good_job();
+    pa.q = tensor(arena1, 0, GLLM_DTYPE_F16, 1, 8, 64, 80);
+    pa.k = tensor(arena1, 65536 + 16384, GLLM_DTYPE_F16, 1, 2, 64, 80);
+    pa.v = tensor(arena1, 2 * 65536 + 32768, GLLM_DTYPE_F16, 1, 2, 64, 80);
+    pa.out = tensor(arena2, 0, GLLM_DTYPE_F16, 1, 8, 64, 80);
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &some, err, sizeof err),
+                     GLLM_EHEADDIM);
+    assert_non_null(strstr(err, "64, 128"));
+    assert_int_equal(arena1->refs, 1);           /* no refusal holds a reference */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -327,6 +383,7 @@ int main(void)
         cmocka_unit_test(test_strided_views_accepted),
         cmocka_unit_test(test_device_tensor_on_another_device),
         cmocka_unit_test(test_page_table_copied_or_left),
+        cmocka_unit_test(test_variants_against_capabilities),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
