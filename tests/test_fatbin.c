@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "backend_api.h"
+#include "elf64.h"
 #include "fatbin.h"
 
 static void test_embedded_images(void **state)

@@ -13,6 +13,7 @@
 #include "cuda_share.h"
 #include "cuda_sync.h"
 #include "cuda_tma.h"
+#include "strided.h"
 
 extern const struct backend_iface cuda_backend_iface;
 static const struct backend_device_iface cuda_device_iface;
