@@ -9,6 +9,7 @@
 
 #include "elf64.h"
 #include "fatbin.h"
+#include "kernel_registry.h"
 
 static void test_embedded_images(void **state)
 {
@@ -142,6 +143,46 @@ static void test_hopper_code(void **state)
     assert_int_equal(kernels, 20);          /* 16 dense (TMA and cp.async), 4 paged */
 }
 
+static const char *const registry[] = {
+#define SYMBOL(mode, dtype, D, flags, symbol) #symbol,
+    GLLM_CUDA_KERNELS(SYMBOL)
+#undef SYMBOL
+};
+
+/* Every machine-code image holds exactly the registry's kernels (kernel_registry.h): each row's
+ * entry point, and no gllm_ entry point the loader would never find. */
+static void test_registry(void **state)
+{
+    (void)state;
+    struct fatbin_image img[FATBIN_MAX_IMAGES];
+    const int n = fatbin_images(fatbin_data(), fatbin_size(), img, FATBIN_MAX_IMAGES);
+    assert_int_equal(sizeof registry / sizeof registry[0], GLLM_CUDA_KERNEL_COUNT);
+    int elves = 0;
+    for (int i = 0; i < n; i++) {
+        if (img[i].ptx)
+            continue;
+        struct elf64 e;
+        assert_true(elf64_headers(&e, img[i].payload, img[i].payload_size));
+        bool seen[GLLM_CUDA_KERNEL_COUNT] = {false};
+        for (unsigned s = 0; s < e.shnum; s++) {
+            const char *sec = elf64_section_name(&e, elf64_section(&e, s));
+            if (!sec || strncmp(sec, ".text.gllm_", 11) != 0)
+                continue;
+            int k = 0;
+            while (k < GLLM_CUDA_KERNEL_COUNT && strcmp(sec + 6, registry[k]) != 0)
+                k++;
+            if (k == GLLM_CUDA_KERNEL_COUNT)
+                fail_msg("sm_%d: %s is not in kernel_registry.h", img[i].arch, sec + 6);
+            seen[k] = true;
+        }
+        for (int k = 0; k < GLLM_CUDA_KERNEL_COUNT; k++)
+            if (!seen[k])
+                fail_msg("sm_%d: no %s in the image", img[i].arch, registry[k]);
+        elves++;
+    }
+    assert_int_equal(elves, 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -149,6 +190,7 @@ int main(void)
         cmocka_unit_test(test_choice),
         cmocka_unit_test(test_not_a_fatbin),
         cmocka_unit_test(test_hopper_code),
+        cmocka_unit_test(test_registry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,7 @@
 // API; entry points are extern "C" with a fixed parameter struct so the daemon needs no
 // CUDA headers. Layout and semantics match daemon/backend.h's struct attn_args.
 #include "attention_params.h"
+#include "kernel_registry.h"
 #include "mma_common.cuh"
 
 namespace {
@@ -401,27 +402,20 @@ __device__ __forceinline__ void attention_fwd_generic(const gllm_cuda_attn_param
 
 } // namespace
 
-// Entry points, looked up by name with cuModuleGetFunction (attention_params.h lists them).
-#define TC_ENTRY(T, tname, D, CAUSAL, suffix)                                                  \
+// Entry points, instantiated from the registry's rows (kernel_registry.h) and looked up by
+// name with cuModuleGetFunction.
+#define GLLM_CUDA_ENTRY_TC(T, D, FLAGS, symbol)                                                \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_TC_WARPS(D) * 32,                  \
                                                  D == 64 ? 2 : 8 / GLLM_CUDA_TC_WARPS(D))      \
-        gllm_attn_fwd_##tname##_d##D##suffix(const gllm_cuda_attn_params p)                    \
+        symbol(const gllm_cuda_attn_params p)                                                  \
     {                                                                                          \
         attention_fwd_tc<T, D, GLLM_CUDA_TC_WARPS(D), GLLM_CUDA_TC_MTILES, GLLM_CUDA_TC_KEYS(D), \
-                         CAUSAL>(p);                                                           \
+                         GLLM_CUDA_KF_HAS(FLAGS, CAUSAL)>(p);                                  \
     }
-#define TC_ENTRIES(T, tname, D) TC_ENTRY(T, tname, D, false, ) TC_ENTRY(T, tname, D, true, _causal)
-TC_ENTRIES(__half, f16, 64)
-TC_ENTRIES(__half, f16, 128)
-TC_ENTRIES(__nv_bfloat16, bf16, 64)
-TC_ENTRIES(__nv_bfloat16, bf16, 128)
-
-#define GENERIC_ENTRY(T, tname)                                                                \
+#define GLLM_CUDA_ENTRY_GENERIC(T, D, FLAGS, symbol)                                           \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_GENERIC_ROWS * 32)                  \
-        gllm_attn_generic_##tname(const gllm_cuda_attn_params p)                               \
+        symbol(const gllm_cuda_attn_params p)                                                  \
     {                                                                                          \
         attention_fwd_generic<T>(p);                                                           \
     }
-GENERIC_ENTRY(float, f32)
-GENERIC_ENTRY(__half, f16)
-GENERIC_ENTRY(__nv_bfloat16, bf16)
+GLLM_CUDA_DENSE_KERNELS(GLLM_CUDA_ENTRY)

@@ -839,26 +839,18 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 #define HP_BODY(T, CAUSAL, D) __trap()  // never launched off sm_90a (see the header comment)
 #define HP_TMA_BODY(T, CAUSAL, D) __trap()
 #endif
-// gllm_attn_fwd_hopper_*: the producer copies with cp.async (any layout tc_eligible admits);
-// gllm_attn_fwd_hopper_tma_*: with TMA, through the tensor maps of its parameter.
-#define HP_ENTRY(T, tname, D, CAUSAL, suffix)                                                  \
+// GLLM_CUDA_ENTRY_HOPPER: the producer copies with cp.async (any layout tc_eligible admits);
+// GLLM_CUDA_ENTRY_HOPPER_TMA: with TMA, through the tensor maps of its parameter.
+#define GLLM_CUDA_ENTRY_HOPPER(T, D, FLAGS, symbol)                                            \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
-        gllm_attn_fwd_hopper_##tname##_d##D##suffix(const gllm_cuda_attn_params p)             \
+        symbol(const gllm_cuda_attn_params p)                                                  \
     {                                                                                          \
-        HP_BODY(T, CAUSAL, D);                                                                 \
-    }                                                                                          \
-    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
-        gllm_attn_fwd_hopper_tma_##tname##_d##D##suffix(                                       \
-            const __grid_constant__ gllm_cuda_hp_params hp)                                    \
-    {                                                                                          \
-        HP_TMA_BODY(T, CAUSAL, D);                                                             \
+        HP_BODY(T, GLLM_CUDA_KF_HAS(FLAGS, CAUSAL), D);                                        \
     }
-HP_ENTRY(__half, f16, 128, false, )
-HP_ENTRY(__half, f16, 128, true, _causal)
-HP_ENTRY(__nv_bfloat16, bf16, 128, false, )
-HP_ENTRY(__nv_bfloat16, bf16, 128, true, _causal)
-HP_ENTRY(__half, f16, 64, false, )
-HP_ENTRY(__half, f16, 64, true, _causal)
-HP_ENTRY(__nv_bfloat16, bf16, 64, false, )
-HP_ENTRY(__nv_bfloat16, bf16, 64, true, _causal)
-
+#define GLLM_CUDA_ENTRY_HOPPER_TMA(T, D, FLAGS, symbol)                                        \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
+        symbol(const __grid_constant__ gllm_cuda_hp_params hp)                                 \
+    {                                                                                          \
+        HP_TMA_BODY(T, GLLM_CUDA_KF_HAS(FLAGS, CAUSAL), D);                                    \
+    }
+GLLM_CUDA_HOPPER_KERNELS(GLLM_CUDA_ENTRY)

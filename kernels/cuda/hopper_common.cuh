@@ -8,6 +8,7 @@
 #define GLLM_HOPPER_COMMON_CUH
 
 #include "attention_params.h"
+#include "kernel_registry.h"
 #include "mma_common.cuh"
 
 namespace {

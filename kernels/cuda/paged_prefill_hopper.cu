@@ -396,13 +396,10 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
 #else
 #define PP_BODY(T, D) __trap()  // never launched off sm_90a
 #endif
-#define PP_ENTRY(T, tname, D)                                                                  \
+#define GLLM_CUDA_ENTRY_PAGED_PREFILL(T, D, FLAGS, symbol)                                     \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
-        gllm_paged_prefill_hopper_##tname##_d##D(const __grid_constant__ gllm_cuda_pp_params p) \
+        symbol(const __grid_constant__ gllm_cuda_pp_params p)                                  \
     {                                                                                          \
         PP_BODY(T, D);                                                                         \
     }
-PP_ENTRY(__half, f16, 128)
-PP_ENTRY(__nv_bfloat16, bf16, 128)
-PP_ENTRY(__half, f16, 64)
-PP_ENTRY(__nv_bfloat16, bf16, 64)
+GLLM_CUDA_PAGED_PREFILL_KERNELS(GLLM_CUDA_ENTRY)

@@ -380,8 +380,9 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     memcpy(p.v_st, a->v_st, sizeof p.v_st);
     memcpy(p.o_st, a->o_st, sizeof p.o_st);
     memcpy(p.lse_st, a->lse_st, sizeof p.lse_st);
-    /* tc_eligible() admits D = 64 and 128 only. */
-    CUfunction hopper = x->hopper[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
+    /* The job's variant as the registry's flags (kernel_registry.h). */
+    const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
+    CUfunction hopper = cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, a->D, flags);
     const unsigned heads = (unsigned)(a->B * a->Hq);
     CUfunction f;
     unsigned gx, gy, threads, smem;
@@ -397,7 +398,7 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         gy = 1;
         threads = (unsigned)GLLM_CUDA_HP_THREADS(a->D), smem = (unsigned)GLLM_CUDA_HP_SMEM(a->D);
         /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
-        CUfunction tma = x->hopper_tma[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
+        CUfunction tma = cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_TMA, a->dtype, a->D, flags);
         if (tma) {
             hp.a = p;
             const int tr = cuda_tma_hp_params(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma);
@@ -417,11 +418,11 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         }
     } else if (tc_eligible(a)) {
         const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
-        f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
+        f = cuda_kernel_find(x, GLLM_CUDA_MODE_TC, a->dtype, a->D, flags);
         gx = (unsigned)((a->Sq + rows - 1) / rows), gy = heads;
         threads = (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
     } else {
-        f = x->generic[a->dtype];
+        f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC, a->dtype, a->D, 0);   /* reads causal */
         gx = (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS), gy = heads;
         threads = GLLM_CUDA_GENERIC_ROWS * 32, smem = 0;
     }
@@ -527,8 +528,9 @@ static int cuda_inject_fault(struct backend *be, int dev, enum backend_fault kin
     for (int i = 0; i < 4; i++)
         p.q_st[i] = p.k_st[i] = p.v_st[i] = p.o_st[i] = 1;
     void *args[] = {&p};
-    if ((cr = d->cuLaunchKernel(x->generic[GLLM_DTYPE_F32], 1, 1, 1, GLLM_CUDA_GENERIC_ROWS * 32, 1,
-                                1, 0, x->lane.stream, args, NULL)))
+    CUfunction f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC, GLLM_DTYPE_F32, 1, 0);
+    if ((cr = d->cuLaunchKernel(f, 1, 1, 1, GLLM_CUDA_GENERIC_ROWS * 32, 1, 1, 0, x->lane.stream,
+                                args, NULL)))
         return op_end(be, dev, cuda_fail(c, cr, "injected fault launch"), why, len);
     r = cuda_stream_finish(c, x, kind == BACKEND_FAULT_OOB ? "injected out-of-bounds read"
                                                                : "injected misaligned read");
