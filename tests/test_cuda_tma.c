@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "cuda_tma.h"
+#include "hopper_schedule.h"
 
 /* The arguments of the fake encoder's last call, and what it should answer. */
 static struct {

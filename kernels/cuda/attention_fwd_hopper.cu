@@ -277,7 +277,7 @@
 //
 // The building blocks (Hp, the swizzled layout, wgmma, mbarriers, TMA, the per-tile steps) live
 // in hopper_common.cuh, shared with the paged prefill (paged_prefill_hopper.cu).
-#include "hopper_common.cuh"
+#include "hopper_consumer.cuh"
 
 namespace {
 

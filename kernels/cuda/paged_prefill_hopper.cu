@@ -132,7 +132,7 @@
 // level (0.94-0.99 both); 32 of 32 float64 cases.
 //
 // Registers: the same plan as the dense kernel (Hp: the producer gives all but 32 back).
-#include "hopper_common.cuh"
+#include "hopper_consumer.cuh"
 
 namespace {
 

@@ -13,6 +13,7 @@
 #include "cuda_share.h"
 #include "cuda_sync.h"
 #include "cuda_tma.h"
+#include "hopper_schedule.h"
 #include "strided.h"
 
 extern const struct backend_iface cuda_backend_iface;

@@ -9,6 +9,7 @@
 #include "cuda_plan.h"
 #include "cuda_queue.h"
 #include "cuda_sync.h"
+#include "hopper_schedule.h"
 
 int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
 {
