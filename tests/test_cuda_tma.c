@@ -1,6 +1,6 @@
 /* cuda_tma's tensor maps against a fake driver: the arguments cuTensorMapEncodeTiled gets for
  * the Hopper kernels' Q, K and V, the layouts left to cp.async, a refusal reported; and the
- * persistent Hopper kernels' grid and tile schedule (attention_params.h); the paged prefill's maps. */
+ * persistent Hopper kernels' grid and tile schedule (hopper_schedule.h); the paged prefill's maps. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>

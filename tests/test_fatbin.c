@@ -92,17 +92,12 @@ static struct sm90_counts sm90_count(const unsigned char *code, size_t size)
 
 /* The sm_90a image's Hopper kernels as ptxas left them. Two of its choices cost every shape
  * and show only in its notes or not at all: every wgmma serialised (each HGMMA waited for
- * before the next issues; -25 to -30%, v22 and v25), and registers spilled to local memory.
- * Here ptxas's wait follows about one HGMMA in eight, at each group's end, and no dense
- * kernel touches local memory but the TMA ones at D = 128 not causal (v34: their second walk,
- * over the split units, has ptxas keep a few words of the schedule in local memory, stored
- * once and read at tile boundaries, never in a key loop; measured level with v32 on shapes
- * it does not split; with v57's speculative softmax, whose walk holds a few values more, and
- * its descriptors kept as made (v57o), 20 instructions; the merge of a split tile's parts in
- * slot order added none; 40 since lse is a product rather than a division, which took the
- * division's slow path out of every copy of the epilogue and moved ptxas's allocation, still
- * none in a key loop, the kernel level without lse and faster with it);
- * the paged prefill at D = 64 keeps a 4-byte spill in its producer (docs/performance.md). */
+ * before the next issues; -25 to -30%), and registers spilled to local memory. Here ptxas's
+ * wait follows about one HGMMA in eight, at each group's end, and no dense kernel touches local
+ * memory but the TMA ones at D = 128 not causal: their second walk, over the split units, has
+ * ptxas keep a few words of the schedule in local memory, stored once and read at tile
+ * boundaries, never in a key loop (up to 40 instructions, measured level on shapes it does not
+ * split); the paged prefill at D = 64 keeps a 4-byte spill in its producer. */
 static void test_hopper_code(void **state)
 {
     (void)state;

@@ -2,7 +2,14 @@
 //
 // Compiled ahead of time into one fatbin (kernels/prebuilt/) and loaded through the driver
 // API; entry points are extern "C" with a fixed parameter struct so the daemon needs no
-// CUDA headers. Layout and semantics match daemon/backend.h's struct attn_args.
+// CUDA headers. Layout and semantics match struct attn_args (backend_api.h).
+//
+// A block takes GLLM_CUDA_TC_ROWS query rows of one head; each of its four warps owns two
+// 16-row m-tiles and keeps their scores and outputs in registers (mma.sync), so every K or V
+// fragment it reads from shared memory feeds four tensor-core ops. K and V stream through two
+// cp.async stages, tile j + 1 landing while tile j is used, one barrier per tile. The online
+// softmax is base 2 and rescales lazily (RESCALE_SLACK). The generic kernel, one warp per
+// query row, takes what the tensor-core one cannot: f32, other head dims, any strides.
 #include "attention_params.h"
 #include "kernel_registry.h"
 #include "mma_common.cuh"

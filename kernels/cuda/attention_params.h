@@ -37,12 +37,13 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_HP_ROWS(D) ((D) == 64 ? 192 : 128)
 #define GLLM_CUDA_HP_KEYS 128
 #define GLLM_CUDA_HP_THREADS(D) (2 * GLLM_CUDA_HP_ROWS(D) + 128)  /* 128 per warpgroup */
-/* K/V stages of the dense kernels: 5 at D = 64 (v20b: +2-4% against 3); 2 at D = 128, where
- * the third of v20 went to an O tile (v21: with K and V on barriers of their own, two stages
- * ran level with three, and O through shared memory and a TMA store gained 2-10% at S512-1k).
- * D = 64 stores O from registers (its TMA store measured level to -3%). The paged prefill has
- * the same stages and O tile since it is persistent (pp3o: +2-6%; before, with a block per
- * item, the same lost 2-4%), so its macros are the dense ones; it stores through the tile only
+/* K/V stages of the dense kernels: 4 at D = 64 (0.4-1.4% faster than 5, whose loads issued far
+ * ahead cost L2 requests or, evicted before use, DRAM bytes; 5 were 2-4% faster than 3); 2 at
+ * D = 128, where a third stage's shared memory holds the O tile instead (with K and V on
+ * barriers of their own, two stages ran level with three, and O through shared memory and a TMA
+ * store gained 2-10% at S512-1k). D = 64 stores O from registers (its TMA store measured level
+ * to -3%). The paged prefill has the same stages and O tile (+2-6% once it was persistent), so
+ * its macros are the dense ones; it stores through the tile only
  * for a warpgroup whose 64 rows are all the item's (rows past its tokens belong to the next
  * sequence). Dynamic shared memory (GLLM_CUDA_HP_SMEM_OF): 1024 bytes of
  * slack for the swizzle atoms' alignment, Q, the stages' K and V, and the O tile if any. */
@@ -69,7 +70,7 @@ typedef struct gllm_cuda_hp_split {
 
 /* gllm_attn_fwd_hopper_tma_{f16,bf16}_d{64,128}[_causal] (sm_90a image only): the same
  * kernels, launched the same way, whose producer loads Q, K and V with TMA and whose
- * consumers store O with TMA where GLLM_CUDA_HP_O_TILE(D) (v21). Their parameter is a
+ * consumers store O with TMA where GLLM_CUDA_HP_O_TILE(D). Their parameter is a
  * gllm_cuda_hp_params, passed __grid_constant__ (the tensor maps are read where they lie in
  * parameter memory): a as for the others, and q_map, k_map, v_map and o_map from
  * cuTensorMapEncodeTiled: 4-D (D, S, H, B) with byte strides, 16-bit elements, boxes of

@@ -39,17 +39,13 @@ template <int D, int STAGES_ = GLLM_CUDA_HP_STAGES(D)> struct Hp {
     static constexpr int CONSUMER_RAW =
         (START * THREADS - 128 * PRODUCER) / (128 * CONSUMERS) / 8 * 8;
     static constexpr int CONSUMER = CONSUMER_RAW > 256 ? 256 : CONSUMER_RAW;
-    // Consumers always issue tile j's Q K^T before tile j - 1's P V (key_rest); v13's one
-    // tile at a time, kept until v20b to measure against, went when both kernels came to
-    // share the key walk.
-    // Two consumers take turns at issuing their GEMMs on named barriers (v17, see the
-    // header comment); false: v16, the consumers drift freely.
+    // Two consumers take turns at issuing their GEMMs on named barriers (PingPong); three
+    // drift freely. The consumers always issue tile j's Q K^T before tile j - 1's P V.
     static constexpr bool PINGPONG = CONSUMERS == 2;
     // A tile's final turn (its last P V) and the next tile's turn 0 (its first Q K^T) are one
-    // turn, the epilogue run under the Q K^T (v27, key_cross; v25 had the Q K^T alone in turn 0
-    // before the epilogue, key_first). Not at D = 64: v25's first form spilled the 160-register
-    // consumers there, and its epilogue stores from registers, with no shared-memory write for
-    // the Q K^T to hide.
+    // turn, the epilogue run under the Q K^T (key_cross). Not at D = 64: it spilled the
+    // 160-register consumers there, and their epilogue stores from registers, with no
+    // shared-memory write for the Q K^T to hide.
     static constexpr bool CROSS = D == 128;
     static_assert(PRODUCER >= 24 && PRODUCER % 8 == 0 && PRODUCER <= START && CONSUMER >= START &&
                       128 * PRODUCER + 128 * CONSUMERS * CONSUMER <= START * THREADS,

@@ -109,9 +109,9 @@ __device__ __forceinline__ Consumer consumer_setup(float scale, uint32_t s_q, ui
         // Kept as made here: otherwise the compiler makes Q's and the stage's K descriptors
         // again from their shared addresses at every turn, a chain of about ten uniform
         // instructions before the first wgmma. Kept, the D = 64 key loop is 11 instructions
-        // shorter and 0.5-1.4% faster (v52); at D = 128 the same was 0.3-0.6% slower, but
-        // with v57's speculative walk (D = 128 without a causal mask) it takes the loop's 8
-        // R2UR away and is 0.5-0.7% faster (v57o).
+        // shorter and 0.5-1.4% faster; at D = 128 the same was 0.3-0.6% slower, but with
+        // the speculative walk (D = 128 without a causal mask) it takes the loop's 8 R2UR
+        // away and is 0.5-0.7% faster.
         asm volatile("mov.b64 %0, %0;" : "+l"(c.dq));
         asm volatile("mov.b64 %0, %0;" : "+l"(c.dk0));
         asm volatile("mov.b64 %0, %0;" : "+l"(c.dv0));
@@ -165,13 +165,13 @@ template <int D, int STAGES> struct KeyRing {
     }
 };
 
-// The ping-pong turns of two consumer warpgroups (v17; the dense kernel's comment on them), run
+// The ping-pong turns of two consumer warpgroups (the dense kernel's comment on them), run
 // on across a block's tiles: begin() waits until the partner has ended its previous turn, end()
 // lets the partner start its next; wg 1 skips the arrival after the block's final turn
 // (block_final), which nobody waits for, and makes up for it with one arrival when the turns
 // are set up (any: the block has turns to take), as if it had ended a turn before wg 0's first.
 // So each warpgroup syncs on its own barrier at every turn, with no count of turns and no
-// branch (v61: the first-turn test cost the key loop three branches a tile), and per barrier
+// branch (a first-turn test cost the key loop three branches a tile), and per barrier
 // syncs and arrivals still match one for one. Without ping-pong (PINGPONG false) nothing is
 // done.
 template <bool PINGPONG> struct PingPong {
@@ -209,7 +209,7 @@ template <bool PINGPONG> struct PingPong {
 // tile j - 1's O += P V, and the softmax of tile j runs while P V is on the tensor cores; O's
 // rescale for tile j waits for the next iteration (P V of j - 1 must land first), row_sum's happens
 // at once. Live across the softmax: O (D / 2), P of j - 1 (32, read by the wgmma in flight), S of j
-// (64). K and V of a stage have barriers of their own (v21, kv_bar): K of tile j is released as
+// (64). K and V of a stage have barriers of their own (kv_bar): K of tile j is released as
 // soon as its Q K^T has completed, a turn before V of tile j, whose P V comes a turn later, so the
 // producer can refill K that much earlier. Tiles [n_mine, n_tiles) are only waited for and
 // released: the other warpgroups still need the stage, and the empty barriers count every consumer
@@ -304,7 +304,7 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         pin(s);
         HP_TRACE(13, j);
     };
-    // Speculative (v57, D = 128 without a causal mask): a key tile takes its exponentials
+    // Speculative (D = 128 without a causal mask): a key tile takes its exponentials
     // against the references as they stand, without its row maxima, and only a sum past
     // HP_SPEC_SUM (a miss) sends it the exact way, out of the loop so that the loop's code
     // stays together. Its K and Q stay until the check. The walk's last tile gives Q back at
@@ -314,7 +314,7 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         bool exact = false;
         int j = 1;
         // The references as exp_tile takes them, made again only where an exact tile (or a
-        // miss) moves them, not at every tile (v61).
+        // miss) moves them, not at every tile.
         float ref[2];
         auto remake_ref = [&]() { ref[0] = exp_ref(row_max[0]), ref[1] = exp_ref(row_max[1]); };
         remake_ref();
@@ -341,7 +341,7 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
                 wg_wait<0>();
                 pin(o);
                 pin(pf);
-                // V of j - 1 is done with once its P V has landed, before the check (v63): the
+                // V of j - 1 is done with once its P V has landed, before the check: the
                 // producer loads it ahead of K here (V_FIRST), whose slot the check holds.
                 ring.release(j - 1, 1);
                 pack_p<T>(s, pf);                      // before the check, among the exp2
@@ -437,17 +437,15 @@ __device__ __forceinline__ void last_pv_turn(const KeyWalk &c, float (&o)[D / 2]
     rc.release(c.n_mine - 1, 1);
 }
 
-// A tile's final turn together with the next tile's turn 0 (CROSS, v27): the last P V of tile
+// A tile's final turn together with the next tile's turn 0 (CROSS): the last P V of tile
 // cur (walk c) when this warpgroup owes it (ow.pv), and S = Q K^T of key tile 0 of tile nxt
 // (walk n) into s when it computes any, issued in one turn; then the wait for the P V,
 // epilogue() (tile cur's, while the Q K^T is on the tensor cores) and the wait for the Q K^T.
 // Before, the final turn held only the P V and the next tile's turn 0 came a turn later, after
-// the partner's final turn. Every wgmma is waited for in the branch that issued it, epilogue()
-// copied into each: with a wgmma in flight across a join ptxas cannot see through (two branches
-// on the same condition, or a loop's back edge), it serialised every wgmma of the kernel (its
-// C7515 and C7517 notes), -25 to -30% on every shape (v25). Measured against v25 in one call
-// (H100, two rounds): D = 128 S512 +1.2%, S1k +0.6%, S2k +1.4%, S4k +2%, causal S1k-2k +2%,
-// causal S512 level; the prediction was +5-8% at S512.
+// the partner's final turn (H100: D = 128 +0.6 to +2%). Every wgmma is waited for in the branch
+// that issued it, epilogue() copied into each: with a wgmma in flight across a join ptxas cannot
+// see through (two branches on the same condition, or a loop's back edge), it serialised every
+// wgmma of the kernel (its C7515 and C7517 notes), -25 to -30% on every shape.
 template <typename T, int D, int STAGES, bool PINGPONG, typename Epilogue>
 __device__ __forceinline__ void key_cross(const KeyWalk &c, const KeyWalk &n, float (&s)[64],
                                           float (&o)[D / 2], Owed &ow,
@@ -591,11 +589,11 @@ __device__ __forceinline__ void write_o_tile(uint32_t s_ow, const float (&o)[D /
     }
 }
 
-// A consumer warpgroup's O through shared memory and a TMA store (v21), in two steps: put_o_tile
+// A consumer warpgroup's O through shared memory and a TMA store, in two steps: put_o_tile
 // writes its tile at s_ow once the previous tile's store has read it; send_o_tile has one
 // thread (o_thread) send it out as the O map's boxes at rows row0.. of (c2, c3) while the
 // warpgroup goes on; rows outside the map are not written. The caller waits for the last store
-// (bulk_wait_all) before exit. Two steps since v25: with the send inside the branch that holds
+// (bulk_wait_all) before exit. Two steps: with the send inside the branch that holds
 // the next tile's first Q K^T (key_first), ptxas moved the key loop's stage counters out of
 // uniform registers (its TMA coordinates must be uniform), an R2UR before every wgmma.
 template <typename T, int D>

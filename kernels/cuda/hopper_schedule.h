@@ -15,10 +15,9 @@
  * (M tiles per head), so every unit reads about M + 1 key tiles and a static stride over
  * the units balances the blocks. Units go head by head, each head's pairs then (M odd) its
  * middle tile, about half a pair: a head's units are neighbours, run in the same round or the
- * next, so its K and V come from memory once and from L2 after. (Before v32 the middle tiles
- * came after every head's pairs, seven rounds later at D = 64 causal S = 512, when L2 had long
- * dropped the head: 12% slower there, on an H100.) The same code runs in the kernels and on the
- * host (the launch, tests). */
+ * next, so its K and V come from memory once and from L2 after (the middle tiles after every
+ * head's pairs came seven rounds later at D = 64 causal S = 512, when L2 had long dropped the
+ * head: 12% slower there, on an H100). */
 #ifdef __CUDACC__
 #define GLLM_CUDA_HP_FN static __host__ __device__ __forceinline__
 #else
@@ -26,7 +25,7 @@
 #endif
 /* n / d for 0 <= n < 2^31 by a multiply-high, an add and a shift (d >= 1, round-up method):
  * the kernels divide by values fixed for a launch at every tile, and an integer division
- * there is some twenty dependent instructions (v25: about 600 cycles between two tiles). m is
+ * there is some twenty dependent instructions (about 600 cycles between two tiles). m is
  * 2^32 (2^s - d) / d + 1 rounded down, s the smallest with 2^s >= d. */
 GLLM_CUDA_HP_FN gllm_cuda_fastdiv gllm_cuda_fastdiv_of(uint32_t d)
 {
@@ -65,7 +64,7 @@ typedef struct gllm_cuda_hp_sched {
  * split_keys: a unit's key tiles where the kernel can split units by keys (not causal, the
  * workspace there), else 0.
  *
- * Split by keys (v34, stream-K's hybrid): with U units of one tile and U a little past a
+ * Split by keys (stream-K's hybrid): with U units of one tile and U a little past a
  * multiple of the grid G, the last round holds U mod G tiles and the other blocks idle through
  * it (D = 128, 16k tokens, 16 heads: 2048 tiles on 132 blocks are 15.5 rounds, so 16 rounds'
  * time, 3% lost). When U > G and U mod G != 0 the units of every round but the last two go
@@ -79,7 +78,7 @@ typedef struct gllm_cuda_hp_sched {
  * the idle blocks (measured on an H100: S = 512 +8% time, 1k +2.5%, 2k level, 4k -1.2%, 8k -2%)
  * unless the last round is nearly empty, since what the split saves is the last round's idle
  * time. So units of half as many key tiles (S = 2k-4k) are split too where the last round is
- * at most a quarter full (H200, v58: 16 key tiles, last round 3% full -0.5 to -1.8%, 12% -4.1%,
+ * at most a quarter full (H200: 16 key tiles, last round 3% full -0.5 to -1.8%, 12% -4.1%,
  * 24% -2.1%, 24 key tiles 18% full -3.5%; split always, 16 key tiles lost 0.4-0.5% at 52% full
  * and 2.2% at 48%; there gllm_cuda_hp_grid_even fills the last round instead). Only
  * whole_units says so here: the kernels take the rest (gllm_cuda_hp_split) from the launch when
@@ -99,7 +98,7 @@ GLLM_CUDA_HP_FN gllm_cuda_hp_sched gllm_cuda_hp_schedule(int32_t Sq, int32_t row
     s.grid = grid;
     /* Causal, the part-filled m-tile is a head's first (its rows before row 0, whole 64-row
      * warpgroups of them, are idle), not its last: the first tile's rows see the fewest keys,
-     * the last's the most, so the idle warpgroups wait out the fewest key tiles (v28: D = 64
+     * the last's the most, so the idle warpgroups wait out the fewest key tiles (D = 64
      * causal S = 1024, M = 6 tiles of 192 rows: 27 key tiles a head against 32; S = 512: 8
      * against 9). */
     s.m_pad = causal ? (s.m_blocks * rows - Sq) / 64 * 64 : 0;

@@ -274,14 +274,14 @@ static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
     return op_end(be, dev, r, cp->why, cp->why_len);
 }
 
-/* A query row's key tiles: the dense Hopper prefill's split_keys (attention_params.h). */
+/* A query row's key tiles: the dense Hopper prefill's split_keys (hopper_schedule.h). */
 static int32_t split_keys(const struct attn_args *a)
 {
     return (int32_t)((a->Skv + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS);
 }
 
 /* The dense Hopper prefill's split by keys (D = 128 not causal, where its schedule splits the
- * last rounds' tiles; attention_params.h): hp's split units and the lane's workspace (cleared
+ * last rounds' tiles; hopper_schedule.h): hp's split units and the lane's workspace (cleared
  * on the stream when first made or grown). Without them, or out of memory for the workspace,
  * every tile whole. */
 static int prefill_split(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
@@ -392,7 +392,7 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     if (tc_eligible(a) && hopper) {
         /* Persistent: a block per SM (fewer when there are fewer tiles, or at D = 128 not
          * causal as few as its rounds need), each working through the schedule of
-         * attention_params.h. */
+         * hopper_schedule.h. */
         f = hopper;
         gx = (unsigned)gllm_cuda_hp_grid_even(a->Sq, a->D, a->B * a->Hq, a->causal,
                                               x->sm_count, split_keys(a));
@@ -423,7 +423,7 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         gx = (unsigned)((a->Sq + rows - 1) / rows), gy = heads;
         threads = (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
     } else {
-        f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC, a->dtype, a->D, 0);   /* reads causal */
+        f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC, a->dtype, a->D, 0); /* reads causal */
         gx = (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS), gy = heads;
         threads = GLLM_CUDA_GENERIC_ROWS * 32, smem = 0;
     }
