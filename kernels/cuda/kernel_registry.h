@@ -3,6 +3,8 @@
 #ifndef GLLM_CUDA_KERNEL_REGISTRY_H
 #define GLLM_CUDA_KERNEL_REGISTRY_H
 
+#include "attention_params.h"      /* the modes' shared memory by head dim */
+
 /* A kernel's mode: how it is launched and what its parameter is (attention_params.h).
  *   TC             dense prefill on mma.sync tensor cores (attention_fwd.cu)
  *   GENERIC        dense, any layout and head dim up to GLLM_CUDA_GENERIC_MAX_D (the same)
@@ -43,8 +45,9 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
 
 /* The kernels: X(mode, dtype, D, flags, symbol) with dtype F32, F16, BF16 or ANY and D 0 for
  * any head dim. In sections by the source file that instantiates them (each .cu expands its
- * own, so that it compiles alone), in definition order, which is the image's. The generic and
- * paged kernels read causality from their parameters, so they carry no flag for it. */
+ * own, so that it compiles alone), in definition order, which is the image's. The generic
+ * kernel reads causality from its parameters and the paged ones mask by each query token's
+ * position, so they carry no flag for it. */
 #define GLLM_CUDA_DENSE_KERNELS(X)                                                           \
     X(TC, F16, 64, 0, gllm_attn_fwd_f16_d64)                                                 \
     X(TC, F16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_f16_d64_causal)                        \
