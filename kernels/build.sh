@@ -3,6 +3,7 @@
 #   kernels/build.sh          rebuild when the sources differ from the manifest
 #   kernels/build.sh --force  rebuild regardless
 #   kernels/build.sh --check  exit 1 when the manifest does not match sources and image
+# A change meant to leave the code alone: kernels/tools/fatbin_diff.py OLD NEW compares the images.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 src=$root/kernels/cuda

@@ -18,7 +18,7 @@ nv_targets="sm_80 sm_90 compute_80"
 images() { for t in $amd_targets; do echo "${t%:*}.hsaco"; done; echo nvidia.fatbin; }
 
 source_hashes() {
-  (cd "$root" && find kernels/portable -type f \( -name '*.cpp' -o -name '*.h' \) ! -name 'pk_host.*' | LC_ALL=C sort |
+  (cd "$root" && find kernels/portable -type f \( -name '*.cpp' -o -name '*.h' \) | LC_ALL=C sort |
      xargs sha256sum)
 }
 image_hashes() { (cd "$out" && images | xargs sha256sum); }

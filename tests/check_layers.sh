@@ -3,7 +3,8 @@
 # modules (x.c and x.h are one module; an edge a -> b when a file of a includes b's header),
 # so no file calls back into one that calls it; (2) a file under daemon/backends/<x>/ includes
 # quoted headers only from daemon/backends/common/, its own folder, include/, kernels/ and
-# common/ (declarations of outside APIs, such as the CUDA driver's, shared with the client).
+# common/ (declarations of outside APIs, such as the CUDA driver's, shared with the client);
+# (3) nothing under kernels/ includes a header of daemon/: kernels are called, never calling.
 # Usage: check_layers.sh SOURCE_ROOT
 set -u
 root=$(cd "${1:-.}" && pwd)
@@ -48,6 +49,23 @@ for f in $(find daemon/backends -name '*.[ch]' -o -name '*.S' | sort); do
     done
 done
 if [ -f "$tmp/bad" ]; then fail=1; fi
+
+# (3) Kernels: every quoted include resolves inside kernels/ (or include/, common/).
+for f in $(find kernels -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name '*.cpp' | sort); do
+    sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" |
+    while read -r inc; do
+        for dir in "$(dirname "$f")" kernels/cuda kernels/portable include common daemon/backends/common daemon; do
+            [ -f "$dir/$inc" ] || continue
+            case "$(realpath --relative-to="$root" "$dir/$inc")" in
+                daemon/*) echo "check_layers: $f includes \"$inc\" from daemon/: kernels call nothing" \
+                               "of the daemon" >&2
+                          echo x >> "$tmp/bad_kernels" ;;
+            esac
+            break
+        done
+    done
+done
+if [ -f "$tmp/bad_kernels" ]; then fail=1; fi
 
 # (1) Module graph of daemon/: edges "a b" for every quoted include that resolves to another
 # daemon/ module (and "a a", so every module is a node).

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "cuda_plan.h"
+#include "hopper_schedule.h"
 
 enum { SMS = 132 };                 /* an H100 or H200: 264 block slots at two per SM */
 

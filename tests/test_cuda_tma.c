@@ -1,6 +1,6 @@
 /* cuda_tma's tensor maps against a fake driver: the arguments cuTensorMapEncodeTiled gets for
  * the Hopper kernels' Q, K and V, the layouts left to cp.async, a refusal reported; and the
- * persistent Hopper kernels' grid and tile schedule (attention_params.h); the paged prefill's maps. */
+ * persistent Hopper kernels' grid and tile schedule (hopper_schedule.h); the paged prefill's maps. */
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "cuda_tma.h"
+#include "hopper_schedule.h"
 
 /* The arguments of the fake encoder's last call, and what it should answer. */
 static struct {

@@ -7,8 +7,9 @@
 
 #include <cmocka.h>
 
-#include "backend_api.h"
+#include "elf64.h"
 #include "fatbin.h"
+#include "kernel_registry.h"
 
 static void test_embedded_images(void **state)
 {
@@ -91,17 +92,12 @@ static struct sm90_counts sm90_count(const unsigned char *code, size_t size)
 
 /* The sm_90a image's Hopper kernels as ptxas left them. Two of its choices cost every shape
  * and show only in its notes or not at all: every wgmma serialised (each HGMMA waited for
- * before the next issues; -25 to -30%, v22 and v25), and registers spilled to local memory.
- * Here ptxas's wait follows about one HGMMA in eight, at each group's end, and no dense
- * kernel touches local memory but the TMA ones at D = 128 not causal (v34: their second walk,
- * over the split units, has ptxas keep a few words of the schedule in local memory, stored
- * once and read at tile boundaries, never in a key loop; measured level with v32 on shapes
- * it does not split; with v57's speculative softmax, whose walk holds a few values more, and
- * its descriptors kept as made (v57o), 20 instructions; the merge of a split tile's parts in
- * slot order added none; 40 since lse is a product rather than a division, which took the
- * division's slow path out of every copy of the epilogue and moved ptxas's allocation, still
- * none in a key loop, the kernel level without lse and faster with it);
- * the paged prefill at D = 64 keeps a 4-byte spill in its producer (docs/performance.md). */
+ * before the next issues; -25 to -30%), and registers spilled to local memory. Here ptxas's
+ * wait follows about one HGMMA in eight, at each group's end, and no dense kernel touches local
+ * memory but the TMA ones at D = 128 not causal: their second walk, over the split units, has
+ * ptxas keep a few words of the schedule in local memory, stored once and read at tile
+ * boundaries, never in a key loop (up to 40 instructions, measured level on shapes it does not
+ * split); the paged prefill at D = 64 keeps a 4-byte spill in its producer. */
 static void test_hopper_code(void **state)
 {
     (void)state;
@@ -142,6 +138,46 @@ static void test_hopper_code(void **state)
     assert_int_equal(kernels, 20);          /* 16 dense (TMA and cp.async), 4 paged */
 }
 
+static const char *const registry[] = {
+#define SYMBOL(mode, dtype, D, flags, symbol) #symbol,
+    GLLM_CUDA_KERNELS(SYMBOL)
+#undef SYMBOL
+};
+
+/* Every machine-code image holds exactly the registry's kernels (kernel_registry.h): each row's
+ * entry point, and no gllm_ entry point the loader would never find. */
+static void test_registry(void **state)
+{
+    (void)state;
+    struct fatbin_image img[FATBIN_MAX_IMAGES];
+    const int n = fatbin_images(fatbin_data(), fatbin_size(), img, FATBIN_MAX_IMAGES);
+    assert_int_equal(sizeof registry / sizeof registry[0], GLLM_CUDA_KERNEL_COUNT);
+    int elves = 0;
+    for (int i = 0; i < n; i++) {
+        if (img[i].ptx)
+            continue;
+        struct elf64 e;
+        assert_true(elf64_headers(&e, img[i].payload, img[i].payload_size));
+        bool seen[GLLM_CUDA_KERNEL_COUNT] = {false};
+        for (unsigned s = 0; s < e.shnum; s++) {
+            const char *sec = elf64_section_name(&e, elf64_section(&e, s));
+            if (!sec || strncmp(sec, ".text.gllm_", 11) != 0)
+                continue;
+            int k = 0;
+            while (k < GLLM_CUDA_KERNEL_COUNT && strcmp(sec + 6, registry[k]) != 0)
+                k++;
+            if (k == GLLM_CUDA_KERNEL_COUNT)
+                fail_msg("sm_%d: %s is not in kernel_registry.h", img[i].arch, sec + 6);
+            seen[k] = true;
+        }
+        for (int k = 0; k < GLLM_CUDA_KERNEL_COUNT; k++)
+            if (!seen[k])
+                fail_msg("sm_%d: no %s in the image", img[i].arch, registry[k]);
+        elves++;
+    }
+    assert_int_equal(elves, 4);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -149,6 +185,7 @@ int main(void)
         cmocka_unit_test(test_choice),
         cmocka_unit_test(test_not_a_fatbin),
         cmocka_unit_test(test_hopper_code),
+        cmocka_unit_test(test_registry),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,16 @@
 //
 // Compiled ahead of time into one fatbin (kernels/prebuilt/) and loaded through the driver
 // API; entry points are extern "C" with a fixed parameter struct so the daemon needs no
-// CUDA headers. Layout and semantics match daemon/backend.h's struct attn_args.
+// CUDA headers. Layout and semantics match struct attn_args (backend_api.h).
+//
+// A block takes GLLM_CUDA_TC_ROWS query rows of one head; each of its four warps owns two
+// 16-row m-tiles and keeps their scores and outputs in registers (mma.sync), so every K or V
+// fragment it reads from shared memory feeds four tensor-core ops. K and V stream through two
+// cp.async stages, tile j + 1 landing while tile j is used, one barrier per tile. The online
+// softmax is base 2 and rescales lazily (RESCALE_SLACK). The generic kernel, one warp per
+// query row, takes what the tensor-core one cannot: f32, other head dims, any strides.
 #include "attention_params.h"
+#include "kernel_registry.h"
 #include "mma_common.cuh"
 
 namespace {
@@ -401,27 +409,20 @@ __device__ __forceinline__ void attention_fwd_generic(const gllm_cuda_attn_param
 
 } // namespace
 
-// Entry points, looked up by name with cuModuleGetFunction (attention_params.h lists them).
-#define TC_ENTRY(T, tname, D, CAUSAL, suffix)                                                  \
+// Entry points, instantiated from the registry's rows (kernel_registry.h) and looked up by
+// name with cuModuleGetFunction.
+#define GLLM_CUDA_ENTRY_TC(T, D, FLAGS, symbol)                                                \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_TC_WARPS(D) * 32,                  \
                                                  D == 64 ? 2 : 8 / GLLM_CUDA_TC_WARPS(D))      \
-        gllm_attn_fwd_##tname##_d##D##suffix(const gllm_cuda_attn_params p)                    \
+        symbol(const gllm_cuda_attn_params p)                                                  \
     {                                                                                          \
         attention_fwd_tc<T, D, GLLM_CUDA_TC_WARPS(D), GLLM_CUDA_TC_MTILES, GLLM_CUDA_TC_KEYS(D), \
-                         CAUSAL>(p);                                                           \
+                         GLLM_CUDA_KF_HAS(FLAGS, CAUSAL)>(p);                                  \
     }
-#define TC_ENTRIES(T, tname, D) TC_ENTRY(T, tname, D, false, ) TC_ENTRY(T, tname, D, true, _causal)
-TC_ENTRIES(__half, f16, 64)
-TC_ENTRIES(__half, f16, 128)
-TC_ENTRIES(__nv_bfloat16, bf16, 64)
-TC_ENTRIES(__nv_bfloat16, bf16, 128)
-
-#define GENERIC_ENTRY(T, tname)                                                                \
+#define GLLM_CUDA_ENTRY_GENERIC(T, D, FLAGS, symbol)                                           \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_GENERIC_ROWS * 32)                  \
-        gllm_attn_generic_##tname(const gllm_cuda_attn_params p)                               \
+        symbol(const gllm_cuda_attn_params p)                                                  \
     {                                                                                          \
         attention_fwd_generic<T>(p);                                                           \
     }
-GENERIC_ENTRY(float, f32)
-GENERIC_ENTRY(__half, f16)
-GENERIC_ENTRY(__nv_bfloat16, bf16)
+GLLM_CUDA_DENSE_KERNELS(GLLM_CUDA_ENTRY)

@@ -10,6 +10,7 @@
 // sums every block's part, scaled to 2^0, in L2, so its last block reads one row back
 // instead of a partial per block (paged_combine_sums).
 #include "attention_params.h"
+#include "kernel_registry.h"
 #include "mma_common.cuh"
 
 namespace {
@@ -408,32 +409,29 @@ __device__ __forceinline__ void paged_single(const gllm_cuda_paged_single_params
     paged_attention<T, D>(s.p, w, &s.comb, s.sums);
 }
 
-#define PAGED_ENTRY(T, tname, D)                                                               \
+// Entry points, instantiated from the registry's rows (kernel_registry.h).
+#define GLLM_CUDA_ENTRY_PAGED(T, D, FLAGS, symbol)                                             \
     extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
-        gllm_paged_attn_##tname##_d##D(const gllm_cuda_paged_params p)                         \
+        symbol(const gllm_cuda_paged_params p)                                                 \
     {                                                                                          \
         const gllm_cuda_paged_work w = p.work[blockIdx.x];                                     \
         paged_attention<T, D>(p, w, w.part >= 0 ? p.combine + w.comb : nullptr);               \
-    }                                                                                          \
+    }
+#define GLLM_CUDA_ENTRY_PAGED_BATCH(T, D, FLAGS, symbol)                                       \
     extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
-        gllm_paged_attn_batch_##tname##_d##D(                                                  \
-            const __grid_constant__ gllm_cuda_paged_batch_params b)                            \
+        symbol(const __grid_constant__ gllm_cuda_paged_batch_params b)                         \
     {                                                                                          \
         paged_batch<T, D>(b);                                                                  \
-    }                                                                                          \
+    }
+#define GLLM_CUDA_ENTRY_PAGED_SINGLE(T, D, FLAGS, symbol)                                      \
     extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
-        gllm_paged_attn_single_##tname##_d##D(                                                 \
-            const __grid_constant__ gllm_cuda_paged_single_params s)                           \
+        symbol(const __grid_constant__ gllm_cuda_paged_single_params s)                        \
     {                                                                                          \
         paged_single<T, D>(s);                                                                 \
     }
-PAGED_ENTRY(__half, f16, 64)
-PAGED_ENTRY(__half, f16, 128)
-PAGED_ENTRY(__nv_bfloat16, bf16, 64)
-PAGED_ENTRY(__nv_bfloat16, bf16, 128)
-
 // kv_append: one block per new token copies its K and V rows into their slots.
-extern "C" __global__ void __launch_bounds__(128) gllm_kv_append_rows(const gllm_cuda_append_params p)
+template <typename T>
+__device__ __forceinline__ void kv_append_rows(const gllm_cuda_append_params &p)
 {
     const int64_t i = blockIdx.x, dst = p.slot[i] * p.row_bytes, src = i * p.row_bytes;
     const char *kn = static_cast<const char *>(p.k_new) + src, *vn = static_cast<const char *>(p.v_new) + src;
@@ -450,3 +448,10 @@ extern "C" __global__ void __launch_bounds__(128) gllm_kv_append_rows(const gllm
         }
     }
 }
+// Any dtype (T is void): the rows are copied as bytes.
+#define GLLM_CUDA_ENTRY_APPEND(T, D, FLAGS, symbol)                                            \
+    extern "C" __global__ void __launch_bounds__(128) symbol(const gllm_cuda_append_params p)  \
+    {                                                                                          \
+        kv_append_rows<T>(p);                                                                  \
+    }
+GLLM_CUDA_PAGED_KERNELS(GLLM_CUDA_ENTRY)

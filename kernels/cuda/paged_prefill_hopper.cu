@@ -2,43 +2,46 @@
 // with a TMA producer (sm_90a only).
 //
 // The paged kernel (paged_attention.cu) is built for decode: 16 (token, head) rows per block,
-// mma.sync, split-KV. A prefill chunk of thousands of tokens per sequence runs it far below
-// the tensor cores' rate (an H100 serving loop's B64 x 2048-token prefill spent about 10x the
-// dense Hopper kernel's time in attention). Here the dense Hopper kernel's consumers
-// (attention_fwd_hopper.cu, its header comment says why each piece is as it is) run over the
-// cache: what differs is only where the producer finds a key tile and which keys a row sees.
+// mma.sync, split-KV. A prefill chunk of thousands of tokens per sequence runs it far below the
+// tensor cores' rate (an H100 serving loop's B64 x 2048-token prefill spent about 10x the dense
+// Hopper kernel's time in attention: 0.16x its rate). Here the dense Hopper kernel's consumers
+// (attention_fwd_hopper.cu says why each piece is as it is) run over the cache: what differs is
+// only where the producer finds a key tile and which keys a row sees.
 //
 // Work: units of (work item, head), an item being up to Hp::ROWS query tokens of one sequence
 // (128 at D = 128, 192 at D = 64: the dense kernel's m-tile). The host plans the items
-// (cuda_paged.c) into the job's scratch, as the paged kernel's work list, heaviest first (each
-// sequence's last m-tile, which reads the most keys under the causal limit, before its earlier
-// ones, interleaved across sequences); unit i * Hq + h is head h of item i, heads fastest so that
-// the units in flight share K/V in L2. Persistent since pp3: a block per SM takes its units
-// round by round (gllm_cuda_pp_unit, attention_params.h: grid units per round in the plan's
-// order, alternating direction), and the producer runs on across units as in the dense kernel
-// (its header comment, v20): the next unit's first K/V tiles go out while the consumers finish
-// the current one, and its Q once every consumer has completed its last Q K^T (q_empty).
+// (cuda_paged.c) into the job's scratch, heaviest first (each sequence's last m-tile, which
+// reads the most keys under the causal limit, before its earlier ones, interleaved across
+// sequences); unit i * Hq + h is head h of item i, heads fastest so that the units in flight
+// share K/V in L2. Persistent, as the dense kernel: a block per SM takes its units round by
+// round (gllm_cuda_pp_unit, hopper_schedule.h: grid units per round in the plan's order,
+// alternating direction), and the producer runs on across units: the next unit's first K/V
+// tiles go out while the consumers finish the current one, and its Q once every consumer has
+// completed its last Q K^T (q_empty). Persistence took the long chunks from 0.89 to 0.95x the
+// dense kernel on the same tokens and B32 x 512 from 0.73 to 0.91x (H100).
 //
 // Producer: the producer warpgroup's warps, one per (K or V, 64-column block): two at D = 64,
-// four at D = 128, each walking the item's key tiles on its own; lane i of a warp issues page
-// i's box of every key tile (v21: one thread issuing all of them, as the dense TMA producer
-// does, cost 20-25%, below). A key tile of 128 keys is 128 / page_size pages; each page is one
-// TMA box of page_size rows by 64 columns per 64-column block, from a map over the pool
-// viewed as 4-D (D, page_size, Hkv, num_pages), at the page's number read from kv_indices.
-// The box lands at its row offset within the stage (page i of the tile at row i * page_size,
-// a multiple of 16 rows, so of the swizzle's 8-row atom), so the stage is laid out exactly as
-// the dense kernel's (hp_offset) and the consumer steps are shared as they are. Each lane
-// reads its page's number of the next tile right after issuing this tile's box, so the load's
-// latency passes under the wait for a free stage rather than as a chain of dependent loads
-// before every tile. A page number outside the pool sets *bad_page
-// and loads nothing; the bytes announced on a barrier (mbarrier.expect_tx by each lane before
-// its page's box, one arrival per warp by lane 0 after the warp has synced: a stage's full
-// barriers count one arrival per column block) count only the boxes issued, so a bad page
-// never leaves a barrier short.
+// four at D = 128, each walking the item's key tiles on its own, so that none waits on another's
+// issues (+11-13% on long chunks against one warp for K and V); lane i of a warp issues page i's
+// box of every key tile (one thread issuing all of them, as the dense TMA producer does, cost
+// 20-25%). A key tile of 128 keys is 128 / page_size pages; each page is one TMA box of
+// page_size rows by 64 columns per 64-column block, from a map over the pool viewed as 4-D (D,
+// page_size, Hkv, num_pages), at the page's number read from kv_indices. The box lands at its
+// row offset within the stage (page i of the tile at row i * page_size, a multiple of 16 rows,
+// so of the swizzle's 8-row atom), so the stage is laid out exactly as the dense kernel's
+// (hp_offset) and the consumer steps are shared as they are. Each lane reads its page's number
+// of the next tile right after issuing this tile's box, so the load's latency passes under the
+// wait for a free stage rather than as a chain of dependent loads before every tile. A page
+// number outside the pool sets *bad_page and loads nothing; the bytes announced on a barrier
+// (mbarrier.expect_tx by each lane before its page's box, one arrival per warp by lane 0 after
+// the warp has synced: a stage's full barriers count one arrival per column block) count only
+// the boxes issued, so a bad page never leaves a barrier short. The D = 64 producer spills 4
+// bytes at its 32 registers (the stage-free part of its destination), outside any consumer's
+// path.
 // Q: a box of ROWS tokens per 64-column block, issued by that block's K warp with the item's
-// first K tile, from a map over q [N, Hq, D] as (D, N, Hq, 1), at the item's first
-// token; rows past the item's tokens belong to the next sequence (or read as zeros past N):
-// computed harmlessly, never stored.
+// first K tile, from a map over q [N, Hq, D] as (D, N, Hq, 1), at the item's first token; rows
+// past the item's tokens belong to the next sequence (or read as zeros past N): computed
+// harmlessly, never stored.
 //
 // Keys past the sequence's end: a tile's pages past the sequence's last one are not loaded,
 // and the last page's rows past kv_len hold whatever the pool holds there, which may be NaN.
@@ -46,12 +49,14 @@
 // such rows (the item's last, when kv_len is not a multiple of 128) the V warps zero V from
 // the sequence's end down, each its column block: that tile's V boxes complete on a barrier
 // of their own, each V warp waits for it, zeroes, fences for the async proxy and arrives on
-// the stage's full V barrier.
-// K needs no zeros: masking overwrites the scores.
+// the stage's full V barrier. K needs no zeros: masking overwrites the scores.
 //
 // Masks: token i of the item (i local, from 0) sees keys <= pos0 + i and < kv_len; that is the
 // dense kernel's causal mask with shift = pos0 and rows counted from the item's first token,
 // so mask_tile is used as it is. Every item has at least one key (pos0 + 1 >= 1).
+//
+// Epilogue: at D = 128 a warpgroup whose 64 rows are all the item's stores O through shared
+// memory and a TMA store, as the dense kernel (+2-6%); the others store from registers.
 //
 // Eligibility (cuda_paged.c): the sm_90a image and cuTensorMapEncodeTiled, f16/bf16, D 64 or
 // 128, page_size 16..128 dividing 128, the maps encoded, on average at least PP_MIN_Q_PER_SEQ
@@ -59,80 +64,8 @@
 // tiles compute needed by a query (cuda_plan.c: a long prompt batched with many decode steps
 // would otherwise give each step a 128-row tile over its whole context); else the paged kernel.
 //
-// Expected, before measuring (H100): on B64 x 2048-token prompts with an empty prefix (Hq 32,
-// Hkv 8, D 128, bf16, page 16) the work is the dense causal prefill's on the same tokens, with
-// 8 TMA boxes per 64-column block of a K/V tile instead of one, and no persistence: 0.85-0.95x
-// the dense kernel (the non-persistent dense kernel, v18c, ran 468 against v20's 521 TFLOP/s
-// causal at S2048, so about 0.9x from that alone), against about 0.1x for the paged kernel
-// today. For a chunk with a cached prefix (e.g. 512 new tokens after 1536 cached) the items'
-// key tiles are all full and unmasked but the last, so it should run at about the dense
-// kernel's non-causal rate per key tile, 5-10x the paged kernel. What would say it failed:
-// below 0.7x dense at B64 x 2048 (then the per-page boxes cost more than expected: try fewer,
-// taller boxes where pages are contiguous, or a page-size-128 map), wrong results only with
-// page sizes below 128 (the box offsets within a stage), or only with kv_len not a multiple of
-// 128 (the tail zeroing).
-// Measured (H100, 2026-11-24, Hq 32, Hkv 8, D 128, bf16, page 16, kernel against kernel in
-// the same call; gpu_paged.py --prefill-shapes): B8 x 2048 new tokens 91 -> 405-408 TFLOP/s
-// (0.16 -> 0.73x the dense kernel on the same tokens, whose 554-558 is v20's), 1536 cached +
-// 512 new 98 -> 448 (0.76-0.78x; cuDNN with the mask 293), B32 x 512 58 -> 213 (0.70-0.71x).
-// Right in 32 of 32 float64 cases (pages of 1, 16 and 64, D 64 and 128, chunks of up to 2800
-// tokens, every slot no sequence owns holding NaN). Short of the 0.9x target: the per-page
-// boxes and the missing persistence, not yet told apart.
-// Persistent (pp2, branch pppersist, measured and not merged): v20's design over the planned
-// items; H100, same call: B32 x 512 213 -> 252 (+18%), but B8 x 2048 405 -> 386 (-5%) and 1536
-// cached + 512 new 448 -> 390 (-13%), so the persistent loop costs long chunks more than the
-// prologues it hides; the per-page boxes remain the suspect there.
-//
-// The producer warp's lanes (v21). Measured first (H100, same call, pf1 as above): pages of
-// 128 (a box per 64-column block, as the dense kernel) ran 534 / 561 / 278 TFLOP/s against
-// 437 / 470 / 243 at pages of 16 (0.90-0.92x the dense kernel against 0.74-0.77 on the long
-// chunks), so the per-page boxes cost 10-18% and the missing persistence the rest. One thread
-// issued 8 pages x 2 blocks x 2 (K, V) boxes and 8 byte announcements per stage; now lane i
-// reads page i's number (one register, not eight) and announces and issues that page's
-// boxes, and lane 0 arrives once the warp has synced. Expected +5-10% at pages of 16.
-// Measured (same call): 437 -> 475, 470 -> 504, 243 -> 258 (+6-9%); pages of 128 level. With
-// K and V on barriers of their own (V one tile behind K, the dense kernel's v21; the tail's
-// zeroing now waits on V's boxes only) another +1-5%: the final tree's call against b5c7564,
-// 442 -> 473, 475 -> 484, 244 -> 267 TFLOP/s (0.79 / 0.79 / 0.70x the dense kernel, which
-// moved too). Two stages measured level here and an O tile with a TMA store for warpgroups
-// whose rows are all the item's lost 2-4%, so the paged prefill kept three stages and register
-// stores (GLLM_CUDA_PP_STAGES) until it was persistent (pp3o, below). Then a warp for K and one for
-// V, each on its own barriers, so that neither waits on the other's issues (the warpgroup's other
-// three warps had nothing to do). Expected +3-10% on the long chunks if the single warp's issues
-// still held the stages back. Measured (same call, with B64 x 2048 added): 466 -> 520, 493 -> 547,
-// 268 -> 272, 470 -> 530 TFLOP/s (+11-13% on the long chunks, B32 x 512 +1.5%). And a warp per
-// (K or V, column block), four at D = 128 (same call against two): 520 -> 533, 555 -> 556,
-// 271 -> 273, 526 -> 540: 0.90 / 0.94 / 0.73 / 0.90x the dense kernel on the same tokens.
-//
-// Persistent (pp3), on the producer warps: the dense kernel's v20 design (above), with the load
-// counter, q_empty, the tail barrier's phases and the ping-pong turns carried across units.
-// No figure was written down before measuring; the prior was pp2's (above): short chunks up
-// about 18%, long ones down 5-13%, then with a single producer thread issuing every box.
-// Measured (same call, Hq 32, Hkv 8, D 128, bf16, page 16): B8 x 2048 530 -> 556/559 TFLOP/s
-// (0.89 -> 0.95x the dense kernel), 1536 cached + 512 new 559 -> 562/575 (0.92 -> 0.93-0.94),
-// B32 x 512 277 -> 343/348 (0.73 -> 0.91-0.92; pages of 128 275 -> 341/347), B64 x 2048 524 ->
-// 549/559 (0.87 -> 0.92-0.94), B16 x 1024 412 -> 464/465 (0.83 -> 0.93-0.94); 32 of 32 float64
-// cases. The same code launched with a block per unit (grid = units, so not persistent) ran
-// 3-7% below 90fe3f0: the loop's own cost, which persistence more than repays. A second call
-// with the consumers reading the next unit's item a unit ahead (kept; within noise of pp3):
-// D128 0.95 / 0.95-0.96 / 0.89-0.90 (B32 x 512) / 0.91-0.98 (B64 x 2048); D = 64, against
-// 0.92 / 0.96 / 0.73, 0.98 / 0.97-0.98 / 0.95 (B32 x 512 187 -> 247 TFLOP/s).
-// The D = 64 producer spills 4 bytes at its 32 registers (D = 128: none): the stage-free part
-// of dst (s_kv + v * KV_TILE), stored and loaded in the producer warps' code, outside any
-// consumer's path (kernels/tools/sass_check.py and nvdisasm, 2026-11-28).
-// O through shared memory at D = 128 (pp3o): the dense kernel's v21 epilogue (two stages, the
-// third's shared memory holding each warpgroup's O tile, one thread's TMA store waited for only
-// before the tile is written again) for a warpgroup whose 64 rows are all the item's; others
-// store from registers. Measured before persistence at -2 to -4% (pf1b, above): the store then
-// ended the block anyway. Expected now (noted before measuring): the store overlaps the next
-// unit, as in the dense kernel at S512 (+3-9%), so +3-8% on B32 x 512. Measured (H100, two
-// rounds each against pp3b in the same call): B32 x 512 325/332 -> 346/349 TFLOP/s (0.91 ->
-// 0.95-0.96x the dense kernel), B8 x 2048 537/537 -> 549/551 (0.94 -> 0.96), 1536 cached + 512
-// 560/562 -> 573/577 (0.94-0.95 -> 0.97-0.98), B16 x 1024 445/446 -> 458/458, B64 x 2048
-// level (0.94-0.99 both); 32 of 32 float64 cases.
-//
 // Registers: the same plan as the dense kernel (Hp: the producer gives all but 32 back).
-#include "hopper_common.cuh"
+#include "hopper_consumer.cuh"
 
 namespace {
 
@@ -148,7 +81,7 @@ struct PpUnit {
 };
 
 // hq: p.Hq as a gllm_cuda_fastdiv (the division sat between two units, as the dense kernel's
-// did, v25).
+// did).
 __device__ __forceinline__ PpUnit pp_unit(const gllm_cuda_pp_params &p, int u,
                                           const gllm_cuda_pp_work &w, gllm_cuda_fastdiv hq)
 {
@@ -312,7 +245,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             r_wg >= x.w.nq ? 0 : min(x.n_tiles, (r_wg + 63 + x.w.pos0) / HP_KEYS + 1);
         return key_walk(c, n_mine, x.n_tiles, full0, base, x.w.kv_len, r_wg, row0, x.w.pos0);
     };
-    // As in the dense kernel (v27), a unit's first turn is the previous unit's final turn, its
+    // As in the dense kernel, a unit's first turn is the previous unit's final turn, its
     // epilogue run under the first Q K^T. The unit after the next one's item is read ahead, so
     // that its load is not on the path either.
     int u = gllm_cuda_pp_unit(0, x, grid, p.units);
@@ -338,12 +271,12 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             sum += __shfl_xor_sync(0xffffffff, sum, 1);
             sum += __shfl_xor_sync(0xffffffff, sum, 2);
             // A row with keys sums to at least 1 (its reference maximum's exp2(0)), so the
-            // approximate reciprocal's 2 ulp lie far below the output's precision (v25: the
-            // IEEE division's call sat between two tiles).
+            // approximate reciprocal's 2 ulp lie far below the output's precision (the IEEE
+            // division's call sat between two tiles).
             inv[hr] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
         }
         // The warpgroup's 64 rows are all the item's: O through shared memory and a TMA store
-        // as in the dense kernel (v21), sent by one thread while the warpgroup goes on to the
+        // as in the dense kernel, sent by one thread while the warpgroup goes on to the
         // next unit, waited for only before the buffer is written again. Rows past the item's
         // tokens belong to the next sequence, so a warpgroup that has any stores from registers.
         if (GLLM_CUDA_PP_O_TILE(D) && r_wg + 64 <= cur.w.nq)
@@ -396,13 +329,10 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
 #else
 #define PP_BODY(T, D) __trap()  // never launched off sm_90a
 #endif
-#define PP_ENTRY(T, tname, D)                                                                  \
+#define GLLM_CUDA_ENTRY_PAGED_PREFILL(T, D, FLAGS, symbol)                                     \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
-        gllm_paged_prefill_hopper_##tname##_d##D(const __grid_constant__ gllm_cuda_pp_params p) \
+        symbol(const __grid_constant__ gllm_cuda_pp_params p)                                  \
     {                                                                                          \
         PP_BODY(T, D);                                                                         \
     }
-PP_ENTRY(__half, f16, 128)
-PP_ENTRY(__nv_bfloat16, bf16, 128)
-PP_ENTRY(__half, f16, 64)
-PP_ENTRY(__nv_bfloat16, bf16, 64)
+GLLM_CUDA_PAGED_PREFILL_KERNELS(GLLM_CUDA_ENTRY)

@@ -247,34 +247,6 @@ enum backend_fault {
                                  * as every one is on CUDA (the CPU backend's reset then fails) */
 };
 
-/* ---- Strided tensors (strided.c): what GPU backends stage ---- */
-
-/* Bytes from a tensor's first element to one past its last (strides >= 0, validated by
- * the daemon); 0 for an empty tensor. */
-size_t strided_span_bytes(int rank, const int64_t *shape, const int64_t *strides, size_t esize);
-/* Whether the strides are the row-major ones of shape (dimensions of 1 ignored). */
-bool strided_contiguous(int rank, const int64_t *shape, const int64_t *strides);
-
-/* ---- ELF sections (elf64.c): the embedded kernel images (cubins, AMDGPU code objects) ---- */
-
-/* A 64-bit little-endian ELF file's section headers; the caller checks what the file is. */
-struct elf64 {
-    const unsigned char *p;
-    size_t size;
-    uint64_t shoff;
-    unsigned shnum, shstrndx;
-};
-/* e for the file at data; false when it is shorter than an ELF header or its section headers
- * (of 64 bytes each) do not lie inside it. */
-bool elf64_headers(struct elf64 *e, const void *data, size_t size);
-/* Section i's header, or NULL past the last. */
-const unsigned char *elf64_section(const struct elf64 *e, unsigned i);
-/* The bytes of section header sh; false when they do not lie inside the file. */
-bool elf64_section_bytes(const struct elf64 *e, const unsigned char *sh, const unsigned char **out,
-                         uint64_t *size);
-/* Section sh's name, or NULL when the name table or a terminated name in it is not there. */
-const char *elf64_section_name(const struct elf64 *e, const unsigned char *sh);
-
 /* ---- Page numbers (paged_pages.c): shared by the daemon and the backends ---- */
 
 /* 0 when each of the n page numbers is in [0, num_pages); else GLLM_EBOUNDS, naming the

@@ -1,7 +1,7 @@
 /* Section headers of 64-bit little-endian ELF files, every read bounded by the file. */
 #include <string.h>
 
-#include "backend_api.h"
+#include "elf64.h"
 
 static uint64_t rd(const unsigned char *p, int n)
 {

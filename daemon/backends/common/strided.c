@@ -1,5 +1,5 @@
 /* Extents of strided tensors, shared by the backends that stage tensors on a device. */
-#include "backend_api.h"
+#include "strided.h"
 
 size_t strided_span_bytes(int rank, const int64_t *shape, const int64_t *strides, size_t esize)
 {

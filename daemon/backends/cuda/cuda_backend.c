@@ -13,6 +13,8 @@
 #include "cuda_share.h"
 #include "cuda_sync.h"
 #include "cuda_tma.h"
+#include "hopper_schedule.h"
+#include "strided.h"
 
 extern const struct backend_iface cuda_backend_iface;
 static const struct backend_device_iface cuda_device_iface;
@@ -272,14 +274,14 @@ static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
     return op_end(be, dev, r, cp->why, cp->why_len);
 }
 
-/* A query row's key tiles: the dense Hopper prefill's split_keys (attention_params.h). */
+/* A query row's key tiles: the dense Hopper prefill's split_keys (hopper_schedule.h). */
 static int32_t split_keys(const struct attn_args *a)
 {
     return (int32_t)((a->Skv + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS);
 }
 
 /* The dense Hopper prefill's split by keys (D = 128 not causal, where its schedule splits the
- * last rounds' tiles; attention_params.h): hp's split units and the lane's workspace (cleared
+ * last rounds' tiles; hopper_schedule.h): hp's split units and the lane's workspace (cleared
  * on the stream when first made or grown). Without them, or out of memory for the workspace,
  * every tile whole. */
 static int prefill_split(const struct cuda_ctx *c, struct cuda_dev *x, struct cuda_lane *ln,
@@ -379,8 +381,9 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     memcpy(p.v_st, a->v_st, sizeof p.v_st);
     memcpy(p.o_st, a->o_st, sizeof p.o_st);
     memcpy(p.lse_st, a->lse_st, sizeof p.lse_st);
-    /* tc_eligible() admits D = 64 and 128 only. */
-    CUfunction hopper = x->hopper[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
+    /* The job's variant as the registry's flags (kernel_registry.h). */
+    const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
+    CUfunction hopper = cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, a->D, flags);
     const unsigned heads = (unsigned)(a->B * a->Hq);
     CUfunction f;
     unsigned gx, gy, threads, smem;
@@ -389,14 +392,14 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     if (tc_eligible(a) && hopper) {
         /* Persistent: a block per SM (fewer when there are fewer tiles, or at D = 128 not
          * causal as few as its rounds need), each working through the schedule of
-         * attention_params.h. */
+         * hopper_schedule.h. */
         f = hopper;
         gx = (unsigned)gllm_cuda_hp_grid_even(a->Sq, a->D, a->B * a->Hq, a->causal,
                                               x->sm_count, split_keys(a));
         gy = 1;
         threads = (unsigned)GLLM_CUDA_HP_THREADS(a->D), smem = (unsigned)GLLM_CUDA_HP_SMEM(a->D);
         /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
-        CUfunction tma = x->hopper_tma[a->D == 128][a->dtype == GLLM_DTYPE_BF16][a->causal];
+        CUfunction tma = cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_TMA, a->dtype, a->D, flags);
         if (tma) {
             hp.a = p;
             const int tr = cuda_tma_hp_params(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma);
@@ -416,11 +419,11 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         }
     } else if (tc_eligible(a)) {
         const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
-        f = x->tc[a->dtype == GLLM_DTYPE_BF16][a->D == 128][a->causal];
+        f = cuda_kernel_find(x, GLLM_CUDA_MODE_TC, a->dtype, a->D, flags);
         gx = (unsigned)((a->Sq + rows - 1) / rows), gy = heads;
         threads = (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
     } else {
-        f = x->generic[a->dtype];
+        f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC, a->dtype, a->D, 0); /* reads causal */
         gx = (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS), gy = heads;
         threads = GLLM_CUDA_GENERIC_ROWS * 32, smem = 0;
     }
@@ -526,8 +529,9 @@ static int cuda_inject_fault(struct backend *be, int dev, enum backend_fault kin
     for (int i = 0; i < 4; i++)
         p.q_st[i] = p.k_st[i] = p.v_st[i] = p.o_st[i] = 1;
     void *args[] = {&p};
-    if ((cr = d->cuLaunchKernel(x->generic[GLLM_DTYPE_F32], 1, 1, 1, GLLM_CUDA_GENERIC_ROWS * 32, 1,
-                                1, 0, x->lane.stream, args, NULL)))
+    CUfunction f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC, GLLM_DTYPE_F32, 1, 0);
+    if ((cr = d->cuLaunchKernel(f, 1, 1, 1, GLLM_CUDA_GENERIC_ROWS * 32, 1, 1, 0, x->lane.stream,
+                                args, NULL)))
         return op_end(be, dev, cuda_fail(c, cr, "injected fault launch"), why, len);
     r = cuda_stream_finish(c, x, kind == BACKEND_FAULT_OOB ? "injected out-of-bounds read"
                                                                : "injected misaligned read");

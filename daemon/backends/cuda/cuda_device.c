@@ -23,42 +23,96 @@ const char *cuda_images_line(void)
     return describe_line;
 }
 
-/* The paged kernels and what they need from the device: the bad-page flag, the SM count
- * for planning, whether a registered host pointer serves as it is. */
-static CUresult load_paged(const struct cuda_driver *d, struct cuda_dev *x, char *why,
-                           size_t len)
+/* The registry's rows as the loader reads them: the element type (-1: any), in table order. */
+#define KDT_F32 GLLM_DTYPE_F32
+#define KDT_F16 GLLM_DTYPE_F16
+#define KDT_BF16 GLLM_DTYPE_BF16
+#define KDT_ANY (-1)
+static const struct kernel_row {
+    enum gllm_cuda_mode mode;
+    int dtype, D;
+    unsigned flags;
+    const char *name;
+} rows[GLLM_CUDA_KERNEL_COUNT] = {
+#define ROW(mode, dtype, D, flags, symbol) {GLLM_CUDA_MODE_##mode, KDT_##dtype, D, flags, #symbol},
+    GLLM_CUDA_KERNELS(ROW)
+#undef ROW
+};
+
+/* A mode's dynamic shared memory at head dim D, and the image its code needs. */
+static int mode_smem(enum gllm_cuda_mode m, int D)
 {
-    static const char *const tnames[2] = {"f16", "bf16"};
-    static const int dims[2] = {64, 128};
-    char name[64], buf[160];
-    CUresult r;
-    static const char *const entries[3] = {"", "batch_", "single_"};
-    for (int e = 0; e < 3; e++)
-        for (int t = 0; t < 2; t++)
-            for (int k = 0; k < 2; k++) {
-                snprintf(name, sizeof name, "gllm_paged_attn_%s%s_d%d", entries[e], tnames[t],
-                         dims[k]);
-                CUfunction *f = e == 0 ? &x->paged[t][k]
-                              : e == 1 ? &x->paged_batch[t][k] : &x->paged_single[t][k];
-                if ((r = d->cuModuleGetFunction(f, x->mod, name)) ||
-                    (r = d->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                               GLLM_CUDA_PAGED_SMEM(dims[k])))) {
-                    snprintf(why, len, "kernel %s: %s", name, cuda_error_text(d, r, buf, sizeof buf));
-                    return r;
-                }
-            }
-    if ((r = d->cuModuleGetFunction(&x->append, x->mod, "gllm_kv_append_rows"))) {
-        snprintf(why, len, "kernel gllm_kv_append_rows missing from the image");
-        return r;
+    switch (m) {
+#define SMEM(mode, smem, image) case GLLM_CUDA_MODE_##mode: return smem(D);
+    GLLM_CUDA_MODES(SMEM)
+#undef SMEM
+    default:
+        return 0;
     }
-    if ((r = d->cuDeviceGetAttribute(&x->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, x->dev)))
-        x->sm_count = 0;
-    if (x->sm_count < 1)
-        x->sm_count = 1;
-    int host_ptr = 0;
-    x->host_pointers = d->cuDeviceGetAttribute(&host_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
-                                               x->dev) == CUDA_SUCCESS && host_ptr;
-    return CUDA_SUCCESS;
+}
+
+static enum gllm_cuda_image mode_image(enum gllm_cuda_mode m)
+{
+    switch (m) {
+#define IMAGE(mode, smem, image) case GLLM_CUDA_MODE_##mode: return GLLM_CUDA_IMAGE_##image;
+    GLLM_CUDA_MODES(IMAGE)
+#undef IMAGE
+    default:
+        return GLLM_CUDA_IMAGE_ALL;
+    }
+}
+
+CUfunction cuda_kernel_find(const struct cuda_dev *x, enum gllm_cuda_mode mode, gllm_dtype dtype,
+                            int64_t D, unsigned flags)
+{
+    if ((unsigned)mode >= GLLM_CUDA_MODE_COUNT)
+        return NULL;
+    for (int i = x->mode_at[mode]; i < x->mode_at[mode + 1]; i++) {
+        const struct cuda_kernel *k = &x->kernels[i];
+        if ((k->dtype < 0 || k->dtype == (int)dtype) && (k->D == 0 || k->D == D) &&
+            k->flags == flags)
+            return k->f;
+    }
+    return NULL;
+}
+
+/* Every kernel of the registry whose image this GPU loaded (sm90a: the sm_90a one; tma: and
+ * the driver encodes tensor maps), with its dynamic shared memory allowed, into x->kernels
+ * grouped by mode; nonzero with why filled in when the driver refuses one. */
+static int load_kernels(const struct cuda_driver *d, struct cuda_dev *x, bool sm90a, bool tma,
+                        char *why, size_t len)
+{
+    _Static_assert(GLLM_CUDA_KERNEL_COUNT < 256, "mode_at is 8-bit");
+    int n = 0;
+    for (int m = 0; m < GLLM_CUDA_MODE_COUNT; m++) {
+        x->mode_at[m] = (uint8_t)n;
+        const enum gllm_cuda_image need = mode_image((enum gllm_cuda_mode)m);
+        const bool here = need == GLLM_CUDA_IMAGE_ALL || (sm90a && need == GLLM_CUDA_IMAGE_SM90A) ||
+                          (tma && need == GLLM_CUDA_IMAGE_SM90A_TMA);
+        for (int i = 0; i < GLLM_CUDA_KERNEL_COUNT; i++) {
+            const struct kernel_row *r = &rows[i];
+            if (r->mode != (enum gllm_cuda_mode)m)
+                continue;
+            struct cuda_kernel *k = &x->kernels[n++];
+            *k = (struct cuda_kernel){.dtype = (int16_t)r->dtype, .D = (uint16_t)r->D,
+                                      .flags = r->flags};
+            if (!here)
+                continue;
+            const int smem = mode_smem(r->mode, r->D);
+            char buf[128];
+            CUresult e;
+            if ((e = d->cuModuleGetFunction(&k->f, x->mod, r->name)) ||
+                (smem && (e = d->cuFuncSetAttribute(
+                              k->f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)))) {
+                k->f = NULL;
+                snprintf(why, len, "GPU %d: kernel %s (%d bytes of shared memory): %s", x->ordinal,
+                         r->name, smem, cuda_error_text(d, e, buf, sizeof buf));
+                return -1;
+            }
+        }
+    }
+    x->mode_at[GLLM_CUDA_MODE_COUNT] = (uint8_t)n;
+    return 0;
 }
 
 void cuda_read_timing(const struct cuda_driver *d, const struct cuda_slot *sl,
@@ -75,24 +129,6 @@ void cuda_read_timing(const struct cuda_driver *d, const struct cuda_slot *sl,
     t->kernel_ns = (uint64_t)((double)k_ms * 1e6);
     t->copy_ns = (uint64_t)((double)(in_ms + out_ms) * 1e6);
     t->copy_bytes = sl->moved;
-}
-
-/* A Hopper (sm_90a) kernel of the image by name, allowed smem bytes of dynamic shared memory
- * (GLLM_CUDA_HP_SMEM or GLLM_CUDA_PP_SMEM); nonzero with why filled in when the driver refuses
- * either. */
-static int load_hopper(const struct cuda_driver *d, struct cuda_dev *x, CUfunction *f,
-                       const char *name, int smem, int ordinal, char *why, size_t len)
-{
-    char buf[128];
-    CUresult r;
-    if ((r = d->cuModuleGetFunction(f, x->mod, name)) ||
-        (r = d->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                   smem))) {
-        snprintf(why, len, "GPU %d: kernel %s: %s", ordinal, name,
-                 cuda_error_text(d, r, buf, sizeof buf));
-        return -1;
-    }
-    return 0;
 }
 
 static void release_grave(const struct cuda_driver *d, struct cuda_grave g)
@@ -310,60 +346,22 @@ int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *
             snprintf(why, len, "GPU %d: loading kernels: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));
         return GLLM_EBACKEND;
     }
-    static const char *const tnames[2] = {"f16", "bf16"};
-    static const int dims[2] = {64, 128};
-    for (int t = 0; t < 2; t++)
-        for (int k = 0; k < 2; k++)
-            for (int c = 0; c < 2; c++) {
-                char name[64];
-                snprintf(name, sizeof name, "gllm_attn_fwd_%s_d%d%s", tnames[t], dims[k],
-                         c ? "_causal" : "");
-                if ((r = d->cuModuleGetFunction(&x->tc[t][k][c], x->mod, name))) {
-                    snprintf(why, len, "kernel %s missing from the image", name);
-                    return GLLM_EBACKEND;
-                }
-                int smem = GLLM_CUDA_TC_SMEM(dims[k]);
-                if ((r = d->cuFuncSetAttribute(x->tc[t][k][c],
-                                               CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))) {
-                    snprintf(why, len, "GPU %d: %s needs %d bytes of shared memory: %s", ordinal,
-                             name, smem, cuda_error_text(d, r, buf, sizeof buf));
-                    return GLLM_EBACKEND;
-                }
-            }
     /* The wgmma kernels run only from the sm_90a image, which the driver takes only on a
-     * 9.0 GPU; anywhere else the tensor-core kernels above serve. */
-    for (int i = 0; i < 16 && strncmp(info->image, "sm_90a", 6) == 0; i++) {
-        char name[64];
-        /* i < 8: the cp.async producer's kernels; then the TMA producer's, where the driver
-         * can encode tensor maps (else the cp.async producer serves alone). */
-        const int tma = i / 8, k = (i / 4) % 2, t = (i / 2) % 2, c = i % 2, D = k ? 128 : 64;
-        if (tma && !d->cuTensorMapEncodeTiled)
-            break;
-        snprintf(name, sizeof name, "gllm_attn_fwd_hopper_%s%s_d%d%s", tma ? "tma_" : "",
-                 tnames[t], D, c ? "_causal" : "");
-        if (load_hopper(d, x, tma ? &x->hopper_tma[k][t][c] : &x->hopper[k][t][c], name,
-                        GLLM_CUDA_HP_SMEM(D), ordinal, why, len))
-            return GLLM_EBACKEND;
-    }
-    /* The Hopper paged prefill: TMA only, so only where the driver encodes tensor maps. */
-    for (int i = 0; i < 4 && strncmp(info->image, "sm_90a", 6) == 0 && d->cuTensorMapEncodeTiled;
-         i++) {
-        char name[64];
-        const int t = i / 2, k = i % 2, D = k ? 128 : 64;
-        snprintf(name, sizeof name, "gllm_paged_prefill_hopper_%s_d%d", tnames[t], D);
-        if (load_hopper(d, x, &x->paged_prefill[t][k], name, GLLM_CUDA_PP_SMEM(D), ordinal, why,
-                        len))
-            return GLLM_EBACKEND;
-    }
-    if ((r = load_paged(d, x, why, len)) != CUDA_SUCCESS)
+     * 9.0 GPU; anywhere else the tensor-core kernels serve. Those with a TMA producer need a
+     * driver that encodes tensor maps (else the cp.async producer serves alone, and paged
+     * prefill runs on the paged kernel). */
+    const bool sm90a = strncmp(info->image, "sm_90a", 6) == 0;
+    if (load_kernels(d, x, sm90a, sm90a && d->cuTensorMapEncodeTiled != NULL, why, len))
         return GLLM_EBACKEND;
-    static const char *const gnames[3] = {"gllm_attn_generic_f32", "gllm_attn_generic_f16",
-                                          "gllm_attn_generic_bf16"};
-    for (int t = 0; t < 3; t++)
-        if ((r = d->cuModuleGetFunction(&x->generic[t], x->mod, gnames[t]))) {
-            snprintf(why, len, "kernel %s missing from the image", gnames[t]);
-            return GLLM_EBACKEND;
-        }
+    /* What the paged kernels need from the device: the SM count for planning, whether a
+     * registered host pointer serves as it is. */
+    if ((r = d->cuDeviceGetAttribute(&x->sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, x->dev)))
+        x->sm_count = 0;
+    if (x->sm_count < 1)
+        x->sm_count = 1;
+    int host_ptr = 0;
+    x->host_pointers = d->cuDeviceGetAttribute(&host_ptr, CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+                                               x->dev) == CUDA_SUCCESS && host_ptr;
     if ((r = d->cuStreamCreate(&x->release, CU_STREAM_NON_BLOCKING))) {
         x->release = NULL;
         snprintf(why, len, "GPU %d: stream: %s", ordinal, cuda_error_text(d, r, buf, sizeof buf));

@@ -9,6 +9,7 @@
 #include "cuda_driver.h"
 #include "cuda_pin.h"
 #include "cuda_tma.h"
+#include "kernel_registry.h"
 
 enum { EV_COPY_IN, EV_KERNEL, EV_KERNEL_END, EV_COPY_OUT, EV_COUNT };
 
@@ -68,6 +69,15 @@ struct cuda_grave {
     void *host;
 };
 
+/* A kernel of the registry as a device loaded it: its row's dtype (-1: any), head dim (0: any)
+ * and flags, and the function. */
+struct cuda_kernel {
+    CUfunction f;
+    int16_t dtype;
+    uint16_t D;
+    uint32_t flags;
+};
+
 /* One GPU: its context, module, its own stream and slot, and its kernels. */
 struct cuda_dev {
     int ordinal;                   /* the driver's; info.index is gllmd's */
@@ -77,17 +87,11 @@ struct cuda_dev {
     struct cuda_lane lane;         /* jobs run to completion, one at a time */
     struct cuda_slot slot;
     CUstream release;              /* releases a job's GPU-side wait past its deadline */
-    CUfunction tc[2][2][2];        /* [bf16?][D == 128?][causal?] */
-    CUfunction generic[3];         /* by gllm_dtype */
-    CUfunction hopper[2][2][2];    /* [D == 128][bf16?][causal?]; loaded with the sm_90a image */
-    CUfunction hopper_tma[2][2][2]; /* the same with a TMA producer; NULL where the driver
-                                    * cannot encode tensor maps (cuda_tma.h) */
-    CUfunction paged[2][2];        /* [bf16?][D == 128?] */
-    CUfunction paged_batch[2][2];  /* the same, a batch's plan in the parameters */
-    CUfunction paged_single[2][2]; /* the same, one split sequence's plan in them */
-    CUfunction paged_prefill[2][2]; /* [bf16?][D == 128?] Hopper chunked prefill (TMA); loaded
-                                    * with the sm_90a image where maps can be encoded */
-    CUfunction append;
+    /* The registry's kernels (kernel_registry.h) grouped by mode, those of mode m at
+     * [mode_at[m], mode_at[m + 1]): f NULL where this GPU's image has no code for its mode
+     * (the wgmma kernels off sm_90a, the TMA ones where the driver encodes no tensor maps). */
+    struct cuda_kernel kernels[GLLM_CUDA_KERNEL_COUNT];
+    uint8_t mode_at[GLLM_CUDA_MODE_COUNT + 1];
     struct cuda_graph_slot graphs[GLLM_CUDA_GRAPH_SLOTS];
     uint64_t graph_clock;          /* launches through cuda_launch */
     int sm_count;
@@ -116,6 +120,10 @@ struct cuda_ctx {
  * backend launches, stream, events. On failure, why says what failed; close it anyway. */
 int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *x, char *why,
                      size_t len);
+/* The kernel of mode for dtype, head dim D and variant flags (GLLM_CUDA_KF_*): NULL when
+ * the registry has none or x did not load it. Rows of any dtype or head dim match every one. */
+CUfunction cuda_kernel_find(const struct cuda_dev *x, enum gllm_cuda_mode mode, gllm_dtype dtype,
+                            int64_t D, unsigned flags);
 /* Releases what cuda_device_open made (a device it never opened included). */
 void cuda_device_close(const struct cuda_driver *d, struct cuda_dev *x);
 /* One line naming the embedded kernel images, for --version and errors. */

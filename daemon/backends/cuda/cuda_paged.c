@@ -9,6 +9,7 @@
 #include "cuda_plan.h"
 #include "cuda_queue.h"
 #include "cuda_sync.h"
+#include "hopper_schedule.h"
 
 int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
 {
@@ -110,7 +111,7 @@ struct staged {
 static int64_t pp_wanted(const struct cuda_dev *x, const struct paged_args *p)
 {
     if (!PP_HOPPER_ON || p->op != PAGED_ATTEND ||
-        !x->paged_prefill[p->dtype == GLLM_DTYPE_BF16][p->D == 128])
+        !cuda_kernel_find(x, GLLM_CUDA_MODE_PAGED_PREFILL, p->dtype, p->D, 0))
         return 0;
     return pp_items(p);
 }
@@ -325,7 +326,8 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         for (int i = 0; i < PG_COUNT; i++)
             a.vec16 &= st[i].dev % 16 == 0;
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
-        r = cuda_launch(d, x, ln, x->append, (unsigned)p->nnew, 1, 128, 0, &a);
+        r = cuda_launch(d, x, ln, cuda_kernel_find(x, GLLM_CUDA_MODE_APPEND, p->dtype, 0, 0),
+                        (unsigned)p->nnew, 1, 128, 0, &a);
     } else if (hopper) {
         /* Persistent: a block per SM over the units (head h of item i is unit i * Hq + h,
          * heads fastest, so that the units in flight share K and V in L2). */
@@ -339,7 +341,8 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         pp.units = (int32_t)(nwork * p->Hq);
         *sl->bad_page = 0;      /* the launch orders this store before the kernel's reads */
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
-        r = cuda_launch(d, x, ln, x->paged_prefill[p->dtype == GLLM_DTYPE_BF16][p->D == 128],
+        r = cuda_launch(d, x, ln,
+                        cuda_kernel_find(x, GLLM_CUDA_MODE_PAGED_PREFILL, p->dtype, p->D, 0),
                         (unsigned)gllm_cuda_persistent_grid(pp.units, x->sm_count), 1,
                         (unsigned)GLLM_CUDA_HP_THREADS(p->D),
                         (unsigned)GLLM_CUDA_PP_SMEM(p->D), &pp);
@@ -369,15 +372,15 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         for (int s = 0; s < 31; s++)
             if ((int64_t)1 << s == p->page_size)
                 k.page_shift = s;
-        const int bf = p->dtype == GLLM_DTYPE_BF16, wide = p->D == 128;
         void *param = &k;
-        CUfunction f = x->paged[bf][wide];
+        enum gllm_cuda_mode mode = GLLM_CUDA_MODE_PAGED;
         if (batch) {
-            bp.p = k, param = &bp, f = x->paged_batch[bf][wide];
+            bp.p = k, param = &bp, mode = GLLM_CUDA_MODE_PAGED_BATCH;
         } else if (single) {
             sp.p = k, sp.sums = sums ? (float *)(uintptr_t)ln->sums : NULL, param = &sp;
-            f = x->paged_single[bf][wide];
+            mode = GLLM_CUDA_MODE_PAGED_SINGLE;
         }
+        CUfunction f = cuda_kernel_find(x, mode, p->dtype, p->D, 0);
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);     /* the events hold only the launch */
         r = cuda_launch(d, x, ln, f, (unsigned)nwork, (unsigned)t.gy, GLLM_CUDA_PAGED_THREADS,
                         (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), param);

@@ -1,6 +1,6 @@
 /* The HSA (ROCm) backend's vtables: probe, open/close over the GPU agents (hsa_device.c),
  * device memory, locked arenas, copies, and attention and paged jobs through the portable
- * kernels' job logic (kernels/portable/pk_host.c). */
+ * kernels' job logic (daemon/backends/common/pk_host.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend_api.h"
+#include "elf64.h"
 #include "hsa_codeobj.h"
 
 #define EIMAGE(name)                                 \

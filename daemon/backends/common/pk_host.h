@@ -1,6 +1,7 @@
 /* The host half of the portable kernels: turns a backend's attention and paged jobs into
  * copies and launches of kernels/portable/pk_kernels.cpp through a small device interface,
- * so the HSA backend and the CUDA backend's portable variant share one job logic. */
+ * so the HSA backend and the CUDA backend's portable variant share one job logic (job logic,
+ * not kernel source: it lives with the backends). */
 #ifndef GLLM_PK_HOST_H
 #define GLLM_PK_HOST_H
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "pk_host.h"
+#include "strided.h"
 
 const char *const pk_kernel_names[PK_NKERNELS] = {
     [PK_ATTN_F32] = "gllm_pk_attn_f32", [PK_ATTN_F16] = "gllm_pk_attn_f16",

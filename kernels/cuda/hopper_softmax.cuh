@@ -1,0 +1,145 @@
+// Masking and the online softmax of the Hopper consumers' score tiles: what a new attention
+// variant (a window, a soft-cap) changes, applied to a tile between its Q K^T and its P V.
+#ifndef GLLM_HOPPER_SOFTMAX_CUH
+#define GLLM_HOPPER_SOFTMAX_CUH
+
+#include "hopper_common.cuh"
+
+namespace {
+
+#ifdef GLLM_HAVE_WGMMA
+// The largest (MAX) or smallest score of each of a thread's two rows, across the 4 lanes
+// that share them; a uniform branch picks the direction, not a select per score.
+template <bool MAX>
+__device__ __forceinline__ void row_extreme(const float (&s)[64], float (&out)[2])
+{
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        float x = s[2 * hr];
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+            x = MAX ? fmaxf(x, fmaxf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]))
+                    : fminf(x, fminf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]));
+        const float y = __shfl_xor_sync(0xffffffff, x, 1);
+        x = MAX ? fmaxf(x, y) : fminf(x, y);
+        const float z = __shfl_xor_sync(0xffffffff, x, 2);
+        out[hr] = MAX ? fmaxf(x, z) : fminf(x, z);
+    }
+}
+
+// Mask the tail tile (keys >= Skv) and, causal, the tiles crossing this warpgroup's
+// diagonal (row sees keys <= row + shift). row0: this thread's first row.
+template <bool CAUSAL>
+__device__ __forceinline__ void mask_tile(float (&s)[64], int n0, int Skv, int r_wg, int row0,
+                                          int shift, int t, float masked)
+{
+    if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > r_wg + shift)) {
+#pragma unroll
+        for (int i = 0; i < 64; i++) {
+            const int key = n0 + (i / 4) * 8 + 2 * t + (i & 1);
+            if (key >= Skv || (CAUSAL && key > row0 + 8 * ((i >> 1) & 1) + shift))
+                s[i] = masked;
+        }
+    }
+}
+
+// Online softmax of one score tile, base 2, with attention_fwd.cu's lazy rescale: the
+// reference max moves only when a row's maximum passes it by more than slack (log2 units; 8
+// in the walk). rescale_to_max takes the tile's row maxima and moves the references, rescaling
+// row_sum at once; it returns whether O must be multiplied by scale_o (warp-uniform). exp_tile
+// leaves exp2(s * qk_scale - reference) in s and adds them to sum, row by row.
+__device__ __forceinline__ bool rescale_to_max(const float (&s)[64], float (&row_max)[2],
+                                               float (&row_sum)[2], float (&scale_o)[2],
+                                               float qk_scale, bool pos_scale, float slack)
+{
+    float tile_max[2];
+    if (pos_scale)
+        row_extreme<true>(s, tile_max);
+    else
+        row_extreme<false>(s, tile_max);
+    tile_max[0] *= qk_scale;
+    tile_max[1] *= qk_scale;
+    const bool grow = tile_max[0] > row_max[0] + slack || tile_max[1] > row_max[1] + slack;
+    const bool rescale = __any_sync(0xffffffff, grow);
+    if (rescale) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const float mx = fmaxf(row_max[hr], tile_max[hr]);
+            scale_o[hr] = mx == -INFINITY ? 1.f : fast_exp2(row_max[hr] - mx);
+            row_max[hr] = mx;
+            row_sum[hr] *= scale_o[hr];
+        }
+    }
+    return rescale;
+}
+
+// The reference a row's exponentials are taken against: its maximum, or 0 while it has none.
+__device__ __forceinline__ float exp_ref(float row_max)
+{
+    return row_max == -INFINITY ? 0.f : row_max;
+}
+
+// exp2(s * qk_scale - ref) in s, row by row, each added to its row's sum.
+__device__ __forceinline__ void exp_tile_ref(float (&s)[64], const float (&ref)[2], float qk_scale,
+                                             float (&sum)[2])
+{
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        s[4 * n] = fast_exp2(fmaf(s[4 * n], qk_scale, -ref[0]));
+        s[4 * n + 1] = fast_exp2(fmaf(s[4 * n + 1], qk_scale, -ref[0]));
+        s[4 * n + 2] = fast_exp2(fmaf(s[4 * n + 2], qk_scale, -ref[1]));
+        s[4 * n + 3] = fast_exp2(fmaf(s[4 * n + 3], qk_scale, -ref[1]));
+        sum[0] += s[4 * n] + s[4 * n + 1];
+        sum[1] += s[4 * n + 2] + s[4 * n + 3];
+    }
+}
+
+__device__ __forceinline__ void exp_tile(float (&s)[64], const float (&row_max)[2], float qk_scale,
+                                         float (&sum)[2])
+{
+    const float ref[2] = {exp_ref(row_max[0]), exp_ref(row_max[1])};
+    exp_tile_ref(s, ref, qk_scale, sum);
+}
+
+// Both, for a tile whose maxima are taken first; row_sum gets the tile's sums.
+__device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2],
+                                             float (&row_sum)[2], float (&scale_o)[2],
+                                             float qk_scale, bool pos_scale)
+{
+    const bool rescale = rescale_to_max(s, row_max, row_sum, scale_o, qk_scale, pos_scale, 8.f);
+    exp_tile(s, row_max, qk_scale, row_sum);
+    return rescale;
+}
+
+// A thread's sum of its 32 exponentials of a row past which a speculative tile is taken again
+// (key_rest): below it, none of them is above 2^8, the bound the lazy rescale keeps.
+#define HP_SPEC_SUM 256.f
+
+// O's columns of each of a thread's two rows times that row's scale.
+template <int D>
+__device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&scale_o)[2])
+{
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        o[4 * n] *= scale_o[0], o[4 * n + 1] *= scale_o[0];
+        o[4 * n + 2] *= scale_o[1], o[4 * n + 3] *= scale_o[1];
+    }
+}
+
+// P (the exponentials in s) as wgmma's A fragments: the accumulator layout of an m64n128
+// tile is, 16 keys at a time, the A layout of an m64k16 one.
+template <typename T>
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4])
+{
+#pragma unroll
+    for (int n = 0; n < 16; n++) {
+        pf[n / 2][(n & 1) * 2] = Elem<T>::pack(s[4 * n], s[4 * n + 1]);
+        pf[n / 2][(n & 1) * 2 + 1] = Elem<T>::pack(s[4 * n + 2], s[4 * n + 3]);
+    }
+}
+
+#endif // GLLM_HAVE_WGMMA
+
+} // namespace
+
+#endif

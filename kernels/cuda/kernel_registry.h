@@ -1,0 +1,124 @@
+/* Every CUDA kernel of gllmd's image, one row each: the .cu files instantiate their entry
+ * points from it and the daemon's loader (cuda_device.c) finds them by it. Plain C. */
+#ifndef GLLM_CUDA_KERNEL_REGISTRY_H
+#define GLLM_CUDA_KERNEL_REGISTRY_H
+
+#include "attention_params.h"      /* the modes' shared memory by head dim */
+
+/* A kernel's mode: how it is launched and what its parameter is (attention_params.h).
+ *   TC             dense prefill on mma.sync tensor cores (attention_fwd.cu)
+ *   GENERIC        dense, any layout and head dim up to GLLM_CUDA_GENERIC_MAX_D (the same)
+ *   HOPPER         dense prefill on wgmma, cp.async producer (attention_fwd_hopper.cu)
+ *   HOPPER_TMA     the same with a TMA producer and tensor maps in its parameter
+ *   PAGED          paged decode and prefill, the plan uploaded (paged_attention.cu)
+ *   PAGED_BATCH    the same, a batch's plan in the parameters
+ *   PAGED_SINGLE   the same, one split sequence's plan in them
+ *   PAGED_PREFILL  chunked prefill over the paged cache on wgmma (paged_prefill_hopper.cu)
+ *   APPEND         new K and V rows into the paged cache (paged_attention.cu)
+ * X(mode, smem, image): the dynamic shared memory its kernels are allowed, by head dim, and
+ * which loaded image holds their code: ALL, SM90A (wgmma: elsewhere the entry point traps and
+ * is never loaded) or SM90A_TMA (and a driver that encodes tensor maps, cuda_tma.h). */
+#define GLLM_CUDA_NO_SMEM(D) 0
+#define GLLM_CUDA_MODES(X)                                                                   \
+    X(TC, GLLM_CUDA_TC_SMEM, ALL)                                                            \
+    X(GENERIC, GLLM_CUDA_NO_SMEM, ALL)                                                       \
+    X(HOPPER, GLLM_CUDA_HP_SMEM, SM90A)                                                      \
+    X(HOPPER_TMA, GLLM_CUDA_HP_SMEM, SM90A_TMA)                                              \
+    X(PAGED, GLLM_CUDA_PAGED_SMEM, ALL)                                                      \
+    X(PAGED_BATCH, GLLM_CUDA_PAGED_SMEM, ALL)                                                \
+    X(PAGED_SINGLE, GLLM_CUDA_PAGED_SMEM, ALL)                                               \
+    X(PAGED_PREFILL, GLLM_CUDA_PP_SMEM, SM90A_TMA)                                           \
+    X(APPEND, GLLM_CUDA_NO_SMEM, ALL)
+
+enum gllm_cuda_mode {
+#define GLLM_CUDA_MODE_ENUM(mode, smem, image) GLLM_CUDA_MODE_##mode,
+    GLLM_CUDA_MODES(GLLM_CUDA_MODE_ENUM)
+#undef GLLM_CUDA_MODE_ENUM
+    GLLM_CUDA_MODE_COUNT
+};
+enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMAGE_SM90A_TMA };
+
+/* Compile-time variant flags, the table's flags column (0: none). A new variant (a window, a
+ * soft-cap) is a bit here, read by the entry macro of its mode, and rows that set it. */
+#define GLLM_CUDA_KF_CAUSAL 1u
+#define GLLM_CUDA_KF_HAS(flags, f) (((flags) & GLLM_CUDA_KF_##f) != 0)
+
+/* The kernels: X(mode, dtype, D, flags, symbol) with dtype F32, F16, BF16 or ANY and D 0 for
+ * any head dim. In sections by the source file that instantiates them (each .cu expands its
+ * own, so that it compiles alone), in definition order, which is the image's. The generic
+ * kernel reads causality from its parameters and the paged ones mask by each query token's
+ * position, so they carry no flag for it. */
+#define GLLM_CUDA_DENSE_KERNELS(X)                                                           \
+    X(TC, F16, 64, 0, gllm_attn_fwd_f16_d64)                                                 \
+    X(TC, F16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_f16_d64_causal)                        \
+    X(TC, F16, 128, 0, gllm_attn_fwd_f16_d128)                                               \
+    X(TC, F16, 128, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_f16_d128_causal)                      \
+    X(TC, BF16, 64, 0, gllm_attn_fwd_bf16_d64)                                               \
+    X(TC, BF16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_bf16_d64_causal)                      \
+    X(TC, BF16, 128, 0, gllm_attn_fwd_bf16_d128)                                             \
+    X(TC, BF16, 128, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_bf16_d128_causal)                    \
+    X(GENERIC, F32, 0, 0, gllm_attn_generic_f32)                                             \
+    X(GENERIC, F16, 0, 0, gllm_attn_generic_f16)                                             \
+    X(GENERIC, BF16, 0, 0, gllm_attn_generic_bf16)
+
+#define GLLM_CUDA_HOPPER_KERNELS(X)                                                          \
+    X(HOPPER, F16, 128, 0, gllm_attn_fwd_hopper_f16_d128)                                    \
+    X(HOPPER_TMA, F16, 128, 0, gllm_attn_fwd_hopper_tma_f16_d128)                            \
+    X(HOPPER, F16, 128, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_f16_d128_causal)           \
+    X(HOPPER_TMA, F16, 128, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_tma_f16_d128_causal)   \
+    X(HOPPER, BF16, 128, 0, gllm_attn_fwd_hopper_bf16_d128)                                  \
+    X(HOPPER_TMA, BF16, 128, 0, gllm_attn_fwd_hopper_tma_bf16_d128)                          \
+    X(HOPPER, BF16, 128, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_bf16_d128_causal)         \
+    X(HOPPER_TMA, BF16, 128, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_tma_bf16_d128_causal) \
+    X(HOPPER, F16, 64, 0, gllm_attn_fwd_hopper_f16_d64)                                      \
+    X(HOPPER_TMA, F16, 64, 0, gllm_attn_fwd_hopper_tma_f16_d64)                              \
+    X(HOPPER, F16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_f16_d64_causal)             \
+    X(HOPPER_TMA, F16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_tma_f16_d64_causal)     \
+    X(HOPPER, BF16, 64, 0, gllm_attn_fwd_hopper_bf16_d64)                                    \
+    X(HOPPER_TMA, BF16, 64, 0, gllm_attn_fwd_hopper_tma_bf16_d64)                            \
+    X(HOPPER, BF16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_bf16_d64_causal)           \
+    X(HOPPER_TMA, BF16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_tma_bf16_d64_causal)
+
+#define GLLM_CUDA_PAGED_KERNELS(X)                                                           \
+    X(PAGED, F16, 64, 0, gllm_paged_attn_f16_d64)                                            \
+    X(PAGED_BATCH, F16, 64, 0, gllm_paged_attn_batch_f16_d64)                                \
+    X(PAGED_SINGLE, F16, 64, 0, gllm_paged_attn_single_f16_d64)                              \
+    X(PAGED, F16, 128, 0, gllm_paged_attn_f16_d128)                                          \
+    X(PAGED_BATCH, F16, 128, 0, gllm_paged_attn_batch_f16_d128)                              \
+    X(PAGED_SINGLE, F16, 128, 0, gllm_paged_attn_single_f16_d128)                            \
+    X(PAGED, BF16, 64, 0, gllm_paged_attn_bf16_d64)                                          \
+    X(PAGED_BATCH, BF16, 64, 0, gllm_paged_attn_batch_bf16_d64)                              \
+    X(PAGED_SINGLE, BF16, 64, 0, gllm_paged_attn_single_bf16_d64)                            \
+    X(PAGED, BF16, 128, 0, gllm_paged_attn_bf16_d128)                                        \
+    X(PAGED_BATCH, BF16, 128, 0, gllm_paged_attn_batch_bf16_d128)                            \
+    X(PAGED_SINGLE, BF16, 128, 0, gllm_paged_attn_single_bf16_d128)                          \
+    X(APPEND, ANY, 0, 0, gllm_kv_append_rows)
+
+#define GLLM_CUDA_PAGED_PREFILL_KERNELS(X)                                                   \
+    X(PAGED_PREFILL, F16, 128, 0, gllm_paged_prefill_hopper_f16_d128)                        \
+    X(PAGED_PREFILL, BF16, 128, 0, gllm_paged_prefill_hopper_bf16_d128)                      \
+    X(PAGED_PREFILL, F16, 64, 0, gllm_paged_prefill_hopper_f16_d64)                          \
+    X(PAGED_PREFILL, BF16, 64, 0, gllm_paged_prefill_hopper_bf16_d64)
+
+#define GLLM_CUDA_KERNELS(X)                                                                 \
+    GLLM_CUDA_DENSE_KERNELS(X)                                                               \
+    GLLM_CUDA_HOPPER_KERNELS(X)                                                              \
+    GLLM_CUDA_PAGED_KERNELS(X)                                                               \
+    GLLM_CUDA_PAGED_PREFILL_KERNELS(X)
+
+#define GLLM_CUDA_KERNEL_ONE(mode, dtype, D, flags, symbol) +1
+enum { GLLM_CUDA_KERNEL_COUNT = 0 GLLM_CUDA_KERNELS(GLLM_CUDA_KERNEL_ONE) };
+#undef GLLM_CUDA_KERNEL_ONE
+
+#ifdef __CUDACC__
+/* A row's element type, and its entry point: GLLM_CUDA_ENTRY_<mode>(T, D, flags, symbol),
+ * which the .cu file of its section defines. */
+#define GLLM_CUDA_T_F32 float
+#define GLLM_CUDA_T_F16 __half
+#define GLLM_CUDA_T_BF16 __nv_bfloat16
+#define GLLM_CUDA_T_ANY void
+#define GLLM_CUDA_ENTRY(mode, dtype, D, flags, symbol)                                       \
+    GLLM_CUDA_ENTRY_##mode(GLLM_CUDA_T_##dtype, D, flags, symbol)
+#endif
+
+#endif
