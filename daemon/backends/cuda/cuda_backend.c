@@ -96,13 +96,19 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     }
     be->ndevices = c->ndev;
     be->present = n;
-    /* Dense attention takes every head dim up to the generic kernel's; paged attention's
-     * narrower set is checked by cuda_paged_check. */
+    /* Dense attention takes every head dim up to the generic kernel's; the paged kernels
+     * exist for 64 and 128 (cuda_paged_check says so too, for the dtypes). No variant field
+     * is computed yet: hello says so, and such jobs are refused before they reach here. */
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = GLLM_CUDA_GENERIC_MAX_D,
         .features = BACKEND_FEAT_ARENA_TABLES |
                     (cuda_sync_supported(d) ? BACKEND_FEAT_SYNC | BACKEND_FEAT_QUEUES : 0),
+        .modes = {
+            [GLLM_MODE_DENSE] = {.max_head_dim = GLLM_CUDA_GENERIC_MAX_D},
+            [GLLM_MODE_DECODE] = {.max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
+            [GLLM_MODE_PREFILL] = {.max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
+        },
     };
     be->caps.share_granularity = cuda_share_granularity(c);
     be->caps.share_kind = be->caps.share_granularity ? BACKEND_SHARE_CUDA_VMM : BACKEND_SHARE_NONE;
