@@ -42,7 +42,10 @@ const char *methods_share_kind(const struct backend *be);
 bool methods_admit(struct rpc_call *c, const char *method);
 /* Queues a prepared job on dev with its counters, or answers c with why not; takes job. */
 struct job;
-void methods_submit(struct rpc_call *c, const struct proto_msg *m, struct job *job, int dev,
-                    const char *method);
+void methods_submit(struct rpc_call *c, struct job *job, int dev, const struct proto_counter *wait,
+                    const struct proto_counter *signal, const char *method);
+/* After a job's decode failed: what its device, wait or signal broke, in words (their code was
+ * the one returned: decoders read them first), or NULL when the failure was elsewhere. */
+const char *methods_job_why(const struct proto_msg *m, bool takes_device);
 
 #endif

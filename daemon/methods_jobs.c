@@ -89,40 +89,33 @@ static void job_settle(struct job *job)
 
 static const struct job_ops channel_job_ops = {job_skip, job_finished, job_settle};
 
-/* One of a job's counters, {"arena": id, "offset": o, "value": v}: a 32-bit slot in one of
- * the connection's arenas, held by the job; a wait's may also be in memory shared with the
+/* One of a job's counters, as decoded (proto_decode_job): a 32-bit slot in one of the
+ * connection's arenas, held by the job; a wait's may also be in memory shared with the
  * device (exported or imported) on a backend with queues, where only the device reads it
  * (docs/PROTOCOL.md). 0 and the slot, or a code and err. */
-static int sync_counter(struct rpc_call *c, struct job *job, const msgpack_object *o,
+static int sync_counter(struct rpc_call *c, struct job *job, const struct proto_counter *k,
                         const char *key, _Atomic uint32_t **slot, uint32_t *value, char *err,
                         size_t errlen)
 {
-    uint64_t id = 0, off = 0, v = 0;
-    if (o->type != MSGPACK_OBJECT_MAP || proto_get_u64(o, "arena", true, &id) < 0 ||
-        proto_get_u64(o, "offset", true, &off) < 0 || proto_get_u64(o, "value", true, &v) < 0 ||
-        v > UINT32_MAX) {
-        snprintf(err, errlen, "'%s' wants {arena, offset, value (uint32)}", key);
-        return GLLM_EPARAM;
-    }
-    struct arena *a = id <= UINT32_MAX ? arena_table_find(&c->ch->session.regions, (uint32_t)id)
-                                       : NULL;
-    const bool on_device = a && a->device && a->share != ARENA_OWN &&
-                           strcmp(key, "wait") == 0 && backend_has_queues(c->ch->srv->be);
+    const bool wait = strcmp(key, "wait") == 0;
+    struct arena *a = arena_table_find(&c->ch->session.regions, k->arena);
+    const bool on_device = a && a->device && a->share != ARENA_OWN && wait &&
+                           backend_has_queues(c->ch->srv->be);
     if (!a || (a->device && !on_device)) {
         snprintf(err, errlen, "%s: no arena %llu in this connection (counters live in arenas%s)",
-                 key, (unsigned long long)id,
-                 strcmp(key, "wait") == 0 && backend_has_queues(c->ch->srv->be)
+                 key, (unsigned long long)k->arena,
+                 wait && backend_has_queues(c->ch->srv->be)
                      ? " or, for a wait, in shared device memory" : "");
         return GLLM_ENOARENA;
     }
+    const uint64_t off = k->offset;
     if (off % 4 != 0 || off > a->size - 4 || a->size < 4) {
         snprintf(err, errlen, "%s: offset %llu is not a 4-byte slot inside arena %u's %llu bytes",
                  key, (unsigned long long)off, a->id, (unsigned long long)a->size);
         return GLLM_EBOUNDS;
     }
     /* The device writes a signal into the arena: it must be mapped for the GPU. */
-    if (slot && strcmp(key, "signal") == 0 && !a->pinned_by &&
-        backend_registers_host(c->ch->srv->be)) {
+    if (!wait && !a->pinned_by && backend_registers_host(c->ch->srv->be)) {
         snprintf(err, errlen, "signal: arena %u is not registered with the device", a->id);
         return GLLM_EPARAM;
     }
@@ -132,21 +125,15 @@ static int sync_counter(struct rpc_call *c, struct job *job, const msgpack_objec
     }
     job->arenas[job->narenas++] = arena_ref(a);
     *slot = (_Atomic uint32_t *)(void *)((char *)a->base + off);
-    *value = (uint32_t)v;
+    *value = k->value;
     return 0;
 }
 
-/* A job's optional "wait" (with "timeout_ms", default the limit wait_timeout_ms) and "signal". */
-static int take_sync(struct rpc_call *c, const struct proto_msg *m, struct job *job, char *err,
-                     size_t errlen)
+/* A job's optional "wait" (its timeout_ms, when 0 the limit wait_timeout_ms) and "signal". */
+static int take_sync(struct rpc_call *c, struct job *job, const struct proto_counter *wait,
+                     const struct proto_counter *signal, char *err, size_t errlen)
 {
-    const msgpack_object *wait = m->params ? proto_map_get(m->params, "wait") : NULL;
-    const msgpack_object *signal = m->params ? proto_map_get(m->params, "signal") : NULL;
-    if ((wait && wait->type == MSGPACK_OBJECT_NIL) || !wait)
-        wait = NULL;
-    if ((signal && signal->type == MSGPACK_OBJECT_NIL) || !signal)
-        signal = NULL;
-    if (!wait && !signal)
+    if (!wait->set && !signal->set)
         return 0;
     if (!backend_has(c->ch->srv->be, BACKEND_FEAT_SYNC)) {
         snprintf(err, errlen, "wait/signal: the %s backend cannot order jobs with counters",
@@ -154,16 +141,12 @@ static int take_sync(struct rpc_call *c, const struct proto_msg *m, struct job *
         return -EOPNOTSUPP;
     }
     int r;
-    if (wait) {
+    if (wait->set) {
         _Atomic uint32_t *slot;
-        uint64_t ms = c->ch->srv->limits.wait_timeout_ms;
+        const uint64_t ms = wait->timeout_ms ? wait->timeout_ms
+                                             : c->ch->srv->limits.wait_timeout_ms;
         if ((r = sync_counter(c, job, wait, "wait", &slot, &job->wait_value, err, errlen)) < 0)
             return r;
-        if (proto_get_u64(wait, "timeout_ms", false, &ms) < 0 || ms == 0 ||
-            ms > GLLM_WAIT_TIMEOUT_MS_MAX) {
-            snprintf(err, errlen, "wait: timeout_ms must be 1 to %d", GLLM_WAIT_TIMEOUT_MS_MAX);
-            return GLLM_EPARAM;
-        }
         job->wait = slot;
         job->wait_deadline = now_ns() + ms * 1000000ull;
         const struct arena *held = job->arenas[job->narenas - 1];   /* sync_counter's */
@@ -171,7 +154,7 @@ static int take_sync(struct rpc_call *c, const struct proto_msg *m, struct job *
         job->wait_mapped = held->device || held->pinned_by ||
                            !backend_registers_host(c->ch->srv->be);
     }
-    if (signal) {
+    if (signal->set) {
         _Atomic uint32_t *slot;
         if ((r = sync_counter(c, job, signal, "signal", &slot, &job->sync.signal_value, err,
                               errlen)) < 0)
@@ -204,25 +187,27 @@ static void enqueue(struct rpc_call *c, struct job *job, int dev)
 void method_job_refused(struct rpc_call *c, const struct proto_msg *m)
 {
     struct server *srv = c->ch->srv;
-    const msgpack_object *signal = m->params ? proto_map_get(m->params, "signal") : NULL;
+    uint64_t dev = 0;
+    struct proto_counter signal;
     /* BUSY and SHUTDOWN refuse for want of room: queueing anything would defeat them, so
-     * those leave the signal to the client (docs/PROTOCOL.md). */
-    if (!signal || signal->type == MSGPACK_OBJECT_NIL || c->refused == GLLM_EBUSY ||
-        c->refused == GLLM_ESHUTDOWN || !backend_has(srv->be, BACKEND_FEAT_SYNC))
+     * those leave the signal to the client (docs/PROTOCOL.md). A broken signal is nothing
+     * to write. */
+    if (proto_decode_job_signal(m->params, &dev, &signal) < 0 || !signal.set ||
+        c->refused == GLLM_EBUSY || c->refused == GLLM_ESHUTDOWN ||
+        !backend_has(srv->be, BACKEND_FEAT_SYNC))
         return;
     /* Signal-only jobs count as jobs: a client cannot queue more than max_inflight of them
      * behind a job that waits. */
     if (!session_may_submit(&c->ch->session, &srv->limits) || !server_may_submit(srv))
         return;
-    uint64_t dev = 0;
-    if (proto_get_u64(m->params, "device", false, &dev) < 0 || dev >= (uint64_t)srv->ndevices)
+    if (dev >= (uint64_t)srv->ndevices)
         dev = 0;
     struct job *job = calloc(1, sizeof *job);
     if (!job)
         return;
     char err[PROTO_MAX_ERRMSG];
     _Atomic uint32_t *slot;
-    if (sync_counter(c, job, signal, "signal", &slot, &job->sync.signal_value, err,
+    if (sync_counter(c, job, &signal, "signal", &slot, &job->sync.signal_value, err,
                      sizeof err) < 0) {
         job_release_arenas(job);   /* the signal itself was bad: nothing to write */
         free(job);
@@ -238,11 +223,11 @@ void method_job_refused(struct rpc_call *c, const struct proto_msg *m)
 
 /* Queues a prepared job on its device's worker, with its counters; a job naming another
  * device's tensor is refused here, for every kind of job. */
-void methods_submit(struct rpc_call *c, const struct proto_msg *m, struct job *job, int dev,
-                   const char *method)
+void methods_submit(struct rpc_call *c, struct job *job, int dev, const struct proto_counter *wait,
+                    const struct proto_counter *signal, const char *method)
 {
     char err[PROTO_MAX_ERRMSG];
-    int r = take_sync(c, m, job, err, sizeof err);
+    int r = take_sync(c, job, wait, signal, err, sizeof err);
     if (r == 0)
         r = job_check_device(job, dev, err, sizeof err);
     if (r < 0) {
@@ -253,6 +238,13 @@ void methods_submit(struct rpc_call *c, const struct proto_msg *m, struct job *j
     }
     job->method = (uint8_t)metrics_method_of(method);
     enqueue(c, job, dev);
+}
+
+const char *methods_job_why(const struct proto_msg *m, bool takes_device)
+{
+    struct proto_job j;
+    const char *why = NULL;
+    return proto_decode_job(m->params, takes_device, &j, &why) < 0 ? why : NULL;
 }
 
 /* Room for one more job, or an error reply and false. Finished jobs stopped counting on
@@ -278,16 +270,14 @@ bool methods_admit(struct rpc_call *c, const char *method)
     return true;
 }
 
-static bool get_device(struct rpc_call *c, const struct proto_msg *m, const char *method,
-                       uint64_t *dev)
+/* dev decoded from a job's params: one of this daemon's devices, or an error reply and false. */
+static bool device_ok(struct rpc_call *c, const char *method, uint64_t dev)
 {
     const struct server *srv = c->ch->srv;
-    *dev = 0;
-    if (proto_get_u64(m->params, "device", false, dev) < 0 || *dev >= (uint64_t)srv->ndevices) {
-        rpc_reply_error(c, GLLM_EPARAM, "%s: 'device' must be below %d", method, srv->ndevices);
-        return false;
-    }
-    return true;
+    if (dev < (uint64_t)srv->ndevices)
+        return true;
+    rpc_reply_error(c, GLLM_EPARAM, "%s: 'device' must be below %d", method, srv->ndevices);
+    return false;
 }
 
 void method_attention(struct rpc_call *c, const struct proto_msg *m)
@@ -298,11 +288,15 @@ void method_attention(struct rpc_call *c, const struct proto_msg *m)
     struct proto_attention pa;
     int r = proto_decode_attention(m->params, &pa);
     if (r < 0) {
-        rpc_reply_error(c, r, "attention: %s (fields q, k, v, out: tensors)", gllm_strerror(r));
+        const char *why = methods_job_why(m, true);
+        if (why)
+            rpc_reply_error(c, r, "attention: %s", why);
+        else
+            rpc_reply_error(c, r, "attention: %s (fields q, k, v, out: tensors)",
+                            gllm_strerror(r));
         return;
     }
-    uint64_t dev;
-    if (!get_device(c, m, "attention", &dev))
+    if (!device_ok(c, "attention", pa.device))
         return;
     struct job *job = calloc(1, sizeof *job);
     if (!job) {
@@ -316,7 +310,7 @@ void method_attention(struct rpc_call *c, const struct proto_msg *m)
         rpc_reply_error(c, r, "attention: %s", err);
         return;
     }
-    methods_submit(c, m, job, (int)dev, "attention");
+    methods_submit(c, job, (int)pa.device, &pa.wait, &pa.signal, "attention");
 }
 
 /* kv_append, attention_decode and attention_prefill: validated like attention, plus the
@@ -330,12 +324,15 @@ static void paged(struct rpc_call *c, const struct proto_msg *m, enum proto_page
     struct proto_paged pp;
     int r = proto_decode_paged(m->params, op, &pp);
     if (r < 0) {
-        rpc_reply_error(c, r, "%s: %s (see docs/PROTOCOL.md for its fields)", method,
-                        gllm_strerror(r));
+        const char *why = methods_job_why(m, true);
+        if (why)
+            rpc_reply_error(c, r, "%s: %s", method, why);
+        else
+            rpc_reply_error(c, r, "%s: %s (see docs/PROTOCOL.md for its fields)", method,
+                            gllm_strerror(r));
         return;
     }
-    uint64_t dev;
-    if (!get_device(c, m, method, &dev))
+    if (!device_ok(c, method, pp.device))
         return;
     struct job *job = calloc(1, sizeof *job);
     if (!job) {
@@ -352,7 +349,7 @@ static void paged(struct rpc_call *c, const struct proto_msg *m, enum proto_page
         rpc_reply_error(c, r, "%s: %s", method, err);
         return;
     }
-    methods_submit(c, m, job, (int)dev, method);
+    methods_submit(c, job, (int)pp.device, &pp.wait, &pp.signal, method);
 }
 
 void method_kv_append(struct rpc_call *c, const struct proto_msg *m)

@@ -441,17 +441,15 @@ void method_dtensor_free(struct rpc_call *c, const struct proto_msg *m)
 void method_dtensor_copy(struct rpc_call *c, const struct proto_msg *m)
 {
     struct session *s = &c->ch->session;
-    uint64_t dt = 0, dt_off = 0, ar = 0, ar_off = 0, bytes = 0;
-    bool to_device = true;
-    if (proto_get_u64(m->params, "dtensor", true, &dt) < 0 ||
-        proto_get_u64(m->params, "offset", false, &dt_off) < 0 ||
-        proto_get_u64(m->params, "arena", true, &ar) < 0 ||
-        proto_get_u64(m->params, "arena_offset", false, &ar_off) < 0 ||
-        proto_get_u64(m->params, "bytes", true, &bytes) < 0 ||
-        proto_get_bool(m->params, "to_device", true, &to_device) < 0 || dt > UINT32_MAX ||
-        ar > UINT32_MAX) {
-        rpc_reply_error(c, GLLM_EPARAM, "dtensor_copy: needs dtensor, arena, bytes (uint) "
-                        "and to_device (bool); offset and arena_offset optional");
+    struct proto_copy pc;
+    int r = proto_decode_copy(m->params, &pc);
+    if (r < 0) {
+        const char *why = methods_job_why(m, false);
+        if (why)
+            rpc_reply_error(c, r, "dtensor_copy: %s", why);
+        else
+            rpc_reply_error(c, GLLM_EPARAM, "dtensor_copy: needs dtensor, arena, bytes (uint) "
+                            "and to_device (bool); offset and arena_offset optional");
         return;
     }
     if (!methods_admit(c, "dtensor_copy"))
@@ -462,12 +460,13 @@ void method_dtensor_copy(struct rpc_call *c, const struct proto_msg *m)
         return;
     }
     char err[PROTO_MAX_ERRMSG];
-    int r = job_prepare_copy(job, &s->regions, (uint32_t)dt, dt_off, (uint32_t)ar, ar_off, bytes,
-                             to_device, err, sizeof err);
+    r = job_prepare_copy(job, &s->regions, pc.dtensor, pc.offset, pc.arena, pc.arena_offset,
+                         pc.bytes, pc.to_device, err, sizeof err);
     if (r < 0) {
         free(job);
         rpc_reply_error(c, r, "dtensor_copy: %s", err);
         return;
     }
-    methods_submit(c, m, job, arena_table_find(&s->regions, (uint32_t)dt)->dev, "dtensor_copy");
+    methods_submit(c, job, arena_table_find(&s->regions, pc.dtensor)->dev, &pc.wait, &pc.signal,
+                   "dtensor_copy");
 }

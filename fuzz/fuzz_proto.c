@@ -84,6 +84,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             proto_tensor_span(&p.kv_indices, &first, &end);
         }
     }
+    /* The keys every job takes, and dtensor_copy's; what decodes must decode the same again. */
+    struct proto_job j;
+    const char *why = NULL;
+    if (proto_decode_job(map, true, &j, &why) < 0 && !why)
+        __builtin_trap();          /* every refusal says why */
+    uint64_t dev;
+    struct proto_counter sig;
+    proto_decode_job_signal(map, &dev, &sig);
+    struct proto_copy cp;
+    if (proto_decode_copy(map, &cp) == 0) {
+        struct proto_buf *out = malloc(sizeof *out);
+        if (out) {
+            proto_buf_init(out);
+            proto_pack_request(&out->pk, 1, "dtensor_copy");
+            proto_pack_copy(&out->pk, &cp);
+            struct proto_msg again;
+            struct proto_copy cp2;
+            if (out->overflow || proto_decode(out->data, out->len, &again, NULL) != 0)
+                __builtin_trap();
+            if (proto_decode_copy(again.params, &cp2) != 0 ||
+                cp.wait.set != cp2.wait.set || cp.wait.value != cp2.wait.value ||
+                cp.wait.timeout_ms != cp2.wait.timeout_ms || cp.signal.offset != cp2.signal.offset ||
+                cp.bytes != cp2.bytes)
+                __builtin_trap();
+            proto_msg_free(&again);
+            free(out);
+        }
+    }
     struct proto_attention a;
     if (proto_decode_attention(map, &a) == 0) {
         uint64_t first, end;

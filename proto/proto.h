@@ -21,6 +21,10 @@
 #define PROTO_MAX_METHOD    32u
 #define PROTO_MAX_ERRMSG    200u
 
+/* The longest wait a job may ask for (hello's sync.timeout_ms_max): a counter held longer is
+ * a client gone wrong, and its connection's later jobs wait behind it. */
+#define PROTO_WAIT_TIMEOUT_MS_MAX 600000
+
 /* The id of a response to a request whose own id was unreadable (nil on the wire). */
 #define PROTO_NO_ID UINT64_MAX
 
@@ -105,7 +109,8 @@ struct proto_attention {
     bool has_scale;
     double scale;
     uint64_t repeat;                     /* 0: absent (once); packed when above 1 */
-    struct proto_counter wait, signal;   /* packed when set (the daemon reads them itself) */
+    uint64_t device;                     /* 0: absent; packed when above 0 */
+    struct proto_counter wait, signal;   /* packed when set */
 };
 
 /* The paged KV cache operations; fields that an operation does not take must be absent. */
@@ -115,6 +120,7 @@ struct proto_paged {
     struct proto_tensor k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len;
     struct proto_tensor q, out, qo_indptr;      /* decode, prefill (qo_indptr: prefill) */
     struct proto_tensor k, v, append_indptr;    /* kv_append */
+    uint64_t device;                            /* 0: absent; packed when above 0 */
     bool has_scale;
     double scale;
     struct proto_counter wait, signal;   /* packed when set */
@@ -124,9 +130,38 @@ int proto_dtype_parse(const char *name, gllm_dtype *out);
 size_t proto_dtype_size(gllm_dtype dtype);
 const char *proto_dtype_name(gllm_dtype dtype);
 
+/* dtensor_copy: bytes between an arena and a device tensor, on that tensor's device (the
+ * method takes no "device"). */
+struct proto_copy {
+    uint32_t dtensor, arena;
+    uint64_t offset, arena_offset;       /* 0: absent; always packed */
+    uint64_t bytes;
+    bool to_device;                      /* true: arena -> device tensor */
+    struct proto_counter wait, signal;   /* packed when set */
+};
+
+/* The keys every job method takes beside its own (docs/PROTOCOL.md): "device" (not
+ * dtensor_copy's) and the counters "wait" and "signal". Each job's decoder reads them first,
+ * so that a broken one's code is what it returns; the daemon checks the rest (the device
+ * below its count, the counter's arena, slot and kind). A wait's timeout_ms is 0 when absent
+ * (the daemon's default); 0 on the wire is refused. */
+struct proto_job {
+    uint64_t device;
+    struct proto_counter wait, signal;
+};
+/* why, when not NULL: on failure, the rule broken in words, for an error message. */
+int proto_decode_job(const msgpack_object *params, bool takes_device, struct proto_job *j,
+                     const char **why);
+/* A refused job's "device" and "signal" alone, whatever else its params hold (its signal is
+ * still written, in order): device 0 when absent or not a uint, signal->set false when
+ * absent or nil; a broken signal fails. */
+int proto_decode_job_signal(const msgpack_object *params, uint64_t *device,
+                            struct proto_counter *signal);
+
 int proto_decode_tensor(const msgpack_object *obj, struct proto_tensor *t);
 int proto_decode_attention(const msgpack_object *params, struct proto_attention *a);
 int proto_decode_paged(const msgpack_object *params, enum proto_paged_op op, struct proto_paged *p);
+int proto_decode_copy(const msgpack_object *params, struct proto_copy *c);
 /* Byte range [*first, *end) that the tensor touches, overflow-checked; an
  * empty tensor gives first == end == offset. Strides must be non-negative. */
 int proto_tensor_span(const struct proto_tensor *t, uint64_t *first, uint64_t *end);
@@ -171,5 +206,6 @@ void proto_pack_error(msgpack_packer *pk, int64_t id, int code, const char *mess
 void proto_pack_tensor(msgpack_packer *pk, const struct proto_tensor *t);
 void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a);
 void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p);
+void proto_pack_copy(msgpack_packer *pk, const struct proto_copy *c);
 
 #endif
