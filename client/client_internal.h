@@ -57,9 +57,10 @@ struct status_metrics {
     int ndevices;
     uint64_t used[GLLM_MAX_DEVICES], total[GLLM_MAX_DEVICES];
 };
-/* Reads "metrics" and "device_memory" of a status result into *out (never fails: what is
- * missing or malformed reads as absent). */
-void metrics_decode(const msgpack_object *res, struct status_metrics *out);
+/* "metrics" and "device_memory" of a status result, read (proto_status_table), into *out:
+ * what is missing or malformed reads as absent. */
+struct proto_status;
+void metrics_from(const struct proto_status *w, struct status_metrics *out);
 
 /* How shared memory reaches this process: hello's share kind. */
 enum share_kind {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "info.h"
 #include "proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -105,13 +106,33 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 __builtin_trap();
             if (proto_decode_copy(again.params, &cp2) != 0 ||
                 cp.wait.set != cp2.wait.set || cp.wait.value != cp2.wait.value ||
-                cp.wait.timeout_ms != cp2.wait.timeout_ms || cp.signal.offset != cp2.signal.offset ||
+                cp.wait.timeout_ms != cp2.wait.timeout_ms ||
+                cp.signal.offset != cp2.signal.offset ||
                 cp.bytes != cp2.bytes)
                 __builtin_trap();
             proto_msg_free(&again);
             free(out);
         }
     }
+    /* hello's and status's readers (a result from a daemon that is not gllmd), and what they
+     * read packs as a message again. */
+    struct proto_hello *h = malloc(sizeof *h);
+    struct proto_status *st = malloc(sizeof *st);
+    struct proto_buf *hb = malloc(sizeof *hb);
+    if (h && st && hb) {
+        proto_read_table(map, &proto_hello_table, h);
+        proto_read_table(map, &proto_status_table, st);
+        proto_buf_init(hb);
+        proto_pack_result(&hb->pk, 1);
+        proto_pack_table(&hb->pk, &proto_hello_table, h);
+        struct proto_msg again;
+        if (hb->overflow || proto_decode(hb->data, hb->len, &again, NULL) != 0)
+            __builtin_trap();
+        proto_msg_free(&again);
+    }
+    free(h);
+    free(st);
+    free(hb);
     struct proto_attention a;
     if (proto_decode_attention(map, &a) == 0) {
         uint64_t first, end;
