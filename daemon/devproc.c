@@ -2,18 +2,11 @@
  * reset the replacement of that process (devproc_process.c), and its opening and closing. */
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"

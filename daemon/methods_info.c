@@ -3,14 +3,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "channel.h"
 #include "info.h"
 #include "device_health.h"
 #include "methods.h"
-#include "pool_call.h"
-#include "scheduler.h"
 
 /* The devices as hello and status show them. */
 static void fill_devices(struct server *srv, struct proto_device *out, uint32_t *n)

@@ -4,12 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "channel.h"
-#include "device_health.h"
 #include "methods.h"
-#include "pool_call.h"
 #include "scheduler.h"
 
 /* A finished job's success reply: its timings. */

@@ -7,10 +7,8 @@
 #include <unistd.h>
 
 #include "channel.h"
-#include "device_health.h"
 #include "methods.h"
 #include "pool_call.h"
-#include "scheduler.h"
 
 /* The wire name of the kind of memory the backend shares, or NULL when it shares none. */
 const char *methods_share_kind(const struct backend *be)

@@ -10,8 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "device_health.h"
-#include "log.h"
 #include "sched_fault.h"
 #include "sched_internal.h"
 #include "scheduler.h"
