@@ -228,7 +228,8 @@ fail:
 
 /* ---- one request ---- */
 
-void dp_mark_down(struct dp_proc *p, const char *why)
+/* p is down (lost or being replaced) for why; the first reason found stays. */
+static void mark_down(struct dp_proc *p, const char *why)
 {
     pthread_mutex_lock(&p->why_lock);
     if (!atomic_load(&p->down)) {
@@ -272,7 +273,7 @@ int dp_lost(struct dp_proc *p, int r, int timeout_ms, int late_code)
     } else {
         snprintf(what, sizeof what, "pid %ld: %s", (long)p->pid, strerror(-r));
     }
-    dp_mark_down(p, what);
+    mark_down(p, what);
     return r == -ETIMEDOUT ? late_code : GLLM_EDEVLOST;
 }
 
@@ -390,7 +391,7 @@ static int host_wait(struct dp_proc *p, int dev, int r, size_t len, struct dp_ms
             char why[120];
             snprintf(why, sizeof why, "pid %ld did not %s an arena within %llu ms",
                      (long)p->pid, what, (unsigned long long)bound_ms);
-            dp_mark_down(p, why);
+            mark_down(p, why);
             return GLLM_EDEVLOST;
         }
         nanosleep(&(struct timespec){.tv_nsec = wait_ns}, NULL);
@@ -447,7 +448,7 @@ void dp_end_process(struct dp_proc *p, bool kill_first)
 int dp_replace(struct dp_ctx *x, int dev, char *why, size_t len)
 {
     struct dp_proc *p = &x->proc[dev];
-    dp_mark_down(p, "being replaced after a fault");
+    mark_down(p, "being replaced after a fault");
     const pid_t old = p->pid;
     dp_end_process(p, true);
     struct dp_hello hello;
@@ -471,7 +472,7 @@ int dp_replace(struct dp_ctx *x, int dev, char *why, size_t len)
     }
     pthread_mutex_unlock(&x->maps_lock);
     if (r < 0) {
-        dp_mark_down(p, "could not map the arenas again");
+        mark_down(p, "could not map the arenas again");
         snprintf(why, len, "the new device process could not map the arenas (%s)",
                  gllm_strerror(r));
         return r;

@@ -105,8 +105,6 @@ void dp_end_process(struct dp_proc *p, bool kill_first);
 /* A new process in place of dev's lost one, every arena mapped in it again. */
 int dp_replace(struct dp_ctx *x, int dev, char *why, size_t len);
 
-/* p is down (lost or being replaced) for why; the first reason found stays. */
-void dp_mark_down(struct dp_proc *p, const char *why);
 /* Writes prefix and why p is down into buf. */
 void dp_down_reason(struct dp_proc *p, const char *prefix, char *buf, size_t len);
 /* DEVLOST, with why (when len) saying that dev's process is lost and why. */
