@@ -1,5 +1,5 @@
-/* A device process's life on gllmd's side: spawned with its channels, asked through them
- * (control requests, the work channel's doorbell), marked lost, reaped and replaced. */
+/* A device process's life on gllmd's side: spawned, asked, marked lost, reaped and replaced.
+ * It is asked through its channels: control requests, and the work channel's doorbell. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>

@@ -1,5 +1,5 @@
-/* One device process as gllmd's side sees it: its channels, and starting, asking, ending and
- * replacing it; the forwarding backend (devproc.c) is built on these. */
+/* One device process as gllmd holds it, and what starts, asks, ends and replaces it.
+ * The forwarding backend (devproc.c) is built on these. */
 #ifndef GLLMD_DEVPROC_PROCESS_H
 #define GLLMD_DEVPROC_PROCESS_H
 

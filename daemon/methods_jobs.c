@@ -1,5 +1,5 @@
-/* The job methods: attention and the paged KV cache checked into jobs, a job's counters, its
- * submission, and what a submitted job tells its channel (job_ops) until it is settled. */
+/* The job methods: attention and paged jobs checked, their counters taken, submitted, settled.
+ * A submitted job reports to its channel through job_ops until it is settled. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

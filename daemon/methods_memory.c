@@ -1,5 +1,4 @@
-/* The memory methods: arenas, the rings, device tensors (made, imported, freed) and the copies
- * between arenas and device tensors. */
+/* The memory methods: arenas, rings, device tensors (made, imported, freed) and copies. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,7 @@
-/* What follows a fault on a device, on its worker's thread: the watchdog's deadline for a job,
- * the words a lost job's reply gets, the device's reset (guarded against one that never
- * returns), and the process's exit when the device cannot be brought back. */
+/* What follows a fault on a device, on its worker: the watchdog, the reset, the exit if lost.
+ * The watchdog's deadline for a job, the words a lost job's reply gets, the device's reset
+ * (guarded against one that never returns), and the process's exit when the device cannot be
+ * brought back. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,5 +1,4 @@
-/* The scheduler's state, shared by its two files: scheduler.c (lanes, the workers' loop, the
- * settle point) and sched_fault.c (the watchdog, resets, a device lost for good). */
+/* The scheduler's and its workers' state, shared by scheduler.c and sched_fault.c. */
 #ifndef GLLMD_SCHED_INTERNAL_H
 #define GLLMD_SCHED_INTERNAL_H
 

@@ -1,5 +1,4 @@
-/* What the scheduler shares with the sessions that own its lanes and with its own files: a
- * lane, and the exit status of a process whose device is lost for good. */
+/* A lane (sessions own it, a worker drains it) and the exit status of a device lost for good. */
 #ifndef GLLMD_SCHED_TYPES_H
 #define GLLMD_SCHED_TYPES_H
 

@@ -1,14 +1,13 @@
-/* The key tables of hello's and status's results (docs/PROTOCOL.md), one per map, in the order
- * gllmd has always packed them: a new key is one line here and a member of its struct.
- *
- * A flat key: a member named as the key in its struct (info.h), a PF_<type>(T, key) line in
- * the table, and the daemon's fill (methods_info.c) and the client's use (client/info.c). An
- * optional one has a bool has_<key> beside it (PF_OPT_MAP, PF_OPT_MAPS; PF_TRUE for a bool
- * sent only when true). A nested map: its own struct and table below, then
- * PF_MAP(T, key, key_table) (or PF_OPT_MAP); an array of maps: the struct's array member with
- * a uint32_t n_<key> beside it and PF_MAPS(T, key, item_table); arrays of numbers: PF_U64S,
- * PF_F64S. Readers that predate a key skip it, and a key a reader knows but the reply lacks
- * reads as zero (or its has_ flag false). */
+/* The key tables of hello's and status's results (docs/PROTOCOL.md), one per map. */
+
+/* In the order gllmd has always packed them. A new key is a member of its struct (info.h)
+ * named as the key, one PF_<type>(T, key) line in its table here, the daemon's fill
+ * (methods_info.c) and the client's use (client/info.c). An optional one has a bool
+ * has_<key> beside it (PF_OPT_MAP, PF_OPT_MAPS; PF_TRUE for a bool sent only when true). A
+ * nested map: its own struct and table here, then PF_MAP(T, key, key_table) (or
+ * PF_OPT_MAP); an array of maps: the array member with a uint32_t n_<key> beside it and
+ * PF_MAPS(T, key, item_table); arrays of numbers: PF_U64S, PF_F64S. A reader that predates a
+ * key skips it; a key a reader knows that a reply lacks reads as zero (its has_ false). */
 #include "info.h"
 
 #define T struct proto_device

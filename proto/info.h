@@ -1,5 +1,6 @@
-/* hello's and status's results as C structs, packed by gllmd and read by libgllm-client through
- * one key table per map (info.c): a key is one line there, and a map's size is counted. */
+/* hello's and status's results as C structs, and the key tables they are packed and read by.
+ * gllmd packs them and libgllm-client reads them through one table per map (info.c): a key is
+ * one line there, and a map's size is counted. */
 #ifndef GLLM_PROTO_INFO_H
 #define GLLM_PROTO_INFO_H
 

@@ -1,5 +1,4 @@
-/* The key tables of hello and status (proto/info.c): the bytes gllmd packed by hand before them,
- * and what a reader makes of replies gllmd never sends. */
+/* hello's and status's key tables: the bytes gllmd packed by hand, and replies it never sends. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
