@@ -57,9 +57,10 @@ struct status_metrics {
     int ndevices;
     uint64_t used[GLLM_MAX_DEVICES], total[GLLM_MAX_DEVICES];
 };
-/* Reads "metrics" and "device_memory" of a status result into *out (never fails: what is
- * missing or malformed reads as absent). */
-void metrics_decode(const msgpack_object *res, struct status_metrics *out);
+/* "metrics" and "device_memory" of a status result, read (proto_status_table), into *out:
+ * what is missing or malformed reads as absent. */
+struct proto_status;
+void metrics_from(const struct proto_status *w, struct status_metrics *out);
 
 /* How shared memory reaches this process: hello's share kind. */
 enum share_kind {
@@ -192,8 +193,9 @@ int info_hello(gllm_client *c, uint64_t *ring_bytes);
 /* The wire form of t, whose memory must belong to c. */
 int memory_tensor_to_wire(gllm_client *c, const gllm_tensor *t, struct proto_tensor *w);
 
-/* Variants (variant.c). hello's capabilities into h (after its limits). */
-void variant_decode_hello(const msgpack_object *res, struct hello_info *h);
+/* Variants (variant.c). hello's capabilities into h. */
+struct proto_hello;
+void variant_from_hello(const struct proto_hello *w, struct hello_info *h);
 /* v (NULL: none) as it travels; flags: the job's, for GLLM_ATTN_WINDOW. */
 int variant_to_wire(gllm_client *c, uint32_t flags, const gllm_attention_variant *v,
                     struct proto_variant *w);

@@ -1,112 +1,58 @@
 /* libgllm-client information: hello's capabilities, limits and devices, and the daemon's status. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "client_internal.h"
+#include "info.h"
 
-static void copy_field(const msgpack_object *map, const char *key, char *out, size_t cap)
+/* A device as the public struct has it, from hello's or status's. */
+static void device_from(const struct proto_device *d, gllm_device_info *o)
 {
-    const msgpack_object *o = proto_map_get(map, key);
-    if (!o || o->type != MSGPACK_OBJECT_STR)
-        return;
-    size_t n = o->via.str.size < cap - 1 ? o->via.str.size : cap - 1;
-    if (n)                         /* an empty string's pointer is NULL */
-        memcpy(out, o->via.str.ptr, n);
-    out[n] = '\0';
+    *o = (gllm_device_info){.size = sizeof *o, .index = (int)d->index,
+                            .memory_bytes = d->memory_bytes, .threads = (int)d->threads};
+    snprintf(o->name, sizeof o->name, "%s", d->name);
+    snprintf(o->kind, sizeof o->kind, "%s", d->kind);
+    snprintf(o->image, sizeof o->image, "%s", d->image);
+    if (sscanf(d->compute_capability, "%d.%d", &o->cc_major, &o->cc_minor) != 2)
+        o->cc_major = o->cc_minor = 0;
+    /* absent from older daemons: 0 */
+    o->process_pid = d->process_pid <= INT32_MAX ? (int)d->process_pid : 0;
 }
 
-static int decode_devices(const msgpack_object *res, gllm_device_info *devs, int *ndev)
+static void limits_from(const struct proto_hello *h, gllm_limits *l)
 {
-    const msgpack_object *arr = proto_map_get(res, "devices");
-    *ndev = 0;
-    if (!arr || arr->type != MSGPACK_OBJECT_ARRAY)
-        return GLLM_EMALFORMED;
-    for (uint32_t i = 0; i < arr->via.array.size && i < GLLM_MAX_DEVICES; i++) {
-        const msgpack_object *d = &arr->via.array.ptr[i];
-        gllm_device_info *o = &devs[i];
-        uint64_t v = 0;
-        *o = (gllm_device_info){.size = sizeof *o};
-        proto_get_u64(d, "index", false, &v);
-        o->index = (int)v;
-        copy_field(d, "name", o->name, sizeof o->name);
-        copy_field(d, "kind", o->kind, sizeof o->kind);
-        copy_field(d, "image", o->image, sizeof o->image);
-        char cc[16] = "";
-        copy_field(d, "compute_capability", cc, sizeof cc);
-        if (sscanf(cc, "%d.%d", &o->cc_major, &o->cc_minor) != 2)
-            o->cc_major = o->cc_minor = 0;
-        proto_get_u64(d, "memory_bytes", false, &o->memory_bytes);
-        v = 0;
-        proto_get_u64(d, "threads", false, &v);
-        o->threads = (int)v;
-        v = 0;
-        proto_get_u64(d, "process_pid", false, &v);     /* absent from older daemons: 0 */
-        o->process_pid = v <= INT32_MAX ? (int)v : 0;
-        (*ndev)++;
-    }
-    return 0;
-}
-
-static void decode_dtypes(const msgpack_object *res, uint32_t *mask)
-{
-    const msgpack_object *dt = proto_map_get(res, "dtypes");
-    for (uint32_t i = 0; dt && dt->type == MSGPACK_OBJECT_ARRAY && i < dt->via.array.size; i++) {
-        const msgpack_object *o = &dt->via.array.ptr[i];
-        char name[8];
-        gllm_dtype d;
-        if (o->type == MSGPACK_OBJECT_STR && o->via.str.size < sizeof name) {
-            if (o->via.str.size)
-                memcpy(name, o->via.str.ptr, o->via.str.size);
-            name[o->via.str.size] = '\0';
-            if (proto_dtype_parse(name, &d) == 0)
-                *mask |= 1u << d;
-        }
-    }
-}
-
-static void decode_limits(const msgpack_object *res, gllm_limits *l)
-{
-    const msgpack_object *lim = proto_map_get(res, "limits");
-    uint64_t x;
-    *l = (gllm_limits){.size = sizeof *l};
-#define LIMIT_(field) x = 0, proto_get_u64(lim, #field, false, &x), l->field = (__typeof__(l->field))x
-    LIMIT_(max_message_bytes);
-    LIMIT_(max_arenas);
-    LIMIT_(max_arena_bytes);
-    LIMIT_(max_device_bytes);
-    LIMIT_(max_device_bytes_total);
-    LIMIT_(max_inflight);
-    LIMIT_(max_inflight_total);
-    LIMIT_(max_elements);
-    LIMIT_(max_rank);
-    LIMIT_(max_page_entries);
-#undef LIMIT_
-    x = 0;
-    proto_get_u64(res, "max_head_dim", false, &x);   /* beside the limits, not inside */
-    l->max_head_dim = (uint32_t)x;
+    const struct proto_hello_limits *w = &h->limits;
+    *l = (gllm_limits){
+        .size = sizeof *l,
+        .max_message_bytes = (uint32_t)w->max_message_bytes,
+        .max_arenas = (uint32_t)w->max_arenas,
+        .max_arena_bytes = w->max_arena_bytes,
+        .max_device_bytes = w->max_device_bytes,
+        .max_device_bytes_total = w->max_device_bytes_total,
+        .max_inflight = (uint32_t)w->max_inflight,
+        .max_inflight_total = (uint32_t)w->max_inflight_total,
+        .max_elements = w->max_elements,
+        .max_rank = (uint32_t)w->max_rank,
+        .max_head_dim = (uint32_t)h->max_head_dim,   /* beside the limits, not inside */
+        .max_page_entries = (uint32_t)w->max_page_entries,
+    };
 }
 
 /* hello's "share": absent when the backend shares no memory. A kind this library does not
  * know reads as none, so the calls that need it fail cleanly with -EOPNOTSUPP. */
-static void decode_share(const msgpack_object *res, struct hello_info *h)
+static void share_from(const struct proto_hello *w, struct hello_info *h)
 {
-    const msgpack_object *sh = proto_map_get(res, "share");
-    const msgpack_object *kind = sh && sh->type == MSGPACK_OBJECT_MAP ? proto_map_get(sh, "kind")
-                                                                      : NULL;
-    uint64_t g = 0;
     h->share = SHARE_NONE;
-    if (!kind || kind->type != MSGPACK_OBJECT_STR ||
-        proto_get_u64(sh, "granularity", true, &g) < 0 || g == 0)
+    if (!w->has_share || w->share.granularity == 0)
         return;
-    h->share = memory_share_parse(kind->via.str.ptr, kind->via.str.size);
+    h->share = memory_share_parse(w->share.kind, strlen(w->share.kind));
     if (h->share == SHARE_NONE)
         return;
-    const msgpack_object *sync = proto_map_get(res, "sync");
-    const msgpack_object *dw = sync && sync->type == MSGPACK_OBJECT_MAP
-                                   ? proto_map_get(sync, "device_waits") : NULL;
-    h->device_waits = dw && dw->type == MSGPACK_OBJECT_BOOLEAN && dw->via.boolean;
-    copy_field(sh, "kind", h->caps.share, sizeof h->caps.share);
-    h->caps.share_granularity = g;
+    h->device_waits = w->has_sync && w->sync.device_waits;
+    snprintf(h->caps.share, sizeof h->caps.share, "%s", w->share.kind);
+    h->caps.share_granularity = w->share.granularity;
 }
 
 int info_hello(gllm_client *c, uint64_t *ring_bytes)
@@ -119,22 +65,22 @@ int info_hello(gllm_client *c, uint64_t *ring_bytes)
     int r = rpc_call(c, id, -1);
     if (r < 0)
         return r;
-    const msgpack_object *res = c->calls.call_msg.result;
+    struct proto_hello w;
+    r = proto_read_table(c->calls.call_msg.result, &proto_hello_table, &w);
+    rpc_end(c);
     struct hello_info *h = &c->hello;
     gllm_caps *caps = &h->caps;
-    uint64_t v = 0;
-    *caps = (gllm_caps){.size = sizeof *caps};
-    proto_get_u64(res, "version", false, &v);
-    caps->protocol_version = (int)v;
-    copy_field(res, "daemon", caps->daemon_version, sizeof caps->daemon_version);
-    copy_field(res, "backend", caps->backend, sizeof caps->backend);
-    r = decode_devices(res, h->devices, &caps->ndevices);
-    decode_dtypes(res, &caps->dtypes);
-    decode_limits(res, &h->limits);
-    variant_decode_hello(res, h);
-    proto_get_u64(res, "ring_bytes", false, ring_bytes);
-    decode_share(res, h);
-    rpc_end(c);
+    *caps = (gllm_caps){.size = sizeof *caps, .protocol_version = (int)w.version,
+                        .ndevices = (int)w.n_devices, .dtypes = w.dtypes};
+    snprintf(caps->daemon_version, sizeof caps->daemon_version, "%s", w.daemon);
+    snprintf(caps->backend, sizeof caps->backend, "%s", w.backend);
+    for (uint32_t i = 0; i < w.n_devices; i++)
+        device_from(&w.devices[i], &h->devices[i]);
+    limits_from(&w, &h->limits);
+    variant_from_hello(&w, h);
+    if (w.ring_bytes)
+        *ring_bytes = w.ring_bytes;
+    share_from(&w, h);
     return r;
 }
 
@@ -162,26 +108,19 @@ int gllm_client_device(const gllm_client *c, int index, gllm_device_info *out)
     return 0;
 }
 
-static void decode_client_list(const msgpack_object *res, struct status_list *l)
+static void client_list_from(const struct proto_status *w, struct status_list *l)
 {
-    const msgpack_object *list = proto_map_get(res, "client_list");
-    l->n = 0;
-    for (uint32_t i = 0; list && list->type == MSGPACK_OBJECT_ARRAY && i < list->via.array.size &&
-                        l->n < GLLM_MAX_LISTED_CLIENTS; i++) {
-        const msgpack_object *e = &list->via.array.ptr[i];
-        gllm_client_info *ci = &l->entries[l->n++];
-        *ci = (gllm_client_info){.size = sizeof *ci};
-        uint64_t v = 0;
-        proto_get_u64(e, "pid", false, &v), ci->pid = (int)v, v = 0;
-        proto_get_u64(e, "uid", false, &v), ci->uid = (uint32_t)v, v = 0;
-        proto_get_u64(e, "gid", false, &v), ci->gid = (uint32_t)v, v = 0;
-        proto_get_u64(e, "arenas", false, &v), ci->arenas = (uint32_t)v, v = 0;
-        proto_get_u64(e, "inflight", false, &v), ci->inflight = (uint32_t)v;
-        proto_get_u64(e, "arena_bytes", false, &ci->arena_bytes);
-        proto_get_u64(e, "device_bytes", false, &ci->device_bytes);
-        proto_get_u64(e, "exported_bytes", false, &ci->exported_bytes);
-        proto_get_u64(e, "imported_bytes", false, &ci->imported_bytes);
-        copy_field(e, "comm", ci->comm, sizeof ci->comm);
+    l->n = (int)w->n_client_list;
+    for (uint32_t i = 0; i < w->n_client_list; i++) {
+        const struct proto_status_client *e = &w->client_list[i];
+        gllm_client_info *ci = &l->entries[i];
+        *ci = (gllm_client_info){
+            .size = sizeof *ci, .pid = (int)e->pid, .uid = (uint32_t)e->uid,
+            .gid = (uint32_t)e->gid, .arenas = (uint32_t)e->arenas,
+            .arena_bytes = e->arena_bytes, .device_bytes = e->device_bytes,
+            .inflight = (uint32_t)e->inflight, .exported_bytes = e->exported_bytes,
+            .imported_bytes = e->imported_bytes};
+        snprintf(ci->comm, sizeof ci->comm, "%s", e->comm);
     }
 }
 
@@ -189,53 +128,38 @@ int gllm_status_get(gllm_client *c, gllm_status *out)
 {
     if (out_check(out) < 0)
         return -EINVAL;
+    struct proto_status *w = malloc(sizeof *w);   /* 25 KiB: not on a caller's stack */
+    if (!w)
+        return -ENOMEM;
     uint64_t id;
     msgpack_packer *pk = rpc_begin(c, "status", &id);
     msgpack_pack_map(pk, 0);
     int r = rpc_call(c, id, -1);
-    if (r < 0)
+    if (r < 0) {
+        free(w);
         return r;
-    const msgpack_object *res = c->calls.call_msg.result;
-    gllm_status st = {.size = sizeof st};
-    copy_field(res, "daemon", st.daemon_version, sizeof st.daemon_version);
-    copy_field(res, "backend", st.backend, sizeof st.backend);
-    proto_get_f64(res, "uptime_s", false, &st.uptime_s);
-    uint64_t x = 0;
-    proto_get_u64(res, "clients", false, &x);
-    st.clients = (uint32_t)x;
-    proto_get_u64(res, "jobs_done", false, &st.jobs_done);
-    proto_get_u64(res, "jobs_failed", false, &st.jobs_failed);
-    proto_get_u64(res, "jobs_inflight", false, &st.jobs_inflight);
-    proto_get_u64(res, "bytes_mapped", false, &st.bytes_mapped);
-    proto_get_u64(res, "device_bytes", false, &st.device_bytes);
-    proto_get_u64(res, "exported_bytes", false, &st.exported_bytes);
-    proto_get_u64(res, "imported_bytes", false, &st.imported_bytes);
-    x = 0;
-    proto_get_u64(res, "dtensors", false, &x);
-    st.dtensors = (uint32_t)x;
-    proto_get_u64(res, "requests", false, &st.requests);
-    proto_get_u64(res, "errors", false, &st.errors);
-    proto_get_u64(res, "limit_violations", false, &st.limit_violations);
-    proto_get_u64(res, "ring_requests", false, &st.ring_requests);
-    x = 0;
-    proto_get_u64(res, "arenas", false, &x);
-    st.arenas = (uint32_t)x;
-    /* Devices are hello's (gllm_client_device); the status reply repeats them, checked here
-     * as before so a reply without them still fails. */
-    gllm_device_info devices[GLLM_MAX_DEVICES];
-    int ndevices;
-    r = decode_devices(res, devices, &ndevices);
-    struct status_list listed;
-    decode_client_list(res, &listed);
-    struct status_metrics metrics;
-    metrics_decode(res, &metrics);
+    }
+    /* Devices are hello's (gllm_client_device); the status reply repeats them, and a reply
+     * without them still fails. */
+    r = proto_read_table(c->calls.call_msg.result, &proto_status_table, w);
     rpc_end(c);
     if (r == 0) {
-        c->listed = listed;
-        c->metrics = metrics;
-        st.nlisted = listed.n;
+        gllm_status st = {
+            .size = sizeof st, .uptime_s = w->uptime_s, .clients = (uint32_t)w->clients,
+            .jobs_done = w->jobs_done, .jobs_failed = w->jobs_failed,
+            .jobs_inflight = w->jobs_inflight, .bytes_mapped = w->bytes_mapped,
+            .arenas = (uint32_t)w->arenas, .device_bytes = w->device_bytes,
+            .dtensors = (uint32_t)w->dtensors, .requests = w->requests,
+            .ring_requests = w->ring_requests, .errors = w->errors,
+            .limit_violations = w->limit_violations, .nlisted = (int)w->n_client_list,
+            .exported_bytes = w->exported_bytes, .imported_bytes = w->imported_bytes};
+        snprintf(st.daemon_version, sizeof st.daemon_version, "%s", w->daemon);
+        snprintf(st.backend, sizeof st.backend, "%s", w->backend);
+        client_list_from(w, &c->listed);
+        metrics_from(w, &c->metrics);
         out_fill(out, &st, sizeof st);
     }
+    free(w);
     return r;
 }
 

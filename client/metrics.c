@@ -2,91 +2,56 @@
 #include <stdio.h>
 
 #include "client_internal.h"
-
-/* A msgpack number as a double; false for anything else. */
-static bool number_of(const msgpack_object *o, double *out)
-{
-    switch (o->type) {
-    case MSGPACK_OBJECT_FLOAT32:
-    case MSGPACK_OBJECT_FLOAT64: *out = o->via.f64; return true;
-    case MSGPACK_OBJECT_POSITIVE_INTEGER: *out = (double)o->via.u64; return true;
-    default: return false;
-    }
-}
+#include "info.h"
 
 /* One histogram: {le: [bounds], counts: [bounds + 1], sum, count}. More bounds than the
  * struct holds fold into the last bucket, which stays correct once the buckets are added
  * up; arrays that disagree leave the histogram with every job past its (no) bounds. */
-static void decode_histogram(const msgpack_object *m, const char *key, gllm_histogram *h)
+static void histogram_from(const struct proto_histogram *w, gllm_histogram *h)
 {
-    const msgpack_object *o = m ? proto_map_get(m, key) : NULL;
-    *h = (gllm_histogram){0};
-    if (!o || o->type != MSGPACK_OBJECT_MAP)
-        return;
-    proto_get_f64(o, "sum", false, &h->sum);
-    proto_get_u64(o, "count", false, &h->count);
-    const msgpack_object *le = proto_map_get(o, "le"), *counts = proto_map_get(o, "counts");
-    if (!le || !counts || le->type != MSGPACK_OBJECT_ARRAY ||
-        counts->type != MSGPACK_OBJECT_ARRAY || counts->via.array.size != le->via.array.size + 1) {
+    *h = (gllm_histogram){.sum = w->sum, .count = w->count};
+    const uint32_t nb = w->n_le;
+    if (w->n_counts != nb + 1) {
         h->counts[0] = h->count;
         return;
     }
-    const uint32_t nb = le->via.array.size;
     const int keep = nb < GLLM_HISTOGRAM_BOUNDS ? (int)nb : GLLM_HISTOGRAM_BOUNDS;
     gllm_histogram t = {.nbounds = keep, .sum = h->sum, .count = h->count};
     for (uint32_t i = 0; i <= nb; i++) {
-        const msgpack_object *c = &counts->via.array.ptr[i];
-        if (c->type != MSGPACK_OBJECT_POSITIVE_INTEGER)
-            goto bad;
-        t.counts[i < (uint32_t)keep ? i : (uint32_t)keep] += c->via.u64;
-        if (i < (uint32_t)keep && (!number_of(&le->via.array.ptr[i], &t.le[i]) ||
-                                   (i && t.le[i] <= t.le[i - 1])))
-            goto bad;
+        t.counts[i < (uint32_t)keep ? i : (uint32_t)keep] += w->counts[i];
+        if (i < (uint32_t)keep) {
+            t.le[i] = w->le[i];
+            if (i && t.le[i] <= t.le[i - 1]) {
+                h->counts[0] = h->count;
+                return;
+            }
+        }
     }
     *h = t;
-    return;
-bad:
-    h->counts[0] = h->count;
 }
 
-static void decode_jobs(const msgpack_object *m, gllm_metrics *out)
+void metrics_from(const struct proto_status *w, struct status_metrics *out)
 {
-    const msgpack_object *jobs = proto_map_get(m, "jobs");
-    out->nmethods = 0;
-    for (uint32_t i = 0; jobs && jobs->type == MSGPACK_OBJECT_ARRAY && i < jobs->via.array.size &&
-                        out->nmethods < GLLM_METRICS_MAX_METHODS; i++) {
-        const msgpack_object *e = &jobs->via.array.ptr[i];
-        gllm_method_jobs j = {0};
-        if (proto_get_str(e, "method", true, j.method, sizeof j.method) < 0 || !j.method[0])
-            continue;
-        proto_get_u64(e, "ok", false, &j.ok);
-        proto_get_u64(e, "failed", false, &j.failed);
-        out->jobs[out->nmethods++] = j;
-    }
-}
-
-void metrics_decode(const msgpack_object *res, struct status_metrics *out)
-{
-    const msgpack_object *m = proto_map_get(res, "metrics");
-    out->have = m && m->type == MSGPACK_OBJECT_MAP;
+    out->have = w->has_metrics;
     out->m = (gllm_metrics){.size = sizeof out->m};
     if (out->have) {
-        decode_jobs(m, &out->m);
-        decode_histogram(m, "queue_seconds", &out->m.queue_seconds);
-        decode_histogram(m, "kernel_seconds", &out->m.kernel_seconds);
-        decode_histogram(m, "added_seconds", &out->m.added_seconds);
+        /* An entry without its method name says nothing: left out. */
+        for (uint32_t i = 0; i < w->metrics.n_jobs; i++)
+            if (w->metrics.jobs[i].method[0] && out->m.nmethods < GLLM_METRICS_MAX_METHODS) {
+                gllm_method_jobs *j = &out->m.jobs[out->m.nmethods++];
+                snprintf(j->method, sizeof j->method, "%s", w->metrics.jobs[i].method);
+                j->ok = w->metrics.jobs[i].ok;
+                j->failed = w->metrics.jobs[i].failed;
+            }
+        histogram_from(&w->metrics.queue_seconds, &out->m.queue_seconds);
+        histogram_from(&w->metrics.kernel_seconds, &out->m.kernel_seconds);
+        histogram_from(&w->metrics.added_seconds, &out->m.added_seconds);
     }
-    const msgpack_object *dm = proto_map_get(res, "device_memory");
-    out->have_devices = dm && dm->type == MSGPACK_OBJECT_ARRAY;
-    out->ndevices = 0;
-    for (uint32_t i = 0; out->have_devices && i < dm->via.array.size && i < GLLM_MAX_DEVICES;
-         i++) {
-        uint64_t used = 0, total = 0;
-        proto_get_u64(&dm->via.array.ptr[i], "used", false, &used);
-        proto_get_u64(&dm->via.array.ptr[i], "total", false, &total);
-        out->used[i] = used;
-        out->total[i] = total;
-        out->ndevices++;
+    out->have_devices = w->has_device_memory;
+    out->ndevices = (int)w->n_device_memory;
+    for (uint32_t i = 0; i < w->n_device_memory; i++) {
+        out->used[i] = w->device_memory[i].used;
+        out->total[i] = w->device_memory[i].total;
     }
 }
 

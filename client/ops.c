@@ -171,13 +171,10 @@ int gllm_memory_copy(gllm_client *c, gllm_memory *dst, uint64_t dst_offset, gllm
         return -EINVAL;
     uint64_t id;
     msgpack_packer *pk = rpc_begin(c, "dtensor_copy", &id);
-    msgpack_pack_map(pk, 6);
-    proto_pack_kv_u64(pk, "dtensor", dev->id);
-    proto_pack_kv_u64(pk, "offset", to_device ? dst_offset : src_offset);
-    proto_pack_kv_u64(pk, "arena", arena->id);
-    proto_pack_kv_u64(pk, "arena_offset", to_device ? src_offset : dst_offset);
-    proto_pack_kv_u64(pk, "bytes", bytes);
-    proto_pack_kv_bool(pk, "to_device", to_device);
+    proto_pack_copy(pk, &(struct proto_copy){
+                            .dtensor = dev->id, .offset = to_device ? dst_offset : src_offset,
+                            .arena = arena->id, .arena_offset = to_device ? src_offset : dst_offset,
+                            .bytes = bytes, .to_device = to_device});
     /* A copy is a job: its reply comes in order with the connection's other jobs. */
     int r = jobs_submit(c, id);
     return r < 0 ? r : gllm_job_wait(c, id, NULL);

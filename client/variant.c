@@ -2,20 +2,22 @@
  * against them and put on the wire. */
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "client_internal.h"
+#include "info.h"
 
-void variant_decode_hello(const msgpack_object *res, struct hello_info *h)
+void variant_from_hello(const struct proto_hello *w, struct hello_info *h)
 {
     /* A daemon from before capabilities computes no variant, in any mode, with its head dims. */
     for (int i = 0; i < GLLM_MODE_COUNT; i++)
-        h->modes[i] = (struct proto_mode_caps){.max_head_dim = h->limits.max_head_dim};
-    const msgpack_object *caps = proto_map_get(res, "capabilities");
-    struct proto_mode_caps modes[GLLM_MODE_COUNT];
-    if (caps && proto_decode_capabilities(caps, modes) == 0)
-        for (int i = 0; i < GLLM_MODE_COUNT; i++)
-            h->modes[i] = modes[i];
+        h->modes[i] = (struct proto_mode_caps){.max_head_dim = w->max_head_dim};
+    if (w->has_capabilities) {
+        h->modes[GLLM_MODE_DENSE] = w->capabilities.dense;
+        h->modes[GLLM_MODE_DECODE] = w->capabilities.decode;
+        h->modes[GLLM_MODE_PREFILL] = w->capabilities.prefill;
+    }
 }
 
 int gllm_client_mode_caps(const gllm_client *c, gllm_mode mode, gllm_mode_caps *out)
@@ -24,9 +26,10 @@ int gllm_client_mode_caps(const gllm_client *c, gllm_mode mode, gllm_mode_caps *
         return -EINVAL;
     const struct proto_mode_caps *m = &c->hello.modes[mode];
     gllm_mode_caps v = {.size = sizeof v, .variants = m->variants,
-                        .max_head_dim = (int)m->max_head_dim, .nhead_dims = (int)m->nhead_dims};
-    for (uint32_t i = 0; i < m->nhead_dims; i++)
-        v.head_dims[i] = (int)m->head_dims[i];
+                        .max_head_dim = m->max_head_dim > INT32_MAX ? INT32_MAX : (int)m->max_head_dim};
+    for (uint32_t i = 0; i < m->n_head_dims && i < GLLM_MAX_MODE_HEAD_DIMS; i++)
+        if (m->head_dims[i] <= INT32_MAX)
+            v.head_dims[v.nhead_dims++] = (int)m->head_dims[i];
     out_fill(out, &v, sizeof v);
     return 0;
 }

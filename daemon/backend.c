@@ -155,11 +155,12 @@ void backend_mode_caps(const struct backend *be, struct proto_mode_caps *out)
     for (int i = 0; i < GLLM_MODE_COUNT; i++) {
         const struct backend_mode_caps *m = &be->caps.modes[i];
         struct proto_mode_caps c = {.variants = m->variants};
-        c.max_head_dim = (uint32_t)(m->max_head_dim > 0 ? m->max_head_dim : be->caps.max_head_dim);
-        c.nhead_dims = m->nhead_dims > 0 && m->nhead_dims <= GLLM_MAX_MODE_HEAD_DIMS
-                           ? (uint32_t)m->nhead_dims : 0;
-        for (uint32_t d = 0; d < c.nhead_dims; d++)
-            c.head_dims[d] = (uint32_t)m->head_dims[d];
+        c.max_head_dim = (uint64_t)(m->max_head_dim > 0 ? m->max_head_dim : be->caps.max_head_dim);
+        c.n_head_dims = m->nhead_dims > 0 && m->nhead_dims <= GLLM_MAX_MODE_HEAD_DIMS
+                            ? (uint32_t)m->nhead_dims : 0;
+        c.has_head_dims = c.n_head_dims > 0;
+        for (uint32_t d = 0; d < c.n_head_dims; d++)
+            c.head_dims[d] = (uint64_t)m->head_dims[d];
         out[i] = c;
     }
 }

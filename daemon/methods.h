@@ -1,6 +1,6 @@
 /* The request handlers: one per method of the wire protocol (docs/PROTOCOL.md). Each answers
  * its call exactly once, now or, for a job, when the job is settled. rpc.c's table maps
- * names to them. */
+ * names to them; methods_info.c, methods_memory.c and methods_jobs.c define them. */
 #ifndef GLLMD_METHODS_H
 #define GLLMD_METHODS_H
 
@@ -32,5 +32,20 @@ void method_job_refused(struct rpc_call *c, const struct proto_msg *m);
  * GLLM_FAULT_INJECTION (never a release) sets. */
 extern bool debug_fault_enabled;
 void method_debug_fault(struct rpc_call *c, const struct proto_msg *m);
+
+/* Between the method files. The wire name of the kind of memory the backend shares ("memfd",
+ * "cuda_vmm_fd"), or NULL when it shares none: hello announces it, dtensor_create exports it
+ * (methods_memory.c). */
+struct backend;
+const char *methods_share_kind(const struct backend *be);
+/* Room for one more job, or an error reply and false (methods_jobs.c). */
+bool methods_admit(struct rpc_call *c, const char *method);
+/* Queues a prepared job on dev with its counters, or answers c with why not; takes job. */
+struct job;
+void methods_submit(struct rpc_call *c, struct job *job, int dev, const struct proto_counter *wait,
+                    const struct proto_counter *signal, const char *method);
+/* After a job's decode failed: what its device, wait or signal broke, in words (their code was
+ * the one returned: decoders read them first), or NULL when the failure was elsewhere. */
+const char *methods_job_why(const struct proto_msg *m, bool takes_device);
 
 #endif

@@ -1,10 +1,11 @@
 /* Job metrics: counters by method and result, and fixed-bucket histograms (Prometheus
  * semantics: the client adds the counts up into cumulative buckets). */
+#include <stdio.h>
 #include <string.h>
 
 #include "device_health.h"
 #include "metrics.h"
-#include "proto.h"
+#include "info.h"
 
 static const char *const method_names[METRICS_NMETHODS] = {
     "attention", "dtensor_copy", "kv_append", "attention_decode", "attention_prefill",
@@ -48,36 +49,31 @@ void metrics_job(struct metrics *m, enum metrics_method method, bool ok, uint64_
         observe(&m->kernel, kernel_ns);
 }
 
-static void pack_histogram(msgpack_packer *pk, const char *name, const struct histogram *h)
+static void fill_histogram(struct proto_histogram *out, const struct histogram *h)
 {
-    proto_pack_str(pk, name);
-    msgpack_pack_map(pk, 4);
-    proto_pack_str(pk, "le");
-    msgpack_pack_array(pk, METRICS_NBUCKETS);
+    out->n_le = METRICS_NBUCKETS;
     for (int i = 0; i < METRICS_NBUCKETS; i++)
-        msgpack_pack_double(pk, bounds_s[i]);
-    proto_pack_str(pk, "counts");
-    msgpack_pack_array(pk, METRICS_NBUCKETS + 1);
+        out->le[i] = bounds_s[i];
+    out->n_counts = METRICS_NBUCKETS + 1;
     for (int i = 0; i <= METRICS_NBUCKETS; i++)
-        msgpack_pack_uint64(pk, h->counts[i]);
-    proto_pack_kv_f64(pk, "sum", h->sum_s);
-    proto_pack_kv_u64(pk, "count", h->count);
+        out->counts[i] = h->counts[i];
+    out->sum = h->sum_s;
+    out->count = h->count;
 }
 
-void metrics_pack(msgpack_packer *pk, const struct metrics *m)
+_Static_assert(METRICS_NMETHODS <= GLLM_METRICS_MAX_METHODS, "status carries every method");
+
+void metrics_fill(struct proto_metrics *out, const struct metrics *m)
 {
-    msgpack_pack_map(pk, 5);
     /* Device resets after faults, every device together (a counter). */
-    proto_pack_kv_u64(pk, "device_resets", health_total_resets());
-    proto_pack_str(pk, "jobs");
-    msgpack_pack_array(pk, METRICS_NMETHODS);
+    out->device_resets = health_total_resets();
+    out->n_jobs = METRICS_NMETHODS;
     for (int i = 0; i < METRICS_NMETHODS; i++) {
-        msgpack_pack_map(pk, 3);
-        proto_pack_kv_str(pk, "method", method_names[i]);
-        proto_pack_kv_u64(pk, "ok", m->jobs[i][0]);
-        proto_pack_kv_u64(pk, "failed", m->jobs[i][1]);
+        snprintf(out->jobs[i].method, sizeof out->jobs[i].method, "%s", method_names[i]);
+        out->jobs[i].ok = m->jobs[i][0];
+        out->jobs[i].failed = m->jobs[i][1];
     }
-    pack_histogram(pk, "queue_seconds", &m->queue);
-    pack_histogram(pk, "kernel_seconds", &m->kernel);
-    pack_histogram(pk, "added_seconds", &m->added);
+    fill_histogram(&out->queue_seconds, &m->queue);
+    fill_histogram(&out->kernel_seconds, &m->kernel);
+    fill_histogram(&out->added_seconds, &m->added);
 }

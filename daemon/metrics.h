@@ -33,7 +33,8 @@ enum metrics_method metrics_method_of(const char *name);
 /* One settled job: its times in ns (kernel 0: not measured, not counted). */
 void metrics_job(struct metrics *m, enum metrics_method method, bool ok, uint64_t queue_ns,
                  uint64_t kernel_ns, uint64_t added_ns);
-/* Packs the metrics as one map value (status's "metrics"). */
-void metrics_pack(msgpack_packer *pk, const struct metrics *m);
+/* The metrics as status's "metrics" carries them. */
+struct proto_metrics;
+void metrics_fill(struct proto_metrics *out, const struct metrics *m);
 
 #endif

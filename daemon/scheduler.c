@@ -1,5 +1,6 @@
-/* The scheduler: a worker thread per device takes jobs fairly from lanes and runs them; the
- * loop settles what finished in one place (settle_finished), woken by uv_async. */
+/* The scheduler: a worker thread per device takes jobs fairly from lanes and runs them (or
+ * leaves them in flight on their lane's queue); the loop settles what finished in one place
+ * (settle_finished), woken by uv_async. What follows a fault is sched_fault.c's. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -9,69 +10,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "device_health.h"
-#include "log.h"
+#include "sched_fault.h"
+#include "sched_internal.h"
 #include "scheduler.h"
-
-struct worker {
-    struct sched *sched;
-    struct backend *be;
-    int dev;
-    struct proto_buf *scratch;            /* job->ops->finished's, worker thread only */
-    pthread_t thread;
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    struct lane *ring_head, *ring_tail;   /* lanes with queued jobs */
-    bool stop;
-    atomic_uint submitted;                /* bumped per job: what an idle worker spins on */
-    struct job *done_head, *done_tail;    /* finished, not yet settled; under lock */
-    uv_async_t async;
-    /* After a failed reset the device serves nothing until one succeeds: tried again before
-     * a job once the retry time has come (worker thread only). */
-    bool failed;
-    uint64_t retry_ns;
-    char failed_why[160];
-    /* Fault injection: the next job of this owner on this device meets the fault instead of
-     * running (under lock). */
-    enum backend_fault armed;
-    const void *armed_cookie;
-    /* The backend has queues: jobs ordered with their client are submitted to their lane's
-     * and finished by polling (poll_flying); fly lists the lanes with jobs there. */
-    bool queues;
-    /* The backend says when the device is lost while idle (a device process that ended):
-     * the idle worker looks every LOST_CHECK_MS and resets it. */
-    bool watch_loss;
-    struct lane *fly;                     /* worker thread only */
-    uint64_t fly_events;                  /* jobs submitted or finished through queues */
-};
-
-/* Puts a finished job on the worker's list for the loop to settle; under w->lock. */
-static void done_append(struct worker *w, struct job *j)
-{
-    if (w->done_tail)
-        w->done_tail->next = j;
-    else
-        w->done_head = j;
-    w->done_tail = j;
-}
-
-struct sched {
-    int nworkers;
-    struct worker *workers[GLLM_MAX_DEVICES];
-    uint64_t unsettled;                   /* loop thread: submitted, not yet settled */
-    unsigned open_handles;                /* worker asyncs libuv still holds */
-    bool stopping;
-    /* The watchdog: a job's deadline is floor + its work at the slowest rate a device is
-     * expected to reach; floor 0 turns it off. Set by the loop, read by the workers. */
-    _Atomic uint64_t watchdog_floor_ns;
-    _Atomic uint64_t watchdog_gflops;
-    atomic_bool exit_on_reset_failure;
-    /* A device lost for good (exit_device_lost): its worker waits, at most EXIT_FLUSH_MS,
-     * for the loop to have answered the jobs it failed, then ends the process. */
-    pthread_mutex_t exit_lock;
-    pthread_cond_t exit_cond;
-    bool exit_wanted, exit_settled;
-};
 
 static void ring_push(struct worker *w, struct lane *l)
 {
@@ -184,240 +125,6 @@ static void spin_for_work(struct worker *w, unsigned seen)
             __asm__ __volatile__("" ::: "memory");
 }
 
-/* Work of a job in floating-point operations, for its watchdog deadline; a copy counts four
- * per byte (host memory may be pageable and slow). */
-static double job_work(const struct job *j)
-{
-    switch (j->kind) {
-    case JOB_ATTENTION: {
-        const struct attn_args *a = &j->args;      /* every run of a repeated job */
-        return 4.0 * (double)a->B * (double)a->Hq * (double)a->Sq * (double)a->Skv * (double)a->D *
-               (double)attn_runs(a);
-    }
-    case JOB_COPY:
-        return 4.0 * (double)j->copy.bytes;
-    case JOB_PAGED: {
-        const struct paged_args *p = &j->paged;
-        if (p->op == PAGED_APPEND)
-            return 4.0 * (double)p->nnew * (double)p->Hkv * (double)p->D;
-        return 4.0 * (double)p->nq * (double)p->Hq * (double)p->max_kv_len * (double)p->D;
-    }
-    }
-    return 0;
-}
-
-static uint64_t job_deadline(const struct sched *s, const struct job *j, uint64_t start)
-{
-    uint64_t floor_ns = atomic_load_explicit(&s->watchdog_floor_ns, memory_order_relaxed);
-    uint64_t gflops = atomic_load_explicit(&s->watchdog_gflops, memory_order_relaxed);
-    if (!floor_ns)
-        return 0;
-    double extra = gflops ? job_work(j) / (double)gflops : 0;   /* flops / (Gflop/s) = ns */
-    if (extra > 1e18)
-        extra = 1e18;
-    return start + floor_ns + (uint64_t)extra;
-}
-
-/* A job naming a device tensor made before its device's last reset fails without running:
- * the memory went with the old context, and the address may be another tensor's now. */
-static int check_generation(const struct worker *w, struct job *j)
-{
-    for (int i = 0; i < j->narenas; i++) {
-        const struct arena *a = j->arenas[i];
-        if (!arena_lost(a))
-            continue;
-        struct health_info h;
-        health_get(a->dev, &h);
-        snprintf(j->why, sizeof j->why, "device %d was reset after a fault (%.60s): device "
-                 "tensor %u is lost; free it and create it again", w->dev, h.last_reason, a->id);
-        return GLLM_EDEVLOST;
-    }
-    return 0;
-}
-
-/* How long a worker ending the process waits for the loop to answer the jobs it failed: a
- * hung GPU must not hold the exit, and a reply the client's socket cannot take at once is
- * not worth more than a restart (that client reads DISCONNECTED instead). */
-#define EXIT_FLUSH_MS 1000
-
-/* Worker thread: every job queued on w fails with GLLM_EDEVLOST (why: reason) and goes to
- * the loop to be answered, as if it had run. */
-static void fail_queued(struct worker *w, const char *reason)
-{
-    struct job *all = NULL, **tail = &all;
-    pthread_mutex_lock(&w->lock);
-    for (struct lane *l = w->ring_head; l; l = l->next) {
-        *tail = l->head;
-        tail = &l->tail->next;
-        l->head = l->tail = NULL;
-        l->in_ring = false;
-    }
-    w->ring_head = w->ring_tail = NULL;
-    pthread_mutex_unlock(&w->lock);
-    for (struct job *j = all, *next; j; j = next) {
-        next = j->next;
-        j->next = NULL;
-        j->t_start = j->t_end = now_ns();
-        j->status = GLLM_EDEVLOST;
-        int n = snprintf(j->why, sizeof j->why, "device %d lost: gllmd is restarting; connect "
-                         "again and create device tensors again (", w->dev);
-        if (n > 0 && (size_t)n < sizeof j->why)
-            snprintf(j->why + n, sizeof j->why - (size_t)n, "%s)", reason);
-        if (j->sync.signal)    /* the client's stream does not wait for ever */
-            atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
-                                  memory_order_release);
-        j->ops->finished(j, w->scratch);
-        pthread_mutex_lock(&w->lock);
-        done_append(w, j);
-        pthread_mutex_unlock(&w->lock);
-    }
-}
-
-/* clk's time ms milliseconds from now, as pthread_cond_timedwait takes a deadline. */
-static struct timespec clock_after_ms(clockid_t clk, uint64_t ms)
-{
-    struct timespec t;
-    clock_gettime(clk, &t);
-    t.tv_sec += (time_t)(ms / 1000u);
-    t.tv_nsec += (long)(ms % 1000u) * 1000000L;
-    t.tv_sec += t.tv_nsec / 1000000000L;
-    t.tv_nsec %= 1000000000L;
-    return t;
-}
-
-/* Worker thread, for a device this process cannot bring back (its backend cannot reset in
- * process, or a reset failed): what the driver's documentation prescribes after a sticky
- * error is a new process. The device's queued jobs fail with DEVLOST, the loop answers
- * them (the faulting job's answer is already on its way), and the process exits with
- * GLLMD_EXIT_DEVICE_LOST, which the service manager's Restart=on-failure answers with a
- * new gllmd. Every other client loses its connection: see docs/hardening.md. */
-static _Noreturn void exit_device_lost(struct worker *w, const char *reason)
-{
-    struct sched *s = w->sched;
-    uint64_t t0 = now_ns();
-    log_err("device %d: %s: it cannot be brought back in this process; failing its jobs and "
-            "exiting with status %d so that a new gllmd starts", w->dev, reason,
-            GLLMD_EXIT_DEVICE_LOST);
-    fail_queued(w, reason);
-    const struct timespec until = clock_after_ms(CLOCK_REALTIME, EXIT_FLUSH_MS);
-    pthread_mutex_lock(&s->exit_lock);
-    s->exit_wanted = true;
-    uv_async_send(&w->async);
-    while (!s->exit_settled)
-        if (pthread_cond_timedwait(&s->exit_cond, &s->exit_lock, &until) != 0)
-            break;
-    bool settled = s->exit_settled;
-    pthread_mutex_unlock(&s->exit_lock);
-    log_err("device %d: exiting (status %d) after %.1f ms%s", w->dev, GLLMD_EXIT_DEVICE_LOST,
-            (double)(now_ns() - t0) / 1e6,
-            settled ? "" : "; the loop had not answered every failed job");
-    _exit(GLLMD_EXIT_DEVICE_LOST);
-}
-
-/* A reset that does not come back (a driver waiting on work that never ends) would hold its
- * worker for ever: past RESET_GUARD_S, plus what the backend allows for the arenas it maps
- * again (backend_reset_allowance_ms), a guard thread ends the process, as a failed reset
- * does, when exit_on_reset_failure allows; else it only says so. */
-#define RESET_GUARD_S 10
-
-struct reset_guard {
-    pthread_mutex_t lock;
-    pthread_cond_t done_cond;
-    bool done, may_exit;
-    int dev;
-    uint64_t limit_ms;
-};
-
-static void *reset_guard_main(void *arg)
-{
-    struct reset_guard *g = arg;
-    const struct timespec until = clock_after_ms(CLOCK_REALTIME, g->limit_ms);
-    pthread_mutex_lock(&g->lock);
-    while (!g->done)
-        if (pthread_cond_timedwait(&g->done_cond, &g->lock, &until) != 0)
-            break;
-    bool stuck = !g->done;
-    pthread_mutex_unlock(&g->lock);
-    if (stuck && g->may_exit) {
-        log_err("device %d: reset still running after %.1f s; exiting with status %d so that a "
-                "new gllmd starts (exit_on_reset_failure)", g->dev, (double)g->limit_ms / 1e3,
-                GLLMD_EXIT_DEVICE_LOST);
-        _exit(GLLMD_EXIT_DEVICE_LOST);
-    }
-    if (stuck)
-        log_err("device %d: reset still running after %.1f s", g->dev,
-                (double)g->limit_ms / 1e3);
-    return NULL;
-}
-
-/* Marks the worker's device failed for good with exit_on_reset_failure off: its jobs fail
- * with DEVLOST until gllmd is restarted by hand; the other devices serve. */
-static void keep_failed(struct worker *w, const char *why)
-{
-    w->failed = true;
-    w->retry_ns = UINT64_MAX;
-    snprintf(w->failed_why, sizeof w->failed_why, "%s", why);
-}
-
-/* After a context-fatal error or a hung job (reason: why), on the worker's thread so nothing
- * else runs on the device meanwhile. A backend that recovers in process (the CPU backend)
- * resets the device: jobs still queued stay queued; those naming the device's old tensors
- * fail when taken (check_generation), the others run on the new context. One that cannot
- * (CUDA: after a sticky error the driver refuses the process a new context, and a reset
- * behind a hung wait never returns) ends the process, unless exit_on_reset_failure is off. */
-static void reset_device(struct worker *w, const char *reason)
-{
-    const bool may_exit = atomic_load(&w->sched->exit_on_reset_failure);
-    if (!backend_recovers_in_process(w->be)) {
-        if (may_exit)
-            exit_device_lost(w, reason);
-        health_reset_begin(w->dev, reason);
-        health_reset_end(w->dev, GLLM_EDEVLOST, "not possible in this process");
-        keep_failed(w, reason);
-        log_err("device %d: %s: it cannot be brought back in this process and "
-                "exit_on_reset_failure is off: its jobs fail until gllmd is restarted",
-                w->dev, reason);
-        return;
-    }
-    char why[160] = "";
-    uint64_t t0 = now_ns();
-    log_err("device %d: %s: resetting its context", w->dev, reason);
-    health_reset_begin(w->dev, reason);
-    struct reset_guard guard = {.lock = PTHREAD_MUTEX_INITIALIZER,
-                                .done_cond = PTHREAD_COND_INITIALIZER, .dev = w->dev,
-                                .may_exit = may_exit,
-                                .limit_ms = RESET_GUARD_S * 1000ull +
-                                            backend_reset_allowance_ms(w->be, w->dev)};
-    pthread_t guard_thread;
-    bool guarded = pthread_create(&guard_thread, NULL, reset_guard_main, &guard) == 0;
-    int r = backend_reset(w->be, w->dev, why, sizeof why);
-    if (guarded) {
-        pthread_mutex_lock(&guard.lock);
-        guard.done = true;
-        pthread_cond_signal(&guard.done_cond);
-        pthread_mutex_unlock(&guard.lock);
-        pthread_join(guard_thread, NULL);
-    }
-    health_reset_end(w->dev, r, why);
-    double ms = (double)(now_ns() - t0) / 1e6;
-    if (r == 0) {
-        w->failed = false;
-        log_warn("device %d: reset in %.1f ms; serving again (device tensors made before it are "
-                 "lost)", w->dev, ms);
-        return;
-    }
-    w->failed = true;
-    w->retry_ns = now_ns() + 1000000000ull;   /* again in a second, when a job comes */
-    snprintf(w->failed_why, sizeof w->failed_why, "%s", why[0] ? why : gllm_strerror(r));
-    if (may_exit) {
-        char what[200];
-        snprintf(what, sizeof what, "reset failed after %.1f ms (%.150s)", ms, w->failed_why);
-        exit_device_lost(w, what);
-    }
-    log_err("device %d: reset failed after %.1f ms (%s); its jobs fail until one succeeds",
-            w->dev, ms, w->failed_why);
-}
-
 /* What a backend returned that leaves its device needing a reset. */
 static bool context_lost(int status)
 {
@@ -435,26 +142,17 @@ static int job_precheck(struct worker *w, struct job *j, bool queued)
     if (st == 0 && !queued && j->wait && !wait_met(j))
         st = GLLM_EWAITTIMEOUT;            /* taken at its deadline, not its counter */
     if (st == 0 && w->failed && j->t_start >= w->retry_ns)
-        reset_device(w, w->failed_why);
+        sched_reset_device(w, w->failed_why);
     if (st == 0 && w->failed) {
         snprintf(j->why, sizeof j->why, "device %d could not be reset after a fault (%.100s)",
                  w->dev, w->failed_why);
         st = GLLM_EDEVLOST;
     }
     if (st == 0)
-        st = check_generation(w, j);
+        st = sched_check_generation(w, j);
     return st;
 }
 
-/* Writes j's signal from the host: a job that never reached the device, or whose device's
- * own write went with its context, must not leave the client's stream waiting for ever
- * (its reply says it failed). */
-static void signal_from_host(struct job *j)
-{
-    if (j->sync.signal)
-        atomic_store_explicit((_Atomic uint32_t *)j->sync.signal, j->sync.signal_value,
-                              memory_order_release);
-}
 
 /* Points the args of j's kind at its timing, deadline, why, sync and queue (the three
  * kinds' args share these fields). */
@@ -482,32 +180,6 @@ static int call_backend(struct worker *w, struct job *j)
     return -EINVAL;
 }
 
-/* The watchdog's time for j, for its why. */
-static uint64_t job_budget(const struct worker *w, const struct job *j)
-{
-    const uint64_t deadline = job_deadline(w->sched, j, j->t_start);
-    return deadline ? deadline - j->t_start : 0;
-}
-
-/* j left its device needing a reset (status: GLLM_EDEVLOST or GLLM_EJOBTIMEOUT): its
- * signal goes out from here and its why says what happened, in the client's terms. budget:
- * the watchdog's time for it. */
-static void describe_loss(const struct worker *w, struct job *j, uint64_t budget_ns)
-{
-    if (j->sync.signal_host)
-        signal_from_host(j);
-    char cause[sizeof j->why];
-    if (j->status == GLLM_EJOBTIMEOUT)
-        snprintf(cause, sizeof cause, "job ran past its watchdog deadline of %.0f ms%s%.80s",
-                 (double)budget_ns / 1e6, j->why[0] ? ": " : "", j->why);
-    else
-        snprintf(cause, sizeof cause, "%s", j->why[0] ? j->why : "context-fatal device error");
-    if (backend_recovers_in_process(w->be))
-        snprintf(j->why, sizeof j->why, "device %d reset: %.130s", w->dev, cause);
-    else
-        snprintf(j->why, sizeof j->why, "device %d lost, gllmd restarts: %.120s", w->dev, cause);
-}
-
 /* The backend's, for the job's kind, run to completion; the owner may say to skip it
  * instead. true: the job left the device needing a reset. */
 static bool run_job(struct worker *w, struct job *j)
@@ -519,7 +191,7 @@ static bool run_job(struct worker *w, struct job *j)
         j->t_end = now_ns();
         return false;
     }
-    const uint64_t deadline = job_deadline(w->sched, j, j->t_start);
+    const uint64_t deadline = sched_job_deadline(w->sched, j, j->t_start);
     enum backend_fault fault = BACKEND_FAULT_NONE;
     pthread_mutex_lock(&w->lock);
     if (w->armed && w->armed_cookie == j->cookie) {
@@ -538,7 +210,7 @@ static bool run_job(struct worker *w, struct job *j)
     j->t_end = now_ns();
     if (!context_lost(j->status))
         return false;
-    describe_loss(w, j, deadline ? deadline - j->t_start : 0);
+    sched_describe_loss(w, j, deadline ? deadline - j->t_start : 0);
     return true;
 }
 
@@ -641,7 +313,7 @@ static bool submit_job(struct worker *w, struct lane *l, struct job *j, char *re
             j->sync.wait_value = j->wait_value;
             j->sync.wait_timeout_ns = j->wait_deadline > now ? j->wait_deadline - now : 1;
         }
-        bind_args(j, job_deadline(w->sched, j, now), &j->sync, l->queue);
+        bind_args(j, sched_job_deadline(w->sched, j, now), &j->sync, l->queue);
         st = call_backend(w, j);
         if (st == BACKEND_PENDING) {
             fly_push(w, l, j);
@@ -652,7 +324,7 @@ static bool submit_job(struct worker *w, struct lane *l, struct job *j, char *re
         if (context_lost(st)) {
             j->status = st;
             j->t_end = now_ns();
-            describe_loss(w, j, job_budget(w, j));
+            sched_describe_loss(w, j, sched_job_budget(w, j));
             snprintf(reason, len, "%s", j->why);
             job_done(w, j);
             return true;
@@ -695,7 +367,7 @@ static bool poll_flying(struct worker *w, char *reason, size_t len)
                 j->status = skip && !context_lost(r) ? skip : r;
             if (context_lost(r)) {
                 j->status = r;
-                describe_loss(w, j, job_budget(w, j));
+                sched_describe_loss(w, j, sched_job_budget(w, j));
                 snprintf(reason, len, "%s", j->why);
                 lost = true;
             }
@@ -733,7 +405,7 @@ static void *worker_main(void *arg)
         if (w->fly) {
             const uint64_t events = w->fly_events;
             if (poll_flying(w, reason, sizeof reason)) {
-                reset_device(w, reason);
+                sched_reset_device(w, reason);
                 polling_since = 0;
                 continue;
             }
@@ -758,7 +430,7 @@ static void *worker_main(void *arg)
                 continue;
             pthread_mutex_unlock(&w->lock);
             if (backend_device_lost(w->be, w->dev, reason, sizeof reason))
-                reset_device(w, reason);
+                sched_reset_device(w, reason);
             pthread_mutex_lock(&w->lock);
         }
         if (!w->ring_head && !w->fly) {
@@ -781,7 +453,7 @@ static void *worker_main(void *arg)
                 struct job *failed = NULL, **tail = &failed;
                 fail_flying(w, reason, &tail);
                 jobs_done(w, failed);
-                reset_device(w, reason);
+                sched_reset_device(w, reason);
             }
             continue;
         }
@@ -792,7 +464,7 @@ static void *worker_main(void *arg)
         /* The failed job's owner hears of it while the device resets (or, where it cannot
          * be, before the process exits). */
         if (lost)
-            reset_device(w, reason);
+            sched_reset_device(w, reason);
     }
     return NULL;
 }
@@ -972,3 +644,4 @@ void sched_stop(struct sched *s)
     if (s->open_handles == 0)
         free(s);
 }
+

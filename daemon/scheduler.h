@@ -7,24 +7,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "job.h"
-
-/* One owner's queue on one device. Lanes with work sit in the worker's ring; the worker
- * takes one job from the lane at the head and moves it to the tail, so a deep queue from
- * one client never delays another's next job for long. Fields belong to the worker's lock. */
-struct lane {
-    struct job *head, *tail;
-    struct lane *next;
-    bool in_ring;
-    /* On a backend with queues, jobs ordered with the client (a wait or a signal) are
-     * submitted to the lane's own queue and sit here, oldest first, until the device has
-     * done them; the lane's other jobs wait until it is empty. Worker thread only. */
-    struct backend_queue *queue;   /* opened at the lane's first such job; closed by the
-                                    * owner (backend_queue_close) once nothing is in flight */
-    struct job *fly_head, *fly_tail;
-    unsigned nfly;
-    struct lane *fly_next;         /* the worker's list of lanes with jobs in flight */
-};
+#include "sched_types.h"
 
 struct sched;
 
@@ -40,7 +23,6 @@ void sched_submit(struct sched *s, struct lane *lane, struct job *job);
  * fail with GLLM_EDEVLOST and the process exits with GLLMD_EXIT_DEVICE_LOST within about a
  * second, so the service manager starts a fresh one; else that device's jobs fail with
  * GLLM_EDEVLOST until a reset works (or, with no reset, until gllmd is restarted). */
-#define GLLMD_EXIT_DEVICE_LOST 3
 void sched_set_faults(struct sched *s, uint64_t floor_ms, uint64_t gflops,
                       bool exit_on_reset_failure);
 /* Fault injection: the next job owner (a job's cookie) runs on dev meets a fault of kind

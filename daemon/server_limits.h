@@ -4,6 +4,8 @@
 
 #include <stdint.h>
 
+#include "proto.h"
+
 /* Every one is checked before anything is allocated for the request, and a request that
  * passes one gets an error reply with a stable code (counted in status). */
 struct limits {
@@ -21,9 +23,8 @@ struct limits {
     uint32_t wait_timeout_ms;     /* a job's counter wait when it names no timeout_ms */
 };
 
-/* The longest wait a job may ask for: a counter held longer than this is a client gone
- * wrong, and its connection's later jobs wait behind it. */
-#define GLLM_WAIT_TIMEOUT_MS_MAX 600000
+/* The longest wait a job may ask for: the codec's bound (proto.h), which refuses more. */
+#define GLLM_WAIT_TIMEOUT_MS_MAX PROTO_WAIT_TIMEOUT_MS_MAX
 
 #define LIMITS_DEFAULT                                                                   \
     {                                                                                    \

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "info.h"
 #include "proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -84,17 +85,63 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             proto_tensor_span(&p.kv_indices, &first, &end);
         }
     }
+    /* The keys every job takes, and dtensor_copy's; what decodes must decode the same again. */
+    struct proto_job j;
+    const char *why = NULL;
+    if (proto_decode_job(map, true, &j, &why) < 0 && !why)
+        __builtin_trap();          /* every refusal says why */
+    uint64_t dev;
+    struct proto_counter sig;
+    proto_decode_job_signal(map, &dev, &sig);
+    struct proto_copy cp;
+    if (proto_decode_copy(map, &cp) == 0) {
+        struct proto_buf *out = malloc(sizeof *out);
+        if (out) {
+            proto_buf_init(out);
+            proto_pack_request(&out->pk, 1, "dtensor_copy");
+            proto_pack_copy(&out->pk, &cp);
+            struct proto_msg again;
+            struct proto_copy cp2;
+            if (out->overflow || proto_decode(out->data, out->len, &again, NULL) != 0)
+                __builtin_trap();
+            if (proto_decode_copy(again.params, &cp2) != 0 ||
+                cp.wait.set != cp2.wait.set || cp.wait.value != cp2.wait.value ||
+                cp.wait.timeout_ms != cp2.wait.timeout_ms ||
+                cp.signal.offset != cp2.signal.offset ||
+                cp.bytes != cp2.bytes)
+                __builtin_trap();
+            proto_msg_free(&again);
+            free(out);
+        }
+    }
+    /* hello's and status's readers (a result from a daemon that is not gllmd), and what they
+     * read packs as a message again. */
+    struct proto_hello *h = malloc(sizeof *h);
+    struct proto_status *st = malloc(sizeof *st);
+    struct proto_buf *hb = malloc(sizeof *hb);
+    if (h && st && hb) {
+        proto_read_table(map, &proto_hello_table, h);
+        proto_read_table(map, &proto_status_table, st);
+        proto_buf_init(hb);
+        proto_pack_result(&hb->pk, 1);
+        proto_pack_table(&hb->pk, &proto_hello_table, h);
+        struct proto_msg again;
+        if (hb->overflow || proto_decode(hb->data, hb->len, &again, NULL) != 0)
+            __builtin_trap();
+        proto_msg_free(&again);
+    }
+    free(h);
+    free(st);
+    free(hb);
     /* The variant side: the job-key check, hello's capabilities as the library reads them,
      * and the one check of a decoded variant against them. */
     char err[PROTO_MAX_ERRMSG];
     proto_job_keys_check(map, err, sizeof err);
-    struct proto_mode_caps modes[GLLM_MODE_COUNT];
-    const msgpack_object *capabilities = proto_map_get(map, "capabilities");
-    if (!capabilities || proto_decode_capabilities(capabilities, modes) < 0)
-        memset(modes, 0, sizeof modes);
+    struct proto_hello_capabilities modes;
+    proto_read_table(proto_map_get(map, "capabilities"), &proto_capabilities_table, &modes);
     struct proto_attention a;
     if (proto_decode_attention(map, &a) == 0) {
-        proto_variant_check(&a.variant, GLLM_MODE_DENSE, &modes[GLLM_MODE_DENSE], "fuzz",
+        proto_variant_check(&a.variant, GLLM_MODE_DENSE, &modes.dense, "fuzz",
                             a.q.shape[1], a.q.shape[a.q.rank ? a.q.rank - 1 : 0],
                             a.v.shape[a.v.rank ? a.v.rank - 1 : 0], err, sizeof err);
         uint64_t first, end;

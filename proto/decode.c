@@ -376,7 +376,13 @@ static int decode_scale(const msgpack_object *params, bool *has, double *scale)
 int proto_decode_attention(const msgpack_object *params, struct proto_attention *a)
 {
     struct proto_attention v = {0};
+    struct proto_job j;
     int r;
+    if ((r = proto_decode_job(params, true, &j, NULL)) < 0)
+        return r;
+    v.device = j.device;
+    v.wait = j.wait;
+    v.signal = j.signal;
     if ((r = proto_decode_tensor(proto_map_get(params, "q"), &v.q)) < 0 ||
         (r = proto_decode_tensor(proto_map_get(params, "k"), &v.k)) < 0 ||
         (r = proto_decode_tensor(proto_map_get(params, "v"), &v.v)) < 0 ||
@@ -404,7 +410,11 @@ int proto_decode_paged(const msgpack_object *params, enum proto_paged_op op, str
 {
     if (!params || params->type != MSGPACK_OBJECT_MAP)
         return GLLM_EPARAM;
-    struct proto_paged v = {.op = op};
+    struct proto_job j;
+    int r = proto_decode_job(params, true, &j, NULL);
+    if (r < 0)
+        return r;
+    struct proto_paged v = {.op = op, .device = j.device, .wait = j.wait, .signal = j.signal};
     enum { NFIELDS = 11 };
     static const struct proto_key keys[NFIELDS] = {
         PROTO_KEY("k_cache"),   PROTO_KEY("v_cache"), PROTO_KEY("kv_indptr"),
@@ -422,7 +432,6 @@ int proto_decode_paged(const msgpack_object *params, enum proto_paged_op op, str
     };
     const msgpack_object *f[NFIELDS];
     proto_map_find(params, keys, NFIELDS, f);
-    int r;
     for (size_t i = 0; i < NFIELDS; i++) {
         if (!needed[i]) {
             if (f[i] && f[i]->type != MSGPACK_OBJECT_NIL)

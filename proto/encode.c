@@ -153,20 +153,23 @@ static void pack_counter(msgpack_packer *pk, const char *key, const struct proto
         proto_pack_kv_u64(pk, "timeout_ms", c->timeout_ms);
 }
 
-static void pack_counters(msgpack_packer *pk, const struct proto_counter *wait,
+/* The keys every job takes (struct proto_job): device when not 0, counters when set. */
+static void pack_job_keys(msgpack_packer *pk, uint64_t device, const struct proto_counter *wait,
                           const struct proto_counter *signal)
 {
     if (wait->set)
         pack_counter(pk, "wait", wait);
     if (signal->set)
         pack_counter(pk, "signal", signal);
+    if (device)
+        proto_pack_kv_u64(pk, "device", device);
 }
 
 void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a)
 {
     msgpack_pack_map(pk, 5 + a->has_lse + a->has_scale + (a->repeat > 1) + a->wait.set +
-                             a->signal.set + proto_variant_keys(&a->variant));
-    pack_counters(pk, &a->wait, &a->signal);
+                             a->signal.set + (a->device > 0) + proto_variant_keys(&a->variant));
+    pack_job_keys(pk, a->device, &a->wait, &a->signal);
     proto_pack_str(pk, "q");
     proto_pack_tensor(pk, &a->q);
     proto_pack_str(pk, "k");
@@ -192,8 +195,8 @@ void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p)
     const bool append = p->op == PROTO_KV_APPEND, prefill = p->op == PROTO_PREFILL;
     msgpack_pack_map(pk, 5 + (append ? 3 : 2 + prefill + p->has_scale +
                                       proto_variant_keys(&p->variant)) +
-                             p->wait.set + p->signal.set);
-    pack_counters(pk, &p->wait, &p->signal);
+                             p->wait.set + p->signal.set + (p->device > 0));
+    pack_job_keys(pk, p->device, &p->wait, &p->signal);
     const struct { const char *key; const struct proto_tensor *t; bool on; } fields[] = {
         {"k_cache", &p->k_cache, true},
         {"v_cache", &p->v_cache, true},
@@ -216,4 +219,16 @@ void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p)
         proto_pack_kv_f64(pk, "scale", p->scale);
     if (!append)
         proto_pack_variant(pk, &p->variant);
+}
+
+void proto_pack_copy(msgpack_packer *pk, const struct proto_copy *c)
+{
+    msgpack_pack_map(pk, 6 + c->wait.set + c->signal.set);
+    proto_pack_kv_u64(pk, "dtensor", c->dtensor);
+    proto_pack_kv_u64(pk, "offset", c->offset);
+    proto_pack_kv_u64(pk, "arena", c->arena);
+    proto_pack_kv_u64(pk, "arena_offset", c->arena_offset);
+    proto_pack_kv_u64(pk, "bytes", c->bytes);
+    proto_pack_kv_bool(pk, "to_device", c->to_device);
+    pack_job_keys(pk, 0, &c->wait, &c->signal);
 }

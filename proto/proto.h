@@ -21,6 +21,10 @@
 #define PROTO_MAX_METHOD    32u
 #define PROTO_MAX_ERRMSG    200u
 
+/* The longest wait a job may ask for (hello's sync.timeout_ms_max): a counter held longer is
+ * a client gone wrong, and its connection's later jobs wait behind it. */
+#define PROTO_WAIT_TIMEOUT_MS_MAX 600000
+
 /* The id of a response to a request whose own id was unreadable (nil on the wire). */
 #define PROTO_NO_ID UINT64_MAX
 
@@ -116,7 +120,8 @@ struct proto_attention {
     bool has_scale;
     double scale;
     uint64_t repeat;                     /* 0: absent (once); packed when above 1 */
-    struct proto_counter wait, signal;   /* packed when set (the daemon reads them itself) */
+    uint64_t device;                     /* 0: absent; packed when above 0 */
+    struct proto_counter wait, signal;   /* packed when set */
     struct proto_variant variant;
 };
 
@@ -127,6 +132,7 @@ struct proto_paged {
     struct proto_tensor k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len;
     struct proto_tensor q, out, qo_indptr;      /* decode, prefill (qo_indptr: prefill) */
     struct proto_tensor k, v, append_indptr;    /* kv_append */
+    uint64_t device;                            /* 0: absent; packed when above 0 */
     bool has_scale;
     double scale;
     struct proto_counter wait, signal;   /* packed when set */
@@ -137,9 +143,38 @@ int proto_dtype_parse(const char *name, gllm_dtype *out);
 size_t proto_dtype_size(gllm_dtype dtype);
 const char *proto_dtype_name(gllm_dtype dtype);
 
+/* dtensor_copy: bytes between an arena and a device tensor, on that tensor's device (the
+ * method takes no "device"). */
+struct proto_copy {
+    uint32_t dtensor, arena;
+    uint64_t offset, arena_offset;       /* 0: absent; always packed */
+    uint64_t bytes;
+    bool to_device;                      /* true: arena -> device tensor */
+    struct proto_counter wait, signal;   /* packed when set */
+};
+
+/* The keys every job method takes beside its own (docs/PROTOCOL.md): "device" (not
+ * dtensor_copy's) and the counters "wait" and "signal". Each job's decoder reads them first,
+ * so that a broken one's code is what it returns; the daemon checks the rest (the device
+ * below its count, the counter's arena, slot and kind). A wait's timeout_ms is 0 when absent
+ * (the daemon's default); 0 on the wire is refused. */
+struct proto_job {
+    uint64_t device;
+    struct proto_counter wait, signal;
+};
+/* why, when not NULL: on failure, the rule broken in words, for an error message. */
+int proto_decode_job(const msgpack_object *params, bool takes_device, struct proto_job *j,
+                     const char **why);
+/* A refused job's "device" and "signal" alone, whatever else its params hold (its signal is
+ * still written, in order): device 0 when absent or not a uint, signal->set false when
+ * absent or nil; a broken signal fails. */
+int proto_decode_job_signal(const msgpack_object *params, uint64_t *device,
+                            struct proto_counter *signal);
+
 int proto_decode_tensor(const msgpack_object *obj, struct proto_tensor *t);
 int proto_decode_attention(const msgpack_object *params, struct proto_attention *a);
 int proto_decode_paged(const msgpack_object *params, enum proto_paged_op op, struct proto_paged *p);
+int proto_decode_copy(const msgpack_object *params, struct proto_copy *c);
 /* Byte range [*first, *end) that the tensor touches, overflow-checked; an
  * empty tensor gives first == end == offset. Strides must be non-negative. */
 int proto_tensor_span(const struct proto_tensor *t, uint64_t *first, uint64_t *end);
@@ -185,13 +220,18 @@ void proto_pack_tensor(msgpack_packer *pk, const struct proto_tensor *t);
 
 /* ---- Variants (variant.c) ---- */
 
-/* What a mode computes, as hello's "capabilities" carries it (gllm.h's gllm_mode_caps). */
+/* What a mode computes, as hello's "capabilities" carries it (gllm.h's gllm_mode_caps; its
+ * key table is in info.c). */
 struct proto_mode_caps {
-    uint32_t variants;                   /* GLLM_VARIANT_* */
-    uint32_t max_head_dim;
-    uint32_t nhead_dims;                 /* > 0: only head_dims[0 .. nhead_dims) */
-    uint32_t head_dims[GLLM_MAX_MODE_HEAD_DIMS];
+    uint32_t variants;                   /* GLLM_VARIANT_*: names on the wire */
+    uint64_t max_head_dim;
+    bool has_head_dims;                  /* packed when set: only head_dims[0 .. n_head_dims) */
+    uint32_t n_head_dims;                /* 0: any head dim 1..max_head_dim */
+    uint64_t head_dims[GLLM_MAX_MODE_HEAD_DIMS];
 };
+/* The variant fields' wire names, by GLLM_VARIANT_* bit position. */
+#define PROTO_NVARIANTS 6
+extern const char *const proto_variant_names[PROTO_NVARIANTS];
 /* The variant keys of a job's params; absent ones are none. GLLM_EPARAM for a mistyped one. */
 int proto_decode_variant(const msgpack_object *params, struct proto_variant *v);
 /* Packs v's keys that are not none, proto_variant_keys(v) of them. */
@@ -210,13 +250,10 @@ bool proto_head_dim_ok(const struct proto_mode_caps *m, int64_t D);
 /* "window", "attention_chunk", ... for one GLLM_VARIANT_* bit; "dense", "decode", "prefill". */
 const char *proto_variant_name(uint32_t bit);
 const char *proto_mode_name(gllm_mode mode);
-/* hello's "capabilities": a map of the three modes. */
-void proto_pack_capabilities(msgpack_packer *pk, const struct proto_mode_caps modes[GLLM_MODE_COUNT]);
-int proto_decode_capabilities(const msgpack_object *caps,
-                              struct proto_mode_caps modes[GLLM_MODE_COUNT]);
 /* GLLM_EPARAM, naming it in err, when params holds a key no job method reads. */
 int proto_job_keys_check(const msgpack_object *params, char *err, size_t len);
 void proto_pack_attention(msgpack_packer *pk, const struct proto_attention *a);
 void proto_pack_paged(msgpack_packer *pk, const struct proto_paged *p);
+void proto_pack_copy(msgpack_packer *pk, const struct proto_copy *c);
 
 #endif

@@ -14,16 +14,17 @@ static const struct proto_key variant_keys[VK_COUNT] = {
 };
 
 /* GLLM_VARIANT_* bit by bit position, and the name hello and errors give it. */
-static const char *const variant_names[] = {
+const char *const proto_variant_names[PROTO_NVARIANTS] = {
     "window", "attention_chunk", "logits_soft_cap", "alibi_slopes", "sinks", "head_dim_v",
 };
-#define NVARIANTS (sizeof variant_names / sizeof *variant_names)
+#define NVARIANTS PROTO_NVARIANTS
+_Static_assert(GLLM_VARIANT_HEAD_DIM_V == 1u << (PROTO_NVARIANTS - 1), "a name per variant bit");
 
 const char *proto_variant_name(uint32_t bit)
 {
     for (unsigned i = 0; i < NVARIANTS; i++)
         if (bit == 1u << i)
-            return variant_names[i];
+            return proto_variant_names[i];
     return "?";
 }
 
@@ -143,9 +144,9 @@ static int per_head(const char *name, const struct proto_tensor *t, int64_t Hq, 
 
 bool proto_head_dim_ok(const struct proto_mode_caps *m, int64_t D)
 {
-    if (m->nhead_dims == 0)
-        return D >= 1 && D <= (int64_t)m->max_head_dim;
-    for (uint32_t i = 0; i < m->nhead_dims; i++)
+    if (m->n_head_dims == 0)
+        return D >= 1 && (uint64_t)D <= m->max_head_dim;
+    for (uint32_t i = 0; i < m->n_head_dims && i < GLLM_MAX_MODE_HEAD_DIMS; i++)
         if ((int64_t)m->head_dims[i] == D)
             return true;
     return false;
@@ -154,14 +155,15 @@ bool proto_head_dim_ok(const struct proto_mode_caps *m, int64_t D)
 /* "64, 128" or "1 to 256". */
 static void head_dims_text(const struct proto_mode_caps *m, char *buf, size_t len)
 {
-    if (m->nhead_dims == 0) {
-        snprintf(buf, len, "1 to %u", m->max_head_dim);
+    if (m->n_head_dims == 0) {
+        snprintf(buf, len, "1 to %llu", (unsigned long long)m->max_head_dim);
         return;
     }
     size_t used = 0;
     buf[0] = '\0';
-    for (uint32_t i = 0; i < m->nhead_dims && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, "%s%u", i ? ", " : "", m->head_dims[i]);
+    for (uint32_t i = 0; i < m->n_head_dims && i < GLLM_MAX_MODE_HEAD_DIMS && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%llu", i ? ", " : "",
+                                 (unsigned long long)m->head_dims[i]);
 }
 
 int proto_variant_check(const struct proto_variant *v, gllm_mode mode,
@@ -210,83 +212,6 @@ int proto_variant_check(const struct proto_variant *v, gllm_mode mode,
                  "capabilities list what it does)", proto_variant_name(bit), backend,
                  proto_mode_name(mode));
         return GLLM_EVARIANT;
-    }
-    return 0;
-}
-
-/* ---- hello's "capabilities": {mode: {"variants": [name...], "max_head_dim": n,
- * "head_dims": [d...]}} ---- */
-
-static unsigned popcount(uint32_t x)
-{
-    return (unsigned)__builtin_popcount(x);
-}
-
-void proto_pack_capabilities(msgpack_packer *pk, const struct proto_mode_caps modes[GLLM_MODE_COUNT])
-{
-    msgpack_pack_map(pk, GLLM_MODE_COUNT);
-    for (int i = 0; i < GLLM_MODE_COUNT; i++) {
-        const struct proto_mode_caps *m = &modes[i];
-        proto_pack_str(pk, mode_names[i]);
-        msgpack_pack_map(pk, 2 + (m->nhead_dims > 0));
-        proto_pack_str(pk, "variants");
-        msgpack_pack_array(pk, popcount(m->variants & ((1u << NVARIANTS) - 1)));
-        for (unsigned b = 0; b < NVARIANTS; b++)
-            if (m->variants & (1u << b))
-                proto_pack_str(pk, variant_names[b]);
-        proto_pack_kv_u64(pk, "max_head_dim", m->max_head_dim);
-        if (m->nhead_dims > 0) {
-            proto_pack_str(pk, "head_dims");
-            msgpack_pack_array(pk, m->nhead_dims);
-            for (uint32_t d = 0; d < m->nhead_dims; d++)
-                msgpack_pack_uint32(pk, m->head_dims[d]);
-        }
-    }
-}
-
-/* A name this library does not know is a variant it cannot ask for: passed over. */
-static uint32_t variant_bit(const msgpack_object *o)
-{
-    if (o->type != MSGPACK_OBJECT_STR)
-        return 0;
-    for (unsigned b = 0; b < NVARIANTS; b++)
-        if (o->via.str.size == strlen(variant_names[b]) &&
-            memcmp(o->via.str.ptr, variant_names[b], o->via.str.size) == 0)
-            return 1u << b;
-    return 0;
-}
-
-int proto_decode_capabilities(const msgpack_object *caps, struct proto_mode_caps modes[GLLM_MODE_COUNT])
-{
-    if (!caps || caps->type != MSGPACK_OBJECT_MAP)
-        return GLLM_EPARAM;
-    for (int i = 0; i < GLLM_MODE_COUNT; i++) {
-        const msgpack_object *m = proto_map_get(caps, mode_names[i]);
-        struct proto_mode_caps c = {0};
-        if (!m || m->type != MSGPACK_OBJECT_MAP)
-            return GLLM_EPARAM;
-        const msgpack_object *vs = proto_map_get(m, "variants");
-        if (!vs || vs->type != MSGPACK_OBJECT_ARRAY)
-            return GLLM_EPARAM;
-        for (uint32_t k = 0; k < vs->via.array.size; k++)
-            c.variants |= variant_bit(&vs->via.array.ptr[k]);
-        uint64_t max = 0;
-        if (proto_get_u64(m, "max_head_dim", true, &max) < 0 || max > UINT32_MAX)
-            return GLLM_EPARAM;
-        c.max_head_dim = (uint32_t)max;
-        const msgpack_object *hd = proto_map_get(m, "head_dims");
-        if (hd && hd->type != MSGPACK_OBJECT_NIL) {
-            if (hd->type != MSGPACK_OBJECT_ARRAY || hd->via.array.size > GLLM_MAX_MODE_HEAD_DIMS)
-                return GLLM_EPARAM;
-            for (uint32_t k = 0; k < hd->via.array.size; k++) {
-                const msgpack_object *d = &hd->via.array.ptr[k];
-                if (d->type != MSGPACK_OBJECT_POSITIVE_INTEGER || d->via.u64 > UINT32_MAX)
-                    return GLLM_EPARAM;
-                c.head_dims[k] = (uint32_t)d->via.u64;
-            }
-            c.nhead_dims = hd->via.array.size;
-        }
-        modes[i] = c;
     }
     return 0;
 }

@@ -1,10 +1,11 @@
 #!/bin/sh
-# The layering of daemon/, checked from the sources: (1) no include cycle among daemon/'s
-# modules (x.c and x.h are one module; an edge a -> b when a file of a includes b's header),
-# so no file calls back into one that calls it; (2) a file under daemon/backends/<x>/ includes
-# quoted headers only from daemon/backends/common/, its own folder, include/, kernels/ and
-# common/ (declarations of outside APIs, such as the CUDA driver's, shared with the client);
-# (3) nothing under kernels/ includes a header of daemon/: kernels are called, never calling.
+# The layering, checked from the sources: (1) no include cycle among daemon/'s modules (x.c
+# and x.h are one module; an edge a -> b when a file of a includes b's header), so no file
+# calls back into one that calls it; (2) a file under daemon/backends/<x>/ includes quoted
+# headers only from daemon/backends/common/, its own folder, include/, kernels/ and common/
+# (declarations of outside APIs, such as the CUDA driver's, shared with the client); (3)
+# nothing under kernels/ includes a header of daemon/: kernels are called, never calling; (4)
+# the codec (proto/) includes nothing of daemon/ or client/, and client/ nothing of daemon/.
 # Usage: check_layers.sh SOURCE_ROOT
 set -u
 root=$(cd "${1:-.}" && pwd)
@@ -67,6 +68,32 @@ for f in $(find kernels -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh' -o -name
 done
 if [ -f "$tmp/bad_kernels" ]; then fail=1; fi
 
+# (4) The sides: a quoted include of a file of $1, resolved beside it, then in the folders
+# $2 it may see, then in the folders $3 it must not; one that lands in $3 is refused.
+check_side() {
+    for f in $(find "$1" -name '*.[ch]' | sort); do
+        sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f" |
+        while read -r inc; do
+            p=
+            for dir in "$(dirname "$f")" $2 $3; do
+                if [ -f "$dir/$inc" ]; then
+                    p=$(realpath --relative-to="$root" "$dir/$inc")
+                    break
+                fi
+            done
+            for bad in $3; do
+                case "$p" in "$bad"/*)
+                    echo "check_layers: $f includes \"$inc\" ($p): $1/ must not see $bad/" >&2
+                    echo x >> "$tmp/side" ;;
+                esac
+            done
+        done
+    done
+}
+check_side proto "include" "daemon client"
+check_side client "proto include common" "daemon"
+if [ -f "$tmp/side" ]; then fail=1; fi
+
 # (1) Module graph of daemon/: edges "a b" for every quoted include that resolves to another
 # daemon/ module (and "a a", so every module is a node).
 for f in $(find daemon -name '*.[ch]' | sort); do
@@ -103,6 +130,7 @@ done < "$tmp/cycles"
 
 if [ "$fail" = 0 ]; then
     echo "check_layers: daemon/ is layered ($(awk '$1 != $2' "$tmp/edges" | wc -l) include edges" \
-         "among $(awk '$1 == $2' "$tmp/edges" | wc -l) modules checked)"
+         "among $(awk '$1 == $2' "$tmp/edges" | wc -l) modules checked); proto/ sees neither" \
+         "daemon/ nor client/, client/ not daemon/, kernels/ not daemon/"
 fi
 exit "$fail"

@@ -326,8 +326,8 @@ static void test_variants_against_capabilities(void **state)
     struct job_caps some = caps;
     some.backend = "gpu";
     some.modes[GLLM_MODE_DENSE] = (struct proto_mode_caps){
-        .variants = GLLM_VARIANT_WINDOW, .max_head_dim = 256, .nhead_dims = 2,
-        .head_dims = {64, 128}};
+        .variants = GLLM_VARIANT_WINDOW, .max_head_dim = 256, .has_head_dims = true,
+        .n_head_dims = 2, .head_dims = {64, 128}};
     char err[200];
     struct job job;
     struct proto_attention pa = good_job();

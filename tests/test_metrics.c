@@ -6,11 +6,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "client_internal.h"
+#include "info.h"
 #include "testutil.h"
 
 /* ---- the decoder, on replies no gllmd sends ---- */
@@ -58,8 +60,13 @@ static struct status_metrics decoded(void)
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     assert_int_equal(msgpack_unpack_next(&u, buf.data, buf.len, NULL), MSGPACK_UNPACK_SUCCESS);
+    struct proto_status *w = malloc(sizeof *w);
+    assert_non_null(w);
+    /* No devices: malformed as a status, read all the same. */
+    assert_int_equal(proto_read_table(&u.data, &proto_status_table, w), GLLM_EMALFORMED);
     struct status_metrics m;
-    metrics_decode(&u.data, &m);
+    metrics_from(w, &m);
+    free(w);
     msgpack_unpacked_destroy(&u);
     return m;
 }

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "gllm/elem.h"
+#include "info.h"
 #include "proto.h"
 
 static struct proto_buf buf;
@@ -122,6 +123,198 @@ static void test_paged_round_trip(void **state)
     assert_int_equal(paged_trip(&c, PROTO_KV_APPEND, &b), 0);
     assert_tensor_equal(&c.append_indptr, &b.append_indptr);
     assert_false(b.has_scale);
+}
+
+/* A request whose params are what fill packs (a map of n pairs), decoded into *m. */
+static void job_params(struct proto_msg *m, uint32_t n, void (*fill)(msgpack_packer *pk))
+{
+    proto_buf_init(&buf);
+    proto_pack_request(&buf.pk, 9, "attention");
+    msgpack_pack_map(&buf.pk, n);
+    fill(&buf.pk);
+    int64_t id;
+    assert_int_equal(proto_decode(buf.data, buf.len, m, &id), 0);
+}
+
+static void pack_counter_map(msgpack_packer *pk, const char *key, uint64_t arena, uint64_t offset,
+                             uint64_t value, int64_t timeout_ms)
+{
+    proto_pack_str(pk, key);
+    msgpack_pack_map(pk, 3 + (timeout_ms >= 0));
+    proto_pack_kv_u64(pk, "arena", arena);
+    proto_pack_kv_u64(pk, "offset", offset);
+    proto_pack_kv_u64(pk, "value", value);
+    if (timeout_ms >= 0)
+        proto_pack_kv_u64(pk, "timeout_ms", (uint64_t)timeout_ms);
+}
+
+static void wait_not_map(msgpack_packer *pk) { proto_pack_kv_u64(pk, "wait", 1); }
+static void wait_value_33(msgpack_packer *pk) { pack_counter_map(pk, "wait", 1, 0, 1ull << 32, -1); }
+static void wait_arena_33(msgpack_packer *pk) { pack_counter_map(pk, "wait", 1ull << 32, 0, 1, -1); }
+static void wait_timeout_0(msgpack_packer *pk) { pack_counter_map(pk, "wait", 1, 0, 1, 0); }
+static void wait_timeout_past(msgpack_packer *pk)
+{
+    pack_counter_map(pk, "wait", 1, 0, 1, PROTO_WAIT_TIMEOUT_MS_MAX + 1);
+}
+static void wait_timeout_max(msgpack_packer *pk)
+{
+    pack_counter_map(pk, "wait", 1, 0, 1, PROTO_WAIT_TIMEOUT_MS_MAX);
+}
+static void signal_timeout_0(msgpack_packer *pk) { pack_counter_map(pk, "signal", 1, 4, 1, 0); }
+static void signal_no_offset(msgpack_packer *pk)
+{
+    proto_pack_str(pk, "signal");
+    msgpack_pack_map(pk, 2);
+    proto_pack_kv_u64(pk, "arena", 1);
+    proto_pack_kv_u64(pk, "value", 1);
+}
+static void device_str(msgpack_packer *pk) { proto_pack_kv_str(pk, "device", "0"); }
+static void device_nil(msgpack_packer *pk) { proto_pack_str(pk, "device"), msgpack_pack_nil(pk); }
+static void counters_nil(msgpack_packer *pk)
+{
+    proto_pack_str(pk, "wait"), msgpack_pack_nil(pk);
+    proto_pack_str(pk, "signal"), msgpack_pack_nil(pk);
+}
+/* A bad wait, a good signal, a device that is no uint: what a refused job's signal reads. */
+static void refused_mix(msgpack_packer *pk)
+{
+    wait_not_map(pk);
+    pack_counter_map(pk, "signal", 3, 8, 9, -1);
+    device_str(pk);
+}
+
+/* The keys every job takes: each rule broken gives its code and words, as the daemon read
+ * them before the codec did. */
+static void test_job_keys(void **state)
+{
+    (void)state;
+    static const struct {
+        uint32_t n;
+        void (*fill)(msgpack_packer *pk);
+        int code;
+    } cases[] = {
+        {1, wait_not_map, GLLM_EPARAM},      {1, wait_value_33, GLLM_EPARAM},
+        {1, wait_arena_33, GLLM_ENOARENA},   {1, wait_timeout_0, GLLM_EPARAM},
+        {1, wait_timeout_past, GLLM_EPARAM}, {1, wait_timeout_max, 0},
+        {1, signal_timeout_0, 0},            {1, signal_no_offset, GLLM_EPARAM},
+        {1, device_str, GLLM_EPARAM},        {1, device_nil, GLLM_EPARAM},
+        {2, counters_nil, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct proto_msg m;
+        job_params(&m, cases[i].n, cases[i].fill);
+        struct proto_job j = {.device = 77};
+        const char *why = NULL;
+        int r = proto_decode_job(m.params, true, &j, &why);
+        if (r != cases[i].code)
+            fail_msg("case %zu: %d, wanted %d", i, r, cases[i].code);
+        if (r < 0) {
+            assert_non_null(why);
+            assert_int_equal(j.device, 77);           /* untouched on failure */
+            struct proto_attention a;                 /* read first by the job's decoder */
+            assert_int_equal(proto_decode_attention(m.params, &a), r);
+        } else {
+            assert_false(j.signal.set && j.signal.timeout_ms);   /* a signal has none */
+        }
+        proto_msg_free(&m);
+    }
+    struct proto_msg m;
+    job_params(&m, 1, wait_timeout_max);
+    struct proto_job j;
+    assert_int_equal(proto_decode_job(m.params, true, &j, NULL), 0);
+    assert_true(j.wait.set && !j.signal.set);
+    assert_int_equal(j.wait.timeout_ms, PROTO_WAIT_TIMEOUT_MS_MAX);
+    proto_msg_free(&m);
+    /* dtensor_copy takes no device: the key is not read. */
+    job_params(&m, 1, device_str);
+    assert_int_equal(proto_decode_job(m.params, false, &j, NULL), 0);
+    proto_msg_free(&m);
+    /* A refused job's signal is read alone. */
+    job_params(&m, 3, refused_mix);
+    uint64_t dev = 5;
+    struct proto_counter sig;
+    assert_int_equal(proto_decode_job_signal(m.params, &dev, &sig), 0);
+    assert_int_equal(dev, 0);
+    assert_true(sig.set);
+    assert_int_equal(sig.arena, 3);
+    assert_int_equal(sig.offset, 8);
+    assert_int_equal(sig.value, 9);
+    proto_msg_free(&m);
+    job_params(&m, 1, signal_no_offset);
+    assert_int_equal(proto_decode_job_signal(m.params, &dev, &sig), GLLM_EPARAM);
+    proto_msg_free(&m);
+}
+
+static void assert_counter_equal(const struct proto_counter *a, const struct proto_counter *b)
+{
+    assert_int_equal(a->set, b->set);
+    assert_int_equal(a->arena, b->arena);
+    assert_int_equal(a->offset, b->offset);
+    assert_int_equal(a->value, b->value);
+    assert_int_equal(a->timeout_ms, b->timeout_ms);
+}
+
+/* Device, wait and signal travel with attention, the paged jobs and dtensor_copy. */
+static void test_job_keys_round_trip(void **state)
+{
+    (void)state;
+    const struct proto_counter wait = {.set = true, .arena = 4, .offset = 60000, .value = 7,
+                                       .timeout_ms = 50},
+                               signal = {.set = true, .arena = 4, .offset = 60004, .value = 8};
+    struct proto_attention a = {.q = sample_tensor(1, GLLM_DTYPE_F16), .k = sample_tensor(2, GLLM_DTYPE_F16),
+                                .v = sample_tensor(2, GLLM_DTYPE_F16), .out = sample_tensor(3, GLLM_DTYPE_F16),
+                                .device = 3, .wait = wait, .signal = signal};
+    proto_buf_init(&buf);
+    proto_pack_request(&buf.pk, 1, "attention");
+    proto_pack_attention(&buf.pk, &a);
+    struct proto_msg m;
+    int64_t id;
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, &id), 0);
+    struct proto_attention b;
+    assert_int_equal(proto_decode_attention(m.params, &b), 0);
+    assert_int_equal(b.device, 3);
+    assert_counter_equal(&b.wait, &wait);
+    assert_counter_equal(&b.signal, &signal);
+    proto_msg_free(&m);
+    /* Device 0 goes without the key, as before there was one. */
+    a.device = 0;
+    proto_buf_init(&buf);
+    proto_pack_request(&buf.pk, 2, "attention");
+    proto_pack_attention(&buf.pk, &a);
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, &id), 0);
+    assert_null(proto_map_get(m.params, "device"));
+    proto_msg_free(&m);
+
+    struct proto_tensor idx = sample_tensor(4, GLLM_DTYPE_I32);
+    idx.rank = 1;
+    struct proto_paged p = {.op = PROTO_DECODE, .k_cache = sample_tensor(1, GLLM_DTYPE_BF16),
+                            .v_cache = sample_tensor(2, GLLM_DTYPE_BF16), .kv_indptr = idx,
+                            .kv_indices = idx, .kv_last_page_len = idx,
+                            .q = sample_tensor(3, GLLM_DTYPE_BF16), .out = sample_tensor(3, GLLM_DTYPE_BF16),
+                            .device = 1, .signal = signal};
+    struct proto_paged q;
+    assert_int_equal(paged_trip(&p, PROTO_DECODE, &q), 0);
+    assert_int_equal(q.device, 1);
+    assert_false(q.wait.set);
+    assert_counter_equal(&q.signal, &signal);
+
+    const struct proto_copy c = {.dtensor = 2, .arena = 3, .offset = 16, .arena_offset = 32,
+                                 .bytes = 4096, .to_device = true, .wait = wait};
+    proto_buf_init(&buf);
+    proto_pack_request(&buf.pk, 3, "dtensor_copy");
+    proto_pack_copy(&buf.pk, &c);
+    assert_int_equal(proto_decode(buf.data, buf.len, &m, &id), 0);
+    struct proto_copy d;
+    assert_int_equal(proto_decode_copy(m.params, &d), 0);
+    assert_int_equal(d.dtensor, 2);
+    assert_int_equal(d.arena, 3);
+    assert_int_equal(d.offset, 16);
+    assert_int_equal(d.arena_offset, 32);
+    assert_int_equal(d.bytes, 4096);
+    assert_true(d.to_device);
+    assert_counter_equal(&d.wait, &wait);
+    assert_false(d.signal.set);
+    proto_msg_free(&m);
 }
 
 static void test_response_round_trip(void **state)
@@ -652,17 +845,27 @@ static void test_variants_round_trip(void **state)
     assert_non_null(strstr(err, "'sliding_window'"));
     msgpack_unpacked_destroy(&u);
 
-    struct proto_mode_caps modes[GLLM_MODE_COUNT] = {
+    struct proto_hello_capabilities modes = {
         {.variants = GLLM_VARIANT_WINDOW | GLLM_VARIANT_SINKS, .max_head_dim = 256},
-        {.variants = 0, .max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
+        {.variants = 0, .max_head_dim = 128, .has_head_dims = true, .n_head_dims = 2,
+         .head_dims = {64, 128}},
         {.variants = GLLM_VARIANT_HEAD_DIM_V, .max_head_dim = 576},
-    }, got[GLLM_MODE_COUNT];
+    }, got;
     proto_buf_init(&buf);
-    proto_pack_capabilities(&buf.pk, modes);
+    proto_pack_table(&buf.pk, &proto_capabilities_table, &modes);
     msgpack_unpacked_init(&u);
     assert_int_equal(msgpack_unpack_next(&u, buf.data, buf.len, NULL), MSGPACK_UNPACK_SUCCESS);
-    assert_int_equal(proto_decode_capabilities(&u.data, got), 0);
-    assert_memory_equal(got, modes, sizeof modes);
+    assert_int_equal(proto_read_table(&u.data, &proto_capabilities_table, &got), 0);
+    assert_memory_equal(&got, &modes, sizeof modes);
+    /* On the wire: names, and head_dims only where the mode lists them. */
+    const msgpack_object *dense = proto_map_get(&u.data, "dense");
+    const msgpack_object *vs = proto_map_get(dense, "variants");
+    assert_non_null(vs);
+    assert_int_equal(vs->via.array.size, 2);
+    assert_int_equal(vs->via.array.ptr[1].via.str.size, 5);
+    assert_memory_equal(vs->via.array.ptr[1].via.str.ptr, "sinks", 5);
+    assert_null(proto_map_get(dense, "head_dims"));
+    assert_non_null(proto_map_get(proto_map_get(&u.data, "decode"), "head_dims"));
     msgpack_unpacked_destroy(&u);
     /* A variant named by a newer daemon is one this library cannot ask for: passed over. */
     proto_buf_init(&buf);
@@ -678,9 +881,10 @@ static void test_variants_round_trip(void **state)
     }
     msgpack_unpacked_init(&u);
     assert_int_equal(msgpack_unpack_next(&u, buf.data, buf.len, NULL), MSGPACK_UNPACK_SUCCESS);
-    assert_int_equal(proto_decode_capabilities(&u.data, got), 0);
-    assert_int_equal(got[GLLM_MODE_PREFILL].variants, GLLM_VARIANT_SINKS);
-    assert_int_equal(got[GLLM_MODE_DECODE].max_head_dim, 64);
+    assert_int_equal(proto_read_table(&u.data, &proto_capabilities_table, &got), 0);
+    assert_int_equal(got.prefill.variants, GLLM_VARIANT_SINKS);
+    assert_int_equal(got.decode.max_head_dim, 64);
+    assert_false(got.decode.has_head_dims);
     msgpack_unpacked_destroy(&u);
 }
 
@@ -690,6 +894,8 @@ int main(void)
         cmocka_unit_test(test_request_round_trip),
         cmocka_unit_test(test_variants_round_trip),
         cmocka_unit_test(test_paged_round_trip),
+        cmocka_unit_test(test_job_keys),
+        cmocka_unit_test(test_job_keys_round_trip),
         cmocka_unit_test(test_response_round_trip),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_depth_and_size_limits),
