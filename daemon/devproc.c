@@ -213,11 +213,15 @@ static int queue_current(struct dp_proc *p, struct dp_queue *q)
 }
 
 /* Sends a job (its args are in p->work.m->job.u already) and answers for it as the backend
- * would, its timing and why written where args want them (for a queued one: when polled). */
-static int work_job(struct backend *be, int dev, uint32_t op, struct dp_queue *q,
-                    const struct backend_sync *sync, uint64_t deadline_ns,
-                    struct attn_timing *timing, char *why, size_t why_len)
+ * would, its timing and why written where its exec wants them (for a queued one: when
+ * polled). */
+static int work_job(struct backend *be, int dev, uint32_t op, const struct backend_exec *e)
 {
+    struct dp_queue *q = (struct dp_queue *)e->queue;
+    const struct backend_sync *sync = e->sync;
+    struct attn_timing *timing = e->timing;
+    char *why = e->why;
+    const size_t why_len = e->why_len;
     struct dp_proc *p = dp_proc_of(be, dev);
     if (atomic_load(&p->down) || !p->work.m)
         return dp_devlost(p, dev, why, why_len);
@@ -236,7 +240,7 @@ static int work_job(struct backend *be, int dev, uint32_t op, struct dp_queue *q
     if (sync)
         m->job.sync = *sync;
     m->job.queue = q ? q->handle : 0;
-    int r = dp_work_call(p, work_timeout_ms(deadline_ns), GLLM_EJOBTIMEOUT);
+    int r = dp_work_call(p, work_timeout_ms(e->deadline_ns), GLLM_EJOBTIMEOUT);
     if (r < 0) {
         if (r == GLLM_EJOBTIMEOUT) {
             char prefix[48];
@@ -280,8 +284,7 @@ static int fwd_copy(struct backend *be, int dev, const struct copy_args *c)
     struct dp_job *j = job_slot(be, dev);
     if (j)
         j->u.copy = *c;
-    return work_job(be, dev, DP_COPY, (struct dp_queue *)c->queue, c->sync, c->deadline_ns,
-                    c->timing, c->why, c->why_len);
+    return work_job(be, dev, DP_COPY, &c->exec);
 }
 
 static int fwd_attention(struct backend *be, int dev, const struct attn_args *a)
@@ -289,8 +292,7 @@ static int fwd_attention(struct backend *be, int dev, const struct attn_args *a)
     struct dp_job *j = job_slot(be, dev);
     if (j)
         j->u.attn = *a;
-    return work_job(be, dev, DP_ATTENTION, (struct dp_queue *)a->queue, a->sync, a->deadline_ns,
-                    a->timing, a->why, a->why_len);
+    return work_job(be, dev, DP_ATTENTION, &a->exec);
 }
 
 /* The page tables that are gllmd's own copies go behind the message. */
@@ -324,12 +326,12 @@ static int fwd_paged(struct backend *be, int dev, const struct paged_args *a)
     if (p->work.m) {
         p->work.m->job.u.paged = *a;
         if (put_tables(p->work.m, a) < 0) {
-            snprintf(a->why, a->why_len, "the page tables pass what one request carries");
+            snprintf(a->exec.why, a->exec.why_len,
+                     "the page tables pass what one request carries");
             return GLLM_ELIMIT;
         }
     }
-    return work_job(be, dev, DP_PAGED, (struct dp_queue *)a->queue, a->sync, a->deadline_ns,
-                    a->timing, a->why, a->why_len);
+    return work_job(be, dev, DP_PAGED, &a->exec);
 }
 
 static int fwd_queue_open(struct backend *be, int dev, struct backend_queue **out)

@@ -100,9 +100,11 @@ static bool bind_args(struct op *o, uint32_t op, struct backend_queue *q)
         if (sync->signal_host)
             HERE(sync->signal);
     }
+/* The job's exec, made this process's (its deadline is gllmd's and stays). */
 #define BIND(a)                                                                            \
-    ((a).timing = &o->timing, (a).why = o->why, (a).why_len = sizeof o->why, (a).sync = sync, \
-     (a).queue = q)
+    ((a).exec = (struct backend_exec){.timing = &o->timing, .sync = sync,                  \
+                                      .deadline_ns = (a).exec.deadline_ns, .why = o->why,  \
+                                      .why_len = sizeof o->why, .queue = q})
     switch (op) {
     case DP_ATTENTION: {
         struct attn_args *a = &j->u.attn;

@@ -159,9 +159,9 @@ static int take_sync(struct rpc_call *c, struct job *job, const struct proto_cou
         job->sync.signal = (void *)slot;
         job->sync.signal_host = true;
         switch (job->kind) {     /* the backend writes it after the job's last operation */
-        case JOB_ATTENTION: job->args.sync = &job->sync; break;
-        case JOB_COPY: job->copy.sync = &job->sync; break;
-        case JOB_PAGED: job->paged.sync = &job->sync; break;
+        case JOB_ATTENTION: job->args.exec.sync = &job->sync; break;
+        case JOB_COPY: job->copy.exec.sync = &job->sync; break;
+        case JOB_PAGED: job->paged.exec.sync = &job->sync; break;
         }
     }
     return 0;

@@ -154,20 +154,17 @@ static int job_precheck(struct worker *w, struct job *j, bool queued)
 }
 
 
-/* Points the args of j's kind at its timing, deadline, why, sync and queue (the three
- * kinds' args share these fields). */
+/* Points the exec of j's kind's args at its timing, deadline, why, sync and queue. */
 static void bind_args(struct job *j, uint64_t deadline, const struct backend_sync *sync,
                       struct backend_queue *queue)
 {
-#define BIND(a)                                                                            \
-    ((a).timing = &j->timing, (a).deadline_ns = deadline, (a).why = j->why,                \
-     (a).why_len = sizeof j->why, (a).sync = sync, (a).queue = queue)
+    const struct backend_exec e = {.timing = &j->timing, .sync = sync, .deadline_ns = deadline,
+                                   .why = j->why, .why_len = sizeof j->why, .queue = queue};
     switch (j->kind) {
-    case JOB_COPY: BIND(j->copy); break;
-    case JOB_PAGED: BIND(j->paged); break;
-    case JOB_ATTENTION: BIND(j->args); break;
+    case JOB_COPY: j->copy.exec = e; break;
+    case JOB_PAGED: j->paged.exec = e; break;
+    case JOB_ATTENTION: j->args.exec = e; break;
     }
-#undef BIND
 }
 
 static int call_backend(struct worker *w, struct job *j)
@@ -335,7 +332,7 @@ static bool submit_job(struct worker *w, struct lane *l, struct job *j, char *re
         j->signal_sync = (struct backend_sync){.signal = j->sync.signal,
                                                .signal_value = j->sync.signal_value,
                                                .signal_host = j->sync.signal_host};
-        j->signal_op = (struct copy_args){.sync = &j->signal_sync, .queue = l->queue};
+        j->signal_op = (struct copy_args){.exec = {.sync = &j->signal_sync, .queue = l->queue}};
         if (backend_copy(w->be, w->dev, &j->signal_op) == BACKEND_PENDING) {
             fly_push(w, l, j);
             return false;

@@ -197,7 +197,7 @@ static int be_paged_check(const struct be *be, const struct paged_job *j, char *
 static int be_paged(const struct be *be, const struct paged_job *j, char *why, size_t len)
 {
     struct paged_args p = paged_args_of(j);
-    p.why = why, p.why_len = len;
+    p.exec.why = why, p.exec.why_len = len;
     return backend_paged(be->b, be->dev, &p);
 }
 

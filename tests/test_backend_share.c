@@ -271,15 +271,15 @@ static int consumer(const char *name, int sock)
     struct backend_sync sync = {.wait = s.ptr, .wait_value = 1, .signal = (char *)s.ptr + 4,
                                 .signal_value = 7, .wait_timeout_ns = 10000000000ull};
     struct copy_args c = {.dst = w, .src = (char *)s.ptr + 4096, .bytes = sizeof w,
-                          .to_device = false, .sync = &sync};
+                          .to_device = false, .exec = {.sync = &sync}};
     CHECK(backend_copy(be, 0, &c) == 0);
     CHECK(matches(w, 9));
     /* A wait for 100, which nobody writes: released after 100 ms, the job failed. */
     struct backend_sync never = {.wait = s.ptr, .wait_value = 100, .wait_timeout_ns = 100000000};
-    c.sync = &never;
+    c.exec.sync = &never;
     CHECK(backend_copy(be, 0, &c) == GLLM_EWAITTIMEOUT);
     CHECK(counter_get(be, s.ptr) == 100);               /* the release's write */
-    c.sync = NULL;                                      /* and the device still serves */
+    c.exec.sync = NULL;                                      /* and the device still serves */
     memset(w, 0xa5, sizeof w);
     CHECK(backend_copy(be, 0, &c) == 0);
     CHECK(matches(w, 9));
@@ -370,9 +370,9 @@ static int queue_child(const char *name)
     struct backend_sync s2 = {.wait = &ctr[1], .wait_value = 1, .signal = &ctr[17],
                               .signal_value = 2, .signal_host = true, .wait_timeout_ns = long_ns};
     struct copy_args up = {.dst = dev, .src = in, .bytes = sizeof in, .to_device = true,
-                           .sync = &s1, .queue = q};
+                           .exec = {.sync = &s1, .queue = q}};
     struct copy_args down = {.dst = out, .src = dev, .bytes = sizeof out, .to_device = false,
-                             .sync = &s2, .queue = q};
+                             .exec = {.sync = &s2, .queue = q}};
     if (backend_copy(be, 0, &up) != BACKEND_PENDING || backend_copy(be, 0, &down) != BACKEND_PENDING)
         return 14;
     usleep(20000);
@@ -391,20 +391,20 @@ static int queue_child(const char *name)
      * its signal written all the same. */
     struct backend_sync s3 = {.wait = &ctr[2], .wait_value = 1, .signal = &ctr[18],
                               .signal_value = 3, .signal_host = true, .wait_timeout_ns = 50000000};
-    up.sync = &s3;
+    up.exec.sync = &s3;
     if (backend_copy(be, 0, &up) != BACKEND_PENDING || queue_finish(be, q, false) != GLLM_EWAITTIMEOUT ||
         load32(&ctr[2]) != 1 || load32(&ctr[18]) != 3)
         return 19;
     /* Cancelled (its client left): released at once. */
     struct backend_sync s4 = {.wait = &ctr[3], .wait_value = 1, .signal = &ctr[19],
                               .signal_value = 4, .signal_host = true, .wait_timeout_ns = long_ns};
-    up.sync = &s4;
+    up.exec.sync = &s4;
     if (backend_copy(be, 0, &up) != BACKEND_PENDING || queue_finish(be, q, true) == 1 ||
         load32(&ctr[3]) != 1 || load32(&ctr[19]) != 4)
         return 20;
     /* A copy of nothing: its signal alone. */
     struct backend_sync s5 = {.signal = &ctr[20], .signal_value = 5, .signal_host = true};
-    struct copy_args none = {.sync = &s5, .queue = q};
+    struct copy_args none = {.exec = {.sync = &s5, .queue = q}};
     if (backend_copy(be, 0, &none) != BACKEND_PENDING || queue_finish(be, q, false) != 0 ||
         load32(&ctr[20]) != 5)
         return 21;
@@ -414,11 +414,11 @@ static int queue_child(const char *name)
     for (int i = 0; i < BACKEND_QUEUE_DEPTH; i++) {
         deep[i] = (struct backend_sync){.wait = &ctr[32 + i], .wait_value = 1,
                                         .wait_timeout_ns = long_ns};
-        deep_ops[i] = (struct copy_args){.sync = &deep[i], .queue = q};
+        deep_ops[i] = (struct copy_args){.exec = {.sync = &deep[i], .queue = q}};
         if (backend_copy(be, 0, &deep_ops[i]) != BACKEND_PENDING)
             return 22;
     }
-    struct copy_args extra = {.sync = &s5, .queue = q};
+    struct copy_args extra = {.exec = {.sync = &s5, .queue = q}};
     if (backend_copy(be, 0, &extra) != -EAGAIN)
         return 23;
     for (int i = 0; i < BACKEND_QUEUE_DEPTH; i++)

@@ -700,7 +700,7 @@ static void test_attention_failures(void **state)
     assert_int_equal(be->device->attention(be, 0, &bad), -E2BIG);
     struct backend_sync sync = {.signal = out};
     bad = a;
-    bad.sync = &sync;
+    bad.exec.sync = &sync;
     assert_int_equal(be->device->attention(be, 0, &bad), -ENOTSUP);
     assert_int_equal(be->device->attention(be, 1, &a), -ENODEV);
     /* And the device still works afterwards. */
@@ -767,7 +767,8 @@ static void test_paged(void **state)
     struct paged_args at = p;
     char why[160] = "";
     at.op = PAGED_ATTEND, at.Hq = 2, at.q = q, at.out = out, at.nq = 2, at.q_indptr = aqptr;
-    at.max_q_len = 2, at.causal = true, at.scale = 0.5f, at.why = why, at.why_len = sizeof why;
+    at.max_q_len = 2, at.causal = true, at.scale = 0.5f;
+    at.exec.why = why, at.exec.why_len = sizeof why;
     fk.kernel = fake_bad_page;
     assert_int_equal(be->device->paged(be, 0, &at), GLLM_EBOUNDS);
     assert_string_equal(why, "a page number in kv_indices is outside the pool of 4 pages");
@@ -805,7 +806,8 @@ static void test_locked_arena_and_copies(void **state)
     void *dev = NULL;
     assert_int_equal(be->device->alloc(be, 0, sizeof arena, &dev), 0);
     struct attn_timing t = {0};
-    struct copy_args up = {.dst = dev, .src = arena + 100, .bytes = 1000, .to_device = true, .timing = &t};
+    struct copy_args up = {.dst = dev, .src = arena + 100, .bytes = 1000, .to_device = true,
+                           .exec = {.timing = &t}};
     assert_int_equal(be->device->copy(be, 0, &up), 0);
     assert_int_equal(t.copy_bytes, 1000);
     assert_int_equal(fk.copies_from_locked, 0);   /* from inside the range, not its start */

@@ -154,7 +154,7 @@ static void dense_case(gllm_dtype dt, int B, int Hq, int Hkv, int Sq, int Skv, i
     }
     a.q = q.data(), a.k = k.data(), a.v = v.data(), a.out = out.data(), a.lse = lse.data();
     struct attn_timing timing = {UINT64_MAX, 0, 0};
-    a.repeat = repeat, a.timing = &timing;
+    a.repeat = repeat, a.exec.timing = &timing;
     const int launched = launches;
     int rc = pk_attention(&emu, &a);
     if (rc == 0 && (launches - launched != (repeat > 1 ? (int)repeat : 1) ||
@@ -249,7 +249,7 @@ static void paged_case(gllm_dtype dt, int Hq, int Hkv, int D, int ps, std::vecto
     p.kv_indptr = indptr.data(), p.kv_indices = indices.data(), p.kv_len = len.data();
     p.q_indptr = new_ptr.data();
     char why[160] = "";
-    p.why = why, p.why_len = sizeof why;
+    p.exec.why = why, p.exec.why_len = sizeof why;
     int rc = pk_paged(&emu, &p);
     bool ok = rc == 0;
     for (int b = 0; b < B && ok; b++)

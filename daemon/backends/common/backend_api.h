@@ -13,7 +13,7 @@
 
 /* Bumped when a vtable or an argument struct changes; the registry passes over a backend
  * built against another version. */
-#define BACKEND_API_VERSION 7
+#define BACKEND_API_VERSION 7   /* 7: variants, modes, struct backend_exec */
 
 /* ---- Logging: the daemon's logger, handed in through backend_config ---- */
 
@@ -79,6 +79,17 @@ struct attn_timing {
     uint64_t copy_bytes;
 };
 
+/* How an operation runs, whatever it computes: ordered, timed, bounded and explained. Every
+ * operation's args (attn_args, copy_args, paged_args) carry one. */
+struct backend_exec {
+    struct attn_timing *timing; /* out, optional */
+    const struct backend_sync *sync;   /* optional */
+    uint64_t deadline_ns;       /* the watchdog's (see Faults below); 0: none */
+    char *why;                  /* out, optional: a failed job's reason, one line */
+    size_t why_len;
+    struct backend_queue *queue;       /* optional: submit to it (see Queues below) */
+};
+
 /* An attention variant (gllm.h's gllm_attention_variant, validated): zeroed, it is plain
  * attention. A backend computes the fields its caps.modes list and is
  * never handed one it does not (the daemon refuses such a job first). Positions are
@@ -121,14 +132,9 @@ struct attn_args {
     struct attn_variant variant;
     uint32_t repeat;            /* runs of the kernel back to back (benchmarks; 0 or 1:
                                  * one, attn_runs); kernel_ns is one run's mean */
-    struct attn_timing *timing; /* out, optional */
     uint32_t device_mask;       /* bit i: tensor i (q, k, v, out, lse, alibi_slopes, sinks)
                                  * is in device memory */
-    const struct backend_sync *sync;   /* optional */
-    uint64_t deadline_ns;       /* the watchdog's (see below); 0: none */
-    char *why;                  /* out, optional: a failed job's reason, one line */
-    size_t why_len;
-    struct backend_queue *queue;       /* optional: submit to it (see Queues below) */
+    struct backend_exec exec;
 };
 
 /* v's and out's head dim. */
@@ -149,12 +155,7 @@ struct copy_args {
     const void *src;
     size_t bytes;
     bool to_device;             /* host -> device, else device -> host */
-    struct attn_timing *timing; /* out, optional: copy_ns, copy_bytes */
-    const struct backend_sync *sync;   /* optional */
-    uint64_t deadline_ns;       /* the watchdog's; 0: none */
-    char *why;                  /* out, optional: a failed job's reason, one line */
-    size_t why_len;
-    struct backend_queue *queue;       /* optional: submit to it (see Queues below) */
+    struct backend_exec exec;   /* its timing: copy_ns, copy_bytes */
 };
 
 /* A validated paged-KV job. The page table arrays are the daemon's own checked copies in
@@ -194,12 +195,7 @@ struct paged_args {
     bool indices_on_device;     /* attend only; see above */
     bool indices_in_arena;      /* attend only; see above */
     bool indices_pinned;        /* with indices_in_arena: its arena is registered (host_register) */
-    struct attn_timing *timing; /* out, optional */
-    char *why;                  /* out, optional: a failed job's reason, one line */
-    size_t why_len;
-    const struct backend_sync *sync;   /* optional */
-    uint64_t deadline_ns;       /* the watchdog's; 0: none */
-    struct backend_queue *queue;       /* optional: submit to it (see Queues below) */
+    struct backend_exec exec;
 };
 
 /* ---- Queues (BACKEND_FEAT_QUEUES): one client's work on a device, not waited for ----

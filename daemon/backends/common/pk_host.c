@@ -156,8 +156,8 @@ int pk_attention(const struct pk_device *d, const struct attn_args *a)
     for (uint32_t i = 0; i < runs && rc >= 0; i++)
         rc = d->ops->launch(d->dev, by_dtype(PK_ATTN_F32, a->dtype), (unsigned)gx, (unsigned)gy,
                             block_threads(d), &p, sizeof p);
-    if (rc >= 0 && runs > 1 && (rc = d->ops->finish(d->dev)) >= 0 && a->timing)
-        a->timing->kernel_ns = (backend_now_ns() - t0) / runs;
+    if (rc >= 0 && runs > 1 && (rc = d->ops->finish(d->dev)) >= 0 && a->exec.timing)
+        a->exec.timing->kernel_ns = (backend_now_ns() - t0) / runs;
     if (rc < 0)
         return rc;
     return stage_out(&s, NULL);
@@ -186,8 +186,8 @@ int pk_paged(const struct pk_device *d, const struct paged_args *p)
     char why[160];
     int rc = pk_paged_check(p, why, sizeof why);
     if (rc < 0) {
-        if (p->why)
-            snprintf(p->why, p->why_len, "%s", why);
+        if (p->exec.why)
+            snprintf(p->exec.why, p->exec.why_len, "%s", why);
         return rc;
     }
     if (p->B == 0 || (p->op == PAGED_APPEND ? p->nnew == 0 : p->max_q_len == 0))
@@ -254,8 +254,10 @@ int pk_paged(const struct pk_device *d, const struct paged_args *p)
         if (table && (d->ops->to_host(d->dev, table, stage_addr(&s, ix), (size_t)n * sizeof *table) < 0 ||
                       d->ops->finish(d->dev) < 0))
             look = NULL;
-        if (p->why && !(look && paged_check_pages(look, n, p->num_pages, p->why, p->why_len) < 0))
-            snprintf(p->why, p->why_len, "a page number in kv_indices is outside the pool of %lld pages",
+        const struct backend_exec *e = &p->exec;
+        if (e->why && !(look && paged_check_pages(look, n, p->num_pages, e->why, e->why_len) < 0))
+            snprintf(e->why, e->why_len,
+                     "a page number in kv_indices is outside the pool of %lld pages",
                      (long long)p->num_pages);
         free(table);
         return GLLM_EBOUNDS;

@@ -175,12 +175,12 @@ static int cpu_attention(struct backend *be, int dev, const struct attn_args *a)
     struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
-    if (a->queue)
-        return cpu_queue_submit(a->queue, CPU_OP_ATTENTION, a);
-    if (poisoned(c, a->why, a->why_len))
-        return sync_signal(a->sync, GLLM_EDEVLOST);
-    int r = sync_wait(a->sync);
-    return r < 0 ? r : sync_signal(a->sync, cpu_attention_run(c->attn, a));
+    if (a->exec.queue)
+        return cpu_queue_submit(a->exec.queue, CPU_OP_ATTENTION, a);
+    if (poisoned(c, a->exec.why, a->exec.why_len))
+        return sync_signal(a->exec.sync, GLLM_EDEVLOST);
+    int r = sync_wait(a->exec.sync);
+    return r < 0 ? r : sync_signal(a->exec.sync, cpu_attention_run(c->attn, a));
 }
 
 static int cpu_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
@@ -194,12 +194,12 @@ static int cpu_paged(struct backend *be, int dev, const struct paged_args *p)
     struct cpu_ctx *c = be->ctx;
     if (dev != 0)
         return -ENODEV;
-    if (p->queue)
-        return cpu_queue_submit(p->queue, CPU_OP_PAGED, p);
-    if (poisoned(c, p->why, p->why_len))
-        return sync_signal(p->sync, GLLM_EDEVLOST);
-    int r = sync_wait(p->sync);
-    return r < 0 ? r : sync_signal(p->sync, cpu_paged_run(c->attn, p));
+    if (p->exec.queue)
+        return cpu_queue_submit(p->exec.queue, CPU_OP_PAGED, p);
+    if (poisoned(c, p->exec.why, p->exec.why_len))
+        return sync_signal(p->exec.sync, GLLM_EDEVLOST);
+    int r = sync_wait(p->exec.sync);
+    return r < 0 ? r : sync_signal(p->exec.sync, cpu_paged_run(c->attn, p));
 }
 
 /* On the CPU, "device" memory is host memory the daemon owns; running out of it is DEVMEM
@@ -303,18 +303,18 @@ static int cpu_copy(struct backend *be, int dev, const struct copy_args *c)
 {
     if (dev != 0)
         return -ENODEV;
-    if (c->queue)
-        return cpu_queue_submit(c->queue, CPU_OP_COPY, c);
-    if (poisoned(be->ctx, c->why, c->why_len))
-        return sync_signal(c->sync, GLLM_EDEVLOST);
-    int r = sync_wait(c->sync);
+    if (c->exec.queue)
+        return cpu_queue_submit(c->exec.queue, CPU_OP_COPY, c);
+    if (poisoned(be->ctx, c->exec.why, c->exec.why_len))
+        return sync_signal(c->exec.sync, GLLM_EDEVLOST);
+    int r = sync_wait(c->exec.sync);
     if (r < 0)
         return r;
     if (c->bytes)           /* zero bytes: an operation of its wait and signal alone */
         memcpy(c->dst, c->src, c->bytes);
-    if (c->timing)
-        c->timing->copy_bytes = c->bytes;
-    return sync_signal(c->sync, 0);
+    if (c->exec.timing)
+        c->exec.timing->copy_bytes = c->bytes;
+    return sync_signal(c->exec.sync, 0);
 }
 
 static int run_op(struct backend *be, int dev, enum cpu_op_kind kind, const void *args)

@@ -51,7 +51,8 @@ static int attend(struct cpu_attention *dense, const struct paged_args *p, size_
 {
     const int64_t D = p->D, Dv = paged_dv(p);
     const size_t krow = (size_t)(p->Hkv * D) * es, vrow = (size_t)(p->Hkv * Dv) * es;
-    char *k = malloc((size_t)p->max_kv_len * krow + 1), *v = malloc((size_t)p->max_kv_len * vrow + 1);
+    char *k = malloc((size_t)p->max_kv_len * krow + 1);
+    char *v = malloc((size_t)p->max_kv_len * vrow + 1);
     int rc = k && v ? 0 : -ENOMEM;
     const int64_t qrow = p->Hq * D, orow = p->Hq * Dv;   /* elements per query token */
     for (int64_t b = 0; b < p->B && rc == 0; b++) {
@@ -88,8 +89,8 @@ int cpu_paged_run(struct cpu_attention *dense, const struct paged_args *p)
     /* A "device" tensor is the daemon's host memory here; its page numbers are read now,
      * after the jobs before this one wrote them, and checked before any is followed. */
     if (p->indices_on_device) {
-        int rc = paged_check_pages(p->kv_indices, p->kv_indptr[p->B], p->num_pages, p->why,
-                                   p->why ? p->why_len : 0);
+        int rc = paged_check_pages(p->kv_indices, p->kv_indptr[p->B], p->num_pages, p->exec.why,
+                                   p->exec.why ? p->exec.why_len : 0);
         if (rc < 0)
             return rc;
     }

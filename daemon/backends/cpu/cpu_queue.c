@@ -64,9 +64,9 @@ int cpu_queue_submit(struct backend_queue *q, enum cpu_op_kind kind, const void 
 static const struct backend_sync *op_sync(const struct cpu_queue_op *op)
 {
     switch (op->kind) {
-    case CPU_OP_COPY: return ((const struct copy_args *)op->args)->sync;
-    case CPU_OP_ATTENTION: return ((const struct attn_args *)op->args)->sync;
-    case CPU_OP_PAGED: return ((const struct paged_args *)op->args)->sync;
+    case CPU_OP_COPY: return ((const struct copy_args *)op->args)->exec.sync;
+    case CPU_OP_ATTENTION: return ((const struct attn_args *)op->args)->exec.sync;
+    case CPU_OP_PAGED: return ((const struct paged_args *)op->args)->exec.sync;
     }
     return NULL;
 }
@@ -85,18 +85,18 @@ static int run_now(struct cpu_queues *qs, struct backend *be, int dev,
     switch (op->kind) {
     case CPU_OP_COPY:
         u.c = *(const struct copy_args *)op->args;
-        u.c.queue = NULL;
-        deadline = &u.c.deadline_ns;
+        u.c.exec.queue = NULL;
+        deadline = &u.c.exec.deadline_ns;
         break;
     case CPU_OP_ATTENTION:
         u.a = *(const struct attn_args *)op->args;
-        u.a.queue = NULL;
-        deadline = &u.a.deadline_ns;
+        u.a.exec.queue = NULL;
+        deadline = &u.a.exec.deadline_ns;
         break;
     default:
         u.p = *(const struct paged_args *)op->args;
-        u.p.queue = NULL;
-        deadline = &u.p.deadline_ns;
+        u.p.exec.queue = NULL;
+        deadline = &u.p.exec.deadline_ns;
         break;
     }
     if (*deadline)

@@ -239,11 +239,11 @@ static int copy_complete(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_slo
 {
     const struct copy_args *cp = args;
     (void)x;
-    if (cp->timing && sl->moved) {
+    if (cp->exec.timing && sl->moved) {
         float ms = 0;
         c->d->cuEventElapsedTime(&ms, sl->ev[EV_COPY_IN], sl->ev[EV_KERNEL]);
-        cp->timing->copy_ns = (uint64_t)((double)ms * 1e6);
-        cp->timing->copy_bytes = cp->bytes;
+        cp->exec.timing->copy_ns = (uint64_t)((double)ms * 1e6);
+        cp->exec.timing->copy_bytes = cp->bytes;
     }
     return 0;
 }
@@ -272,12 +272,11 @@ static int op_end(struct backend *be, int dev, int r, char *why, size_t len)
 
 static int cuda_copy(struct backend *be, int dev, const struct copy_args *cp)
 {
-    op_begin(be, dev, cp->deadline_ns);
-    int r = cp->queue ? cuda_queue_submit(be, dev, cp->queue, &copy_op, cp, cp->sync,
-                                          cp->deadline_ns, "device tensor copy", cp->why,
-                                          cp->why_len)
-                      : cuda_run_now(be, dev, cp->sync, &copy_op, cp, "device tensor copy");
-    return op_end(be, dev, r, cp->why, cp->why_len);
+    op_begin(be, dev, cp->exec.deadline_ns);
+    const char *what = "device tensor copy";
+    int r = cp->exec.queue ? cuda_queue_submit(be, dev, &cp->exec, &copy_op, cp, what)
+                           : cuda_run_now(be, dev, cp->exec.sync, &copy_op, cp, what);
+    return op_end(be, dev, r, cp->exec.why, cp->exec.why_len);
 }
 
 /* A query row's key tiles: the dense Hopper prefill's split_keys (hopper_schedule.h). */
@@ -463,9 +462,9 @@ static int attention_complete(struct cuda_ctx *c, struct cuda_dev *x, struct cud
     const struct attn_args *a = args;
     (void)x;
     if (sl->ran) {
-        cuda_read_timing(c->d, sl, a->timing);
-        if (a->timing)
-            a->timing->kernel_ns /= attn_runs(a);
+        cuda_read_timing(c->d, sl, a->exec.timing);
+        if (a->exec.timing)
+            a->exec.timing->kernel_ns /= attn_runs(a);
     }
     return 0;
 }
@@ -474,17 +473,16 @@ static const struct cuda_op_type attention_op = {attention_enqueue, attention_co
 
 static int cuda_attention(struct backend *be, int dev, const struct attn_args *a)
 {
-    op_begin(be, dev, a->deadline_ns);
-    int r = a->queue ? cuda_queue_submit(be, dev, a->queue, &attention_op, a, a->sync,
-                                         a->deadline_ns, "attention kernel", a->why, a->why_len)
-                     : cuda_run_now(be, dev, a->sync, &attention_op, a, "attention kernel");
-    return op_end(be, dev, r, a->why, a->why_len);
+    op_begin(be, dev, a->exec.deadline_ns);
+    int r = a->exec.queue ? cuda_queue_submit(be, dev, &a->exec, &attention_op, a, "attention kernel")
+                          : cuda_run_now(be, dev, a->exec.sync, &attention_op, a, "attention kernel");
+    return op_end(be, dev, r, a->exec.why, a->exec.why_len);
 }
 
 static int cuda_paged_op(struct backend *be, int dev, const struct paged_args *p)
 {
-    op_begin(be, dev, p->deadline_ns);
-    return op_end(be, dev, cuda_paged(be, dev, p), p->why, p->why_len);
+    op_begin(be, dev, p->exec.deadline_ns);
+    return op_end(be, dev, cuda_paged(be, dev, p), p->exec.why, p->exec.why_len);
 }
 
 /* Faults made with the embedded kernels, since no kernel of the image traps or spins: an

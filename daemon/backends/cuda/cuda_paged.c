@@ -77,7 +77,8 @@ static int report_bad_page(const struct cuda_ctx *c, struct cuda_dev *x,
     }
     const int64_t n = p->kv_indptr[p->B];
     if (in_place) {
-        const int rc = paged_check_pages(p->kv_indices, n, p->num_pages, p->why, p->why_len);
+        const int rc = paged_check_pages(p->kv_indices, n, p->num_pages, p->exec.why,
+                                         p->exec.why_len);
         return rc < 0 ? rc : GLLM_EBOUNDS;   /* rewritten since the kernel read it */
     }
     int32_t *idx = malloc((size_t)n * sizeof *idx);
@@ -85,8 +86,9 @@ static int report_bad_page(const struct cuda_ctx *c, struct cuda_dev *x,
                      : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS)
         r = d->cuStreamSynchronize(x->lane.stream);
-    int rc = r == CUDA_SUCCESS ? paged_check_pages(idx, n, p->num_pages, p->why, p->why_len)
-                               : cuda_fail(c, r, "reading back a bad page table");
+    int rc = r == CUDA_SUCCESS
+                 ? paged_check_pages(idx, n, p->num_pages, p->exec.why, p->exec.why_len)
+                 : cuda_fail(c, r, "reading back a bad page table");
     free(idx);
     return rc < 0 ? rc : GLLM_EBOUNDS;   /* changed since the kernel read it: still refused */
 }
@@ -414,7 +416,7 @@ static int paged_complete(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_sl
         return 0;
     if (sl->check_pages && *sl->bad_page)
         return report_bad_page(c, x, p, sl->table, sl->table_in_place);
-    cuda_read_timing(c->d, sl, p->timing);
+    cuda_read_timing(c->d, sl, p->exec.timing);
     return 0;
 }
 
@@ -437,8 +439,7 @@ static const struct cuda_op_type paged_op = {paged_enqueue, paged_complete};
 int cuda_paged(struct backend *be, int dev, const struct paged_args *p)
 {
     const char *what = p->op == PAGED_APPEND ? "kv_append kernel" : "paged attention kernel";
-    if (p->queue)
-        return cuda_queue_submit(be, dev, p->queue, &paged_op, p, p->sync, p->deadline_ns, what,
-                                 p->why, p->why_len);
-    return cuda_run_now(be, dev, p->sync, &paged_op, p, what);
+    if (p->exec.queue)
+        return cuda_queue_submit(be, dev, &p->exec, &paged_op, p, what);
+    return cuda_run_now(be, dev, p->exec.sync, &paged_op, p, what);
 }

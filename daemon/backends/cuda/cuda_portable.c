@@ -318,14 +318,14 @@ static int cp_copy(struct backend *be, int dev, const struct copy_args *cp)
     struct cp_dev *x = device(be, dev);
     if (!x)
         return -ENODEV;
-    if (has_sync(cp->sync))
+    if (has_sync(cp->exec.sync))
         return -ENOTSUP;
     int rc = cp->to_device ? op_to_device(x, (uint64_t)(uintptr_t)cp->dst, cp->src, cp->bytes)
                            : op_to_host(x, cp->dst, (uint64_t)(uintptr_t)cp->src, cp->bytes);
     if (rc == 0)
         rc = op_finish(x);
-    if (rc == 0 && cp->timing)
-        cp->timing->copy_bytes = cp->bytes;
+    if (rc == 0 && cp->exec.timing)
+        cp->exec.timing->copy_bytes = cp->bytes;
     return rc;
 }
 
@@ -334,7 +334,7 @@ static int cp_attention(struct backend *be, int dev, const struct attn_args *a)
     struct cp_dev *x = device(be, dev);
     if (!x)
         return -ENODEV;
-    if (has_sync(a->sync))
+    if (has_sync(a->exec.sync))
         return -ENOTSUP;
     const struct pk_device d = {&cp_pk_ops, x, 32};
     return pk_attention(&d, a);
@@ -351,7 +351,7 @@ static int cp_paged(struct backend *be, int dev, const struct paged_args *p)
     struct cp_dev *x = device(be, dev);
     if (!x)
         return -ENODEV;
-    if (has_sync(p->sync))
+    if (has_sync(p->exec.sync))
         return -ENOTSUP;
     const struct pk_device d = {&cp_pk_ops, x, 32};
     return pk_paged(&d, p);

@@ -73,11 +73,14 @@ static void disarm(const struct cuda_ctx *c, struct cuda_dev *x, struct queued *
         cuda_graveyard_drain(c->d, x);
 }
 
-int cuda_queue_submit(struct backend *be, int dev, struct backend_queue *q,
-                      const struct cuda_op_type *t, const void *args,
-                      const struct backend_sync *s, uint64_t deadline_ns, const char *what,
-                      char *why, size_t len)
+int cuda_queue_submit(struct backend *be, int dev, const struct backend_exec *e,
+                      const struct cuda_op_type *t, const void *args, const char *what)
 {
+    struct backend_queue *q = e->queue;
+    const struct backend_sync *s = e->sync;
+    const uint64_t deadline_ns = e->deadline_ns;
+    char *why = e->why;
+    const size_t len = e->why_len;
     struct cuda_ctx *c = be->ctx;
     const struct cuda_driver *d = c->d;
     if (dev < 0 || dev >= c->ndev)

@@ -267,11 +267,11 @@ static int hsa_copy(struct backend *be, int dev, const struct copy_args *cp)
     struct hsa_dev *x = device(be, dev);
     if (!x)
         return -ENODEV;
-    if (has_sync(cp->sync))
+    if (has_sync(cp->exec.sync))
         return -ENOTSUP;
     int rc = hsa_device_copy(x, cp->dst, cp->src, cp->bytes, cp->to_device);
-    if (rc == 0 && cp->timing)
-        cp->timing->copy_bytes = cp->bytes;
+    if (rc == 0 && cp->exec.timing)
+        cp->exec.timing->copy_bytes = cp->bytes;
     return rc;
 }
 
@@ -280,7 +280,7 @@ static int hsa_attention(struct backend *be, int dev, const struct attn_args *a)
     struct hsa_dev *x = device(be, dev);
     if (!x)
         return -ENODEV;
-    if (has_sync(a->sync))
+    if (has_sync(a->exec.sync))
         return -ENOTSUP;
     const struct pk_device d = {&hsa_pk_ops, x, x->wave};
     return pk_attention(&d, a);
@@ -297,7 +297,7 @@ static int hsa_paged(struct backend *be, int dev, const struct paged_args *p)
     struct hsa_dev *x = device(be, dev);
     if (!x)
         return -ENODEV;
-    if (has_sync(p->sync))
+    if (has_sync(p->exec.sync))
         return -ENOTSUP;
     const struct pk_device d = {&hsa_pk_ops, x, x->wave};
     return pk_paged(&d, p);
