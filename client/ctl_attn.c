@@ -108,10 +108,13 @@ int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv)
     }
     size_t es = gllm_dtype_size(job_dt);
     size_t lse_count = (size_t)(in[0].shape[0] * in[0].shape[1] * in[0].shape[2]);
+    /* out is Q's shape with V's head dim (below Q's where the backend takes that). */
+    int64_t out_shape[4] = {in[0].shape[0], in[0].shape[1], in[0].shape[2], in[2].shape[3]};
+    const size_t out_count = lse_count * (size_t)(out_shape[3] > 0 ? out_shape[3] : 0);
     size_t off[5], total = 0;
     for (int i = 0; i < 4; i++) {
         off[i] = total;
-        total += align64(in[i < 3 ? i : 0].count * es);
+        total += align64((i < 3 ? in[i].count : out_count) * es);
     }
     off[4] = total;
     total += align64(lse_count * sizeof(float));
@@ -130,15 +133,14 @@ int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv)
     char *base = gllm_memory_data(a);
     gllm_tensor *ts[4] = {&p.q, &p.k, &p.v, &p.out};
     for (int i = 0; i < 4; i++) {
-        const struct npy *src = &in[i < 3 ? i : 0];
-        gllm_tensor_init(a, off[i], job_dt, 4, src->shape, ts[i]);
+        gllm_tensor_init(a, off[i], job_dt, 4, i < 3 ? in[i].shape : out_shape, ts[i]);
         if (i < 3)
-            convert(base + off[i], job_dt, src->data, file_dt, src->count);
+            convert(base + off[i], job_dt, in[i].data, file_dt, in[i].count);
     }
     int64_t lse_shape[3] = {in[0].shape[0], in[0].shape[1], in[0].shape[2]};
     gllm_tensor_init(a, off[4], GLLM_DTYPE_F32, 3, lse_shape, &p.lse);
     /* Poison the output so an element the daemon failed to write shows as NaN. */
-    memset(base + off[3], 0xff, in[0].count * es);
+    memset(base + off[3], 0xff, out_count * es);
 
     gllm_job_result res = GLLM_JOB_RESULT_INIT;
     r = gllm_attention(c, &p, &res);
@@ -147,8 +149,8 @@ int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv)
         fprintf(stderr, "gllmctl attn: %s%s%s\n", gllm_strerror(r), why[0] ? ": " : "", why);
         goto out_release;
     }
-    struct npy o = {.dtype = file_dt, .rank = 4, .count = in[0].count};
-    memcpy(o.shape, in[0].shape, sizeof o.shape);
+    struct npy o = {.dtype = file_dt, .rank = 4, .count = out_count};
+    memcpy(o.shape, out_shape, sizeof out_shape);
     o.data = malloc(o.count * gllm_dtype_size(file_dt) + 1);
     if (!o.data) {
         fprintf(stderr, "gllmctl attn: out of memory\n");

@@ -39,15 +39,17 @@ static int counter_to_wire(gllm_client *c, const gllm_counter *g, struct proto_c
  * in last_error, instead of reaching a daemon that might ignore it. */
 static int variant_out(gllm_client *c, gllm_mode mode, uint32_t flags,
                        const gllm_attention_variant *v, const gllm_tensor *q,
-                       const gllm_tensor *vt, struct proto_variant *w)
+                       const gllm_tensor *kt, const gllm_tensor *vt, struct proto_variant *w)
 {
     int r = variant_to_wire(c, flags, v, w);
     if (r < 0)
         return r;
-    /* q is [B, Hq, Sq, D] (dense) or [N, Hq, D]; v (or v_cache) ends in Dv. */
+    /* q is [B, Hq, Sq, D] (dense) or [N, Hq, D]; k (or k_cache) ends in D too, v (or
+     * v_cache) in Dv. Shapes that do not fit are gllmd's to refuse, with its own words. */
     const int want = mode == GLLM_MODE_DENSE ? 4 : 3;
-    if (q->rank != want || vt->rank < 1)
-        return 0;                 /* a shape gllmd refuses itself, with its own words */
+    if (q->rank != want || kt->rank < 1 || vt->rank < 1 ||
+        kt->shape[kt->rank - 1] != q->shape[want - 1])
+        return 0;
     return variant_check(c, mode, w, q->shape[1], q->shape[want - 1], vt->shape[vt->rank - 1]);
 }
 
@@ -75,7 +77,7 @@ int gllm_attention_submit(gllm_client *c, const gllm_attention_params *p, uint64
     a.scale = p->scale;
     a.repeat = HAS_REPEAT(p) ? p->repeat : 0;
     if ((r = variant_out(c, GLLM_MODE_DENSE, p->flags, HAS_VARIANT(p) ? &p->variant : NULL,
-                         &p->q, &p->v, &a.variant)) < 0)
+                         &p->q, &p->k, &p->v, &a.variant)) < 0)
         return r;
     uint64_t id;
     msgpack_packer *pk = rpc_begin(c, "attention", &id);
@@ -140,8 +142,8 @@ static int paged_attention_submit(gllm_client *c, const gllm_paged_attention_par
     w.has_scale = p->flags & GLLM_ATTN_SCALE;
     w.scale = p->scale;
     if ((r = variant_out(c, op == PROTO_DECODE ? GLLM_MODE_DECODE : GLLM_MODE_PREFILL, p->flags,
-                         HAS_VARIANT(p) ? &p->variant : NULL, &p->q, &p->kv.v_cache,
-                         &w.variant)) < 0)
+                         HAS_VARIANT(p) ? &p->variant : NULL, &p->q, &p->kv.k_cache,
+                         &p->kv.v_cache, &w.variant)) < 0)
         return r;
     return paged_submit(c, op == PROTO_DECODE ? "attention_decode" : "attention_prefill", &w, job);
 }
