@@ -974,6 +974,8 @@ static void test_paged_variants(void **state)
                      q1[] = {1, 5, 40, 16, 2};
     static const int len2[] = {33, 2, 200}, tail2[] = {1, 1, 4}, q2[] = {33, 1, 20};
     static const struct var_case v_chunk8 = {.chunk = 8};
+    static const struct var_case v_cap_alibi = {.soft_cap = 0.5, .alibi = true, .chunk = 3000};
+    static const int len5[] = {7000}, tail5[] = {3};
     const struct paged_case cases[] = {
         {"paged f16 GQA4 D64 page 16", GLLM_DTYPE_F16, 5, 8, 2, 64, 16, len1, tail1, NULL, &v_left16},
         {"paged bf16 GQA4 D64 page 16", GLLM_DTYPE_BF16, 5, 8, 2, 64, 16, len1, tail1, q1, &v_left16},
@@ -985,6 +987,15 @@ static void test_paged_variants(void **state)
         {"paged f32 GQA2 D32 page 5", GLLM_DTYPE_F32, 3, 4, 2, 32, 5, len2, tail2, q2, &v_mixed},
         {"paged bf16 GQA2 D192 page 16", GLLM_DTYPE_BF16, 3, 4, 2, 192, 16, len2, tail2, q2, &v_dv128},
         {"paged f16 GQA2 D64 page 16", GLLM_DTYPE_F16, 3, 4, 2, 64, 16, len2, tail2, NULL, &v_dv40_sinks},
+        /* The GPU kernels' dtypes and head dims: chunks, ALiBi and the mix there too, and
+         * long single sequences whose keys are split across blocks and merged (the sink
+         * joins in the merge). */
+        {"paged bf16 GQA4 D128 page 16", GLLM_DTYPE_BF16, 5, 8, 2, 128, 16, len1, tail1, q1, &v_chunk8},
+        {"paged f16 GQA4 D128 page 16", GLLM_DTYPE_F16, 5, 8, 2, 128, 16, len1, tail1, NULL, &v_alibi},
+        {"paged f16 GQA2 D64 page 16", GLLM_DTYPE_F16, 3, 4, 2, 64, 16, len2, tail2, q2, &v_mixed},
+        {"paged bf16 GQA8 D128 page 16, one long", GLLM_DTYPE_BF16, 1, 8, 1, 128, 16, len5, tail5, NULL, &v_gptoss},
+        {"paged f16 GQA4 D64 page 64, one long", GLLM_DTYPE_F16, 1, 8, 2, 64, 64, len5, tail5, NULL, &v_sinks},
+        {"paged f16 GQA4 D128 page 16, one long", GLLM_DTYPE_F16, 1, 8, 2, 128, 16, len5, tail5, NULL, &v_cap_alibi},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run_paged(&cases[i], 40 + i);

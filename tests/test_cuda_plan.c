@@ -160,6 +160,53 @@ static void test_items_cover(void **state)
     free(seen), free(part_used), free(w), free(c);
 }
 
+/* With a window or chunk the plan reads only what some query sees: every key a query sees
+ * is planned once for it, and a decode of a long sequence with a short window reads the
+ * window alone. */
+static void test_items_cover_variant(void **state)
+{
+    (void)state;
+    static const int len[4] = {9000, 300, 4096, 77}, qn[4] = {1, 40, 3, 77};
+    const struct attn_variant vars[3] = {
+        {.window = true, .window_left = 128, .window_right = -1},
+        {.chunk = 1000},
+        {.window = true, .window_left = 600, .window_right = -1, .chunk = 256},
+    };
+    for (int vi = 0; vi < 3; vi++) {
+        struct job j;
+        make(&j, 4, 32, 8, len, qn);
+        j.p.variant = vars[vi];
+        const struct paged_tiling t = paged_tiling(&j.p);
+        const int64_t target = target_of(&j, &t);
+        int64_t nwork, ncomb, nparts;
+        paged_plan(&j.p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
+        gllm_cuda_paged_work *w = calloc((size_t)nwork, sizeof *w);
+        gllm_cuda_paged_combine *c = calloc((size_t)(ncomb ? ncomb : 1), sizeof *c);
+        paged_plan(&j.p, &t, target, w, c, &nwork, &ncomb, &nparts);
+        const int rows = j.q_indptr[4];
+        int64_t *seen = calloc((size_t)rows * 9000, sizeof *seen);
+        int64_t read = 0;
+        for (int64_t i = 0; i < nwork; i++) {
+            assert_true(w[i].kv0 < w[i].kv1);
+            read += w[i].kv1 - w[i].kv0;
+            for (int q = 0; q < w[i].nq; q++)
+                for (int k = w[i].kv0; k < w[i].kv1; k++)
+                    seen[(int64_t)(w[i].q0 + q) * 9000 + k]++;
+        }
+        for (int b = 0; b < 4; b++)
+            for (int r = j.q_indptr[b]; r < j.q_indptr[b + 1]; r++) {
+                const int pos = len[b] - (j.q_indptr[b + 1] - r);
+                const int lo = paged_kv_begin(&j.p, pos);
+                assert_true(lo <= pos);
+                for (int k = lo; k <= pos; k++)
+                    assert_int_equal(seen[(int64_t)r * 9000 + k], 1);
+            }
+        if (vi == 0)                /* the 9000-token decode reads its window's 129 keys */
+            assert_true(read < 2 * 129 + 300 * 3 + 4096 + 77 * 5);
+        free(seen), free(w), free(c);
+    }
+}
+
 /* The Hopper paged prefill takes prefill-sized chunks of f16/bf16, D 64/128, pages dividing
  * 128 from 16 on, and nothing else. */
 static void test_pp_items(void **state)
@@ -371,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_tiling),
         cmocka_unit_test(test_one_wave),
         cmocka_unit_test(test_items_cover),
+        cmocka_unit_test(test_items_cover_variant),
         cmocka_unit_test(test_pp_items),
         cmocka_unit_test(test_pp_plan),
         cmocka_unit_test(test_pp_units_once),

@@ -179,6 +179,23 @@ typedef struct gllm_cuda_paged_params {
     int32_t *bad_page;    /* ... the kernel sets this (pinned host memory) instead */
 } gllm_cuda_paged_params;
 
+/* An attention variant as the paged kernels read it (backend_api.h's struct attn_variant):
+ * -1 window edges and chunk 0 are none; slopes and sinks [Hq] f32 in device memory, or NULL. */
+typedef struct gllm_cuda_variant {
+    int32_t window_left, window_right;
+    int32_t chunk;
+    float soft_cap;       /* 0: none */
+    const float *alibi;
+    const float *sinks;
+} gllm_cuda_variant;
+
+/* gllm_paged_attn_var_{f16,bf16}_d{64,128}: the paged kernel with a variant, its plan uploaded
+ * as the plain kernel's (no batch or single forms: a variant job is not the latency path yet). */
+typedef struct gllm_cuda_paged_var_params {
+    gllm_cuda_paged_params p;
+    gllm_cuda_variant v;
+} gllm_cuda_paged_var_params;
+
 /* gllm_paged_attn_batch_{f16,bf16}_d{64,128}: the same kernel for a batch of sequences with
  * one query token each, none split (block x takes sequence x, B <= GLLM_CUDA_PAGED_BATCH):
  * the plan travels in the launch's parameters (its work and combine pointers are unused), so

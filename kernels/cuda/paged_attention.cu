@@ -28,13 +28,27 @@ __device__ __forceinline__ void cp_async_wait_stages()
     asm volatile("cp.async.wait_group %0;\n" ::"n"(PG_STAGES - 2));
 }
 
+// The sink (a key of logit s2, base 2, and value zero) joined to a row's softmax, whose sum L
+// and output acc are relative to 2^M (2^0 while M is -inf): both move to the larger of M and s2.
+__device__ __forceinline__ void add_sink(float s2, float &M, float &L, float4 &acc)
+{
+    const float mf = fmaxf(M, s2);
+    if (mf == -INFINITY)
+        return;
+    const float keep = M == -INFINITY ? 0.f : fast_exp2(M - mf);
+    L = L * keep + fast_exp2(s2 - mf);
+    acc.x *= keep, acc.y *= keep, acc.z *= keep, acc.w *= keep;
+    M = mf;
+}
+
 // Output element (token qi, head slot hh, columns 4 c4 .. 4 c4 + 3) of combine item c, merged
 // exactly from the item's partial results, weighted by 2^(lse - max); the partials are read
 // from L2 (ld.cg), where the other blocks' writes landed.
-template <typename T, int D>
+template <typename T, int D, bool VAR = false>
 __device__ __forceinline__ void combine_exact(const gllm_cuda_paged_params &p,
                                               const gllm_cuda_paged_combine &c, int head0,
-                                              int qi, int hh, int c4)
+                                              int qi, int hh, int c4,
+                                              const gllm_cuda_variant *v = nullptr)
 {
     const int r = qi * p.heads_per_cta + hh;
     auto slot = [&](int s) {
@@ -70,6 +84,8 @@ __device__ __forceinline__ void combine_exact(const gllm_cuda_paged_params &p,
         }
         M = m;
     }
+    if (VAR && v->sinks)
+        add_sink(v->sinks[head0 + hh] * LOG2E, M, L, acc);
     const float inv = L > 0.f ? 1.f / L : 0.f;
     T *O = reinterpret_cast<T *>(p.out) + ((int64_t)(c.q0 + qi) * p.Hq + head0 + hh) * D + c4 * 4;
     *reinterpret_cast<uint2 *>(O) = make_uint2(Elem<T>::pack(acc.x * inv, acc.y * inv),
@@ -78,15 +94,15 @@ __device__ __forceinline__ void combine_exact(const gllm_cuda_paged_params &p,
 
 // The last block of combine item c: merges the item's partial results for this block's
 // rows, each thread 4 columns of one (token, head) row.
-template <typename T, int D>
+template <typename T, int D, bool VAR = false>
 __device__ __forceinline__ void paged_combine(const gllm_cuda_paged_params &p,
                                               const gllm_cuda_paged_combine &c, int head0,
-                                              int heads_here)
+                                              int heads_here, const gllm_cuda_variant *var = nullptr)
 {
     constexpr int C4 = D / 4;
     for (int idx = threadIdx.x; idx < c.nq * heads_here * C4; idx += PG_THREADS) {
         const int v = idx / C4;
-        combine_exact<T, D>(p, c, head0, v / heads_here, v % heads_here, idx % C4);
+        combine_exact<T, D, VAR>(p, c, head0, v / heads_here, v % heads_here, idx % C4, var);
     }
 }
 
@@ -138,11 +154,14 @@ __device__ __forceinline__ void paged_combine_sums(const gllm_cuda_paged_params 
 
 // w: this block's work item; combine: where its combine item is (with w.part >= 0), read
 // only after the block's keys are done; sums: the fast merge's (paged_combine_sums), or null.
-template <typename T, int D>
+// VAR: var is the job's variant (masks narrowing each row's keys, score transforms, sinks);
+// without it the code is the plain kernel's.
+template <typename T, int D, bool VAR = false>
 __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
                                                 const gllm_cuda_paged_work w,
                                                 const gllm_cuda_paged_combine *combine,
-                                                float *sums = nullptr)
+                                                float *sums = nullptr,
+                                                const gllm_cuda_variant *var = nullptr)
 {
     constexpr int CH = D / 8;                  // 16-byte chunks per row
     constexpr int DK = D / 16, DN = D / 8;
@@ -228,6 +247,26 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
     // This thread's rows g and g + 8: the last key each may see (causal; decode sees all).
     const int limit[2] = {w.pos0 + g / hpc, w.pos0 + (g + 8) / hpc};
     const float qk_scale = p.scale * LOG2E;
+    // With a variant, row hr sees keys [lo, hi] (the window's and its chunk's meet with the
+    // causal limit) and adds slope (ALiBi, base 2) times its distance to each score.
+    int lo[2] = {0, 0}, hi[2] = {limit[0], limit[1]};
+    float slope[2] = {0.f, 0.f};
+    if (VAR) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int pos = limit[hr], r = g + 8 * hr;
+            if (var->window_left >= 0)
+                lo[hr] = max(lo[hr], pos - var->window_left);
+            if (var->window_right >= 0)
+                hi[hr] = min(hi[hr], pos + var->window_right);
+            if (var->chunk > 0) {
+                const int c0 = pos / var->chunk * var->chunk;     // positions are never negative
+                lo[hr] = max(lo[hr], c0), hi[hr] = min(hi[hr], c0 + var->chunk - 1);
+            }
+            if (var->alibi && r / hpc < w.nq && r % hpc < heads_here)
+                slope[hr] = var->alibi[head0 + r % hpc] * LOG2E;
+        }
+    }
     uint32_t qf[DK][4];
 
     for (int j = 0; j < n_tiles; j++) {
@@ -258,8 +297,17 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int key = key0 + nn * 8 + 2 * t + (e & 1), hr = e >> 1;
-                const float x = s[nn][e] * qk_scale;
-                s[nn][e] = key < w.kv1 && key <= limit[hr] ? x : -INFINITY;
+                float x = s[nn][e] * qk_scale;
+                bool seen = key < w.kv1 && key <= limit[hr];
+                if (VAR) {
+                    // The cap on the natural-log score, then the bias (Gemma 2's order).
+                    float y = s[nn][e] * p.scale;
+                    if (var->soft_cap > 0.f)
+                        y = var->soft_cap * tanhf(y / var->soft_cap);
+                    x = y * LOG2E + slope[hr] * (float)(key - limit[hr]);
+                    seen = seen && key >= lo[hr] && key <= hi[hr];
+                }
+                s[nn][e] = seen ? x : -INFINITY;
                 tile_max[hr] = fmaxf(tile_max[hr], s[nn][e]);
             }
         uint32_t pf[4];
@@ -349,6 +397,8 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
             if (c4 == 0)
                 atomicAdd(a + D, L * e);
         }
+        if (VAR && var->sinks && w.part < 0)     // a split row's sink joins in its combine
+            add_sink(var->sinks[head0 + hh] * LOG2E, M, L, acc);
         const float inv = L > 0.f ? 1.f / L : 0.f;
         acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
         if (w.part < 0) {
@@ -381,7 +431,7 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
         if (sums)
             paged_combine_sums<T, D>(p, c, head0, heads_here, sums);
         else
-            paged_combine<T, D>(p, c, head0, heads_here);
+            paged_combine<T, D, VAR>(p, c, head0, heads_here, var);
     }
 }
 
@@ -416,6 +466,14 @@ __device__ __forceinline__ void paged_single(const gllm_cuda_paged_single_params
     {                                                                                          \
         const gllm_cuda_paged_work w = p.work[blockIdx.x];                                     \
         paged_attention<T, D>(p, w, w.part >= 0 ? p.combine + w.comb : nullptr);               \
+    }
+#define GLLM_CUDA_ENTRY_PAGED_VAR(T, D, FLAGS, symbol)                                         \
+    extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
+        symbol(const __grid_constant__ gllm_cuda_paged_var_params pv)                          \
+    {                                                                                          \
+        const gllm_cuda_paged_work w = pv.p.work[blockIdx.x];                                  \
+        paged_attention<T, D, true>(pv.p, w, w.part >= 0 ? pv.p.combine + w.comb : nullptr,    \
+                                    nullptr, &pv.v);                                           \
     }
 #define GLLM_CUDA_ENTRY_PAGED_BATCH(T, D, FLAGS, symbol)                                       \
     extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \

@@ -334,6 +334,75 @@ def bench(client, g, B, Hq, Hkv, L, D, ps, iters, rows, d2d):
     pg.free()
 
 
+def bench_variant(client, g, B, Hq, Hkv, L, D, ps, window, iters, rows):
+    """Decode with a left window and sinks (GPT-OSS's local layers) against the plain decode
+    of the same cache, in the same call: the window's keys are all a query reads, so its
+    time should fall toward window / L of the plain one's. Checked against float32 torch."""
+    dtype = "f16"
+    P = B * ((L + ps - 1) // ps)
+    pg = Paged(client, P, ps, Hkv, D, dtype, 16 * (P + 4 * B) + (1 << 20))
+    kpool = torch.randn(P, ps, Hkv, D, generator=g).half()
+    vpool = torch.randn(P, ps, Hkv, D, generator=g).half()
+    pg.upload_pool(pg.kc, kpool)
+    pg.upload_pool(pg.vc, vpool)
+    indptr, indices, last = make_tables([L] * B, ps, P, g)
+    q = torch.randn(B, Hq, D, generator=g).half()
+    sinks = (torch.rand(Hq, generator=g) * 4 - 2).float()
+    qbytes = B * Hq * D * 2
+    at = pg.take(qbytes)
+    pg.arena.map[at:at + qbytes] = bits(q).tobytes()
+    sat = pg.take(Hq * 4)
+    pg.arena.map[sat:sat + Hq * 4] = sinks.numpy().tobytes()
+    oat = pg.take(qbytes)
+    kc, vc = pg.pools()
+    plain = {"k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32(indptr),
+             "kv_indices": pg.i32_device(indices), "kv_last_page_len": pg.i32(last),
+             "q": Client.tensor(pg.arena, at, dtype, [B, Hq, D]),
+             "out": Client.tensor(pg.arena, oat, dtype, [B, Hq, D])}
+    var = dict(plain, window_left=window, window_right=-1,
+               sinks=Client.tensor(pg.arena, sat, "f32", [Hq]))
+    for _ in range(3):
+        client.call("attention_decode", plain)
+        client.call("attention_decode", var)
+    tp, tv = [], []
+    for _ in range(iters):        # alternated, so both see the same clocks
+        tp.append(client.call("attention_decode", plain)["kernel_ns"] / 1e6)
+        tv.append(client.call("attention_decode", var)["kernel_ns"] / 1e6)
+    ours_p, ours_v = float(np.median(tp)), float(np.median(tv))
+    client.call("attention_decode", var)
+    got = torch.from_numpy(np.frombuffer(pg.arena.map, dtype=np.int16, count=B * Hq * D,
+                                         offset=oat).copy()).view(torch.float16)
+    got = got.reshape(B, Hq, D).float().cuda()
+    k = torch.stack([gather(kpool.cuda(), indices, indptr, b, L) for b in range(B)]).float()
+    v = torch.stack([gather(vpool.cuda(), indices, indptr, b, L) for b in range(B)]).float()
+    k = k.repeat_interleave(Hq // Hkv, 2)          # [B, L, Hq, D]
+    v = v.repeat_interleave(Hq // Hkv, 2)
+    sc = torch.einsum("bhd,blhd->bhl", q.cuda().float(), k) / D ** 0.5
+    sc[:, :, :max(0, L - 1 - window)] = float("-inf")
+    sc = torch.cat([sc, sinks.cuda().view(1, Hq, 1).expand(B, Hq, 1)], 2)
+    pr = torch.softmax(sc, 2)[:, :, :L]
+    want = torch.einsum("bhl,blhd->bhd", pr, v)
+    err = float((got - want).abs().max() / want.abs().max())
+    seen = min(L, window + 1)
+    kv_bytes = 2 * B * seen * Hkv * D * 2
+    row = {"shape": f"decode B{B} Hq{Hq} Hkv{Hkv} L{L} D{D} f16 page {ps} window {window} sinks",
+           "plain_ms": ours_p, "variant_ms": ours_v, "rel_err_vs_f32": err,
+           "window_gbps": kv_bytes / ours_v / 1e6, "plain_over_variant": ours_p / ours_v}
+    row["case"] = benchrun.case(
+        "paged-decode-variant", row["shape"][len("decode "):],
+        {"batch": B, "q_heads": Hq, "kv_heads": Hkv, "kv_len": L, "head_dim": D, "dtype": dtype,
+         "page_size": ps, "window_left": window, "sinks": True},
+        {"gllm_variant_kernel_us": ours_v * 1e3, "gllm_plain_kernel_us": ours_p * 1e3,
+         "gllm_window_gbps": row["window_gbps"]}, ["gllm_variant_kernel_us"])
+    rows.append(row)
+    ok = err < 3e-3
+    print(f"  {'ok  ' if ok else 'FAIL'} {row['shape']}: {ours_v * 1e3:.1f} us against the plain "
+          f"decode's {ours_p * 1e3:.1f} us ({row['plain_over_variant']:.2f}x), the window's K+V at "
+          f"{row['window_gbps']:.0f} GB/s, err {err:.1e}", flush=True)
+    pg.free()
+    return ok
+
+
 def upload(pg, t):
     """t in a device tensor of its own, staged through the arena."""
     nbytes = t.numel() * t.element_size()
@@ -435,6 +504,11 @@ def main():
                     help="chunked prefills to time (Hq 32, Hkv 8, bf16, pages of 16 and D 128 "
                          "unless PAGE and D say otherwise) against the dense kernel on the same "
                          "tokens; empty: none")
+    ap.add_argument("--variant-shapes", default="64:4096:128,1:8192:128,64:4096:4095",
+                    metavar="B:L:WINDOW,...",
+                    help="decodes with a left window and sinks (Hq 64, Hkv 8, D 64, f16, pages "
+                         "of 16: GPT-OSS's local layers) timed against the plain decode; a "
+                         "window of L - 1 reads every key, the variant form's own cost")
     ap.add_argument("--expect-repeatable", action="store_true",
                     help="with --repeat-only: fail unless every output is the same")
     args = ap.parse_args()
@@ -523,6 +597,14 @@ def main():
     for shape in args.shapes.split(","):
         B, L = (int(v) for v in shape.split(":"))
         bench(client, g, B, 32, 8, L, 128, 16, args.iters, rows, d2d)
+    var_rows, var_ok = [], True
+    if "variants" in client.caps.get("capabilities", {}).get("decode", {}) and \
+            "window" in client.caps["capabilities"]["decode"]["variants"]:
+        for shape in filter(None, args.variant_shapes.split(",")):
+            B, L, W = (int(v) for v in shape.split(":"))
+            var_ok &= bench_variant(client, g, B, 64, 8, L, 64, 16, W, args.iters, var_rows)
+    else:
+        print("  SKIPPED variant decode: this gllmd's decode computes no window", flush=True)
     prefill_rows = []
     for shape in filter(None, args.prefill_shapes.split(",")):
         B, prefix, new, *rest = (int(v) for v in shape.split(":"))
@@ -533,7 +615,7 @@ def main():
                          args.iters, benchrun.torch_peers(torch))
     with open(os.path.join(args.out, "gpu_paged.json"), "w") as f:
         json.dump({"schema": benchrun.SCHEMA, "meta": meta,
-                   "cases": [r["case"] for r in rows + prefill_rows],
+                   "cases": [r["case"] for r in rows + prefill_rows + var_rows],
                    "correctness": results}, f, indent=1)
         f.write("\n")
     print(f"\n{'decode shape':42} {'gllm':>6} {'cuDNN':>6} {'FA2':>6} {'xcuDNN':>7} {'ofD2D':>6} "
@@ -546,7 +628,12 @@ def main():
     for r in prefill_rows:
         print(f"{r['shape']:58} {r['paged_tflops']:6.0f} {r['dense_tflops']:6.0f} "
               f"{r['paged_vs_dense']:6.2f} {r['cudnn_graph_tflops']:7.0f}")
-    return 0 if passed == total else 1
+    if var_rows:
+        print(f"\n{'variant decode shape':60} {'var us':>7} {'plain us':>8} {'ratio':>6} {'GB/s':>6}")
+    for r in var_rows:
+        print(f"{r['shape']:60} {r['variant_ms'] * 1e3:7.1f} {r['plain_ms'] * 1e3:8.1f} "
+              f"{r['plain_over_variant']:6.2f} {r['window_gbps']:6.0f}")
+    return 0 if passed == total and var_ok else 1
 
 
 if __name__ == "__main__":

@@ -17,6 +17,12 @@
 #include "strided.h"
 
 extern const struct backend_iface cuda_backend_iface;
+
+/* What the paged kernel's variant form computes (paged_attention.cu). */
+#define PAGED_VARIANTS                                                                      \
+    (GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP | GLLM_VARIANT_ALIBI |  \
+     GLLM_VARIANT_SINKS)
+
 static const struct backend_device_iface cuda_device_iface;
 
 static int cuda_probe(char *why, size_t len)
@@ -97,8 +103,9 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     be->ndevices = c->ndev;
     be->present = n;
     /* Dense attention takes every head dim up to the generic kernel's; the paged kernels
-     * exist for 64 and 128 (cuda_paged_check says so too, for the dtypes). No variant field
-     * is computed yet: hello says so, and such jobs are refused before they reach here. */
+     * exist for 64 and 128 (cuda_paged_check says so too, for the dtypes), and their variant
+     * form (paged_attention.cu) computes every field but Dv below D. Dense jobs compute no
+     * variant yet: hello says so, and such jobs are refused before they reach here. */
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = GLLM_CUDA_GENERIC_MAX_D,
@@ -106,8 +113,10 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
                     (cuda_sync_supported(d) ? BACKEND_FEAT_SYNC | BACKEND_FEAT_QUEUES : 0),
         .modes = {
             [GLLM_MODE_DENSE] = {.max_head_dim = GLLM_CUDA_GENERIC_MAX_D},
-            [GLLM_MODE_DECODE] = {.max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
-            [GLLM_MODE_PREFILL] = {.max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
+            [GLLM_MODE_DECODE] = {.variants = PAGED_VARIANTS, .max_head_dim = 128,
+                                  .nhead_dims = 2, .head_dims = {64, 128}},
+            [GLLM_MODE_PREFILL] = {.variants = PAGED_VARIANTS, .max_head_dim = 128,
+                                   .nhead_dims = 2, .head_dims = {64, 128}},
         },
     };
     be->caps.share_granularity = cuda_share_granularity(c);

@@ -112,7 +112,7 @@ struct staged {
 /* Work items of the Hopper paged prefill for this job on this device, or 0: the paged kernel. */
 static int64_t pp_wanted(const struct cuda_dev *x, const struct paged_args *p)
 {
-    if (!PP_HOPPER_ON || p->op != PAGED_ATTEND ||
+    if (!PP_HOPPER_ON || p->op != PAGED_ATTEND || !attn_variant_none(&p->variant) ||
         !cuda_kernel_find(x, GLLM_CUDA_MODE_PAGED_PREFILL, p->dtype, p->D, 0))
         return 0;
     return pp_items(p);
@@ -140,7 +140,13 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         [PG_OUT] = {p->out, append ? 0 : qbytes, false, true, 0},
         [PG_KNEW] = {(void *)p->k_new, append ? nbytes : 0, true, false, 0},
         [PG_VNEW] = {(void *)p->v_new, append ? nbytes : 0, true, false, 0},
+        [PG_ALIBI] = {(void *)p->variant.alibi_slopes,
+                      p->variant.alibi_slopes ? (size_t)p->Hq * 4 : 0, true, false, 0},
+        [PG_SINKS] = {(void *)p->variant.sinks, p->variant.sinks ? (size_t)p->Hq * 4 : 0, true,
+                      false, 0},
     };
+    /* A variant runs on the paged kernel's variant form, its plan uploaded. */
+    const bool var = !append && !attn_variant_none(&p->variant);
 
     /* What goes up besides the tensors: attention, the page table and the plan; append,
      * the destination slot of each new token. */
@@ -172,7 +178,8 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         int64_t total = 0, with_queries = 0;
         for (int64_t b = 0; b < p->B; b++) {
             const int32_t qn = p->q_indptr[b + 1] - p->q_indptr[b];
-            total += (int64_t)qn * p->kv_len[b];
+            const int32_t first = var && qn ? paged_kv_begin(p, p->kv_len[b] - qn) : 0;
+            total += (int64_t)qn * (p->kv_len[b] - first);
             with_queries += qn > 0;
         }
         target = paged_chunk_target(total, &t, x->sm_count);
@@ -181,7 +188,7 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
          * item and the counting pass over the batch is not needed. */
         if (p->max_kv_len <= target && p->max_q_len <= t.tpc) {
             nwork = with_queries;
-        } else if (p->B == 1 && p->max_q_len == 1) {
+        } else if (!var && p->B == 1 && p->max_q_len == 1) {
             /* One one-token sequence longer than a block's share: its key ranges are the
              * whole plan (the counting pass would find the same). */
             paged_split_keys(p->kv_len[0], target, &nwork, &chunk1);
@@ -194,11 +201,11 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         /* One query token per sequence, none split, the page numbers on the device: the
          * plan goes in the launch's parameters and nothing is uploaded (the upload's call
          * and copy were 3.5-4 us of a B64 step's 20). */
-        batch = nidx == 0 && ncomb == 0 && nwork == p->B && p->max_q_len == 1 &&
+        batch = !var && nidx == 0 && ncomb == 0 && nwork == p->B && p->max_q_len == 1 &&
                 p->B <= GLLM_CUDA_PAGED_BATCH;
         /* The same for one one-token sequence that is split (B1 decode): its plan is the
          * range length, in the parameters too. */
-        single = nidx == 0 && p->B == 1 && p->max_q_len == 1 && ncomb == 1;
+        single = !var && nidx == 0 && p->B == 1 && p->max_q_len == 1 && ncomb == 1;
         up_bytes = batch || single ? 0
                          : align256((size_t)nidx * 4) +
                                align256((size_t)nwork * sizeof(gllm_cuda_paged_work)) +
@@ -376,7 +383,18 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
                 k.page_shift = s;
         void *param = &k;
         enum gllm_cuda_mode mode = GLLM_CUDA_MODE_PAGED;
-        if (batch) {
+        gllm_cuda_paged_var_params vp;
+        if (var) {
+            const struct attn_variant *v = &p->variant;
+            vp.p = k, param = &vp, mode = GLLM_CUDA_MODE_PAGED_VAR;
+            vp.v = (gllm_cuda_variant){
+                .window_left = v->window ? v->window_left : -1,
+                .window_right = v->window ? v->window_right : -1,
+                .chunk = (int32_t)v->chunk, .soft_cap = v->soft_cap,
+                .alibi = v->alibi_slopes ? (const float *)(uintptr_t)st[PG_ALIBI].dev : NULL,
+                .sinks = v->sinks ? (const float *)(uintptr_t)st[PG_SINKS].dev : NULL,
+            };
+        } else if (batch) {
             bp.p = k, param = &bp, mode = GLLM_CUDA_MODE_PAGED_BATCH;
         } else if (single) {
             sp.p = k, sp.sums = sums ? (float *)(uintptr_t)ln->sums : NULL, param = &sp;

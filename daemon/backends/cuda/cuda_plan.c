@@ -31,6 +31,17 @@ void paged_split_keys(int64_t kv_end, int64_t chunk_target, int64_t *nsplit, int
     *nsplit = (kv_end + *chunk - 1) / *chunk;
 }
 
+int32_t paged_kv_begin(const struct paged_args *p, int32_t pos)
+{
+    const struct attn_variant *v = &p->variant;
+    int32_t lo = 0;
+    if (v->window && v->window_left >= 0 && pos - v->window_left > lo)
+        lo = pos - v->window_left;
+    if (v->chunk && (int32_t)(pos / (int32_t)v->chunk * (int32_t)v->chunk) > lo)
+        lo = pos / (int32_t)v->chunk * (int32_t)v->chunk;
+    return lo;
+}
+
 void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_t chunk_target,
                 gllm_cuda_paged_work *work, gllm_cuda_paged_combine *comb, int64_t *nwork,
                 int64_t *ncomb, int64_t *nparts)
@@ -41,17 +52,21 @@ void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_
         for (int32_t q = 0; q < qn; q += t->tpc) {
             const int32_t nq = qn - q < t->tpc ? qn - q : t->tpc;
             const int32_t pos0 = p->kv_len[b] - qn + q, kv_end = pos0 + nq;
+            /* A window or chunk hides the keys before the item's first query sees any:
+             * they are not read. */
+            const int32_t kv_begin = paged_kv_begin(p, pos0);
             /* Unsplit unless the sequence is longer than a block's share: in a batch that
              * fills the chip by itself, no item is, and the plan costs no division (three
              * per item, twice, were 1.6 us of a B64 decode step on the H200's host). */
-            int64_t nsplit = 1, chunk = kv_end;
-            if (kv_end > chunk_target)
-                paged_split_keys(kv_end, chunk_target, &nsplit, &chunk);
+            int64_t nsplit = 1, chunk = kv_end - kv_begin;
+            if (kv_end - kv_begin > chunk_target)
+                paged_split_keys(kv_end - kv_begin, chunk_target, &nsplit, &chunk);
             if (comb && nsplit > 1)
                 comb[nc] = (gllm_cuda_paged_combine){q_begin + q, nq, (int32_t)np, (int32_t)nsplit};
             for (int64_t s = 0; s < nsplit; s++) {
                 if (work) {
-                    const int64_t kv0 = s * chunk, kv1 = kv0 + chunk < kv_end ? kv0 + chunk : kv_end;
+                    const int64_t kv0 = kv_begin + s * chunk;
+                    const int64_t kv1 = kv0 + chunk < kv_end ? kv0 + chunk : kv_end;
                     work[nw] = (gllm_cuda_paged_work){
                         .page0 = p->kv_indptr[b], .q0 = q_begin + q, .nq = nq, .pos0 = pos0,
                         .kv0 = (int32_t)kv0, .kv1 = (int32_t)kv1,

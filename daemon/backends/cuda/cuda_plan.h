@@ -28,6 +28,9 @@ int64_t paged_chunk_target(int64_t query_keys, const struct paged_tiling *t, int
 /* kv_end keys cut into *nsplit ranges of *chunk keys (a multiple of 64, the last range
  * shorter), about chunk_target each; the count rounded to the nearest. */
 void paged_split_keys(int64_t kv_end, int64_t chunk_target, int64_t *nsplit, int64_t *chunk);
+/* The first key the query at pos sees under p's variant (0 without a window or chunk); keys
+ * before it are not planned. */
+int32_t paged_kv_begin(const struct paged_args *p, int32_t pos);
 /* Work items for an attention job: with work and comb NULL it only counts; else it also
  * writes them (room for the counts). */
 void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_t chunk_target,
