@@ -505,10 +505,10 @@ def main():
                          "unless PAGE and D say otherwise) against the dense kernel on the same "
                          "tokens; empty: none")
     ap.add_argument("--variant-shapes", default="64:4096:128,1:8192:128,64:4096:4095",
-                    metavar="B:L:WINDOW,...",
-                    help="decodes with a left window and sinks (Hq 64, Hkv 8, D 64, f16, pages "
-                         "of 16: GPT-OSS's local layers) timed against the plain decode; a "
-                         "window of L - 1 reads every key, the variant form's own cost")
+                    metavar="B:L:WINDOW[:HQ:HKV:D],...",
+                    help="decodes with a left window and sinks (Hq 64, Hkv 8, D 64 unless given, "
+                         "f16, pages of 16: GPT-OSS's local layers) timed against the plain "
+                         "decode; a window of L - 1 reads every key, the variant form's own cost")
     ap.add_argument("--expect-repeatable", action="store_true",
                     help="with --repeat-only: fail unless every output is the same")
     args = ap.parse_args()
@@ -601,8 +601,9 @@ def main():
     if "variants" in client.caps.get("capabilities", {}).get("decode", {}) and \
             "window" in client.caps["capabilities"]["decode"]["variants"]:
         for shape in filter(None, args.variant_shapes.split(",")):
-            B, L, W = (int(v) for v in shape.split(":"))
-            var_ok &= bench_variant(client, g, B, 64, 8, L, 64, 16, W, args.iters, var_rows)
+            B, L, W, *heads = (int(v) for v in shape.split(":"))
+            Hq, Hkv, D = (heads + [64, 8, 64][len(heads):])[:3]
+            var_ok &= bench_variant(client, g, B, Hq, Hkv, L, D, 16, W, args.iters, var_rows)
     else:
         print("  SKIPPED variant decode: this gllmd's decode computes no window", flush=True)
     prefill_rows = []
