@@ -221,6 +221,14 @@ typedef struct gllm_cuda_paged_single_params {
     int32_t page0, len, chunk;
 } gllm_cuda_paged_single_params;
 
+/* gllm_paged_attn_single_var_{f16,bf16}_d{64,128}: the single-sequence form with a variant:
+ * block x reads [kv_begin + x * chunk, ...), kv_begin the first key the query sees. */
+typedef struct gllm_cuda_paged_single_var_params {
+    gllm_cuda_paged_single_params s;
+    gllm_cuda_variant v;
+    int32_t kv_begin;
+} gllm_cuda_paged_single_var_params;
+
 /* gllm_kv_append_rows: grid (new tokens), block 128; row_bytes per [Hkv, D] row, vec16 when
  * rows and pointers allow 16-byte copies. */
 typedef struct gllm_cuda_append_params {

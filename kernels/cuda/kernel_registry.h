@@ -14,6 +14,7 @@
  *   PAGED_BATCH    the same, a batch's plan in the parameters
  *   PAGED_SINGLE   the same, one split sequence's plan in them
  *   PAGED_VAR      the PAGED kernel with a variant (window, chunk, soft-cap, ALiBi, sinks)
+ *   PAGED_SINGLE_VAR  the PAGED_SINGLE kernel with one
  *   PAGED_PREFILL  chunked prefill over the paged cache on wgmma (paged_prefill_hopper.cu)
  *   APPEND         new K and V rows into the paged cache (paged_attention.cu)
  * X(mode, smem, image): the dynamic shared memory its kernels are allowed, by head dim, and
@@ -29,6 +30,7 @@
     X(PAGED_BATCH, GLLM_CUDA_PAGED_SMEM, ALL)                                                \
     X(PAGED_SINGLE, GLLM_CUDA_PAGED_SMEM, ALL)                                               \
     X(PAGED_VAR, GLLM_CUDA_PAGED_SMEM, ALL)                                                  \
+    X(PAGED_SINGLE_VAR, GLLM_CUDA_PAGED_SMEM, ALL)                                           \
     X(PAGED_PREFILL, GLLM_CUDA_PP_SMEM, SM90A_TMA)                                           \
     X(APPEND, GLLM_CUDA_NO_SMEM, ALL)
 
@@ -98,7 +100,11 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
     X(PAGED_VAR, F16, 64, 0, gllm_paged_attn_var_f16_d64)                                    \
     X(PAGED_VAR, F16, 128, 0, gllm_paged_attn_var_f16_d128)                                  \
     X(PAGED_VAR, BF16, 64, 0, gllm_paged_attn_var_bf16_d64)                                  \
-    X(PAGED_VAR, BF16, 128, 0, gllm_paged_attn_var_bf16_d128)
+    X(PAGED_VAR, BF16, 128, 0, gllm_paged_attn_var_bf16_d128)                                \
+    X(PAGED_SINGLE_VAR, F16, 64, 0, gllm_paged_attn_single_var_f16_d64)                      \
+    X(PAGED_SINGLE_VAR, F16, 128, 0, gllm_paged_attn_single_var_f16_d128)                    \
+    X(PAGED_SINGLE_VAR, BF16, 64, 0, gllm_paged_attn_single_var_bf16_d64)                    \
+    X(PAGED_SINGLE_VAR, BF16, 128, 0, gllm_paged_attn_single_var_bf16_d128)
 
 #define GLLM_CUDA_PAGED_PREFILL_KERNELS(X)                                                   \
     X(PAGED_PREFILL, F16, 128, 0, gllm_paged_prefill_hopper_f16_d128)                        \

@@ -124,18 +124,21 @@ __device__ __forceinline__ void red_add4(float *a, float4 v)
 // the row's sums show that no part overflowed and the largest did not vanish (L within
 // 2^-90 .. 2^90, O finite: the row's maximum score within about +-90 of 0 in log2 units);
 // elsewhere the exact merge above. The sums are cleared for the next job as they are read.
-template <typename T, int D>
+template <typename T, int D, bool VAR = false>
 __device__ __forceinline__ void paged_combine_sums(const gllm_cuda_paged_params &p,
                                                    const gllm_cuda_paged_combine &c, int head0,
-                                                   int heads_here, float *sums)
+                                                   int heads_here, float *sums,
+                                                   const gllm_cuda_variant *var = nullptr)
 {
     constexpr int C4 = D / 4;
     const int rows = c.nq * heads_here;
     for (int idx = threadIdx.x; idx < rows * C4; idx += PG_THREADS) {
         const int v = idx / C4, c4 = idx % C4, qi = v / heads_here, hh = v % heads_here;
         float *a = sums + ((int64_t)blockIdx.y * PG_ROWS + qi * p.heads_per_cta + hh) * SUM_STRIDE(D);
-        const float L = __ldcg(a + D);
+        float L = __ldcg(a + D);
         const float4 x = __ldcg(reinterpret_cast<const float4 *>(a) + c4);
+        if (VAR && var->sinks)                 // the sink's term, relative to 2^0 as the sums
+            L += fast_exp2(var->sinks[head0 + hh] * LOG2E);
         __stcg(reinterpret_cast<float4 *>(a) + c4, make_float4(0.f, 0.f, 0.f, 0.f));
         if (L >= 0x1p-90f && L <= 0x1p90f && isfinite(x.x + x.y + x.z + x.w)) {
             const float inv = 1.f / L;
@@ -143,7 +146,7 @@ __device__ __forceinline__ void paged_combine_sums(const gllm_cuda_paged_params 
             *reinterpret_cast<uint2 *>(O) = make_uint2(Elem<T>::pack(x.x * inv, x.y * inv),
                                                        Elem<T>::pack(x.z * inv, x.w * inv));
         } else {
-            combine_exact<T, D>(p, c, head0, qi, hh, c4);
+            combine_exact<T, D, VAR>(p, c, head0, qi, hh, c4, var);
         }
     }
     __syncthreads();                           // every thread of a row has read its L
@@ -429,7 +432,7 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
     if (last) {
         __threadfence();
         if (sums)
-            paged_combine_sums<T, D>(p, c, head0, heads_here, sums);
+            paged_combine_sums<T, D, VAR>(p, c, head0, heads_here, sums, var);
         else
             paged_combine<T, D, VAR>(p, c, head0, heads_here, var);
     }
@@ -449,14 +452,16 @@ __device__ __forceinline__ void paged_batch(const gllm_cuda_paged_batch_params &
 
 // One one-token sequence split into gridDim.x key ranges of s.chunk keys: block x's work
 // item and the one combine item come from the launch's parameters.
-template <typename T, int D>
-__device__ __forceinline__ void paged_single(const gllm_cuda_paged_single_params &s)
+template <typename T, int D, bool VAR = false>
+__device__ __forceinline__ void paged_single(const gllm_cuda_paged_single_params &s,
+                                             const gllm_cuda_variant *v = nullptr,
+                                             int kv_begin = 0)
 {
-    const int x = blockIdx.x, kv0 = x * s.chunk;
+    const int x = blockIdx.x, kv0 = kv_begin + x * s.chunk;
     const bool split = gridDim.x > 1;
     const gllm_cuda_paged_work w = {s.page0, 0, 1, s.len - 1, kv0, min(kv0 + s.chunk, s.len),
                                     split ? x : -1, split ? 0 : -1};
-    paged_attention<T, D>(s.p, w, &s.comb, s.sums);
+    paged_attention<T, D, VAR>(s.p, w, &s.comb, s.sums, v);
 }
 
 // Entry points, instantiated from the registry's rows (kernel_registry.h).
@@ -474,6 +479,12 @@ __device__ __forceinline__ void paged_single(const gllm_cuda_paged_single_params
         const gllm_cuda_paged_work w = pv.p.work[blockIdx.x];                                  \
         paged_attention<T, D, true>(pv.p, w, w.part >= 0 ? pv.p.combine + w.comb : nullptr,    \
                                     nullptr, &pv.v);                                           \
+    }
+#define GLLM_CUDA_ENTRY_PAGED_SINGLE_VAR(T, D, FLAGS, symbol)                                  \
+    extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \
+        symbol(const __grid_constant__ gllm_cuda_paged_single_var_params sv)                   \
+    {                                                                                          \
+        paged_single<T, D, true>(sv.s, &sv.v, sv.kv_begin);                                    \
     }
 #define GLLM_CUDA_ENTRY_PAGED_BATCH(T, D, FLAGS, symbol)                                       \
     extern "C" __global__ void __launch_bounds__(PG_THREADS, 2)                                \

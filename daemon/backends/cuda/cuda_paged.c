@@ -165,6 +165,7 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
     const size_t arena_idx_bytes =
         p->indices_in_arena && !idx_in_place ? (size_t)p->kv_indptr[p->B] * 4 : 0;
     int64_t nwork = 0, ncomb = 0, nparts = 0, target = 0, chunk1 = 0;
+    int32_t kv_begin1 = 0;
     size_t up_bytes, part_bytes = 0;
     bool batch = false, single = false;
     if (append) {
@@ -188,10 +189,12 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
          * item and the counting pass over the batch is not needed. */
         if (p->max_kv_len <= target && p->max_q_len <= t.tpc) {
             nwork = with_queries;
-        } else if (!var && p->B == 1 && p->max_q_len == 1) {
+        } else if (p->B == 1 && p->max_q_len == 1) {
             /* One one-token sequence longer than a block's share: its key ranges are the
-             * whole plan (the counting pass would find the same). */
-            paged_split_keys(p->kv_len[0], target, &nwork, &chunk1);
+             * whole plan (the counting pass would find the same), from the first key its
+             * query sees. */
+            kv_begin1 = var ? paged_kv_begin(p, p->kv_len[0] - 1) : 0;
+            paged_split_keys(p->kv_len[0] - kv_begin1, target, &nwork, &chunk1);
             ncomb = nwork > 1, nparts = nwork > 1 ? nwork : 0;
         } else {
             paged_plan(p, &t, target, NULL, NULL, &nwork, &ncomb, &nparts);
@@ -205,7 +208,7 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
                 p->B <= GLLM_CUDA_PAGED_BATCH;
         /* The same for one one-token sequence that is split (B1 decode): its plan is the
          * range length, in the parameters too. */
-        single = !var && nidx == 0 && p->B == 1 && p->max_q_len == 1 && ncomb == 1;
+        single = nidx == 0 && p->B == 1 && p->max_q_len == 1 && ncomb == 1;
         up_bytes = batch || single ? 0
                          : align256((size_t)nidx * 4) +
                                align256((size_t)nwork * sizeof(gllm_cuda_paged_work)) +
@@ -384,6 +387,7 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         void *param = &k;
         enum gllm_cuda_mode mode = GLLM_CUDA_MODE_PAGED;
         gllm_cuda_paged_var_params vp;
+        gllm_cuda_paged_single_var_params svp;
         if (var) {
             const struct attn_variant *v = &p->variant;
             vp.p = k, param = &vp, mode = GLLM_CUDA_MODE_PAGED_VAR;
@@ -394,6 +398,11 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
                 .alibi = v->alibi_slopes ? (const float *)(uintptr_t)st[PG_ALIBI].dev : NULL,
                 .sinks = v->sinks ? (const float *)(uintptr_t)st[PG_SINKS].dev : NULL,
             };
+            if (single) {       /* B1 decode: the plan in the parameters, as without one */
+                sp.p = k, sp.sums = sums ? (float *)(uintptr_t)ln->sums : NULL;
+                svp.s = sp, svp.v = vp.v, svp.kv_begin = kv_begin1;
+                param = &svp, mode = GLLM_CUDA_MODE_PAGED_SINGLE_VAR;
+            }
         } else if (batch) {
             bp.p = k, param = &bp, mode = GLLM_CUDA_MODE_PAGED_BATCH;
         } else if (single) {
