@@ -107,11 +107,15 @@ static void exposition(FILE *f, gllm_client *c, const gllm_status *st)
         histogram(f, "gllm_job_queue_seconds",
                   "Time successful jobs waited for their device.", &m.queue_seconds);
         histogram(f, "gllm_job_kernel_seconds",
-                  "Kernel time of successful jobs: GPU events around the kernel (none on the CPU backend).",
+                  "Kernel time of successful jobs, as their replies' kernel_ns: GPU events around the "
+                  "kernel; on the CPU backend, the compute threads' time.",
                   &m.kernel_seconds);
         histogram(f, "gllm_job_added_seconds",
                   "Latency gllmd adds to successful jobs: from reading the request to the "
                   "job's end, minus the kernel.", &m.added_seconds);
+        counter(f, "gllm_device_resets_total",
+                "Device resets after a fault or a hung job, every device together.",
+                m.device_resets);
     }
     gauge(f, "gllm_clients", "Clients connected.", st->clients);
     gauge(f, "gllm_jobs_in_flight", "Jobs queued or running.", (double)st->jobs_inflight);
@@ -130,12 +134,14 @@ static void exposition(FILE *f, gllm_client *c, const gllm_status *st)
         ndev++;
     if (ndev) {
         family(f, "gllm_device_memory_used_bytes", "gauge",
-               "Device memory in use, by device (0 on the CPU backend).");
+               "Device memory in use, by device (on the CPU backend: host memory gllmd holds "
+               "for device tensors and shared memory).");
         for (int i = 0; i < ndev; i++)
             fprintf(f, "gllm_device_memory_used_bytes{device=\"%d\"} %llu\n", i,
                     (unsigned long long)used[i]);
         family(f, "gllm_device_memory_total_bytes", "gauge",
-               "Device memory in all, by device (0 on the CPU backend).");
+               "Device memory in all, by device (on the CPU backend: the host's physical "
+               "memory).");
         for (int i = 0; i < ndev; i++)
             fprintf(f, "gllm_device_memory_total_bytes{device=\"%d\"} %llu\n", i,
                     (unsigned long long)total[i]);
@@ -181,6 +187,7 @@ static void json(FILE *f, gllm_client *c, const gllm_status *st)
         json_histogram(f, "queue_seconds", &m.queue_seconds);
         json_histogram(f, "kernel_seconds", &m.kernel_seconds);
         json_histogram(f, "added_seconds", &m.added_seconds);
+        fprintf(f, ", \"device_resets\": %llu", (unsigned long long)m.device_resets);
     }
     if (c) {
         fprintf(f, ", \"clients\": %u, \"jobs_in_flight\": %llu, \"requests\": %llu, "

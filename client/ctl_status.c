@@ -69,7 +69,16 @@ static void print_json(gllm_client *c, const gllm_status *st)
             printf(", \"ok\": %llu, \"failed\": %llu}", (unsigned long long)m.jobs[i].ok,
                    (unsigned long long)m.jobs[i].failed);
         }
-    printf("], \"client_list\": [");
+    printf("], \"device_resets\": %llu", (unsigned long long)m.device_resets);
+    /* Of successful jobs, as the metrics' histograms: seconds in all and jobs counted. */
+    const struct { const char *name; const gllm_histogram *h; } times[] = {
+        {"queue", &m.queue_seconds}, {"kernel", &m.kernel_seconds}, {"added", &m.added_seconds}};
+    printf(", \"job_seconds\": {");
+    for (int i = 0; i < 3; i++)
+        printf("%s\"%s\": {\"sum\": %.9f, \"count\": %llu}", i ? ", " : "", times[i].name,
+               times[i].h->sum, (unsigned long long)times[i].h->count);
+    printf("}");
+    printf(", \"client_list\": [");
     for (int i = 0; i < st->nlisted; i++) {
         const gllm_client_info ci = listed(c, i);
         printf("%s{\"pid\": %d, \"uid\": %u, \"gid\": %u, \"comm\": ", i ? ", " : "",
@@ -98,8 +107,7 @@ static void line(bool wide, const char *fmt, ...)
     puts(buf);
 }
 
-/* A histogram's mean in microseconds, "-" when it holds nothing (the CPU backend times no
- * kernel apart from its job). */
+/* A histogram's mean in microseconds, "-" when it holds nothing (no job has succeeded). */
 static const char *mean_us(const gllm_histogram *h, char *buf, size_t len)
 {
     if (!h->count)
@@ -160,6 +168,7 @@ static void print_text(gllm_client *c, const gllm_status *st, bool wide)
         line(wide, "mean per job: queued %s, kernel %s, added by gllmd %s",
              mean_us(&m.queue_seconds, q, sizeof q), mean_us(&m.kernel_seconds, k, sizeof k),
              mean_us(&m.added_seconds, a, sizeof a));
+        line(wide, "device resets: %llu", (unsigned long long)m.device_resets);
     }
     if (st->nlisted)
         line(wide, "\n  %7s %6s %-15s %6s %10s %10s %10s %5s", "PID", "UID", "COMMAND", "ARENAS",

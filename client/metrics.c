@@ -46,6 +46,7 @@ void metrics_from(const struct proto_status *w, struct status_metrics *out)
         histogram_from(&w->metrics.queue_seconds, &out->m.queue_seconds);
         histogram_from(&w->metrics.kernel_seconds, &out->m.kernel_seconds);
         histogram_from(&w->metrics.added_seconds, &out->m.added_seconds);
+        out->m.device_resets = w->metrics.device_resets;
     }
     out->have_devices = w->has_device_memory;
     out->ndevices = (int)w->n_device_memory;

@@ -9,6 +9,13 @@
 #include "methods.h"
 #include "scheduler.h"
 
+/* A job's kernel time as its reply and the metrics both report it: the backend's measure,
+ * or the whole job's where the backend measured none (a copy on some backends). */
+static uint64_t job_kernel_ns(const struct job *job)
+{
+    return job->timing.kernel_ns ? job->timing.kernel_ns : job->t_end - job->t_start;
+}
+
 /* A finished job's success reply: its timings. */
 static void pack_job_result(struct proto_buf *b, const struct job *job)
 {
@@ -16,7 +23,7 @@ static void pack_job_result(struct proto_buf *b, const struct job *job)
     proto_pack_result(&b->pk, job->req_id);
     uint64_t job_ns = job->t_end - job->t_start;
     msgpack_pack_map(&b->pk, 6);
-    proto_pack_kv_u64(&b->pk, "kernel_ns", job->timing.kernel_ns ? job->timing.kernel_ns : job_ns);
+    proto_pack_kv_u64(&b->pk, "kernel_ns", job_kernel_ns(job));
     proto_pack_kv_u64(&b->pk, "accept_ns", job->t_submit - job->t_read);
     proto_pack_kv_u64(&b->pk, "queue_ns", job->t_start - job->t_submit);
     proto_pack_kv_u64(&b->pk, "job_ns", job_ns);
@@ -62,7 +69,7 @@ static void job_settle(struct job *job)
         srv->stats.jobs_done++;
     else
         srv->stats.jobs_failed++;
-    uint64_t kernel = job->timing.kernel_ns, total = job->t_end - job->t_read;
+    uint64_t kernel = job_kernel_ns(job), total = job->t_end - job->t_read;
     if (!job->refused)
         metrics_job(&srv->stats.jobs, (enum metrics_method)job->method, job->status == 0,
                     job->t_start - job->t_submit, kernel, total > kernel ? total - kernel : 0);

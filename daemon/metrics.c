@@ -45,8 +45,7 @@ void metrics_job(struct metrics *m, enum metrics_method method, bool ok, uint64_
         return;   /* a failed job's times say nothing about serving */
     observe(&m->queue, queue_ns);
     observe(&m->added, added_ns);
-    if (kernel_ns)
-        observe(&m->kernel, kernel_ns);
+    observe(&m->kernel, kernel_ns);
 }
 
 static void fill_histogram(struct proto_histogram *out, const struct histogram *h)

@@ -30,7 +30,7 @@ struct metrics {
 
 /* The method's index, or METRICS_ATTENTION for a name that is not a job's. */
 enum metrics_method metrics_method_of(const char *name);
-/* One settled job: its times in ns (kernel 0: not measured, not counted). */
+/* One settled job: its times in ns (kernel: as its reply's kernel_ns). */
 void metrics_job(struct metrics *m, enum metrics_method method, bool ok, uint64_t queue_ns,
                  uint64_t kernel_ns, uint64_t added_ns);
 /* The metrics as status's "metrics" carries them. */

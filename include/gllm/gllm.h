@@ -239,8 +239,8 @@ typedef struct gllm_attention_params {
 typedef struct gllm_job_result {
     size_t size;             /* sizeof(gllm_job_result): GLLM_JOB_RESULT_INIT */
     int status;              /* 0 or a negative error code */
-    uint64_t kernel_ns;      /* GPU: events around the kernel's launch; CPU: the whole job
-                              * (with repeat: one run's mean) */
+    uint64_t kernel_ns;      /* GPU: events around the kernel's launch; CPU: the compute
+                              * threads' time (with repeat: one run's mean) */
     uint64_t queue_ns;       /* time the job waited for its device */
     uint64_t job_ns;         /* time the worker spent on the job, copies included */
     uint64_t copy_ns;        /* GPU: device time of the arena <-> device copies */
@@ -379,6 +379,7 @@ typedef struct gllm_metrics {
     /* Of successful jobs: time waiting for the device, the kernel's time (as kernel_ns), and
      * the latency gllmd adds (from reading the request to the job's end, minus the kernel). */
     gllm_histogram queue_seconds, kernel_seconds, added_seconds;
+    uint64_t device_resets;                     /* resets after faults, every device together */
 } gllm_metrics;
 #define GLLM_METRICS_INIT {.size = sizeof(gllm_metrics)}
 
@@ -386,7 +387,8 @@ typedef struct gllm_metrics {
  * received none, or the daemon sent no metrics. */
 GLLM_EXPORT int gllm_status_metrics(const gllm_client *c, gllm_metrics *out);
 /* Device dev's memory in bytes, in use and in all, as the last status c received reported it
- * (0 and 0 on the CPU backend): -EINVAL when dev is not a device it reported, -ENODATA when
+ * (on the CPU backend: the host memory gllmd holds for device tensors and shared memory, and
+ * the host's physical memory): -EINVAL when dev is not a device it reported, -ENODATA when
  * c has received no status. */
 GLLM_EXPORT int gllm_status_device_memory(const gllm_client *c, int dev, uint64_t *used,
                                           uint64_t *total);
