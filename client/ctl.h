@@ -15,10 +15,13 @@
 #define CTL_EXIT_NOT_RUNNING 3
 #define CTL_EXIT_NO_PERMISSION 4
 
+enum ctl_format { CTL_FORMAT_TEXT, CTL_FORMAT_JSON, CTL_FORMAT_CSV };
+
 /* Options every command takes, before or after its name. */
 struct ctl_globals {
-    const char *socket;          /* --socket; NULL: the default paths */
-    bool json;                   /* --json */
+    const char *socket;          /* -s, --socket; NULL: the default paths */
+    bool json;                   /* --json, --format json */
+    enum ctl_format format;      /* --format */
 };
 
 /* gllmctl's usage text: the commands and what they do. */
@@ -27,6 +30,8 @@ void ctl_usage(FILE *f);
  * running) or 4 (no permission). Without socket_path it tries the default path, then the
  * system socket /run/gllm/gllmd.sock. */
 int ctl_connect(const char *socket_path, gllm_client **c);
+/* quiet: ctl_connect says nothing (a watch that already said it once). */
+void ctl_connect_quiet(bool quiet);
 /* Whether to colour stream: a terminal, NO_COLOR unset or empty, TERM not "dumb", and no
  * --no-color (ctl_color_disable). */
 bool ctl_color(FILE *stream);
@@ -64,6 +69,13 @@ int ctl_cmd_status(const struct ctl_globals *g, int argc, char **argv);
 int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv);
 int ctl_cmd_metrics(const struct ctl_globals *g, int argc, char **argv);
 int ctl_cmd_version(const struct ctl_globals *g, int argc, char **argv);
+/* gllmctl --version: this program's and its library's versions, asking no daemon. */
+int ctl_print_own_version(const struct ctl_globals *g);
+int ctl_cmd_drain(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_reload(const struct ctl_globals *g, int argc, char **argv);
+int ctl_cmd_client(const struct ctl_globals *g, int argc, char **argv);
+/* Prints s as one CSV field (quoted when it holds a comma, quote or line break). */
+void ctl_csv_str(const char *s);
 /* bench: standard prefill shapes; bench --decode: paged decode, device-resident. */
 int ctl_cmd_bench(const char *socket_path, const struct ctl_bench_opts *o);
 int ctl_cmd_bench_decode(const char *socket_path, const struct ctl_bench_opts *o);

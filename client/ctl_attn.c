@@ -84,16 +84,16 @@ int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv)
     int rc = 1;
     for (int i = 0; i < 3; i++) {
         if (npy_load(argv[optind + i], &in[i], err, sizeof err) < 0) {
-            fprintf(stderr, "gllmctl attn: %s (%s): %s\n", names[i], argv[optind + i], err);
+            ctl_error("attn: %s (%s): %s", names[i], argv[optind + i], err);
             goto out_free;
         }
         if (in[i].rank != 4) {
-            fprintf(stderr, "gllmctl attn: %s has rank %d; want 4 dims [B, H, S, D]\n", names[i],
+            ctl_error("attn: %s has rank %d; want 4 dims [B, H, S, D]", names[i],
                     in[i].rank);
             goto out_free;
         }
         if (in[i].dtype != in[0].dtype) {
-            fprintf(stderr, "gllmctl attn: Q, K and V files must share one dtype\n");
+            ctl_error("attn: Q, K and V files must share one dtype");
             goto out_free;
         }
     }
@@ -127,7 +127,7 @@ int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv)
     gllm_memory *a;
     int r = gllm_arena_create(c, total, &a);
     if (r < 0) {
-        fprintf(stderr, "gllmctl attn: arena of %zu bytes: %s\n", total, gllm_strerror(r));
+        ctl_error("attn: arena of %zu bytes: %s", total, gllm_strerror(r));
         goto out_disconnect;
     }
     char *base = gllm_memory_data(a);
@@ -146,21 +146,21 @@ int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv)
     r = gllm_attention(c, &p, &res);
     if (r < 0) {
         const char *why = gllm_client_last_error(c);
-        fprintf(stderr, "gllmctl attn: %s%s%s\n", gllm_strerror(r), why[0] ? ": " : "", why);
+        ctl_error("attn: %s%s%s", gllm_strerror(r), why[0] ? ": " : "", why);
         goto out_release;
     }
     struct npy o = {.dtype = file_dt, .rank = 4, .count = out_count};
     memcpy(o.shape, out_shape, sizeof out_shape);
     o.data = malloc(o.count * gllm_dtype_size(file_dt) + 1);
     if (!o.data) {
-        fprintf(stderr, "gllmctl attn: out of memory\n");
+        ctl_error("attn: out of memory");
         goto out_release;
     }
     convert(o.data, file_dt, base + off[3], job_dt, o.count);
     r = npy_save(out_path, &o, err, sizeof err);
     npy_free(&o);
     if (r < 0) {
-        fprintf(stderr, "gllmctl attn: %s: %s\n", out_path, err);
+        ctl_error("attn: %s: %s", out_path, err);
         goto out_release;
     }
     if (lse_path) {
@@ -168,7 +168,7 @@ int ctl_cmd_attn(const struct ctl_globals *g, int argc, char **argv)
                         .data = base + off[4]};
         memcpy(l.shape, lse_shape, sizeof lse_shape);
         if (npy_save(lse_path, &l, err, sizeof err) < 0) {
-            fprintf(stderr, "gllmctl attn: %s: %s\n", lse_path, err);
+            ctl_error("attn: %s: %s", lse_path, err);
             goto out_release;
         }
     }

@@ -23,8 +23,8 @@ int ctl_bench_slowdown(double *factor)
     errno = 0;
     double f = strtod(raw, &end);
     if (errno || end == raw || *end || !(f >= 0 && f <= 10)) {
-        fprintf(stderr, "gllmctl bench: GLLM_BENCH_SLOWDOWN='%s': want a number from 0 to 10 "
-                "(0.1 reports times 10%% longer than measured)\n", raw);
+        ctl_error("bench: GLLM_BENCH_SLOWDOWN='%s': want a number from 0 to 10 "
+                "(0.1 reports times 10%% longer than measured)", raw);
         return 2;
     }
     *factor = 1 + f;
@@ -235,7 +235,7 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
     gllm_memory *a;
     int r = gllm_arena_create(c, total, &a);
     if (r < 0) {
-        fprintf(stderr, "gllmctl bench: arena of %zu bytes: %s\n", total, gllm_strerror(r));
+        ctl_error("bench: arena of %zu bytes: %s", total, gllm_strerror(r));
         return 1;
     }
     char *base = gllm_memory_data(a);
@@ -319,7 +319,7 @@ static int run_shape(gllm_client *c, const struct shape *s, int iters, bool json
     rc = 0;
     goto out;
 fail:
-    fprintf(stderr, "gllmctl bench: %s: %s %s\n", "attention", gllm_strerror(r),
+    ctl_error("bench: %s: %s %s", "attention", gllm_strerror(r),
             gllm_client_last_error(c));
 out:
     free(kern);

@@ -180,7 +180,7 @@ static int run_decode(gllm_client *c, const struct decode_shape *s, uint32_t spi
     }
     goto out;
 fail:
-    fprintf(stderr, "gllmctl bench --decode: %s %s\n", gllm_strerror(r), gllm_client_last_error(c));
+    ctl_error("bench --decode: %s %s", gllm_strerror(r), gllm_client_last_error(c));
 out:
     if (kc)
         gllm_memory_release(kc);
@@ -215,7 +215,7 @@ static int bench_decode(gllm_client *c, int iters, bool json, bool wide, double 
     const size_t chunk = 32u << 20;
     int r = gllm_arena_create(c, chunk, &rnd);
     if (r < 0) {
-        fprintf(stderr, "gllmctl bench --decode: arena: %s\n", gllm_strerror(r));
+        ctl_error("bench --decode: arena: %s", gllm_strerror(r));
         return 1;
     }
     uint16_t *h = gllm_memory_data(rnd);

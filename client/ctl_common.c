@@ -15,6 +15,12 @@
 #define SYSTEM_SOCKET "/run/gllm/gllmd.sock"
 
 static bool no_color;
+static bool connect_quietly;
+
+void ctl_connect_quiet(bool quiet)
+{
+    connect_quietly = quiet;
+}
 
 void ctl_color_disable(void)
 {
@@ -121,6 +127,9 @@ int ctl_connect(const char *socket_path, gllm_client **c)
                 other = i;
         }
     }
+    if (connect_quietly)
+        return denied >= 0 ? CTL_EXIT_NO_PERMISSION
+               : other < 0 ? CTL_EXIT_NOT_RUNNING : CTL_EXIT_FAILURE;
     if (denied >= 0) {
         if (res[denied] == GLLM_EDENIED) {
             ctl_error("gllmd at %s refuses this user: its access policy (allow_users, "
@@ -144,7 +153,7 @@ int ctl_connect(const char *socket_path, gllm_client **c)
                                     : env && env[0] ? " (GLLM_SOCKET)" : "");
         }
         fprintf(stderr, "gllmctl: start it (systemctl start gllmd.socket, or gllmd), or name "
-                        "another socket:\n  gllmctl --socket PATH ...   or   "
+                        "another socket:\n  gllmctl -s PATH ...   or   "
                         "GLLM_SOCKET=PATH gllmctl ...\n");
         return CTL_EXIT_NOT_RUNNING;
     }
@@ -240,13 +249,28 @@ int ctl_bench_parse(int argc, char **argv, struct ctl_bench_opts *o)
         } else if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
             o->iters = atoi(argv[++i]);
             if (o->iters < 1 || o->iters > 100000) {
-                fprintf(stderr, "gllmctl bench: --iters wants 1 to 100000\n");
+                ctl_error("bench: --iters wants 1 to 100000");
                 return 2;
             }
         } else {
-            fprintf(stderr, "gllmctl bench: unknown argument '%s'\n", argv[i]);
+            ctl_error("bench: unknown argument '%s'", argv[i]);
             return 2;
         }
     }
     return 0;
+}
+
+void ctl_csv_str(const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, stdout);
+        return;
+    }
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"')
+            putchar('"');
+        putchar(*s);
+    }
+    putchar('"');
 }

@@ -199,6 +199,34 @@ static void json(FILE *f, gllm_client *c, const gllm_status *st)
     fputs("}\n", f);
 }
 
+/* The exposition's samples as CSV, one row each: metric,labels,value (labels as the
+ * exposition writes them inside the braces, quoted). */
+static void csv_of(FILE *f, const char *expo)
+{
+    fputs("metric,labels,value\n", f);
+    for (const char *line = expo; *line;) {
+        const char *end = strchr(line, '\n');
+        const size_t len = end ? (size_t)(end - line) : strlen(line);
+        if (len && line[0] != '#') {
+            const char *brace = memchr(line, '{', len), *space = NULL;
+            const char *close = brace ? memchr(brace, '}', len - (size_t)(brace - line)) : NULL;
+            const char *after = close ? close + 1 : line;
+            space = memchr(after, ' ', len - (size_t)(after - line));
+            if (space) {
+                const char *name_end = brace && close ? brace : space;
+                fprintf(f, "%.*s,\"", (int)(name_end - line), line);
+                for (const char *p = brace && close ? brace + 1 : close; p && p < close; p++) {
+                    if (*p == '"')
+                        fputc('"', f);
+                    fputc(*p, f);
+                }
+                fprintf(f, "\",%.*s\n", (int)(len - (size_t)(space + 1 - line)), space + 1);
+            }
+        }
+        line += len + (end ? 1 : 0);
+    }
+}
+
 /* Replaces path with data in one step, as the textfile collector needs: it must never read a
  * half-written file. A temporary file in the same directory (not named *.prom, which the
  * collector would read), fsync, rename over path, fsync the directory. */
@@ -289,10 +317,21 @@ int ctl_cmd_metrics(const struct ctl_globals *g, int argc, char **argv)
             gllm_disconnect(c);
         return CTL_EXIT_FAILURE;
     }
-    if (g->json)
+    if (g->json) {
         json(f, c, &st);
-    else
+    } else if (g->format == CTL_FORMAT_CSV) {
+        char *expo = NULL;
+        size_t elen = 0;
+        FILE *e = open_memstream(&expo, &elen);
+        if (e) {
+            exposition(e, c, &st);
+            fclose(e);
+            csv_of(f, expo);
+            free(expo);
+        }
+    } else {
         exposition(f, c, &st);
+    }
     fclose(f);
     if (c)
         gllm_disconnect(c);

@@ -1,8 +1,13 @@
-/* gllmctl status: the daemon's counters, devices and clients, as text or JSON. */
+/* gllmctl status: the daemon's counters, devices and clients, as text, JSON or CSV, once or
+ * every few seconds (--watch). */
+#include <errno.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ctl.h"
 
@@ -182,37 +187,178 @@ static void print_text(gllm_client *c, const gllm_status *st, bool wide)
     }
 }
 
+/* A histogram's mean in microseconds for CSV, "" when it holds nothing. */
+static void csv_mean_us(const gllm_histogram *h)
+{
+    if (h->count)
+        printf("%.3f", h->sum / (double)h->count * 1e6);
+}
+
+static const char csv_header[] =
+    "time,running,daemon,backend,uptime_s,clients,jobs_done,jobs_failed,jobs_inflight,"
+    "requests,errors,limit_violations,device_resets,queue_mean_us,kernel_mean_us,"
+    "added_mean_us,memory_used_bytes,memory_total_bytes\n";
+
+/* One CSV row; c NULL: gllmd not running (running "no", or "unknown" for no permission). */
+static void print_csv(gllm_client *c, const gllm_status *st, int down_rc)
+{
+    char when[32];
+    const time_t now = time(NULL);
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&now, &tm));
+    if (!c) {
+        printf("%s,%s,,,,,,,,,,,,,,,,\n", when, down_rc == CTL_EXIT_NOT_RUNNING ? "no" : "unknown");
+        return;
+    }
+    gllm_caps caps = GLLM_CAPS_INIT;
+    gllm_client_caps(c, &caps);
+    gllm_metrics m = GLLM_METRICS_INIT;
+    gllm_status_metrics(c, &m);
+    uint64_t used_all = 0, total_all = 0;
+    for (int i = 0; i < caps.ndevices; i++) {
+        uint64_t used = 0, total = 0;
+        if (gllm_status_device_memory(c, i, &used, &total) == 0) {
+            used_all += used;
+            total_all += total;
+        }
+    }
+    printf("%s,yes,", when);
+    ctl_csv_str(st->daemon_version);
+    putchar(',');
+    ctl_csv_str(st->backend);
+    printf(",%.3f,%u,%llu,%llu,%llu,%llu,%llu,%llu,%llu,", st->uptime_s, st->clients,
+           (unsigned long long)st->jobs_done, (unsigned long long)st->jobs_failed,
+           (unsigned long long)st->jobs_inflight, (unsigned long long)st->requests,
+           (unsigned long long)st->errors, (unsigned long long)st->limit_violations,
+           (unsigned long long)m.device_resets);
+    csv_mean_us(&m.queue_seconds);
+    putchar(',');
+    csv_mean_us(&m.kernel_seconds);
+    putchar(',');
+    csv_mean_us(&m.added_seconds);
+    printf(",%llu,%llu\n", (unsigned long long)used_all, (unsigned long long)total_all);
+}
+
+/* gllmd's state when it could not be asked, on stdout as systemctl prints one. */
+static void print_down(const struct ctl_globals *g, int rc)
+{
+    if (g->format == CTL_FORMAT_JSON)
+        printf("{\"schema_version\": 1, \"running\": %s}\n",
+               rc == CTL_EXIT_NOT_RUNNING ? "false" : "null");
+    else if (g->format == CTL_FORMAT_CSV)
+        print_csv(NULL, NULL, rc);
+    else
+        printf("gllmd: %s\n", rc == CTL_EXIT_NOT_RUNNING ? "not running"
+                              : rc == CTL_EXIT_NO_PERMISSION ? "unknown (permission denied)"
+                              : "unknown");
+}
+
+struct status_opts {
+    bool wide, watch;
+    double interval_s;
+    long count;                  /* --count; 0: until interrupted */
+};
+
+/* One report, connecting first when *c is NULL (and leaving the connection in *c for the
+ * next). The exit status it stands for. */
+static int report(const struct ctl_globals *g, const struct status_opts *o, gllm_client **c)
+{
+    int r = *c ? 0 : ctl_connect(g->socket, c);
+    /* systemctl status: 3 not running, 4 for anything else it could not find out. */
+    if (r) {
+        *c = NULL;
+        r = r == CTL_EXIT_NOT_RUNNING ? r : CTL_EXIT_NO_PERMISSION;
+        print_down(g, r);
+        return r;
+    }
+    gllm_status st = GLLM_STATUS_INIT;
+    r = gllm_status_get(*c, &st);
+    if (r < 0) {
+        /* Gone between two reports: not running, until it is back. */
+        const bool gone = r == -EPIPE || r == -ECONNRESET || r == GLLM_EDISCONNECTED;
+        if (!gone)
+            ctl_error("status: %s", gllm_strerror(r));
+        gllm_disconnect(*c);
+        *c = NULL;
+        print_down(g, gone ? CTL_EXIT_NOT_RUNNING : CTL_EXIT_NO_PERMISSION);
+        return gone ? CTL_EXIT_NOT_RUNNING : CTL_EXIT_NO_PERMISSION;
+    }
+    if (g->format == CTL_FORMAT_JSON)
+        print_json(*c, &st);
+    else if (g->format == CTL_FORMAT_CSV)
+        print_csv(*c, &st, 0);
+    else
+        print_text(*c, &st, o->wide);
+    return 0;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
 int ctl_cmd_status(const struct ctl_globals *g, int argc, char **argv)
 {
-    bool wide = false;
+    struct status_opts o = {.interval_s = 2};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--wide") == 0 || strcmp(argv[i], "-l") == 0) {
-            wide = true;
+            o.wide = true;
+        } else if (strcmp(argv[i], "--watch") == 0 || strcmp(argv[i], "-w") == 0) {
+            o.watch = true;
+            /* SECS is optional: the next word when it is a number. */
+            char *end;
+            double v = i + 1 < argc ? strtod(argv[i + 1], &end) : 0;
+            if (i + 1 < argc && end != argv[i + 1] && !*end) {
+                if (!(v >= 0.1 && v <= 3600)) {
+                    ctl_error("status: --watch wants 0.1 to 3600 seconds, not '%s'", argv[i + 1]);
+                    return CTL_EXIT_USAGE;
+                }
+                o.interval_s = v;
+                i++;
+            }
+        } else if (strcmp(argv[i], "--count") == 0) {
+            if (i + 1 >= argc || ctl_parse_int(argv[i + 1], 1, 1000000000, &o.count) < 0) {
+                ctl_error("status: --count wants a number of reports, 1 or more");
+                return CTL_EXIT_USAGE;
+            }
+            i++;
         } else {
             ctl_error("status: unknown argument '%s'", argv[i]);
             return CTL_EXIT_USAGE;
         }
     }
-    gllm_client *c;
-    int r = ctl_connect(g->socket, &c);
-    /* systemctl status: 3 not running, 4 for anything else it could not find out. */
-    if (r) {
-        if (g->json)
-            printf("{\"schema_version\": 1, \"running\": %s}\n",
-                   r == CTL_EXIT_NOT_RUNNING ? "false" : "null");
-        return r == CTL_EXIT_NOT_RUNNING ? r : CTL_EXIT_NO_PERMISSION;
+    if (o.count && !o.watch) {
+        ctl_error("status: --count goes with --watch");
+        return CTL_EXIT_USAGE;
     }
-    gllm_status st = GLLM_STATUS_INIT;
-    r = gllm_status_get(c, &st);
-    if (r < 0) {
-        ctl_error("status: %s", gllm_strerror(r));
+    gllm_client *c = NULL;
+    if (g->format == CTL_FORMAT_CSV)
+        fputs(csv_header, stdout);
+    if (!o.watch) {
+        int r = report(g, &o, &c);
+        if (c)
+            gllm_disconnect(c);
+        return r;
+    }
+    /* watch(1) on a terminal: the screen redrawn; otherwise one report after another, for
+     * a log (a CSV row or a JSON line each, text reports apart by a blank line). */
+    const bool redraw = g->format == CTL_FORMAT_TEXT && isatty(STDOUT_FILENO);
+    int r = 0;
+    for (long n = 0; !o.count || n < o.count; n++) {
+        if (n)
+            sleep_s(o.interval_s);
+        if (redraw)
+            printf("\033[H\033[2JEvery %.1fs: gllmctl status%s\n\n", o.interval_s,
+                   o.wide ? " --wide" : "");
+        else if (g->format == CTL_FORMAT_TEXT && n)
+            putchar('\n');
+        r = report(g, &o, &c);
+        fflush(stdout);
+        ctl_connect_quiet(r != 0);    /* the advice once, not every interval */
+    }
+    if (c)
         gllm_disconnect(c);
-        return CTL_EXIT_NO_PERMISSION;
-    }
-    if (g->json)
-        print_json(c, &st);
-    else
-        print_text(c, &st, wide);
-    gllm_disconnect(c);
-    return 0;
+    return r;
 }

@@ -54,3 +54,16 @@ int ctl_cmd_version(const struct ctl_globals *g, int argc, char **argv)
                gllm_strerror(r));
     return 0;
 }
+
+int ctl_print_own_version(const struct ctl_globals *g)
+{
+    if (g->json) {
+        printf("{\"schema_version\": 1, \"gllmctl\": \"%s\", \"libgllm_client\": ",
+               GLLM_VERSION_STRING);
+        ctl_json_str(gllm_version());
+        printf("}\n");
+    } else {
+        printf("gllmctl %s\nlibgllm-client %s\n", GLLM_VERSION_STRING, gllm_version());
+    }
+    return 0;
+}

@@ -25,20 +25,47 @@ static const struct command {
     const char *name, *args, *summary, *details;
     int (*run)(const struct ctl_globals *g, int argc, char **argv);
 } commands[] = {
-    {"status", "[--wide]", "the daemon, its devices, clients and job counts",
+    {"status", "[--wide] [--watch [SECS] [--count N]]",
+     "the daemon, its devices, clients and job counts",
      "  --wide           past 80 columns: kernel images, jobs by method, mean\n"
      "                   latencies\n"
+     "  --watch [SECS]   again every SECS seconds (default 2, 0.1 to 3600) until\n"
+     "                   interrupted; on a terminal the screen is redrawn, else\n"
+     "                   one report (a CSV row, a JSON line) follows another\n"
+     "  --count N        with --watch: stop after N reports\n"
      "  --json           one JSON object (\"schema_version\": 1)\n"
+     "  --format csv     a header line and one row of the main figures\n"
      "Exit status: 0 running, 3 not running, 4 no permission or unknown, as\n"
-     "systemctl's.\n",
+     "systemctl's; gllmd's state is printed on stdout either way.\n",
      ctl_cmd_status},
     {"metrics", "[--textfile PATH]", "the daemon's metrics in the Prometheus text format",
      "  --textfile PATH  write them to PATH atomically (a temporary file in the\n"
      "                   same directory, renamed), for node_exporter's textfile\n"
      "                   collector\n"
      "  --json           the same metrics as one JSON object\n"
+     "  --format csv     one row per sample: metric,labels,value\n"
      "When gllmd is not running, gllm_up 0 is still written (exit status 3).\n",
      ctl_cmd_metrics},
+    {"drain", "[--wait]", "stop gllmd gracefully, as SIGTERM does (administrators)",
+     "gllmd accepts no more connections or jobs, answers the jobs it accepted\n"
+     "(cancelling those still queued at drain_timeout_s) and exits.\n"
+     "  --wait           return once gllmd has finished and closed\n"
+     "Administrators only: root, gllmd's user, admin_users and admin_groups of\n"
+     "gllmd.conf (exit status 4 for anyone else).\n",
+     ctl_cmd_drain},
+    {"reload", "", "re-read gllmd.conf, as SIGHUP does (administrators)",
+     "A file with an error is refused, with the reason, and the running\n"
+     "configuration kept (exit status 1). Administrators only, as drain.\n",
+     ctl_cmd_reload},
+    {"client", "list | jobs ID | disconnect ID",
+     "the daemon's connections: list, one's jobs, close one (administrators)",
+     "  list             every connection: its ID, process, memory, jobs\n"
+     "  jobs ID          connection ID's jobs: in flight, and settled by method\n"
+     "  disconnect ID    close connection ID as if its client hung up: its jobs\n"
+     "                   in flight finish unanswered, its memory is released\n"
+     "  --json, --format csv  machine-readable lists\n"
+     "Administrators only, as drain.\n",
+     ctl_cmd_client},
     {"attn", "Q.npy K.npy V.npy -o OUT.npy [OPTIONS]",
      "one attention job on tensors from NumPy .npy files",
      "Q [B, Hq, Sq, D], K and V [B, Hkv, Skv, D], in one dtype: float32 ('<f4') or\n"
@@ -71,13 +98,16 @@ static const struct command {
 
 static const char global_help[] =
     "Global options (before or after the command):\n"
-    "  --socket PATH    gllmd's socket (default: $GLLM_SOCKET; else, for root,\n"
+    "  -s, --socket PATH  gllmd's socket (default: $GLLM_SOCKET; else, for root,\n"
     "                   /run/gllm/gllmd.sock; else $XDG_RUNTIME_DIR/gllm/gllmd.sock,\n"
     "                   then /run/gllm/gllmd.sock)\n"
     "  --json           machine-readable output, with \"schema_version\"\n"
+    "  --format F       text (default), json (as --json) or csv (status, metrics,\n"
+    "                   client)\n"
     "  --no-color       no colour (also: NO_COLOR set, or not a terminal)\n"
     "  -h, --help       help: gllmctl help COMMAND for one command's\n"
-    "  --version        same as gllmctl version\n\n"
+    "  --version        gllmctl's and libgllm-client's versions (gllmctl version\n"
+    "                   also asks gllmd)\n\n"
     "Exit status: 0 success; 1 failure; 2 usage error; 3 gllmd not running;\n"
     "4 permission denied (status: or unknown).\n";
 
@@ -104,7 +134,58 @@ static void command_usage(FILE *f, const struct command *cmd)
             cmd->args, toupper((unsigned char)cmd->summary[0]), cmd->summary + 1);
     if (cmd->details[0])
         fprintf(f, "\n%s", cmd->details);
-    fprintf(f, "\nGlobal options: --socket PATH, --json, --no-color (gllmctl help).\n");
+    fprintf(f, "\nGlobal options: -s PATH, --json, --format F, --no-color (gllmctl help).\n");
+}
+
+/* Edits (insertions, deletions, substitutions) from a to b, at most 9. */
+static int distance(const char *a, const char *b)
+{
+    const size_t la = strlen(a), lb = strlen(b);
+    if (la > 16 || lb > 16)
+        return 9;
+    int d[17][17];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb] < 9 ? d[la][lb] : 9;
+}
+
+/* The command name was probably meant: the one it begins, else the nearest within two
+ * edits; NULL when none is close. */
+static const char *suggest(const char *name)
+{
+    const char *best = NULL;
+    int best_d = 3;
+    for (int i = 0; i < NCOMMANDS; i++) {
+        if (name[0] && strncmp(commands[i].name, name, strlen(name)) == 0)
+            return commands[i].name;
+        const int d = distance(name, commands[i].name);
+        if (d < best_d) {
+            best_d = d;
+            best = commands[i].name;
+        }
+    }
+    return best;
+}
+
+/* "unknown command" with the suggestion, if any. */
+static void unknown_command(const char *what, const char *name)
+{
+    const char *s = suggest(name);
+    if (s)
+        ctl_error("%s '%s'; did you mean '%s'? (the commands: gllmctl help)", what, name, s);
+    else
+        ctl_error("%s '%s'; the commands are listed by 'gllmctl help'", what, name);
 }
 
 static int run_help(const struct ctl_globals *g, int argc, char **argv)
@@ -120,7 +201,7 @@ static int run_help(const struct ctl_globals *g, int argc, char **argv)
     }
     const struct command *cmd = find_command(argv[1]);
     if (!cmd) {
-        ctl_error("no command '%s'; the commands are listed by 'gllmctl help'", argv[1]);
+        unknown_command("no command", argv[1]);
         return CTL_EXIT_USAGE;
     }
     command_usage(stdout, cmd);
@@ -141,15 +222,30 @@ static int take_globals(int *argc, char **argv, struct ctl_globals *g, bool *hel
             argv[out++] = argv[i];
         } else if (strcmp(a, "--") == 0) {
             rest = true;
-        } else if (strcmp(a, "--socket") == 0 || strncmp(a, "--socket=", 9) == 0) {
-            const char *v = a[8] == '=' ? a + 9 : i + 1 < *argc ? argv[++i] : NULL;
+        } else if (strcmp(a, "--socket") == 0 || strncmp(a, "--socket=", 9) == 0 ||
+                   strcmp(a, "-s") == 0) {
+            const char *v = a[1] == '-' && a[8] == '=' ? a + 9 : i + 1 < *argc ? argv[++i] : NULL;
             if (!v || !v[0]) {
-                ctl_error("--socket needs a path, as in --socket /run/gllm/gllmd.sock");
+                ctl_error("%s needs a path, as in %s /run/gllm/gllmd.sock", a[1] == 's' ? "-s"
+                          : "--socket", a[1] == 's' ? "-s" : "--socket");
                 return CTL_EXIT_USAGE;
             }
             g->socket = v;
         } else if (strcmp(a, "--json") == 0) {
-            g->json = true;
+            g->format = CTL_FORMAT_JSON;
+        } else if (strcmp(a, "--format") == 0 || strncmp(a, "--format=", 9) == 0) {
+            const char *v = a[8] == '=' ? a + 9 : i + 1 < *argc ? argv[++i] : NULL;
+            if (v && strcmp(v, "text") == 0) {
+                g->format = CTL_FORMAT_TEXT;
+            } else if (v && strcmp(v, "json") == 0) {
+                g->format = CTL_FORMAT_JSON;
+            } else if (v && strcmp(v, "csv") == 0) {
+                g->format = CTL_FORMAT_CSV;
+            } else {
+                ctl_error("--format wants text, json or csv%s%s%s", v ? ", not '" : "",
+                          v ? v : "", v ? "'" : "");
+                return CTL_EXIT_USAGE;
+            }
         } else if (strcmp(a, "--no-color") == 0 || strcmp(a, "--no-colour") == 0) {
             ctl_color_disable();
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -172,10 +268,10 @@ int main(int argc, char **argv)
     if (r)
         return r;
     /* What is left: the command, then its arguments. */
-    if (version && argc == 0) {
-        char *v[] = {"version", NULL};
-        return ctl_cmd_version(&g, 1, v);
-    }
+    g.json = g.format == CTL_FORMAT_JSON;
+    /* --version is this program's: it asks no daemon (gllmctl version does). */
+    if (version && argc == 0)
+        return ctl_print_own_version(&g);
     if (argc == 0) {
         ctl_usage(help ? stdout : stderr);
         return help ? 0 : CTL_EXIT_USAGE;
@@ -187,7 +283,13 @@ int main(int argc, char **argv)
     }
     const struct command *cmd = find_command(argv[0]);
     if (!cmd) {
-        ctl_error("unknown command '%s'; the commands are listed by 'gllmctl help'", argv[0]);
+        unknown_command("unknown command", argv[0]);
+        return CTL_EXIT_USAGE;
+    }
+    if (g.format == CTL_FORMAT_CSV && cmd->run != ctl_cmd_status &&
+        cmd->run != ctl_cmd_metrics && cmd->run != ctl_cmd_client) {
+        ctl_error("%s has no CSV form (--format csv: status, metrics, client); try --json",
+                  cmd->name);
         return CTL_EXIT_USAGE;
     }
     if (help) {
@@ -196,7 +298,7 @@ int main(int argc, char **argv)
     }
     argv[argc] = NULL;
     r = cmd->run(&g, argc, argv);
-    if (r == CTL_EXIT_USAGE)
+    if (r == CTL_EXIT_USAGE && cmd->run != run_help)
         fprintf(stderr, "Try 'gllmctl help %s'.\n", cmd->name);
     return r;
 }

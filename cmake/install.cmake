@@ -115,6 +115,10 @@ install(FILES ${_gllm_metrics_unit_out} ${PROJECT_SOURCE_DIR}/systemd/gllmd-metr
         DESTINATION ${GLLM_SYSTEMD_UNITDIR} COMPONENT daemon)
 install(FILES completion/gllmctl.bash DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/bash-completion/completions
         RENAME gllmctl COMPONENT daemon)
+install(FILES completion/_gllmctl DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/zsh/vendor-completions
+        COMPONENT daemon)
+install(FILES completion/gllmctl.fish DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/fish/vendor_completions.d
+        COMPONENT daemon)
 install(FILES systemd/gllm.sysusers.conf DESTINATION ${GLLM_SYSUSERSDIR}
         RENAME gllm.conf COMPONENT daemon)
 install(FILES systemd/gllm.tmpfiles.conf DESTINATION ${GLLM_TMPFILESDIR}

@@ -7,23 +7,24 @@ _gllmctl() {
         cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD - 1]}
         words=("${COMP_WORDS[@]}") cword=$COMP_CWORD
     }
-    local commands="status metrics attn bench version help"
-    local globals="--socket --json --no-color --help --version"
+    local commands="status metrics drain reload client attn bench version help"
+    local globals="--socket -s --json --format --no-color --help --version"
 
     case $prev in
-        --socket | --textfile | -o | --output | --lse)
+        --socket | -s | --textfile | -o | --output | --lse)
             compopt -o filenames 2>/dev/null
             mapfile -t COMPREPLY < <(compgen -f -- "$cur")
             return ;;
         --dtype) mapfile -t COMPREPLY < <(compgen -W "f32 f16 bf16" -- "$cur"); return ;;
-        --scale | --iters) return ;;
+        --format) mapfile -t COMPREPLY < <(compgen -W "text json csv" -- "$cur"); return ;;
+        --scale | --iters | --watch | --count) return ;;
     esac
 
     # The command: the first word that is neither an option nor an option's value.
     local i cmd=
     for ((i = 1; i < cword; i++)); do
         case ${words[i]} in
-            --socket) ((i++)) ;;
+            --socket | -s | --format) ((i++)) ;;
             -*) ;;
             *) cmd=${words[i]}; break ;;
         esac
@@ -32,8 +33,17 @@ _gllmctl() {
     local opts
     case $cmd in
         "") mapfile -t COMPREPLY < <(compgen -W "$commands $globals" -- "$cur"); return ;;
-        status) opts="--wide" ;;
+        status) opts="--wide --watch --count" ;;
         metrics) opts="--textfile" ;;
+        drain) opts="--wait" ;;
+        reload) opts="" ;;
+        client)
+            # list, jobs ID, disconnect ID: the subcommand after "client".
+            if [[ ${words[cword - 1]} == client && $cur != -* ]]; then
+                mapfile -t COMPREPLY < <(compgen -W "list jobs disconnect" -- "$cur")
+                return
+            fi
+            opts="" ;;
         attn)
             opts="--output --causal --scale --dtype --lse"
             if [[ $cur != -* ]]; then
@@ -41,7 +51,7 @@ _gllmctl() {
                 mapfile -t COMPREPLY < <(compgen -f -X '!*.npy' -- "$cur"; compgen -d -- "$cur")
                 return
             fi ;;
-        bench) opts="--decode --iters" ;;
+        bench) opts="--decode --iters --wide" ;;
         version) opts="" ;;
         help) mapfile -t COMPREPLY < <(compgen -W "$commands" -- "$cur"); return ;;
     esac

@@ -22,6 +22,9 @@ struct channel {
     bool closed;
     bool hello_done;
     bool denied;                  /* outside the access policy: answered, then closed */
+    bool admin;                   /* may use the administrators' methods (methods_admin.c) */
+    uint64_t t_connected;         /* now_ns() at accept */
+    uint64_t jobs[METRICS_NMETHODS][2];   /* settled jobs by method and failed?, for clients */
     pid_t pid;                    /* SO_PEERCRED at accept */
     uid_t uid;
     gid_t gid;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "config.h"
@@ -211,6 +212,15 @@ static int set_key(struct config *c, const char *key, char *val, char *why, size
             snprintf(why, whylen, "allow_users: %s", bad);
         return r;
     }
+    if (strcmp(key, "admin_users") == 0 || strcmp(key, "admin_groups") == 0) {
+        char bad[96];
+        const bool users = key[6] == 'u';
+        r = users ? parse_ids(val, true, c->admin.uids, &c->admin.nuids, bad, sizeof bad)
+                  : parse_ids(val, false, c->admin.gids, &c->admin.ngids, bad, sizeof bad);
+        if (r < 0)
+            snprintf(why, whylen, "%s: %s", key, bad);
+        return r;
+    }
     if (strcmp(key, "allow_groups") == 0) {
         char bad[96];
         r = parse_ids(val, false, c->policy.gids, &c->policy.ngids, bad, sizeof bad);
@@ -297,4 +307,13 @@ bool config_policy_allows(const struct access_policy *p, uid_t uid, gid_t gid, c
                 return true;
     }
     return false;
+}
+
+bool config_is_admin(const struct access_policy *p, uid_t uid, gid_t gid, const gid_t *groups,
+                     int ngroups)
+{
+    if (uid == 0 || uid == geteuid())
+        return true;
+    /* Empty lists name nobody here, where for allow_ they admit everyone. */
+    return (p->nuids || p->ngids) && config_policy_allows(p, uid, gid, groups, ngroups);
 }

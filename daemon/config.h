@@ -29,6 +29,7 @@ struct config {
     struct limits limits;
     int log_level;                /* syslog priority: 3 err .. 7 debug */
     struct access_policy policy;
+    struct access_policy admin;   /* admin_users, admin_groups: the control methods' */
     unsigned drain_timeout_s;     /* SIGTERM: then queued jobs are cancelled */
     unsigned status_interval_s;   /* sd_notify STATUS= refresh */
     int busy_poll;                /* 1 on, 0 off, -1 auto (on for GPU backends) */
@@ -61,6 +62,10 @@ const char *config_level_name(int level);
 int config_load(struct config *cfg, const char *path, bool required, char *err, size_t errlen);
 void config_apply_overrides(struct config *cfg, const struct config_overrides *o);
 /* True when the policy lets a peer with these credentials in. */
+/* Whether a peer may use the administrators' methods (drain, reload, clients,
+ * client_disconnect): root, gllmd's own user, or a user or group of p. */
+bool config_is_admin(const struct access_policy *p, uid_t uid, gid_t gid, const gid_t *groups,
+                     int ngroups);
 bool config_policy_allows(const struct access_policy *p, uid_t uid, gid_t gid, const gid_t *groups,
                           int ngroups);
 

@@ -171,19 +171,23 @@ static void drain_deadline(uv_timer_t *t)
     atomic_store(&srv->abort_jobs, true);
 }
 
-static void on_signal(uv_signal_t *h, int signum)
+void server_drain(struct server *srv, const char *who)
 {
-    struct server *srv = h->data;
     if (srv->draining)
         return;
     sd_notify(0, "STOPPING=1\nSTATUS=draining");
-    log_info("%s: no new connections or jobs; finishing %llu in flight",
-             signum == SIGINT ? "SIGINT" : "SIGTERM", (unsigned long long)srv->stats.jobs_inflight);
+    log_info("%s: no new connections or jobs; finishing %llu in flight", who,
+             (unsigned long long)srv->stats.jobs_inflight);
     srv->draining = true;
     stop_listening(srv);
     uv_timer_stop(&srv->status_timer);
     uv_timer_start(&srv->drain_timer, drain_check, 0, DRAIN_POLL_MS);
     uv_timer_start(&srv->deadline_timer, drain_deadline, (uint64_t)srv->drain_timeout_s * 1000, 0);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    server_drain(h->data, signum == SIGINT ? "SIGINT" : "SIGTERM");
 }
 
 static void notify_status(uv_timer_t *t)
@@ -221,20 +225,28 @@ static void notify_watchdog(uv_timer_t *t)
     sd_notify(0, "WATCHDOG=1");
 }
 
-static void on_hup(uv_signal_t *h, int signum)
+int server_reload(struct server *srv, const char *who, char *why, size_t len)
 {
-    (void)signum;
-    struct server *srv = h->data;
-    if (srv->draining || !srv->reload)
-        return;
+    if (srv->draining || !srv->reload) {
+        snprintf(why, len, "%s", srv->draining ? "gllmd is draining" : "nothing to reload");
+        return GLLM_ESHUTDOWN;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
                (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
-    int r = srv->reload(srv, srv->reload_arg);
+    int r = srv->reload(srv, srv->reload_arg, why, len);
     sd_notify(0, "READY=1");
     notify_status(&srv->status_timer);
-    log_info("SIGHUP: configuration %s", r == 0 ? "reloaded" : "kept (reload failed)");
+    log_info("%s: configuration %s", who, r == 0 ? "reloaded" : "kept (reload failed)");
+    return r;
+}
+
+static void on_hup(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    char why[256];
+    server_reload(h->data, "SIGHUP", why, sizeof why);
 }
 
 void server_apply_config(struct server *srv, const struct config *cfg)
@@ -243,6 +255,7 @@ void server_apply_config(struct server *srv, const struct config *cfg)
     srv->caps.max_elements = cfg->limits.max_elements;
     srv->caps.max_page_entries = cfg->limits.max_page_entries;
     srv->policy = cfg->policy;
+    srv->admin = cfg->admin;
     srv->drain_timeout_s = cfg->drain_timeout_s;
     if (srv->status_interval_s != cfg->status_interval_s && uv_is_active((uv_handle_t *)&srv->status_timer)) {
         uint64_t ms = (uint64_t)cfg->status_interval_s * 1000;

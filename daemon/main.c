@@ -29,13 +29,15 @@ static void usage(FILE *f)
             "                        /run/gllm/gllmd.sock for root, else\n"
             "                        $XDG_RUNTIME_DIR/gllm/gllmd.sock); ignored when systemd\n"
             "                        passes a listening socket\n"
-            "  -b, --backend NAME    auto (default: cuda if usable, else hsa, else cpu), cuda, hsa or cpu\n"
+            "  -b, --backend NAME    auto (default: the best that opens here) or one of\n"
+            "                        %s\n"
             "  -t, --threads N       CPU backend threads (default: one per online CPU)\n"
             "      --max-inflight N  jobs in flight per client (default 256)\n"
             "  -v, --verbose         log at debug level\n"
             "  -V, --version         print the version and the embedded kernels, and exit\n"
             "  -h, --help            print this help and exit\n\n"
-            "Flags override the file. SIGHUP re-reads the file; SIGTERM drains and exits.\n");
+            "Flags override the file. SIGHUP re-reads the file; SIGTERM drains and exits.\n",
+            backend_names());
 }
 
 static int parse_uint(const char *s, long max, long *out)
@@ -68,13 +70,12 @@ static int effective_config(const struct options *o, struct config *cfg, char *e
     return 0;
 }
 
-static int reload(struct server *s, void *arg)
+static int reload(struct server *s, void *arg, char *why, size_t len)
 {
     const struct options *o = arg;
     struct config cfg;
-    char err[256];
-    if (effective_config(o, &cfg, err, sizeof err) < 0) {
-        log_err("reload: %s; keeping the running configuration", err);
+    if (effective_config(o, &cfg, why, len) < 0) {
+        log_err("reload: %s; keeping the running configuration", why);
         return -EINVAL;
     }
     if (cfg.threads != 0 || strcmp(cfg.backend, "auto") != 0 || cfg.socket_path[0] ||
@@ -115,6 +116,12 @@ static void print_config(const struct config *c, const char *socket_path)
     printf("\nallow_groups =");
     for (int i = 0; i < c->policy.ngids; i++)
         printf("%s%u", i ? ", " : " ", (unsigned)c->policy.gids[i]);
+    printf("\nadmin_users =");
+    for (int i = 0; i < c->admin.nuids; i++)
+        printf("%s%u", i ? ", " : " ", (unsigned)c->admin.uids[i]);
+    printf("\nadmin_groups =");
+    for (int i = 0; i < c->admin.ngids; i++)
+        printf("%s%u", i ? ", " : " ", (unsigned)c->admin.gids[i]);
     printf("\n");
 }
 

@@ -33,6 +33,12 @@ void method_job_refused(struct rpc_call *c, const struct proto_msg *m);
 extern bool debug_fault_enabled;
 void method_debug_fault(struct rpc_call *c, const struct proto_msg *m);
 
+/* For administrators only (methods_admin.c): others are answered DENIED. */
+void method_drain(struct rpc_call *c, const struct proto_msg *m);
+void method_reload(struct rpc_call *c, const struct proto_msg *m);
+void method_clients(struct rpc_call *c, const struct proto_msg *m);
+void method_client_disconnect(struct rpc_call *c, const struct proto_msg *m);
+
 /* Between the method files. The wire name of the kind of memory the backend shares ("memfd",
  * "cuda_vmm_fd"), or NULL when it shares none: hello announces it, dtensor_create exports it
  * (methods_memory.c). */

@@ -71,6 +71,8 @@ static void job_settle(struct job *job)
         srv->stats.jobs_failed++;
     uint64_t kernel = job_kernel_ns(job), total = job->t_end - job->t_read;
     if (!job->refused)
+        ch->jobs[job->method][job->status == 0 ? 0 : 1]++;
+    if (!job->refused)
         metrics_job(&srv->stats.jobs, (enum metrics_method)job->method, job->status == 0,
                     job->t_start - job->t_submit, kernel, total > kernel ? total - kernel : 0);
     if (!ch->closed && !job->replied) {

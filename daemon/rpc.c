@@ -33,6 +33,10 @@ static const struct method methods[] = {
     {"attention_decode", method_attention_decode, false, false, true},
     {"attention_prefill", method_attention_prefill, false, false, true},
     {"debug_fault", method_debug_fault, false, false, false},
+    {"drain", method_drain, false, false, false},
+    {"reload", method_reload, false, false, false},
+    {"clients", method_clients, false, false, false},
+    {"client_disconnect", method_client_disconnect, false, false, false},
 };
 
 static const struct method *find_method(const char *name)
@@ -160,6 +164,8 @@ static void identify_peer(struct channel *ch, int fd)
     if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0)
         ngroups = (int)(glen / sizeof(gid_t));
     ch->denied = !config_policy_allows(&ch->srv->policy, cred.uid, cred.gid, groups, ngroups);
+    ch->admin = config_is_admin(&ch->srv->admin, cred.uid, cred.gid, groups, ngroups);
+    ch->t_connected = now_ns();
     if (ch->denied)
         log_warn("client %llu (pid %d, uid %u, %s) refused by the access policy",
                  (unsigned long long)ch->serial, (int)ch->pid, (unsigned)ch->uid, ch->comm);

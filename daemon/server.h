@@ -38,6 +38,7 @@ struct server {
     struct job_caps caps;
     struct limits limits;
     struct access_policy policy;
+    struct access_policy admin;   /* who may drain, reload, list and disconnect clients */
     struct server_stats stats;
     uint64_t start_ns;
     bool draining;
@@ -61,8 +62,8 @@ struct server {
     bool listening;
     uv_signal_t sig_int, sig_term, sig_hup;
     uv_timer_t drain_timer, deadline_timer, status_timer, watchdog_timer;
-    /* SIGHUP: re-reads the configuration; returns 0 or logs why not. */
-    int (*reload)(struct server *srv, void *arg);
+    /* SIGHUP: re-reads the configuration; returns 0, or logs why not and says it in why. */
+    int (*reload)(struct server *srv, void *arg, char *why, size_t len);
     void *reload_arg;
     uint64_t status_jobs_last, status_ns_last;
 };

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "admin.h"
 #include "info.h"
 #include "proto.h"
 
@@ -133,6 +134,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(h);
     free(st);
     free(hb);
+    /* The administrators' results, as the library reads them. */
+    struct proto_admin_clients *ac = malloc(sizeof *ac);
+    if (ac)
+        proto_read_table(map, &proto_admin_clients_table, ac);
+    free(ac);
+    struct proto_admin_drain dr;
+    proto_read_table(map, &proto_admin_drain_table, &dr);
     /* The variant side: the job-key check, hello's capabilities as the library reads them,
      * and the one check of a decoded variant against them. */
     char err[PROTO_MAX_ERRMSG];

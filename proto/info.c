@@ -88,13 +88,13 @@ static const struct proto_table histogram_table = PROTO_TABLE(T, histogram_field
 static const struct proto_field method_jobs_fields[] = {
     PF_STR(T, method), PF_U64(T, ok), PF_U64(T, failed),
 };
-static const struct proto_table method_jobs_table = PROTO_TABLE(T, method_jobs_fields);
+const struct proto_table proto_method_jobs_table = PROTO_TABLE(T, method_jobs_fields);
 #undef T
 
 #define T struct proto_metrics
 static const struct proto_field metrics_fields[] = {
     PF_U64(T, device_resets),
-    PF_MAPS(T, jobs, method_jobs_table),
+    PF_MAPS(T, jobs, proto_method_jobs_table),
     PF_MAP(T, queue_seconds, histogram_table),
     PF_MAP(T, kernel_seconds, histogram_table),
     PF_MAP(T, added_seconds, histogram_table),

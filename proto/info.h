@@ -160,6 +160,7 @@ struct proto_method_jobs {
     char method[32];
     uint64_t ok, failed;
 };
+extern const struct proto_table proto_method_jobs_table;   /* also the admin methods' */
 
 /* Per bucket, not cumulative: n_counts is n_le + 1, the last past every bound. Room for the
  * longest array a message may hold, so that nothing a reply sends is cut. */

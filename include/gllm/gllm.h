@@ -393,6 +393,39 @@ GLLM_EXPORT int gllm_status_metrics(const gllm_client *c, gllm_metrics *out);
 GLLM_EXPORT int gllm_status_device_memory(const gllm_client *c, int dev, uint64_t *used,
                                           uint64_t *total);
 
+/* Administration (gllmctl drain, reload, client): only for root, gllmd's own user and the
+ * admin_users and admin_groups of gllmd.conf; anyone else gets GLLM_EDENIED, and
+ * gllm_client_last_error says why. */
+typedef struct gllm_admin_client {
+    size_t size;            /* sizeof(gllm_admin_client): GLLM_ADMIN_CLIENT_INIT */
+    uint64_t id;            /* the connection's number (gllm_admin_disconnect) */
+    int pid;                /* from the kernel when it connected */
+    uint32_t uid, gid;
+    char comm[16];
+    int admin;              /* 1: it may use these calls */
+    double connected_s;     /* seconds since it connected */
+    uint32_t inflight;      /* jobs queued or running */
+    uint32_t arenas;
+    uint64_t arena_bytes, device_bytes;
+    int nmethods;           /* jobs[0 .. nmethods - 1]: its settled jobs by wire method */
+    gllm_method_jobs jobs[GLLM_METRICS_MAX_METHODS];
+} gllm_admin_client;
+#define GLLM_ADMIN_CLIENT_INIT {.size = sizeof(gllm_admin_client)}
+
+/* Drains gllmd as SIGTERM does: it accepts no more connections or jobs, answers those it
+ * accepted, and exits. *inflight (optional): the jobs it was still running. */
+GLLM_EXPORT int gllm_admin_drain(gllm_client *c, uint64_t *inflight);
+/* Re-reads gllmd.conf as SIGHUP does: a file with an error is refused (-EINVAL, the
+ * reason in gllm_client_last_error) and the running configuration kept. */
+GLLM_EXPORT int gllm_admin_reload(gllm_client *c);
+/* The daemon's connections (at most max, the first GLLM_MAX_LISTED_CLIENTS), or with id
+ * not 0 that one alone (-ESRCH when there is none): the number written to out[0 ..], each
+ * out[0].size bytes (GLLM_ADMIN_CLIENT_INIT). */
+GLLM_EXPORT int gllm_admin_clients(gllm_client *c, uint64_t id, gllm_admin_client *out, int max);
+/* Closes connection id, as if its client had hung up: its jobs in flight finish unanswered
+ * and its memory is released. -ESRCH: no such connection; -EINVAL: c's own. */
+GLLM_EXPORT int gllm_admin_disconnect(gllm_client *c, uint64_t id);
+
 /* Memory. An arena is shared memory the daemon maps; its bytes are at gllm_memory_data.
  * Device memory is daemon-owned memory on a device (GPU memory; host memory on the CPU
  * backend); the client cannot touch it (gllm_memory_data is NULL) but copies to and from
