@@ -86,6 +86,18 @@ static int reload(struct server *s, void *arg, char *why, size_t len)
     return 0;
 }
 
+/* A policy's lists as the config file spells them: PREFIX_users = 0, 1000 and PREFIX_groups. */
+static void print_policy(const char *prefix, const struct access_policy *p)
+{
+    printf("%s_users =", prefix);
+    for (int i = 0; i < p->nuids; i++)
+        printf("%s%u", i ? ", " : " ", (unsigned)p->uids[i]);
+    printf("\n%s_groups =", prefix);
+    for (int i = 0; i < p->ngids; i++)
+        printf("%s%u", i ? ", " : " ", (unsigned)p->gids[i]);
+    printf("\n");
+}
+
 static void print_config(const struct config *c, const char *socket_path)
 {
     printf("socket = %s\nbackend = %s\nthreads = %d\nlog_level = %s\n", socket_path, c->backend,
@@ -110,19 +122,8 @@ static void print_config(const struct config *c, const char *socket_path)
            (unsigned long long)c->watchdog_ms, (unsigned long long)c->watchdog_gflops,
            c->exit_on_reset_failure ? "on" : "off");
     printf("device_processes = %s\n", c->device_processes ? "on" : "off");
-    printf("allow_users =");
-    for (int i = 0; i < c->policy.nuids; i++)
-        printf("%s%u", i ? ", " : " ", (unsigned)c->policy.uids[i]);
-    printf("\nallow_groups =");
-    for (int i = 0; i < c->policy.ngids; i++)
-        printf("%s%u", i ? ", " : " ", (unsigned)c->policy.gids[i]);
-    printf("\nadmin_users =");
-    for (int i = 0; i < c->admin.nuids; i++)
-        printf("%s%u", i ? ", " : " ", (unsigned)c->admin.uids[i]);
-    printf("\nadmin_groups =");
-    for (int i = 0; i < c->admin.ngids; i++)
-        printf("%s%u", i ? ", " : " ", (unsigned)c->admin.gids[i]);
-    printf("\n");
+    print_policy("allow", &c->policy);
+    print_policy("admin", &c->admin);
 }
 
 /* The socket systemd passed (gllmd.socket), or -1 to bind our own. */

@@ -5,14 +5,8 @@
 # Usage: test_metrics.sh GLLMD GLLMCTL
 set -u
 gllmd=$1 gllmctl=$2
-fail=0 passed=0
-check() { if "$@"; then passed=$((passed + 1)); else echo "FAIL: $*"; fail=$((fail + 1)); fi; }
-
-tmp=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$tmp"; }
-trap cleanup EXIT
-sock=$tmp/gllmd.sock
+# shellcheck source=tests/daemon_harness.sh
+. "$(dirname "$0")/daemon_harness.sh"
 
 # Not running yet: gllm_up 0 still comes out, and the exit status says why (3).
 down=$("$gllmctl" --socket "$sock" metrics 2>/dev/null); rc=$?

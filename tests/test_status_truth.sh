@@ -6,14 +6,8 @@
 # Usage: test_status_truth.sh GLLMD GLLMCTL
 set -u
 gllmd=$1 ctl=$2
-fail=0 passed=0
-check() { if "$@"; then passed=$((passed + 1)); else echo "FAIL: $*"; fail=$((fail + 1)); fi; }
-
-tmp=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$tmp"; }
-trap cleanup EXIT
-sock=$tmp/gllmd.sock
+# shellcheck source=tests/daemon_harness.sh
+. "$(dirname "$0")/daemon_harness.sh"
 "$gllmd" --socket "$sock" --backend cpu --threads 2 > "$tmp/gllmd.log" 2>&1 &
 pid=$!
 for _ in $(seq 100); do "$ctl" --socket "$sock" status >/dev/null 2>&1 && break; sleep 0.1; done
