@@ -220,15 +220,20 @@ __device__ __forceinline__ bool split_merge(const gllm_cuda_hp_params *hp, int p
 }
 
 // TMA: the producer loads through hp's tensor maps (hp->a is p); else with cp.async from p
-// (hp is null).
-template <typename T, bool CAUSAL, int D, bool TMA>
+// (hp is null). VAR (with TMA): var is the job's variant; a tile reads the key tiles its rows'
+// intervals span (from k0 on, var_keys), a warpgroup computes those up to its last row's, and
+// the consumers mask and transform scores (var_tile) on the exact walk; the sink joins each
+// row in the epilogue. No split units, and V goes behind K (the exact walk's order).
+template <typename T, bool CAUSAL, int D, bool TMA, bool VAR = false>
 __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params &p,
-                                                     const gllm_cuda_hp_params *hp)
+                                                     const gllm_cuda_hp_params *hp,
+                                                     const gllm_cuda_variant *var = nullptr)
 {
     using S = Hp<D>;
+    static_assert(TMA || !VAR, "the variant kernels load with TMA");
     // Units split by keys in the last rounds (gllm_cuda_hp_schedule) where the launch gave a
     // workspace: D = 128 not causal, the shapes whose part-filled last round cost most.
-    constexpr bool SPLIT = TMA && !CAUSAL && D == 128;
+    constexpr bool SPLIT = TMA && !CAUSAL && D == 128 && !VAR;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // Full K[s], full V[s]: stage s holds its K (V) tile (TMA: the elected producer thread
     // arrives and the bytes land; cp.async: the producer's 128 threads arrive); empty K[s],
@@ -251,6 +256,17 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // The schedule, split as the launch's hp->split says (keys 0: no workspace, nothing split).
     const gllm_cuda_hp_sched sc = gllm_cuda_hp_schedule(Sq, S::ROWS, (int)(p.B * p.Hq), CAUSAL,
                                                         (int)gridDim.x, SPLIT ? hp->split.keys : 0);
+    // The key tiles of the tile at row m0: n of them from k0 (0 but with a variant).
+    auto tile_keys = [&](int m0, int &k0, int &n) {
+        if constexpr (VAR) {
+            const VarKeys first = var_keys(*var, CAUSAL, m0 + shift, Skv);
+            const VarKeys last = var_keys(*var, CAUSAL, min(m0 + S::ROWS, Sq) - 1 + shift, Skv);
+            k0 = max(first.lo, 0) / HP_KEYS;
+            n = last.hi >= k0 * HP_KEYS ? last.hi / HP_KEYS + 1 - k0 : 0;
+        } else {
+            k0 = 0, n = key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift);
+        }
+    };
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2 * S::STAGES; i++) {
             mbar_init(full0 + 8 * i, TMA ? 1 : 128);
@@ -288,7 +304,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             // softmax, but gives V of the tile before back as soon as its P V has landed, so
             // there V's slot comes free first, and K, which goes out last, lands sooner after
             // the check than V did behind it.
-            constexpr bool V_FIRST = D == 128 && !CAUSAL;
+            constexpr bool V_FIRST = D == 128 && !CAUSAL && !VAR;
             constexpr int BLOCKS = D / GLLM_CUDA_HP_BOX_COLS;       // 64-column boxes per tile
             constexpr uint32_t Q_TILE = S::ROWS * D * 2;
             int v_row = -1, v_hk = 0, v_b = 0;       // the V tile owed (row -1: none), load v_ld
@@ -311,8 +327,11 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             auto produce = [&](int bh, int mb, const auto &walk) {
                 const int b = bh / Hq, h = bh - b * Hq, hk = h / group;
                 const int m0 = gllm_cuda_hp_row0(&sc, S::ROWS, mb);
-                const int k0 = walk.first();
-                const int n_tiles = walk.tiles_of(key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift));
+                int k0, n_all;
+                tile_keys(m0, k0, n_all);
+                if (!VAR)
+                    k0 = walk.first();
+                const int n_tiles = walk.tiles_of(n_all);
                 // Q will wait for q_empty, near the end of the previous tile: until then it
                 // comes into L2, so that the copy after the wait is not a trip to memory.
                 if (nq > 0 && n_tiles > 0) {
@@ -416,7 +435,9 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 
     // Consumers: warpgroup wg takes query rows [m0 + 64 wg, m0 + 64 wg + 64) of each tile.
     regs_inc<S::CONSUMER>();
-    const Consumer c = consumer_setup<D, D == 64 || !CAUSAL>(p.scale, s_q, s_kv);
+    Consumer c = consumer_setup<D, D == 64 || !CAUSAL>(p.scale, s_q, s_kv);
+    if (VAR && GLLM_CUDA_HP_VAR_XFORM(D) && (var->soft_cap > 0.f || var->alibi))
+        c.qk_scale = 1.f, c.pos_scale = true, c.masked = -INFINITY;   // var_tile's log2 units
     const int wg = c.wg, wrow = c.wrow, g = c.g, t = c.t;
     const bool o_thread = threadIdx.x % 128 == 0;    // issues the warpgroup's O stores
     uint32_t base = 0;                               // K/V loads of the block's earlier tiles
@@ -465,14 +486,23 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 return false;
             x.b = (int)gllm_cuda_fastdiv_div(hq_div, (uint32_t)bh), x.h = bh - x.b * Hq;
             const int m0 = gllm_cuda_hp_row0(&sc, S::ROWS, mb);
-            x.n_tiles = tiles.tiles_of(key_tiles<CAUSAL, S::ROWS>(m0, Skv, shift));
-            x.k0 = tiles.first(), x.part = tiles.slot();
+            int k0, n_all;
+            tile_keys(m0, k0, n_all);
+            x.n_tiles = tiles.tiles_of(n_all);
+            x.k0 = VAR ? k0 : tiles.first(), x.part = tiles.slot();
             x.r_wg = m0 + wg * 64;
             const int last_key = x.r_wg + 63 + shift;
-            x.n_mine = x.r_wg >= Sq || x.r_wg < 0 ? 0           // rows past Sq, or before 0
-                       : !CAUSAL    ? x.n_tiles
-                       : last_key < 0 ? 0
-                                      : min(x.n_tiles, last_key / HP_KEYS + 1);
+            if constexpr (VAR) {                         // up to the tile of its last row's last key
+                const int hi = var_keys(*var, CAUSAL, min(x.r_wg + 63, Sq - 1) + shift, Skv).hi;
+                x.n_mine = x.r_wg >= Sq || x.r_wg < 0 || hi < k0 * HP_KEYS
+                               ? 0
+                               : min(x.n_tiles, hi / HP_KEYS + 1 - k0);
+            } else {
+                x.n_mine = x.r_wg >= Sq || x.r_wg < 0 ? 0       // rows past Sq, or before 0
+                           : !CAUSAL    ? x.n_tiles
+                           : last_key < 0 ? 0
+                                          : min(x.n_tiles, last_key / HP_KEYS + 1);
+            }
             x.last = tiles.done();
             return true;
         };
@@ -485,7 +515,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             asm volatile("mov.b32 %0, %0;" : "+r"(bars0));
         auto walk_of = [&](const Tile &x) {
             return key_walk(c, x.n_mine, x.n_tiles, bars0, base, Skv, x.r_wg, x.r_wg + wrow + g,
-                            shift, PARTS ? x.k0 : 0);
+                            shift, PARTS || VAR ? x.k0 : 0);
         };
         // At D = 128 (S::CROSS) a tile's final turn and the next tile's turn 0 are one
         // (key_cross): its last P V and the next tile's first Q K^T go out together, and the
@@ -514,16 +544,19 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 sum += __shfl_xor_sync(0xffffffff, sum, 1);
                 sum += __shfl_xor_sync(0xffffffff, sum, 2);
                 const int row = r_wg + wrow + g + 8 * hr;
+                float m = row_max[hr], keep = 1.f;
+                if (VAR && var->sinks)
+                    keep = var_join_sink(var->sinks[h] * LOG2E, m, sum);
                 // A row with keys sums to at least 1 (its reference maximum's exp2(0)), so the
                 // approximate reciprocal's 2 ulp lie far below the output's precision (the IEEE
                 // division's call sat between two tiles).
-                inv[hr] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+                inv[hr] = sum > 0.f ? keep * __fdividef(1.f, sum) : 0.f;
                 // lse likewise: the MUFU log2 (2 ulp for sums >= 1) times ln 2, where a division
                 // by log2 e put its slow path's call in every copy of the epilogue (a tenth of
                 // the D = 128 kernels' code; 0.7-4.7% of a job that asks for lse).
                 if (row >= 0 && row < Sq && p.lse && t == 0)
                     p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
-                        sum > 0.f ? (row_max[hr] + __log2f(sum)) * LN2 : -INFINITY;
+                        sum > 0.f ? (m + __log2f(sum)) * LN2 : -INFINITY;
             }
             HP_TRACE(25, 0);
             if constexpr (TMA && GLLM_CUDA_HP_O_TILE(D)) {
@@ -553,9 +586,16 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
             if (!S::CROSS)
                 key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
             HP_TRACE(1, cur.n_mine);
-            const KeyWalk wc = walk_of(cur);
-            key_rest<T, D, CAUSAL, S::STAGES, S::CROSS>(wc, s, o, row_max, row_sum, owed, turns,
-                                                        cur.last, q_empty);
+            KeyWalk wc = walk_of(cur);
+            VarRows vr;
+            if constexpr (VAR) {
+                const int first = cur.r_wg + shift, last = min(cur.r_wg + 63, Sq - 1) + shift;
+                vr = var_rows(var, CAUSAL, cur.r_wg + wrow + g + shift, first, last, Skv, p.scale,
+                              cur.h);
+                wc.var = &vr;
+            }
+            key_rest<T, D, CAUSAL, S::STAGES, S::CROSS, S::PINGPONG, VAR>(
+                wc, s, o, row_max, row_sum, owed, turns, cur.last, q_empty);
             base += (uint32_t)cur.n_tiles;
             if (!S::CROSS)
                 more = next_tile(nxt);
@@ -603,9 +643,11 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
 #ifdef GLLM_HAVE_WGMMA
 #define HP_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D, false>(p, nullptr)
 #define HP_TMA_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D, true>(hp.a, &hp)
+#define HP_VAR_BODY(T, CAUSAL, D) attention_fwd_hopper<T, CAUSAL, D, true, true>(hv.hp.a, &hv.hp, &hv.v)
 #else
 #define HP_BODY(T, CAUSAL, D) __trap()  // never launched off sm_90a (see the header comment)
 #define HP_TMA_BODY(T, CAUSAL, D) __trap()
+#define HP_VAR_BODY(T, CAUSAL, D) __trap()
 #endif
 // GLLM_CUDA_ENTRY_HOPPER: the producer copies with cp.async (any layout tc_eligible admits);
 // GLLM_CUDA_ENTRY_HOPPER_TMA: with TMA, through the tensor maps of its parameter.
@@ -620,5 +662,12 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
         symbol(const __grid_constant__ gllm_cuda_hp_params hp)                                 \
     {                                                                                          \
         HP_TMA_BODY(T, GLLM_CUDA_KF_HAS(FLAGS, CAUSAL), D);                                    \
+    }
+// GLLM_CUDA_ENTRY_HOPPER_VAR: the TMA kernel with a variant.
+#define GLLM_CUDA_ENTRY_HOPPER_VAR(T, D, FLAGS, symbol)                                        \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
+        symbol(const __grid_constant__ gllm_cuda_hp_var_params hv)                             \
+    {                                                                                          \
+        HP_VAR_BODY(T, GLLM_CUDA_KF_HAS(FLAGS, CAUSAL), D);                                    \
     }
 GLLM_CUDA_HOPPER_KERNELS(GLLM_CUDA_ENTRY)

@@ -78,7 +78,9 @@ struct KeyWalk {
     int Skv, r_wg, row0, shift, t;
     float masked, qk_scale;
     bool pos_scale;
-    int k0;                    // the first key tile's index in the head (a split unit's part)
+    int k0;                    // the first key tile's index in the head (a split unit's
+                               // part, or a variant's first)
+    const VarRows *var = nullptr;   // the VAR walks': this thread's rows
 };
 
 // A consumer thread's place in its block and the walk's constant terms, the same in the dense
@@ -259,7 +261,8 @@ struct Owed {
 
 // The rest of the walk after key_first, s holding key tile 0's scores. CROSS: the tile's final
 // turn is left to the caller (key_cross, key_last), with what it owes in ow.
-template <typename T, int D, bool CAUSAL, int STAGES, bool CROSS, bool PINGPONG>
+// VAR: the scores are masked and transformed as w.var says (var_tile), on the exact walk.
+template <typename T, int D, bool CAUSAL, int STAGES, bool CROSS, bool PINGPONG, bool VAR = false>
 __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float (&o)[D / 2],
                                          float (&row_max)[2], float (&row_sum)[2], Owed &ow,
                                          PingPong<PINGPONG> &turns, bool last_tile,
@@ -278,7 +281,11 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
     for (int i = 0; i < D / 2; i++)
         o[i] = 0.f;
     auto mask = [&](int j) {                           // key tile j's masked scores
-        mask_tile<CAUSAL>(s, (w.k0 + j) * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t, w.masked);
+        if constexpr (VAR)
+            var_tile<GLLM_CUDA_HP_VAR_XFORM(D)>(s, (w.k0 + j) * HP_KEYS, w.Skv, *w.var, w.t, w.masked);
+        else
+            mask_tile<CAUSAL>(s, (w.k0 + j) * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t,
+                              w.masked);
     };
     if (w.n_mine > 0) {
         ring.release(0, 0);
@@ -304,13 +311,13 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         pin(s);
         HP_TRACE(13, j);
     };
-    // Speculative (D = 128 without a causal mask): a key tile takes its exponentials
+    // Speculative (D = 128 without a causal mask or a variant): a key tile takes its exponentials
     // against the references as they stand, without its row maxima, and only a sum past
     // HP_SPEC_SUM (a miss) sends it the exact way, out of the loop so that the loop's code
     // stays together. Its K and Q stay until the check. The walk's last tile gives Q back at
     // once (the next tile's Q waits on it), so it is exact, and so is every tile after a miss:
     // scores that keep growing pay for one miss a walk, not one a tile.
-    if constexpr (D == 128 && !CAUSAL) {
+    if constexpr (D == 128 && !CAUSAL && !VAR) {
         bool exact = false;
         int j = 1;
         // The references as exp_tile takes them, made again only where an exact tile (or a
@@ -370,7 +377,8 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         }
     } else {
         // The exact walk as its own loop: the speculation lost 0.2-3.6% at D = 64 and causal,
-        // and these kernels compile as they did before it.
+        // and these kernels compile as they did before it. The variants take it too: their
+        // edge tiles' masks and transforms leave no registers for the speculation's.
         for (int j = 1; j < w.n_mine; j++) {
             turn(j);
             ring.release(j, 0);                        // this thread is done with K of j

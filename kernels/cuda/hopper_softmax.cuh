@@ -4,6 +4,7 @@
 #define GLLM_HOPPER_SOFTMAX_CUH
 
 #include "hopper_common.cuh"
+#include "variant.cuh"
 
 namespace {
 
@@ -40,6 +41,59 @@ __device__ __forceinline__ void mask_tile(float (&s)[64], int n0, int Skv, int r
             if (key >= Skv || (CAUSAL && key > row0 + 8 * ((i >> 1) & 1) + shift))
                 s[i] = masked;
         }
+    }
+}
+
+// A consumer thread's rows as a variant sees them (the VAR kernels): pos0 the position of its
+// first row (the second is pos0 + 8), and the warpgroup's edges: a key tile inside [edge_lo,
+// edge_hi] (the last row's first key, the first row's last) is seen whole by every row of the
+// warpgroup, so it needs no mask. With xform (a soft-cap or ALiBi) every score is transformed
+// into log2 units, and the softmax's scale is 1.
+struct VarRows {
+    const gllm_cuda_variant *v;
+    int pos0, edge_lo, edge_hi;
+    float scale, cap, inv_cap, slope2;
+    bool causal, xform;
+};
+
+// The rows of warpgroup positions [first, last] (this thread's first at pos0), head h.
+__device__ __forceinline__ VarRows var_rows(const gllm_cuda_variant *v, bool causal, int pos0,
+                                            int first, int last, int Skv, float scale, int h)
+{
+    VarRows r;
+    r.v = v, r.causal = causal, r.pos0 = pos0, r.scale = scale;
+    r.edge_lo = var_keys(*v, causal, last, Skv).lo;
+    r.edge_hi = var_keys(*v, causal, first, Skv).hi;
+    r.cap = v->soft_cap, r.inv_cap = r.cap > 0.f ? 1.f / r.cap : 0.f;
+    r.slope2 = v->alibi ? v->alibi[h] * LOG2E : 0.f;
+    r.xform = r.cap > 0.f || v->alibi;
+    return r;
+}
+
+// mask_tile for a variant: keys outside each row's interval masked (the tail among them: a
+// row's interval ends before Skv), every score transformed where r.xform and XFORM (without
+// it, the kernel computes no transform: those of D = 64, where its registers spilled).
+template <bool XFORM>
+__device__ __forceinline__ void var_tile(float (&s)[64], int n0, int Skv, const VarRows &r, int t,
+                                         float masked)
+{
+    const bool xform = XFORM && r.xform;
+    if (!xform && n0 >= r.edge_lo && n0 + HP_KEYS - 1 <= r.edge_hi)
+        return;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int pos = r.pos0 + 8 * hr;
+        const VarKeys k = var_keys(*r.v, r.causal, pos, Skv);
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int i = 4 * n + 2 * hr + e, key = n0 + 8 * n + 2 * t + e;
+                float x = s[i];
+                if (xform)
+                    x = var_score(x, r.scale, r.cap, r.inv_cap, r.slope2, key - pos);
+                s[i] = key >= k.lo && key <= k.hi ? x : masked;
+            }
     }
 }
 

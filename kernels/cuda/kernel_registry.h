@@ -12,6 +12,7 @@
  *   GENERIC_VAR    the GENERIC kernel with a variant and v's head dim
  *   HOPPER         dense prefill on wgmma, cp.async producer (attention_fwd_hopper.cu)
  *   HOPPER_TMA     the same with a TMA producer and tensor maps in its parameter
+ *   HOPPER_VAR     the HOPPER_TMA kernels with a variant
  *   PAGED          paged decode and prefill, the plan uploaded (paged_attention.cu)
  *   PAGED_BATCH    the same, a batch's plan in the parameters
  *   PAGED_SINGLE   the same, one split sequence's plan in them
@@ -30,6 +31,7 @@
     X(GENERIC_VAR, GLLM_CUDA_NO_SMEM, ALL)                                                   \
     X(HOPPER, GLLM_CUDA_HP_SMEM, SM90A)                                                      \
     X(HOPPER_TMA, GLLM_CUDA_HP_SMEM, SM90A_TMA)                                              \
+    X(HOPPER_VAR, GLLM_CUDA_HP_SMEM, SM90A_TMA)                                              \
     X(PAGED, GLLM_CUDA_PAGED_SMEM, ALL)                                                      \
     X(PAGED_BATCH, GLLM_CUDA_PAGED_SMEM, ALL)                                                \
     X(PAGED_SINGLE, GLLM_CUDA_PAGED_SMEM, ALL)                                               \
@@ -92,7 +94,15 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
     X(HOPPER, BF16, 64, 0, gllm_attn_fwd_hopper_bf16_d64)                                    \
     X(HOPPER_TMA, BF16, 64, 0, gllm_attn_fwd_hopper_tma_bf16_d64)                            \
     X(HOPPER, BF16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_bf16_d64_causal)           \
-    X(HOPPER_TMA, BF16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_tma_bf16_d64_causal)
+    X(HOPPER_TMA, BF16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_tma_bf16_d64_causal)   \
+    X(HOPPER_VAR, F16, 128, 0, gllm_attn_fwd_hopper_var_f16_d128)                            \
+    X(HOPPER_VAR, F16, 128, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_var_f16_d128_causal)   \
+    X(HOPPER_VAR, BF16, 128, 0, gllm_attn_fwd_hopper_var_bf16_d128)                          \
+    X(HOPPER_VAR, BF16, 128, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_var_bf16_d128_causal) \
+    X(HOPPER_VAR, F16, 64, 0, gllm_attn_fwd_hopper_var_f16_d64)                              \
+    X(HOPPER_VAR, F16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_var_f16_d64_causal)     \
+    X(HOPPER_VAR, BF16, 64, 0, gllm_attn_fwd_hopper_var_bf16_d64)                            \
+    X(HOPPER_VAR, BF16, 64, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_var_bf16_d64_causal)
 
 #define GLLM_CUDA_PAGED_KERNELS(X)                                                           \
     X(PAGED, F16, 64, 0, gllm_paged_attn_f16_d64)                                            \

@@ -418,12 +418,28 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     void *param = &p;
     gllm_cuda_hp_params hp;
     gllm_cuda_attn_var_params vp;
+    gllm_cuda_hp_var_params hv;
     if (!plain) {
-        /* A variant: the tensor-core form at D 64 and 128, else the generic one. */
+        /* A variant: the Hopper form where its tensor maps encode, else the tensor-core one at
+         * D 64 and 128, else the generic one. */
         vp.a = p, vp.Dv = Dv, param = &vp;
         vp.v = cuda_variant_of(var, dptr[5], dptr[6]);
+        const bool xform = var->soft_cap > 0.0f || var->alibi_slopes;
+        CUfunction hvar = tc_eligible(a) && (GLLM_CUDA_HP_VAR_XFORM(a->D) || !xform)
+                              ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_VAR, a->dtype, a->D, flags)
+                              : NULL;
+        if (hvar) {
+            memset(&hv, 0, sizeof hv);
+            hv.hp.a = p, hv.v = vp.v;
+            if (cuda_tma_hp_params(d, &hv.hp, a->dtype == GLLM_DTYPE_BF16, &x->tma) != 0)
+                hvar = NULL;                 /* the TC form below, as a refused map's job does */
+        }
         f = tc_eligible(a) ? cuda_kernel_find(x, GLLM_CUDA_MODE_TC_VAR, a->dtype, a->D, 0) : NULL;
-        if (f) {
+        if (hvar) {
+            f = hvar, param = &hv;
+            gx = (unsigned)gllm_cuda_hp_grid(a->Sq, a->D, a->B * a->Hq, x->sm_count), gy = 1;
+            threads = (unsigned)GLLM_CUDA_HP_THREADS(a->D), smem = (unsigned)GLLM_CUDA_HP_SMEM(a->D);
+        } else if (f) {
             const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
             gx = (unsigned)((a->Sq + rows - 1) / rows), gy = heads;
             threads = (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32);
