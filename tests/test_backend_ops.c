@@ -540,6 +540,13 @@ static void test_dense_head_dims(void **state)
         {GLLM_DTYPE_F32, 1, 2, 1, 40, 50, 7, false, true, BHSD, 0, NULL},
         {GLLM_DTYPE_BF16, 1, 2, 1, 40, 40, 40, false, false, BHSD, 0, NULL},
         {GLLM_DTYPE_F32, 1, 1, 1, 9, 9, 1, true, true, BHSD, 0, NULL},
+        /* Head dims a GPU runs padded to the next fast kernel's (CUDA: 64 or 128), in every
+         * layout, and one past them. */
+        {GLLM_DTYPE_F16, 1, 4, 2, 300, 300, 96, true, true, BSHD, 0, NULL},
+        {GLLM_DTYPE_BF16, 2, 2, 1, 257, 400, 80, false, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 2, 2, 130, 130, 112, true, true, PADDED, 0, NULL},
+        {GLLM_DTYPE_F16, 1, 4, 1, 200, 200, 32, false, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_F16, 1, 2, 1, 150, 150, 256, true, true, BHSD, 0, NULL},
     };
     RUN_DENSE(cases, 300);
 }
@@ -588,6 +595,10 @@ static const struct var_case v_win130 = {.window = true, .window_left = 130, .wi
 static const struct var_case v_chunk200_sinks = {.chunk = 200, .sinks = true};
 static const struct var_case v_win127_sinks = {.window = true, .window_left = 127,
                                                .window_right = -1, .sinks = true};
+static const struct var_case v_win60_sinks = {.window = true, .window_left = 60,
+                                              .window_right = -1, .sinks = true};
+static const struct var_case v_cap20_alibi = {.soft_cap = 20.0, .alibi = true};
+static const struct var_case v_dv64 = {.Dv = 64};
 static const struct var_case v_gemma = {.window = true, .window_left = 200, .window_right = -1,
                                         .soft_cap = 30.0, .alibi = true};
 
@@ -601,6 +612,10 @@ static void test_dense_variants(void **state)
         {GLLM_DTYPE_F16, 1, 6, 2, 450, 450, 64, true, false, BHSD, 0, &v_gptoss},
         {GLLM_DTYPE_BF16, 2, 8, 2, 600, 600, 64, true, true, BSHD, 0, &v_win127_sinks},
         {GLLM_DTYPE_F16, 1, 2, 1, 300, 200, 128, true, true, BHSD, 0, &v_win130},
+        {GLLM_DTYPE_F16, 1, 4, 2, 330, 330, 96, true, true, BSHD, 0, &v_win60_sinks},
+        {GLLM_DTYPE_BF16, 1, 4, 4, 200, 260, 80, true, true, BHSD, 0, &v_cap20_alibi},
+        {GLLM_DTYPE_BF16, 1, 4, 2, 260, 260, 128, true, true, BHSD, 0, &v_dv64},
+        {GLLM_DTYPE_F16, 1, 2, 1, 140, 140, 96, false, true, PADDED, 0, &v_dv64},
         {GLLM_DTYPE_F16, 1, 4, 2, 100, 100, 64, true, true, BHSD, 0, &v_left16},
         {GLLM_DTYPE_BF16, 2, 4, 4, 70, 90, 64, false, true, BHSD, 0, &v_both8},
         {GLLM_DTYPE_F32, 1, 2, 1, 30, 30, 16, false, true, BHSD, 0, &v_self},

@@ -587,7 +587,7 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
                 key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
             HP_TRACE(1, cur.n_mine);
             KeyWalk wc = walk_of(cur);
-            VarRows vr;
+            [[maybe_unused]] VarRows vr;          // VAR: the walk's rows (wc.var)
             if constexpr (VAR) {
                 const int first = cur.r_wg + shift, last = min(cur.r_wg + 63, Sq - 1) + shift;
                 vr = var_rows(var, CAUSAL, cur.r_wg + wrow + g + shift, first, last, Skv, p.scale,

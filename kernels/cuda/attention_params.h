@@ -250,6 +250,18 @@ typedef struct gllm_cuda_paged_single_var_params {
     int32_t kv_begin;
 } gllm_cuda_paged_single_var_params;
 
+/* gllm_pad_rows (pad_rows.cu): rows [B, H, S] of 16-bit elements, their first cols copied from
+ * src to dst and columns cols .. dst_cols of dst zeroed; strides in elements; grid
+ * (ceil(B H S / GLLM_CUDA_PAD_ROWS)), block GLLM_CUDA_PAD_ROWS * 32. */
+#define GLLM_CUDA_PAD_ROWS 4
+typedef struct gllm_cuda_pad_params {
+    const void *src;
+    void *dst;
+    int64_t B, H, S;
+    int64_t src_st[3], dst_st[3];
+    int32_t cols, dst_cols;
+} gllm_cuda_pad_params;
+
 /* gllm_kv_append_rows: grid (new tokens), block 128; row_bytes per [Hkv, D] row, vec16 when
  * rows and pointers allow 16-byte copies. */
 typedef struct gllm_cuda_append_params {

@@ -3,3 +3,4 @@
 #include "attention_fwd_hopper.cu"
 #include "paged_attention.cu"
 #include "paged_prefill_hopper.cu"
+#include "pad_rows.cu"

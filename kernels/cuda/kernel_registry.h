@@ -20,6 +20,7 @@
  *   PAGED_SINGLE_VAR  the PAGED_SINGLE kernel with one
  *   PAGED_PREFILL  chunked prefill over the paged cache on wgmma (paged_prefill_hopper.cu)
  *   APPEND         new K and V rows into the paged cache (paged_attention.cu)
+ *   PAD            rows copied with zeros to a wider pitch, or back (pad_rows.cu)
  * X(mode, smem, image): the dynamic shared memory its kernels are allowed, by head dim, and
  * which loaded image holds their code: ALL, SM90A (wgmma: elsewhere the entry point traps and
  * is never loaded) or SM90A_TMA (and a driver that encodes tensor maps, cuda_tma.h). */
@@ -38,7 +39,8 @@
     X(PAGED_VAR, GLLM_CUDA_PAGED_SMEM, ALL)                                                  \
     X(PAGED_SINGLE_VAR, GLLM_CUDA_PAGED_SMEM, ALL)                                           \
     X(PAGED_PREFILL, GLLM_CUDA_PP_SMEM, SM90A_TMA)                                           \
-    X(APPEND, GLLM_CUDA_NO_SMEM, ALL)
+    X(APPEND, GLLM_CUDA_NO_SMEM, ALL)                                                        \
+    X(PAD, GLLM_CUDA_NO_SMEM, ALL)
 
 enum gllm_cuda_mode {
 #define GLLM_CUDA_MODE_ENUM(mode, smem, image) GLLM_CUDA_MODE_##mode,
@@ -133,11 +135,14 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
     X(PAGED_PREFILL, F16, 64, 0, gllm_paged_prefill_hopper_f16_d64)                          \
     X(PAGED_PREFILL, BF16, 64, 0, gllm_paged_prefill_hopper_bf16_d64)
 
+#define GLLM_CUDA_PAD_KERNELS(X) X(PAD, ANY, 0, 0, gllm_pad_rows)
+
 #define GLLM_CUDA_KERNELS(X)                                                                 \
     GLLM_CUDA_DENSE_KERNELS(X)                                                               \
     GLLM_CUDA_HOPPER_KERNELS(X)                                                              \
     GLLM_CUDA_PAGED_KERNELS(X)                                                               \
-    GLLM_CUDA_PAGED_PREFILL_KERNELS(X)
+    GLLM_CUDA_PAGED_PREFILL_KERNELS(X)                                                       \
+    GLLM_CUDA_PAD_KERNELS(X)
 
 #define GLLM_CUDA_KERNEL_ONE(mode, dtype, D, flags, symbol) +1
 enum { GLLM_CUDA_KERNEL_COUNT = 0 GLLM_CUDA_KERNELS(GLLM_CUDA_KERNEL_ONE) };

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cuda_device.h"
+#include "cuda_pad.h"
 #include "cuda_paged.h"
 #include "cuda_queue.h"
 #include "cuda_share.h"
@@ -372,7 +373,13 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
      * nothing to stage: no scratch, and only the kernel's events, each a host call in front
      * of or behind the kernel. */
     const bool staged = total > 0;
-    if (staged) {
+    /* A head dim the tensor-core kernels lack (to 128) runs on theirs, padded in scratch
+     * after the staged tensors (cuda_pad.h). */
+    const int64_t dp = cuda_pad_dim(x, a);
+    const size_t pad_at = total;
+    if (dp)
+        total += cuda_pad_bytes(a, dp);
+    if (total > 0) {
         int rc = cuda_ensure_scratch(c, x, ln, total);
         if (rc < 0)
             return rc;
@@ -408,10 +415,16 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     memcpy(p.v_st, a->v_st, sizeof p.v_st);
     memcpy(p.o_st, a->o_st, sizeof p.o_st);
     memcpy(p.lse_st, a->lse_st, sizeof p.lse_st);
+    /* Padded, the kernels see p as cuda_pad_view makes it (job keeps the tensors' own). */
+    const gllm_cuda_attn_params job = p;
+    if (dp)
+        p = cuda_pad_view(a, &job, dp, ln->scratch + pad_at);
+    const int64_t D = p.D;
+    const bool tc = dp || tc_eligible(a);
     /* The job's variant as the registry's flags (kernel_registry.h). */
     const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
-    const bool plain = attn_variant_none(var) && Dv == a->D;
-    CUfunction hopper = plain ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, a->D, flags) : NULL;
+    const bool plain = attn_variant_none(var) && (dp || Dv == a->D);
+    CUfunction hopper = plain ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, D, flags) : NULL;
     const unsigned heads = (unsigned)(a->B * a->Hq);
     CUfunction f;
     unsigned gx, gy, threads, smem;
@@ -422,11 +435,11 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     if (!plain) {
         /* A variant: the Hopper form where its tensor maps encode, else the tensor-core one at
          * D 64 and 128, else the generic one. */
-        vp.a = p, vp.Dv = Dv, param = &vp;
+        vp.a = p, vp.Dv = dp ? dp : Dv, param = &vp;
         vp.v = cuda_variant_of(var, dptr[5], dptr[6]);
         const bool xform = var->soft_cap > 0.0f || var->alibi_slopes;
-        CUfunction hvar = tc_eligible(a) && (GLLM_CUDA_HP_VAR_XFORM(a->D) || !xform)
-                              ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_VAR, a->dtype, a->D, flags)
+        CUfunction hvar = tc && (GLLM_CUDA_HP_VAR_XFORM(D) || !xform)
+                              ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_VAR, a->dtype, D, flags)
                               : NULL;
         if (hvar) {
             memset(&hv, 0, sizeof hv);
@@ -434,32 +447,32 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
             if (cuda_tma_hp_params(d, &hv.hp, a->dtype == GLLM_DTYPE_BF16, &x->tma) != 0)
                 hvar = NULL;                 /* the TC form below, as a refused map's job does */
         }
-        f = tc_eligible(a) ? cuda_kernel_find(x, GLLM_CUDA_MODE_TC_VAR, a->dtype, a->D, 0) : NULL;
+        f = tc ? cuda_kernel_find(x, GLLM_CUDA_MODE_TC_VAR, a->dtype, D, 0) : NULL;
         if (hvar) {
             f = hvar, param = &hv;
-            gx = (unsigned)gllm_cuda_hp_grid(a->Sq, a->D, a->B * a->Hq, x->sm_count), gy = 1;
-            threads = (unsigned)GLLM_CUDA_HP_THREADS(a->D), smem = (unsigned)GLLM_CUDA_HP_SMEM(a->D);
+            gx = (unsigned)gllm_cuda_hp_grid(a->Sq, D, a->B * a->Hq, x->sm_count), gy = 1;
+            threads = (unsigned)GLLM_CUDA_HP_THREADS(D), smem = (unsigned)GLLM_CUDA_HP_SMEM(D);
         } else if (f) {
-            const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
+            const int64_t rows = GLLM_CUDA_TC_ROWS(D);
             gx = (unsigned)((a->Sq + rows - 1) / rows), gy = heads;
-            threads = (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32);
-            smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
+            threads = (unsigned)(GLLM_CUDA_TC_WARPS(D) * 32);
+            smem = (unsigned)GLLM_CUDA_TC_SMEM(D);
         } else {
-            f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC_VAR, a->dtype, a->D, 0);
+            f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC_VAR, a->dtype, D, 0);
             gx = (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS), gy = heads;
             threads = GLLM_CUDA_GENERIC_ROWS * 32, smem = 0;
         }
-    } else if (tc_eligible(a) && hopper) {
+    } else if (tc && hopper) {
         /* Persistent: a block per SM (fewer when there are fewer tiles, or at D = 128 not
          * causal as few as its rounds need), each working through the schedule of
          * hopper_schedule.h. */
         f = hopper;
-        gx = (unsigned)gllm_cuda_hp_grid_even(a->Sq, a->D, a->B * a->Hq, a->causal,
+        gx = (unsigned)gllm_cuda_hp_grid_even(a->Sq, D, a->B * a->Hq, a->causal,
                                               x->sm_count, split_keys(a));
         gy = 1;
-        threads = (unsigned)GLLM_CUDA_HP_THREADS(a->D), smem = (unsigned)GLLM_CUDA_HP_SMEM(a->D);
+        threads = (unsigned)GLLM_CUDA_HP_THREADS(D), smem = (unsigned)GLLM_CUDA_HP_SMEM(D);
         /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
-        CUfunction tma = cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_TMA, a->dtype, a->D, flags);
+        CUfunction tma = cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_TMA, a->dtype, D, flags);
         if (tma) {
             hp.a = p;
             const int tr = cuda_tma_hp_params(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma);
@@ -477,21 +490,28 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
                              (long long)a->k_st[1], (long long)a->k_st[2]);
             }
         }
-    } else if (tc_eligible(a)) {
-        const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
-        f = cuda_kernel_find(x, GLLM_CUDA_MODE_TC, a->dtype, a->D, flags);
+    } else if (tc) {
+        const int64_t rows = GLLM_CUDA_TC_ROWS(D);
+        f = cuda_kernel_find(x, GLLM_CUDA_MODE_TC, a->dtype, D, flags);
         gx = (unsigned)((a->Sq + rows - 1) / rows), gy = heads;
-        threads = (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32), smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
+        threads = (unsigned)(GLLM_CUDA_TC_WARPS(D) * 32), smem = (unsigned)GLLM_CUDA_TC_SMEM(D);
     } else {
-        f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC, a->dtype, a->D, 0); /* reads causal */
+        f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC, a->dtype, D, 0); /* reads causal */
         gx = (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS), gy = heads;
         threads = GLLM_CUDA_GENERIC_ROWS * 32, smem = 0;
     }
     /* repeat > 1 (benchmarks): the runs go out back to back between the kernel's events, so
-     * that each but the first is launched while the one before runs. */
+     * that each but the first is launched while the one before runs. Padded, each run pads
+     * its inputs and copies its output back, within the kernel's time. */
     r = CUDA_SUCCESS;
-    for (uint32_t i = 0; i < attn_runs(a) && !r; i++)
-        r = cuda_launch(d, x, ln, f, gx, gy, threads, smem, param);
+    for (uint32_t i = 0; i < attn_runs(a) && !r; i++) {
+        if (dp && (r = cuda_pad_in(d, x, ln, a, &job, &p)))
+            break;
+        if ((r = cuda_launch(d, x, ln, f, gx, gy, threads, smem, param)))
+            break;
+        if (dp)
+            r = cuda_pad_out(d, x, ln, a, &p, &job);
+    }
     if (r)
         return cuda_fail(c, r, "kernel launch");
     d->cuEventRecord(sl->ev[EV_KERNEL_END], ln->stream);
