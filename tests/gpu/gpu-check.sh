@@ -54,6 +54,13 @@ if [ -z "${GPU_CHECK_PAGED_ONLY:-}" ]; then
 fi
 python3 "$here/gpu_paged.py" --socket "$sock" --out "$out" ${GPU_PAGED_ARGS:-} 2>&1 | tee "$out/gpu_paged.log"
 [ "${PIPESTATUS[0]}" = 0 ] || { note "FAIL gpu_paged (see gpu_paged.log)"; fails=$((fails + 1)); }
+# The attention variants in dense prefill: float64 checks (a failure fails the check), then
+# speed against FlexAttention and cuDNN causal (figures only: dense_variants.json).
+if [ -z "${GPU_CHECK_PAGED_ONLY:-}" ]; then
+  python3 "$here/dense_variants.py" --socket "$sock" --out "$out" ${DENSE_VARIANTS_ARGS:-} 2>&1 | tee "$out/dense_variants.log"
+  if [ "${PIPESTATUS[0]}" = 0 ]; then note "ok   dense variants: $(grep '^correctness' "$out/dense_variants.log")"
+  else note "FAIL dense variants: $(grep '^correctness' "$out/dense_variants.log" || tail -1 "$out/dense_variants.log") (see dense_variants.log)"; fails=$((fails + 1)); fi
+fi
 # GPU_CHECK_SWEEP=1: FlashAttention-3's sweep as well (about two minutes), then issue 19's
 # prefill targets judged from it and the results above (prefill_targets.py). A target missed
 # is a figure, not a defect: it is reported, and fails the check only when the results could
@@ -125,4 +132,5 @@ echo; echo "== summary"; cat "$out/status.txt"; cat "$out/gllmctl_bench.txt" "$o
 printf '%s\n' "${summary[@]}"
 grep -A10 '^shape' "$out/gpu_compare.log" 2>/dev/null || true
 grep -A4 '^decode shape' "$out/gpu_paged.log" || true
+grep -A12 '^variant shape' "$out/dense_variants.log" 2>/dev/null || true
 exit "$fails"

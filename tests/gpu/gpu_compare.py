@@ -19,7 +19,10 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+try:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+except ImportError:   # a CPU PyTorch before 2.2: dense_variants.py --smoke takes only the helpers
+    SDPBackend = sdpa_kernel = None
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
