@@ -2,9 +2,11 @@
  * over the usable physical devices, device memory by device address, copies, and attention
  * and paged jobs through the portable kernels' job logic (pk_host.c) on SPIR-V kernels. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pk_params.h"
 #include "vk_job.h"
@@ -150,6 +152,7 @@ static int vk_open(const struct backend_config *cfg, struct backend **out)
     be->caps = (struct backend_caps){
         .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
         .max_head_dim = PK_MAX_D,
+        .features = BACKEND_FEAT_SYNC,
         .share_kind = BACKEND_SHARE_NONE,
     };
     *out = be;
@@ -203,17 +206,45 @@ static void vk_free(struct backend *be, int dev, void *p)
         vk_memory_free(&g->mem, &g->d, p);
 }
 
-/* No GPU-side waits or signals (caps do not offer BACKEND_FEAT_SYNC): refused, not ignored. */
-static bool has_sync(const struct backend_exec *e)
+/* Ordering with a client through counters in host memory (BACKEND_FEAT_SYNC without
+ * queues): the daemon's worker polls a job's wait itself, so what reaches the backend is at
+ * most a wait it already saw met, and the signal. Operations run to completion here, their
+ * outputs in host-visible memory by then, so the signal is a host store after the last one,
+ * made whether the job succeeded or not. A counter in device memory (wait_device, or a
+ * signal not in host memory) would need a queue: refused. */
+static int sync_before(const struct backend_exec *e)
 {
-    return e->sync && (e->sync->wait || e->sync->signal);
+    const struct backend_sync *s = e->sync;
+    if (!s)
+        return 0;
+    if ((s->wait && s->wait_device) || (s->signal && !s->signal_host)) {
+        if (e->why)
+            snprintf(e->why, e->why_len, "the vulkan backend orders jobs only through counters "
+                     "in host memory");
+        return -ENOTSUP;
+    }
+    if (!s->wait)
+        return 0;
+    const _Atomic uint32_t *w = s->wait;
+    const uint64_t until = backend_now_ns() + s->wait_timeout_ns;
+    while ((int32_t)(atomic_load_explicit(w, memory_order_acquire) - s->wait_value) < 0) {
+        if (backend_now_ns() >= until) {
+            atomic_store_explicit((_Atomic uint32_t *)w, s->wait_value, memory_order_release);
+            if (e->why)
+                snprintf(e->why, e->why_len, "its wait was not satisfied in time");
+            return GLLM_EWAITTIMEOUT;
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 20000}, NULL);
+    }
+    return 0;
 }
 
-static int refuse_sync(const struct backend_exec *e)
+static int sync_after(const struct backend_exec *e, int rc)
 {
-    if (e->why)
-        snprintf(e->why, e->why_len, "the vulkan backend has no GPU-side waits or signals");
-    return -ENOTSUP;
+    const struct backend_sync *s = e->sync;
+    if (s && s->signal && s->signal_host)
+        atomic_store_explicit((_Atomic uint32_t *)s->signal, s->signal_value, memory_order_release);
+    return rc;
 }
 
 static int vk_copy(struct backend *be, int dev, const struct copy_args *cp)
@@ -221,12 +252,12 @@ static int vk_copy(struct backend *be, int dev, const struct copy_args *cp)
     struct vk_gpu *g = gpu(be, dev);
     if (!g)
         return -ENODEV;
-    if (has_sync(&cp->exec))
-        return refuse_sync(&cp->exec);
-    int rc = vk_gpu_copy(g, cp->dst, cp->src, cp->bytes, cp->to_device);
+    int rc = sync_before(&cp->exec);
+    if (rc == 0)
+        rc = vk_gpu_copy(g, cp->dst, cp->src, cp->bytes, cp->to_device);
     if (rc == 0 && cp->exec.timing)
         cp->exec.timing->copy_bytes = cp->bytes;
-    return rc;
+    return sync_after(&cp->exec, rc);
 }
 
 /* Lost or past its deadline: the device needs a reset before anything else runs on it. */
@@ -243,11 +274,13 @@ static int vk_attention(struct backend *be, int dev, const struct attn_args *a)
     struct vk_gpu *g = gpu(be, dev);
     if (!g)
         return -ENODEV;
-    if (has_sync(&a->exec))
-        return refuse_sync(&a->exec);
-    vk_gpu_begin_job(g, &a->exec);
-    const struct pk_device d = {&vk_pk_ops, g, (int)g->d.phys.subgroup};
-    return ended(g, pk_attention(&d, a), &a->exec);
+    int rc = sync_before(&a->exec);
+    if (rc == 0) {
+        vk_gpu_begin_job(g, &a->exec);
+        const struct pk_device d = {&vk_pk_ops, g, (int)g->d.phys.subgroup};
+        rc = ended(g, pk_attention(&d, a), &a->exec);
+    }
+    return sync_after(&a->exec, rc);
 }
 
 static int vk_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
@@ -261,11 +294,13 @@ static int vk_paged(struct backend *be, int dev, const struct paged_args *p)
     struct vk_gpu *g = gpu(be, dev);
     if (!g)
         return -ENODEV;
-    if (has_sync(&p->exec))
-        return refuse_sync(&p->exec);
-    vk_gpu_begin_job(g, &p->exec);
-    const struct pk_device d = {&vk_pk_ops, g, (int)g->d.phys.subgroup};
-    return ended(g, pk_paged(&d, p), &p->exec);
+    int rc = sync_before(&p->exec);
+    if (rc == 0) {
+        vk_gpu_begin_job(g, &p->exec);
+        const struct pk_device d = {&vk_pk_ops, g, (int)g->d.phys.subgroup};
+        rc = ended(g, pk_paged(&d, p), &p->exec);
+    }
+    return sync_after(&p->exec, rc);
 }
 
 /* A new logical device on the same physical one: every buffer of the old one goes with it.
