@@ -22,7 +22,12 @@ void main()
     const int first = int(gl_WorkGroupID.x) * ROWS, i = first + int(gl_SubgroupID);
     const int lastrow = min(first + ROWS - 1, p.Sq - 1);
     const bool causal = p.causal != 0;
-    const int limit = visible(i, p.Sq, p.Skv, causal), nkeys = visible(lastrow, p.Sq, p.Skv, causal);
+    VariantParams vp = VariantParams(pc.params + VARIANT_AT);
+    const int64_t shift = int64_t(p.Skv) - p.Sq, pos = i + shift;
+    int lo, hi, blo, bhi, unused;
+    keys_of(i < p.Sq, pos, p.Skv, causal, vp, lo, hi);
+    keys_of(true, first + shift, p.Skv, causal, vp, blo, unused);
+    keys_of(true, lastrow + shift, p.Skv, causal, vp, unused, bhi);
     kbase = b * p.k_st[0] + hk * p.k_st[1];
     vbase = b * p.v_st[0] + hk * p.v_st[1];
     kst = p.k_st[2];
@@ -33,6 +38,6 @@ void main()
     const uint64_t o = row ? p.o + uint64_t(b * p.o_st[0] + h * p.o_st[1] + i * p.o_st[2]) * esize : 0ul;
     const uint64_t lse = row && p.lse != 0ul
         ? p.lse + uint64_t(b * p.lse_st[0] + h * p.lse_st[1] + i * p.lse_st[2]) * 4ul : 0ul;
-    attend(p.k, p.k_st[3], p.v, p.v_st[3], p.D, nkeys, limit, p.scale_log2, q, p.q_st[3], o,
-           p.o_st[3], lse);
+    attend(p.k, p.k_st[3], p.v, p.v_st[3], p.D, blo, bhi, lo, hi, pos, h, vp, p.scale_log2, q,
+           p.q_st[3], o, p.o_st[3], lse);
 }

@@ -34,7 +34,12 @@ void main()
     if (first >= nq)
         return;                                    // the whole workgroup leaves together
     const int lastrow = min(first + ROWS - 1, nq - 1);
-    const int limit = visible(i, nq, Skv, true), nkeys = visible(lastrow, nq, Skv, true);
+    VariantParams vp = VariantParams(pc.params + VARIANT_AT);
+    const int64_t shift = int64_t(Skv) - nq, pos = i + shift;
+    int lo, hi, blo, bhi, unused;
+    keys_of(i < nq, pos, Skv, true, vp, lo, hi);
+    keys_of(true, first + shift, Skv, true, vp, blo, unused);
+    keys_of(true, lastrow + shift, Skv, true, vp, unused, bhi);
     pages = p.kv_indices + uint64_t(ld_i32(p.kv_indptr, b)) * 4ul;
     bad = p.bad;
     num_pages = p.num_pages;
@@ -44,6 +49,6 @@ void main()
     const bool row = i < nq;
     const int64_t qoff = row ? (int64_t(q0 + i) * p.Hq + h) * p.D : 0;
     const uint64_t esize = ELEM_BYTES;
-    attend(p.k_cache, 1, p.v_cache, 1, p.D, nkeys, limit, p.scale_log2,
+    attend(p.k_cache, 1, p.v_cache, 1, p.D, blo, bhi, lo, hi, pos, h, vp, p.scale_log2,
            p.q + uint64_t(qoff) * esize, 1, row ? p.o + uint64_t(qoff) * esize : 0ul, 1, 0ul);
 }

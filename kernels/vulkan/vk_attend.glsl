@@ -18,27 +18,56 @@ shared float vs[KEYS * MAX_D];
 
 bool key_row(int j, out int64_t ko, out int64_t vo);
 
-// limit: the keys this subgroup's row sees (0 for a row past the end); nkeys: the most any
-// row of the workgroup sees. Every invocation reaches every barrier. out_base 0: no output (o 0).
-void attend(uint64_t K, int64_t kd, uint64_t V, int64_t vd, int D, int nkeys, int limit,
-            float scale_log2, uint64_t q, int64_t qd, uint64_t o, int64_t od, uint64_t lse)
+// The keys [lo, hi) the query at position pos (bottom-right aligned) sees among Skv: every
+// mask (causal, the window, the query's chunk) is an interval, so their meet is one too, and
+// both ends grow with pos, so a workgroup's rows see the union [lo of its first, hi of its
+// last). A row past the end sees none.
+void keys_of(bool row, int64_t pos, int Skv, bool causal, VariantParams vp, out int lo, out int hi)
 {
+    int64_t l = 0, h = Skv;
+    if (causal)
+        h = min(h, pos + 1);
+    if (vp.window_left >= 0)
+        l = max(l, pos - vp.window_left);
+    if (vp.window_right >= 0)
+        h = min(h, pos + vp.window_right + 1);
+    if (vp.chunk > 0) {
+        const int64_t c = vp.chunk, q = pos >= 0 ? pos / c : -((-pos + c - 1) / c);
+        l = max(l, q * c);
+        h = min(h, q * c + c);
+    }
+    lo = row ? int(clamp(l, int64_t(0), int64_t(Skv))) : 0;
+    hi = row ? int(clamp(h, int64_t(lo), int64_t(Skv))) : 0;
+}
+
+// The workgroup stages keys [blo, bhi); this subgroup's row sees [lo, hi) of them and is
+// at position pos, of head h (its ALiBi slope and sink). Scores are in base 2, q scaled by
+// scale log2(e); the soft cap applies to the natural-log score, before the ALiBi bias.
+// Every invocation reaches every barrier. o 0: no output; lse 0: none wanted.
+void attend(uint64_t K, int64_t kd, uint64_t V, int64_t vd, int D, int blo, int bhi, int lo,
+            int hi, int64_t pos, int h, VariantParams vp, float scale_log2, uint64_t q,
+            int64_t qd, uint64_t o, int64_t od, uint64_t lse)
+{
+    const float LOG2E = 1.4426950408889634, LN2 = 0.69314718055994531;
     const int tid = int(gl_LocalInvocationID.x), lane = int(gl_SubgroupInvocationID);
     const int block = ROWS * WAVE;
+    const float cap = vp.soft_cap;
+    const float slope = vp.alibi != 0ul ? F32Ref(vp.alibi + uint64_t(h) * 4ul).v * LOG2E : 0.0;
     float qv[PER_LANE], acc[PER_LANE];
     for (int e = 0; e < PER_LANE; e++) {
         const int d = lane + e * WAVE;
-        qv[e] = limit > 0 && d < D ? ld(q, int64_t(d) * qd) * scale_log2 : 0.0;
+        qv[e] = hi > lo && d < D ? ld(q, int64_t(d) * qd) * scale_log2 : 0.0;
         acc[e] = 0.0;
     }
-    float m = uintBitsToFloat(0xff800000u), l = 0.0;
-    for (int k0 = 0; k0 < nkeys; k0 += KEYS) {
+    const float NEG_INF = uintBitsToFloat(0xff800000u);
+    float m = NEG_INF, l = 0.0;
+    for (int k0 = blo; k0 < bhi; k0 += KEYS) {
         barrier();                                 // the previous step's tiles are read
         for (int idx = tid; idx < KEYS * D; idx += block) {
             const int t = idx / D, d = idx % D, j = k0 + t;
             int64_t ko, vo;
             float kx = 0.0, vx = 0.0;
-            if (j < nkeys && key_row(j, ko, vo)) {
+            if (j < bhi && key_row(j, ko, vo)) {
                 kx = ld(K, ko + int64_t(d) * kd);
                 vx = ld(V, vo + int64_t(d) * vd);
             }
@@ -46,8 +75,8 @@ void attend(uint64_t K, int64_t kd, uint64_t V, int64_t vd, int D, int nkeys, in
             vs[t * MAX_D + d] = vx;
         }
         barrier();
-        const int n = min(limit - k0, KEYS);
-        for (int t = 0; t < n; t++) {
+        const int t0 = max(lo - k0, 0), t1 = min(hi - k0, KEYS);
+        for (int t = t0; t < t1; t++) {
             float s = 0.0;
             for (int e = 0; e < PER_LANE; e++) {
                 const int d = lane + e * WAVE;
@@ -55,6 +84,9 @@ void attend(uint64_t K, int64_t kd, uint64_t V, int64_t vd, int D, int nkeys, in
                     s += qv[e] * ks[t * MAX_D + d];
             }
             s = subgroupAdd(s);
+            if (cap > 0.0)
+                s = cap * tanh(s * LN2 / cap) * LOG2E;
+            s += slope * float(int64_t(k0 + t) - pos);
             const float mn = max(s, m);
             const float corr = exp2(m - mn), pr = exp2(s - mn);
             l = l * corr + pr;
@@ -67,24 +99,25 @@ void attend(uint64_t K, int64_t kd, uint64_t V, int64_t vd, int D, int nkeys, in
     }
     if (o == 0ul)
         return;
-    // A row that sees no key is zeros with lse -inf, as on the CPU backend.
-    const float inv = l > 0.0 ? 1.0 / l : 0.0;
+    float keep = 1.0;
+    if (vp.sinks != 0ul) {
+        // The sink: one more key in the softmax, of logit sinks[h] and value zero.
+        const float s2 = F32Ref(vp.sinks + uint64_t(h) * 4ul).v * LOG2E;
+        const float mf = max(s2, m);
+        if (mf != NEG_INF) {
+            keep = m == NEG_INF ? 0.0 : exp2(m - mf);
+            l = l * keep + exp2(s2 - mf);
+            m = mf;
+        }
+    }
+    // A row that sees no key is zeros with lse -inf (the sink's logit with one), as on the
+    // CPU backend.
+    const float inv = l > 0.0 ? keep / l : 0.0;
     for (int e = 0; e < PER_LANE; e++) {
         const int d = lane + e * WAVE;
         if (d < D)
             st(o, int64_t(d) * od, acc[e] * inv);
     }
     if (lse != 0ul && lane == 0)
-        F32Ref(lse).v = l > 0.0 ? (m + log2(l)) * 0.69314718055994531 : uintBitsToFloat(0xff800000u);
-}
-
-// Keys row i of Sq sees among Skv (bottom-right causal mask), clamped to [0, Skv].
-int visible(int i, int Sq, int Skv, bool causal)
-{
-    if (i >= Sq)
-        return 0;
-    if (!causal)
-        return Skv;
-    const int64_t last = int64_t(i) + Skv - Sq + 1;
-    return last < 0 ? 0 : last > Skv ? Skv : int(last);
+        F32Ref(lse).v = l > 0.0 ? (m + log2(l)) * LN2 : NEG_INF;
 }

@@ -155,6 +155,14 @@ static int vk_open(const struct backend_config *cfg, struct backend **out)
         .features = BACKEND_FEAT_SYNC,
         .share_kind = BACKEND_SHARE_NONE,
     };
+    /* Every variant field in every mode; q's and v's head dims are one (no HEAD_DIM_V: the
+     * portable job logic has one D). */
+    for (int m = 0; m < GLLM_MODE_COUNT; m++)
+        be->caps.modes[m] = (struct backend_mode_caps){
+            .variants = GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP |
+                        GLLM_VARIANT_ALIBI | GLLM_VARIANT_SINKS,
+            .max_head_dim = PK_MAX_D,
+        };
     *out = be;
     return 0;
 }
@@ -278,7 +286,9 @@ static int vk_attention(struct backend *be, int dev, const struct attn_args *a)
     if (rc == 0) {
         vk_gpu_begin_job(g, &a->exec);
         const struct pk_device d = {&vk_pk_ops, g, (int)g->d.phys.subgroup};
-        rc = ended(g, pk_attention(&d, a), &a->exec);
+        rc = vk_gpu_set_variant(g, &a->variant, a->Hq,
+                                (a->device_mask >> 5 & 1u) | (a->device_mask >> 6 & 1u) << 1);
+        rc = ended(g, rc < 0 ? rc : pk_attention(&d, a), &a->exec);
     }
     return sync_after(&a->exec, rc);
 }
@@ -298,7 +308,12 @@ static int vk_paged(struct backend *be, int dev, const struct paged_args *p)
     if (rc == 0) {
         vk_gpu_begin_job(g, &p->exec);
         const struct pk_device d = {&vk_pk_ops, g, (int)g->d.phys.subgroup};
-        rc = ended(g, pk_paged(&d, p), &p->exec);
+        const unsigned m = p->device_mask;
+        rc = p->op == PAGED_ATTEND
+                 ? vk_gpu_set_variant(g, &p->variant, p->Hq,
+                                      (m >> PG_ALIBI & 1u) | (m >> PG_SINKS & 1u) << 1)
+                 : 0;
+        rc = ended(g, rc < 0 ? rc : pk_paged(&d, p), &p->exec);
     }
     return sync_after(&p->exec, rc);
 }

@@ -21,6 +21,7 @@ int vk_gpu_open(struct vk_gpu *g, char *why, size_t len)
     struct vk_dev *d = &g->d;
     const struct vk_fns *fn = d->fn;
     vk_memory_init(&g->mem);
+    g->variant = (struct vk_variant){.window_left = -1, .window_right = -1};
     int rc = vk_pipes_make(d, &g->pipes, why, len);
     if (rc < 0)
         return rc;
@@ -73,6 +74,7 @@ void vk_gpu_close(struct vk_gpu *g)
         vk_memory_destroy(&g->mem, d);
         vk_buf_free(d, &g->scratch);
         vk_buf_free(d, &g->params);
+        vk_buf_free(d, &g->varbuf);
         if (g->ts)
             d->fn->vkDestroyQueryPool(d->dev, g->ts, NULL);
         if (g->fence)
@@ -93,8 +95,53 @@ void vk_gpu_begin_job(struct vk_gpu *g, const struct backend_exec *e)
     g->why_len = e->why_len;
 }
 
+int vk_gpu_set_variant(struct vk_gpu *g, const struct attn_variant *v, int64_t Hq,
+                       unsigned on_device)
+{
+    struct vk_variant x = {.window_left = -1, .window_right = -1};
+    if (v->window) {
+        x.window_left = v->window_left < 0 ? -1 : v->window_left;
+        x.window_right = v->window_right < 0 ? -1 : v->window_right;
+    }
+    x.chunk = (int32_t)v->chunk;
+    x.soft_cap = v->soft_cap;
+    const size_t row = (size_t)Hq * sizeof(float);
+    const bool host_alibi = v->alibi_slopes && !(on_device & 1);
+    const bool host_sinks = v->sinks && !(on_device & 2);
+    if (host_alibi || host_sinks) {
+        /* No job of this device runs now (each ran to completion), so the buffer is free. */
+        if (g->in_flight && vk_gpu_drain(g, 0) < 0)
+            return GLLM_EJOBTIMEOUT;
+        if (g->varbuf.bytes < 2 * row) {
+            vk_buf_free(&g->d, &g->varbuf);
+            int rc = vk_buf_make(&g->d, 2 * row, &g->varbuf);
+            if (rc < 0)
+                return rc;
+        }
+    }
+    if (v->alibi_slopes) {
+        if (host_alibi) {
+            memcpy(g->varbuf.map, v->alibi_slopes, row);
+            x.alibi = g->varbuf.addr;
+        } else {
+            x.alibi = (uint64_t)(uintptr_t)v->alibi_slopes;
+        }
+    }
+    if (v->sinks) {
+        if (host_sinks) {
+            memcpy((char *)g->varbuf.map + row, v->sinks, row);
+            x.sinks = g->varbuf.addr + row;
+        } else {
+            x.sinks = (uint64_t)(uintptr_t)v->sinks;
+        }
+    }
+    g->variant = x;
+    return 0;
+}
+
 void vk_gpu_end_job(struct vk_gpu *g)
 {
+    g->variant = (struct vk_variant){.window_left = -1, .window_right = -1};
     /* A job that failed half way leaves dispatches recorded: they are dropped, never run
      * with the next job's (begin resets the buffer). */
     if (g->recording) {
@@ -263,7 +310,7 @@ static int op_launch(void *dev, enum pk_kernel k, unsigned gx, unsigned gy, unsi
     const struct vk_fns *fn = g->d.fn;
     const uint32_t *lim = g->d.phys.props.limits.maxComputeWorkGroupCount;
     const unsigned want = k == PK_APPEND ? PK_APPEND_THREADS : PK_WAVES * g->d.phys.subgroup;
-    if ((unsigned)k >= PK_NKERNELS || bx != want || size > VK_PARAM_SLOT_BYTES)
+    if ((unsigned)k >= PK_NKERNELS || bx != want || size > VK_VARIANT_AT)
         return -EINVAL;
     /* The append kernel numbers its workgroups x + y * (groups in x): fold a long x. */
     if (k == PK_APPEND && gx > lim[0]) {
@@ -293,6 +340,7 @@ static int op_launch(void *dev, enum pk_kernel k, unsigned gx, unsigned gy, unsi
     }
     const size_t off = (size_t)g->nparams++ * VK_PARAM_SLOT_BYTES;
     memcpy((char *)g->params.map + off, params, size);
+    memcpy((char *)g->params.map + off + VK_VARIANT_AT, &g->variant, sizeof g->variant);
     const uint64_t addr = g->params.addr + off;
     fn->vkCmdBindPipeline(g->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, g->pipes.p[k]);
     fn->vkCmdPushConstants(g->cmd, g->pipes.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 8, &addr);
