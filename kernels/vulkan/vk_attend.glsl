@@ -40,6 +40,13 @@ void keys_of(bool row, int64_t pos, int Skv, bool causal, VariantParams vp, out 
     hi = row ? int(clamp(h, int64_t(lo), int64_t(Skv))) : 0;
 }
 
+// tanh without exp overflowing to inf/inf for a large argument (some drivers' tanh does).
+float safe_tanh(float x)
+{
+    const float e = exp(-2.0 * abs(x));
+    return sign(x) * (1.0 - e) / (1.0 + e);
+}
+
 // The workgroup stages keys [blo, bhi); this subgroup's row sees [lo, hi) of them and is
 // at position pos, of head h (its ALiBi slope and sink). Scores are in base 2, q scaled by
 // scale log2(e); the soft cap applies to the natural-log score, before the ALiBi bias.
@@ -85,7 +92,7 @@ void attend(uint64_t K, int64_t kd, uint64_t V, int64_t vd, int D, int blo, int 
             }
             s = subgroupAdd(s);
             if (cap > 0.0)
-                s = cap * tanh(s * LN2 / cap) * LOG2E;
+                s = cap * safe_tanh(s * LN2 / cap) * LOG2E;
             s += slope * float(int64_t(k0 + t) - pos);
             const float mn = max(s, m);
             const float corr = exp2(m - mn), pr = exp2(s - mn);

@@ -34,11 +34,14 @@ int vk_instance_open(struct vk_instance *vi, char *why, size_t len)
                  VK_API_VERSION_MINOR(version));
         return -ENODEV;
     }
+    /* A device's usable version is the lower of its own and this: 1.3 where the loader has
+     * it, for subgroup size control; a 1.2 device still runs everything else. */
+    vi->api = version >= VK_API_VERSION_1_3 ? VK_API_VERSION_1_3 : VK_API_VERSION_1_2;
     const VkApplicationInfo app = {
         .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
         .pApplicationName = "gllmd",
         .pEngineName = "gllm",
-        .apiVersion = VK_API_VERSION_1_2,
+        .apiVersion = vi->api,
     };
     const VkInstanceCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
@@ -108,7 +111,7 @@ bool vk_phys_check(const struct vk_instance *vi, VkPhysicalDevice pd, struct vk_
     VkPhysicalDeviceSubgroupProperties sub = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
     VkPhysicalDeviceSubgroupSizeControlProperties ctl = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
-    const bool v13 = out->props.apiVersion >= VK_API_VERSION_1_3;
+    const bool v13 = out->props.apiVersion >= VK_API_VERSION_1_3 && vi->api >= VK_API_VERSION_1_3;
     if (v13)
         sub.pNext = &ctl;
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sub};

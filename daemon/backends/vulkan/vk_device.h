@@ -15,9 +15,10 @@ struct vk_instance {
     const struct vk_lib *lib;
     struct vk_fns fn;
     VkInstance inst;
+    uint32_t api;               /* the version asked for: 1.3 where the loader has it, else 1.2 */
 };
 
-/* 0 and an instance (Vulkan 1.2), or a code and one line why. */
+/* 0 and an instance (Vulkan 1.2 or 1.3), or a code and one line why. */
 int vk_instance_open(struct vk_instance *vi, char *why, size_t len);
 void vk_instance_close(struct vk_instance *vi);   /* accepts a zeroed one */
 

@@ -103,7 +103,8 @@ int vk_gpu_set_variant(struct vk_gpu *g, const struct attn_variant *v, int64_t H
         x.window_left = v->window_left < 0 ? -1 : v->window_left;
         x.window_right = v->window_right < 0 ? -1 : v->window_right;
     }
-    x.chunk = (int32_t)v->chunk;
+    /* Positions are below INT32_MAX: a longer chunk acts as that one. */
+    x.chunk = v->chunk > INT32_MAX ? INT32_MAX : (int32_t)v->chunk;
     x.soft_cap = v->soft_cap;
     const size_t row = (size_t)Hq * sizeof(float);
     const bool host_alibi = v->alibi_slopes && !(on_device & 1);
