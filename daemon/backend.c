@@ -16,6 +16,9 @@ extern const struct backend_iface cuda_portable_backend_iface;
 #ifdef GLLM_HAVE_HSA
 extern const struct backend_iface hsa_backend_iface;
 #endif
+#ifdef GLLM_HAVE_VULKAN
+extern const struct backend_iface vulkan_backend_iface;
+#endif
 
 /* In order of preference. */
 static const struct backend_iface *const registry[] = {
@@ -24,6 +27,9 @@ static const struct backend_iface *const registry[] = {
 #endif
 #ifdef GLLM_HAVE_HSA
     &hsa_backend_iface,
+#endif
+#ifdef GLLM_HAVE_VULKAN
+    &vulkan_backend_iface,
 #endif
     &cpu_backend_iface,
 #ifdef GLLM_HAVE_CUDA

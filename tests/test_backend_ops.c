@@ -1034,6 +1034,23 @@ static void test_paged_variants(void **state)
 /* ---- one group per compiled-in backend ---- */
 
 /* $GLLM_TEST_BACKEND names a backend that must open (the GPU machine sets it to cuda). */
+/* $GLLM_TEST_ONLY_BACKEND runs that backend's group alone; $GLLM_TEST_SKIP_BACKEND (a comma
+ * list) passes over groups another ctest entry runs (the Vulkan one, on lavapipe). */
+static bool selected(const char *name)
+{
+    const char *only = getenv("GLLM_TEST_ONLY_BACKEND"), *skip = getenv("GLLM_TEST_SKIP_BACKEND");
+    if (only && only[0])
+        return strcmp(only, name) == 0;
+    const size_t n = strlen(name);
+    for (const char *s = skip; s && *s;) {
+        const size_t len = strcspn(s, ",");
+        if (len == n && strncmp(s, name, n) == 0)
+            return false;
+        s += len + (s[len] == ',');
+    }
+    return true;
+}
+
 static bool required(const char *name)
 {
     const char *want = getenv("GLLM_TEST_BACKEND");
@@ -1102,6 +1119,11 @@ int main(void)
     bool seen_required = false;
     const char *want = getenv("GLLM_TEST_BACKEND");
     for (int i = 0; i < n; i++) {
+        if (!selected(names[i])) {
+            fprintf(stderr, "SKIPPED: backend %s (GLLM_TEST_ONLY_BACKEND / GLLM_TEST_SKIP_BACKEND: "
+                    "another test runs it)\n", names[i]);
+            continue;
+        }
         snprintf(cur_name, sizeof cur_name, "%.15s", names[i]);
         seen_required |= want && strcmp(want, names[i]) == 0;
         char group[48];

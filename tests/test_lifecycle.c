@@ -326,6 +326,7 @@ static void test_sigterm_with_several_clients(void **state)
 static void test_drain_deadline_cancels_queued_jobs(void **state)
 {
     (void)state;
+    skip_on_slow_device("a 0.5-GFLOP job must finish within the watchdog's 20 s");
     char conf[] = "/tmp/gllm-conf-XXXXXX";
     int fd = mkstemp(conf);
     assert_true(fd >= 0);

@@ -29,6 +29,16 @@ const char *test_backend(void)
     return b && b[0] ? b : "cpu";
 }
 
+void skip_on_slow_device(const char *why)
+{
+    const char *slow = getenv("GLLM_TEST_SLOW_DEVICE");
+    if (slow && slow[0] && strcmp(slow, "0") != 0) {
+        fprintf(stderr, "SKIPPED on a slow device (%s backend, GLLM_TEST_SLOW_DEVICE): %s\n",
+                test_backend(), why);
+        skip();
+    }
+}
+
 bool daemon_socket_answers(const char *path)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};

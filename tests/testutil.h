@@ -18,6 +18,10 @@ ssize_t send_packet_fd(int sock, const void *p, size_t n, int fd, int flags);
 int make_memfd(size_t size, unsigned seals);
 
 /* The backend the daemon under test runs: $GLLM_TEST_BACKEND, default "cpu". */
+/* $GLLM_TEST_SLOW_DEVICE set (the Vulkan ctest entries, on lavapipe): the device runs
+ * attention tens of times slower than the CPU backend, so a test whose jobs would take it
+ * past the watchdog calls this first: it says so and skips. */
+void skip_on_slow_device(const char *why);
 const char *test_backend(void);
 
 /* Starts gllmd (path from GLLMD_PATH) on a fresh socket under a temp dir and

@@ -32,7 +32,7 @@ static int cpu_probe(char *why, size_t len)
 {
     (void)why;
     (void)len;
-    return 1; /* always usable, always last */
+    return 10; /* always usable; below every GPU, above a software Vulkan device (5) */
 }
 
 static void read_cpu_model(char *out, size_t len)
