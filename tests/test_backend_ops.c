@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "cpu_isa.h"
 #include "proto.h"
 #include "ref64.h"
 
@@ -525,6 +526,10 @@ static void test_dense_gqa_and_lengths(void **state)
         {GLLM_DTYPE_F32, 1, 2, 1, 50, 20, 64, true, true, BHSD, 0, NULL},
         {GLLM_DTYPE_F16, 1, 2, 1, 50, 20, 64, true, true, BHSD, 0, NULL},
         {GLLM_DTYPE_BF16, 3, 4, 2, 17, 95, 128, false, false, BHSD, 0, NULL},
+        /* Decode with few rows over long keys: the CPU splits the keys across threads
+         * (split-K) and combines the parts. */
+        {GLLM_DTYPE_F32, 1, 8, 2, 1, 1500, 128, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_F16, 1, 4, 4, 3, 1100, 64, false, true, BSHD, 0, NULL},
     };
     RUN_DENSE(cases, 200);
 }
@@ -603,6 +608,7 @@ static void test_dense_variants(void **state)
         {GLLM_DTYPE_BF16, 1, 4, 1, 70, 70, 192, true, true, BHSD, 0, &v_dv128},
         {GLLM_DTYPE_F16, 1, 4, 2, 40, 60, 64, true, true, PADDED, 0, &v_dv40_sinks},
         {GLLM_DTYPE_F32, 1, 4, 2, 24, 50, 48, false, true, BHSD, 0, &v_gemma_dv},
+        {GLLM_DTYPE_F32, 1, 4, 1, 2, 1200, 64, true, true, BHSD, 0, &v_gptoss},   /* split-K */
     };
     RUN_DENSE(cases, 500);
 }
@@ -1074,9 +1080,26 @@ int main(void)
     for (int i = 0; i < n; i++) {
         snprintf(cur_name, sizeof cur_name, "%.15s", names[i]);
         seen_required |= want && strcmp(want, names[i]) == 0;
-        char group[48];
-        snprintf(group, sizeof group, "backend %s", cur_name);
-        failed += cmocka_run_group_tests_name(group, tests, group_open, group_close);
+        char group[64];
+        if (strcmp(cur_name, "cpu") != 0) {
+            snprintf(group, sizeof group, "backend %s", cur_name);
+            failed += cmocka_run_group_tests_name(group, tests, group_open, group_close);
+            continue;
+        }
+        /* The CPU backend once per ISA level of its kernel that this CPU runs, each forced
+         * through the variable an operator would set. */
+        for (int l = 0; l < CPU_ISA_COUNT; l++) {
+            const enum cpu_isa isa = (enum cpu_isa)l;
+            if (!cpu_isa_runs(isa)) {
+                fprintf(stderr, "SKIPPED: backend cpu at %s (not on this CPU or build)\n",
+                        cpu_isa_name(isa));
+                continue;
+            }
+            setenv(CPU_ISA_ENV, cpu_isa_name(isa), 1);
+            snprintf(group, sizeof group, "backend cpu %s", cpu_isa_name(isa));
+            failed += cmocka_run_group_tests_name(group, tests, group_open, group_close);
+        }
+        unsetenv(CPU_ISA_ENV);
     }
     if (want && want[0] && !seen_required) {
         fprintf(stderr, "FAILED: GLLM_TEST_BACKEND=%s, but this build has only: %s\n", want,
