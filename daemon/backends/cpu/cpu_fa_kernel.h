@@ -67,9 +67,11 @@ INLINE void sti(int32_t *p, vi v)
     memcpy(p, &v, sizeof v);
 }
 
+/* x - 0 is x for every x (0 + x is not, for -0), so this folds to one broadcast, from
+ * memory where x comes from there. */
 INLINE vf splat(float x)
 {
-    return (vf){0} + x;
+    return x - (vf){0};
 }
 
 INLINE vf vsel(vi m, vf a, vf b)
@@ -164,29 +166,31 @@ INLINE void widen_row(float *dst, const void *src, gllm_dtype dt, int64_t off, i
         dst[d] = 0.0f;
 }
 
-/* s[j][r] = q[r] . k[j] for R (a constant after inlining) rows of q [R][Dp], two keys at
- * a time so the sums of one row do not wait on each other. */
+/* s[j][r] = q[r] . k[j] for R (a constant after inlining) rows of q [R][Dp], NK keys at a
+ * time (a constant too): each q vector loaded serves NK keys, and the sums do not wait on
+ * each other. */
 INLINE void dot_scores_n(float *restrict s, const float *restrict q, const float *const *kp,
-                         int cols, int Dp, int Rp, const int R)
+                         int cols, int Dp, int Rp, const int R, const int NK)
 {
     int j = 0;
-    for (; j + 2 <= cols; j += 2) {
-        const float *k0 = kp[j], *k1 = kp[j + 1];
-        vf a0[FA_DOT_ROWS], a1[FA_DOT_ROWS];
-        for (int r = 0; r < R; r++)
-            a0[r] = a1[r] = splat(0.0f);
+    for (; j + NK <= cols; j += NK) {
+        vf a[4][FA_DOT_ROWS];
+        for (int n = 0; n < NK; n++)
+            for (int r = 0; r < R; r++)
+                a[n][r] = splat(0.0f);
         for (int d = 0; d < Dp; d += W) {
-            const vf x0 = ld(k0 + d), x1 = ld(k1 + d);
+            vf x[4];
+            for (int n = 0; n < NK; n++)
+                x[n] = ld(kp[j + n] + d);
             for (int r = 0; r < R; r++) {
                 const vf y = ld(q + (size_t)r * Dp + d);
-                a0[r] += y * x0;
-                a1[r] += y * x1;
+                for (int n = 0; n < NK; n++)
+                    a[n][r] += y * x[n];
             }
         }
-        for (int r = 0; r < R; r++) {
-            s[(size_t)j * Rp + r] = hsum(a0[r]);
-            s[(size_t)(j + 1) * Rp + r] = hsum(a1[r]);
-        }
+        for (int n = 0; n < NK; n++)
+            for (int r = 0; r < R; r++)
+                s[(size_t)(j + n) * Rp + r] = hsum(a[n][r]);
     }
     for (; j < cols; j++) {
         vf a0[FA_DOT_ROWS];
@@ -206,14 +210,14 @@ static void dot_scores(float *restrict s, const float *restrict q, const float *
                        int cols, int Dp, int Rp, int R)
 {
     switch (R) {
-    case 1: dot_scores_n(s, q, kp, cols, Dp, Rp, 1); break;
-    case 2: dot_scores_n(s, q, kp, cols, Dp, Rp, 2); break;
-    case 3: dot_scores_n(s, q, kp, cols, Dp, Rp, 3); break;
-    case 4: dot_scores_n(s, q, kp, cols, Dp, Rp, 4); break;
-    case 5: dot_scores_n(s, q, kp, cols, Dp, Rp, 5); break;
-    case 6: dot_scores_n(s, q, kp, cols, Dp, Rp, 6); break;
-    case 7: dot_scores_n(s, q, kp, cols, Dp, Rp, 7); break;
-    default: dot_scores_n(s, q, kp, cols, Dp, Rp, FA_DOT_ROWS); break;
+    case 1: dot_scores_n(s, q, kp, cols, Dp, Rp, 1, 4); break;
+    case 2: dot_scores_n(s, q, kp, cols, Dp, Rp, 2, 4); break;
+    case 3: dot_scores_n(s, q, kp, cols, Dp, Rp, 3, 4); break;
+    case 4: dot_scores_n(s, q, kp, cols, Dp, Rp, 4, 4); break;
+    case 5: dot_scores_n(s, q, kp, cols, Dp, Rp, 5, 2); break;
+    case 6: dot_scores_n(s, q, kp, cols, Dp, Rp, 6, 2); break;
+    case 7: dot_scores_n(s, q, kp, cols, Dp, Rp, 7, 2); break;
+    default: dot_scores_n(s, q, kp, cols, Dp, Rp, FA_DOT_ROWS, 2); break;
     }
 }
 
