@@ -10,7 +10,10 @@
 
 #include <cmocka.h>
 
+#include <sched.h>
+
 #include "cpu_attention.h"
+#include "cpu_cores.h"
 #include "testutil.h"
 
 static struct cpu_pool *pool;
@@ -175,6 +178,17 @@ static void test_empty_and_bad_jobs(void **state)
     assert_int_equal(cpu_attention_run(attn, &a), -EINVAL);
 }
 
+/* The default thread count: at least one, never more CPUs than the process may run on. */
+static void test_usable_cores(void **state)
+{
+    (void)state;
+    cpu_set_t set;
+    const int n = cpu_cores_usable();
+    assert_true(n >= 1);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        assert_true(n <= CPU_COUNT(&set));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -183,6 +197,7 @@ int main(void)
         cmocka_unit_test(test_fully_masked_rows),
         cmocka_unit_test(test_explicit_scale_and_mqa),
         cmocka_unit_test(test_empty_and_bad_jobs),
+        cmocka_unit_test(test_usable_cores),
     };
     /* Every level this build has and this CPU runs; the others are said, not hidden. */
     int failed = 0;

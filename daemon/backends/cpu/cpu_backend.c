@@ -9,6 +9,7 @@
 
 #include "backend_api.h"
 #include "cpu_attention.h"
+#include "cpu_cores.h"
 #include "cpu_fault.h"
 #include "cpu_isa.h"
 #include "cpu_paged.h"
@@ -72,10 +73,8 @@ static void cpu_close(struct backend *be)
 static int cpu_open(const struct backend_config *cfg, struct backend **out)
 {
     int threads = cfg->threads;
-    if (threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? (int)n : 1;
-    }
+    if (threads <= 0)
+        threads = cpu_cores_usable();   /* affinity and cgroup quota: never oversubscribed */
     struct backend *be = calloc(1, sizeof *be);
     struct cpu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c) {
