@@ -1072,6 +1072,25 @@ int main(void)
         cmocka_unit_test(test_paged_empty_sequence_on_backend),
         cmocka_unit_test(test_paged_variants_on_backend),
     };
+    /* $GLLM_TEST_CPU_ISA: unset, every backend and the CPU at every level it runs; "best",
+     * every backend and the CPU at its best level; a level's name, the CPU alone at that
+     * level (77, skipped, where the CPU lacks it or it is the best, run by "best"): ctest
+     * runs the levels as tests of their own, each within its time limit. */
+    const char *only = getenv("GLLM_TEST_CPU_ISA");
+    const bool one_level = only && strcmp(only, "best") != 0;
+    if (one_level) {
+        char why[200] = "";
+        const int isa = cpu_isa_pick(only, why, sizeof why);
+        if (isa == -EINVAL) {
+            fprintf(stderr, "FAILED: %s\n", why);
+            return 1;
+        }
+        if (isa < 0 || isa == (int)cpu_isa_best()) {
+            fprintf(stderr, "SKIPPED: backend cpu at %s: %s\n", only,
+                    isa < 0 ? why : "the best level here, run by the test without a level");
+            return 77;
+        }
+    }
     char names[8][16];
     const int n = be_names(names, 8);
     int failed = 0;
@@ -1082,19 +1101,19 @@ int main(void)
         seen_required |= want && strcmp(want, names[i]) == 0;
         char group[64];
         if (strcmp(cur_name, "cpu") != 0) {
+            if (one_level)
+                continue;
             snprintf(group, sizeof group, "backend %s", cur_name);
             failed += cmocka_run_group_tests_name(group, tests, group_open, group_close);
             continue;
         }
-        /* The CPU backend once per ISA level of its kernel that this CPU runs, each forced
-         * through the variable an operator would set. */
+        /* The CPU backend once per ISA level of its kernel that the variable asks for,
+         * forced through GLLM_CPU_ISA as an operator would. */
         for (int l = 0; l < CPU_ISA_COUNT; l++) {
             const enum cpu_isa isa = (enum cpu_isa)l;
-            if (!cpu_isa_runs(isa)) {
-                fprintf(stderr, "SKIPPED: backend cpu at %s (not on this CPU or build)\n",
-                        cpu_isa_name(isa));
+            if (one_level ? strcmp(only, cpu_isa_name(isa)) != 0
+                          : only ? isa != cpu_isa_best() : !cpu_isa_runs(isa))
                 continue;
-            }
             setenv(CPU_ISA_ENV, cpu_isa_name(isa), 1);
             snprintf(group, sizeof group, "backend cpu %s", cpu_isa_name(isa));
             failed += cmocka_run_group_tests_name(group, tests, group_open, group_close);
