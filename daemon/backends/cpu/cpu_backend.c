@@ -118,9 +118,10 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
         cpu_close(be);
         return r;
     }
-    backend_logf(&cfg->log, BACKEND_LOG_INFO, "cpu: attention kernels for %s (%s)%s, %d threads",
+    backend_logf(&cfg->log, BACKEND_LOG_INFO, "cpu: attention kernels for %s (%s)%s, %d thread%s",
                  cpu_isa_name((enum cpu_isa)isa), cpu_isa_features((enum cpu_isa)isa),
-                 isa == (int)cpu_isa_best() ? "" : ", forced by " CPU_ISA_ENV, threads);
+                 isa == (int)cpu_isa_best() ? "" : ", forced by " CPU_ISA_ENV, threads,
+                 threads == 1 ? "" : "s");
     read_cpu_model(c->model, sizeof c->model);
     *out = be;
     return 0;

@@ -451,7 +451,7 @@ void FA_TASK(void *ctx, int64_t task, int thread)
     memset(t->o, 0, (size_t)R4 * Dvp * sizeof(float));
     /* The dot kernel writes rows [0, R) only: the lanes past them stay finite zeros. */
     if (dot)
-        memset(t->s, 0, sizeof t->s);
+        memset(t->s, 0, (size_t)FA_KB * Rp * sizeof(float));
 
     const bool k_in_place = dt == GLLM_DTYPE_F32 && jb->k_st[3] == 1 && (!dot || D == Dp);
     const bool v_in_place = dt == GLLM_DTYPE_F32 && jb->v_st[3] == 1 && Dv == Dvp;
