@@ -31,7 +31,7 @@ static void usage(FILE *f)
             "                        passes a listening socket\n"
             "  -b, --backend NAME    auto (default: the best that opens here) or one of\n"
             "                        %s\n"
-            "  -t, --threads N       CPU backend threads (default: one per online CPU)\n"
+            "  -t, --threads N       CPU backend threads (default: one per usable CPU)\n"
             "      --max-inflight N  jobs in flight per client (default 256)\n"
             "  -v, --verbose         log at debug level\n"
             "  -V, --version         print the version and the embedded kernels, and exit\n"

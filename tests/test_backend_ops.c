@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "backend.h"
+#include "cpu_isa.h"
 #include "proto.h"
 #include "ref64.h"
 
@@ -525,6 +526,10 @@ static void test_dense_gqa_and_lengths(void **state)
         {GLLM_DTYPE_F32, 1, 2, 1, 50, 20, 64, true, true, BHSD, 0, NULL},
         {GLLM_DTYPE_F16, 1, 2, 1, 50, 20, 64, true, true, BHSD, 0, NULL},
         {GLLM_DTYPE_BF16, 3, 4, 2, 17, 95, 128, false, false, BHSD, 0, NULL},
+        /* Decode with few rows over long keys: the CPU splits the keys across threads
+         * (split-K) and combines the parts. */
+        {GLLM_DTYPE_F32, 1, 8, 2, 1, 1500, 128, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_F16, 1, 4, 4, 3, 1100, 64, false, true, BSHD, 0, NULL},
     };
     RUN_DENSE(cases, 200);
 }
@@ -633,6 +638,7 @@ static void test_dense_variants(void **state)
         {GLLM_DTYPE_BF16, 1, 4, 1, 70, 70, 192, true, true, BHSD, 0, &v_dv128},
         {GLLM_DTYPE_F16, 1, 4, 2, 40, 60, 64, true, true, PADDED, 0, &v_dv40_sinks},
         {GLLM_DTYPE_F32, 1, 4, 2, 24, 50, 48, false, true, BHSD, 0, &v_gemma_dv},
+        {GLLM_DTYPE_F32, 1, 4, 1, 2, 1200, 64, true, true, BHSD, 0, &v_gptoss},   /* split-K */
     };
     RUN_DENSE(cases, 500);
 }
@@ -1113,6 +1119,25 @@ int main(void)
         cmocka_unit_test(test_paged_empty_sequence_on_backend),
         cmocka_unit_test(test_paged_variants_on_backend),
     };
+    /* $GLLM_TEST_CPU_ISA: unset, every backend and the CPU at every level it runs; "best",
+     * every backend and the CPU at its best level; a level's name, the CPU alone at that
+     * level (77, skipped, where the CPU lacks it or it is the best, run by "best"): ctest
+     * runs the levels as tests of their own, each within its time limit. */
+    const char *only = getenv("GLLM_TEST_CPU_ISA");
+    const bool one_level = only && strcmp(only, "best") != 0;
+    if (one_level) {
+        char why[200] = "";
+        const int isa = cpu_isa_pick(only, why, sizeof why);
+        if (isa == -EINVAL) {
+            fprintf(stderr, "FAILED: %s\n", why);
+            return 1;
+        }
+        if (isa < 0 || isa == (int)cpu_isa_best()) {
+            fprintf(stderr, "SKIPPED: backend cpu at %s: %s\n", only,
+                    isa < 0 ? why : "the best level here, run by the test without a level");
+            return 77;
+        }
+    }
     char names[8][16];
     const int n = be_names(names, 8);
     int failed = 0;
@@ -1126,9 +1151,26 @@ int main(void)
         }
         snprintf(cur_name, sizeof cur_name, "%.15s", names[i]);
         seen_required |= want && strcmp(want, names[i]) == 0;
-        char group[48];
-        snprintf(group, sizeof group, "backend %s", cur_name);
-        failed += cmocka_run_group_tests_name(group, tests, group_open, group_close);
+        char group[64];
+        if (strcmp(cur_name, "cpu") != 0) {
+            if (one_level)
+                continue;
+            snprintf(group, sizeof group, "backend %s", cur_name);
+            failed += cmocka_run_group_tests_name(group, tests, group_open, group_close);
+            continue;
+        }
+        /* The CPU backend once per ISA level of its kernel that the variable asks for,
+         * forced through GLLM_CPU_ISA as an operator would. */
+        for (int l = 0; l < CPU_ISA_COUNT; l++) {
+            const enum cpu_isa isa = (enum cpu_isa)l;
+            if (one_level ? strcmp(only, cpu_isa_name(isa)) != 0
+                          : only ? isa != cpu_isa_best() : !cpu_isa_runs(isa))
+                continue;
+            setenv(CPU_ISA_ENV, cpu_isa_name(isa), 1);
+            snprintf(group, sizeof group, "backend cpu %s", cpu_isa_name(isa));
+            failed += cmocka_run_group_tests_name(group, tests, group_open, group_close);
+        }
+        unsetenv(CPU_ISA_ENV);
     }
     if (want && want[0] && !seen_required) {
         fprintf(stderr, "FAILED: GLLM_TEST_BACKEND=%s, but this build has only: %s\n", want,

@@ -10,16 +10,20 @@
 
 #include <cmocka.h>
 
+#include <sched.h>
+
 #include "cpu_attention.h"
+#include "cpu_cores.h"
 #include "testutil.h"
 
 static struct cpu_pool *pool;
 static struct cpu_attention *attn;
+static enum cpu_isa cur_isa;    /* the ISA level the group runs */
 
 static int setup(void **state)
 {
     (void)state;
-    if (cpu_pool_create(3, &pool) < 0 || cpu_attention_create(pool, &attn) < 0)
+    if (cpu_pool_create(3, &pool) < 0 || cpu_attention_create(pool, cur_isa, &attn) < 0)
         return -1;
     return 0;
 }
@@ -140,6 +144,8 @@ static void test_each_dtype_causal_gqa(void **state)
             c.D = 128;
             c.Sq = 33, c.Skv = 200;  /* chunked prefill: queries at the end of a longer cache */
             run_config(&c, 8);
+            c.B = 1, c.Sq = 1, c.Skv = 1500;   /* decode: the keys split across threads */
+            run_config(&c, 9);
         }
 }
 
@@ -172,6 +178,17 @@ static void test_empty_and_bad_jobs(void **state)
     assert_int_equal(cpu_attention_run(attn, &a), -EINVAL);
 }
 
+/* The default thread count: at least one, never more CPUs than the process may run on. */
+static void test_usable_cores(void **state)
+{
+    (void)state;
+    cpu_set_t set;
+    const int n = cpu_cores_usable();
+    assert_true(n >= 1);
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        assert_true(n <= CPU_COUNT(&set));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -180,6 +197,36 @@ int main(void)
         cmocka_unit_test(test_fully_masked_rows),
         cmocka_unit_test(test_explicit_scale_and_mqa),
         cmocka_unit_test(test_empty_and_bad_jobs),
+        cmocka_unit_test(test_usable_cores),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    /* $GLLM_TEST_CPU_ISA as in test_backend_ops: unset, every level this CPU runs; "best",
+     * that one; a level's name, that one alone (77, skipped, where the CPU lacks it or it
+     * is the best). */
+    const char *only = getenv("GLLM_TEST_CPU_ISA");
+    if (only && strcmp(only, "best") != 0) {
+        char why[200] = "";
+        const int isa = cpu_isa_pick(only, why, sizeof why);
+        if (isa == -EINVAL) {
+            fprintf(stderr, "FAILED: %s\n", why);
+            return 1;
+        }
+        if (isa < 0 || isa == (int)cpu_isa_best()) {
+            fprintf(stderr, "SKIPPED: ISA level %s: %s\n", only,
+                    isa < 0 ? why : "the best level here, run by the test without a level");
+            return 77;
+        }
+    }
+    int failed = 0;
+    for (int i = 0; i < CPU_ISA_COUNT; i++) {
+        cur_isa = (enum cpu_isa)i;
+        const bool wanted = !only                    ? cpu_isa_runs(cur_isa)
+                            : strcmp(only, "best") == 0 ? cur_isa == cpu_isa_best()
+                                                       : strcmp(only, cpu_isa_name(cur_isa)) == 0;
+        if (!wanted)
+            continue;
+        char group[48];
+        snprintf(group, sizeof group, "cpu %s", cpu_isa_name(cur_isa));
+        failed += cmocka_run_group_tests_name(group, tests, setup, teardown);
+    }
+    return failed ? 1 : 0;
 }

@@ -9,7 +9,9 @@
 
 #include "backend_api.h"
 #include "cpu_attention.h"
+#include "cpu_cores.h"
 #include "cpu_fault.h"
+#include "cpu_isa.h"
 #include "cpu_paged.h"
 #include "cpu_pool.h"
 #include "cpu_queue.h"
@@ -71,10 +73,8 @@ static void cpu_close(struct backend *be)
 static int cpu_open(const struct backend_config *cfg, struct backend **out)
 {
     int threads = cfg->threads;
-    if (threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = n > 0 ? (int)n : 1;
-    }
+    if (threads <= 0)
+        threads = cpu_cores_usable();   /* affinity and cgroup quota: never oversubscribed */
     struct backend *be = calloc(1, sizeof *be);
     struct cpu_ctx *c = calloc(1, sizeof *c);
     if (!be || !c) {
@@ -102,13 +102,26 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
     for (int m = 0; m < GLLM_MODE_COUNT; m++)
         be->caps.modes[m] = (struct backend_mode_caps){.variants = every,
                                                        .max_head_dim = CPU_MAX_HEAD_DIM};
+    /* The kernel's ISA level: the newest this CPU runs, or the one GLLM_CPU_ISA forces
+     * (tests run every level; a level this CPU lacks is refused, never run). */
+    char why[160] = "";
+    int isa = cpu_isa_pick(getenv(CPU_ISA_ENV), why, sizeof why);
+    if (isa < 0) {
+        backend_logf(&cfg->log, BACKEND_LOG_ERR, "cpu: %s", why);
+        cpu_close(be);
+        return isa;
+    }
     int r = cpu_pool_create(threads, &c->pool);
     if (r == 0)
-        r = cpu_attention_create(c->pool, &c->attn);
+        r = cpu_attention_create(c->pool, (enum cpu_isa)isa, &c->attn);
     if (r < 0) {
         cpu_close(be);
         return r;
     }
+    backend_logf(&cfg->log, BACKEND_LOG_INFO, "cpu: attention kernels for %s (%s)%s, %d thread%s",
+                 cpu_isa_name((enum cpu_isa)isa), cpu_isa_features((enum cpu_isa)isa),
+                 isa == (int)cpu_isa_best() ? "" : ", forced by " CPU_ISA_ENV, threads,
+                 threads == 1 ? "" : "s");
     read_cpu_model(c->model, sizeof c->model);
     *out = be;
     return 0;

@@ -1,4 +1,4 @@
-/* CPU paged KV cache: appends by copying rows, attention by gathering pages for the dense kernel. */
+/* CPU paged KV cache: appends by copying rows; attention reads the pages in place. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,58 +27,6 @@ static void kv_append(const struct paged_args *p, size_t es)
     }
 }
 
-/* Copies sequence b's tokens, page by page, into dense [len, Hkv, D] (k) and [len, Hkv, Dv]
- * (v) buffers. */
-static void gather(const struct paged_args *p, int64_t b, size_t es, char *k, char *v)
-{
-    const size_t krow = (size_t)(p->Hkv * p->D) * es, vrow = (size_t)(p->Hkv * paged_dv(p)) * es;
-    int64_t left = p->kv_len[b];
-    for (int32_t i = p->kv_indptr[b]; left > 0; i++) {
-        const int64_t n = left < p->page_size ? left : p->page_size;
-        const size_t page = (size_t)(p->kv_indices[i] * p->page_size);
-        memcpy(k, (const char *)p->k_cache + page * krow, (size_t)n * krow);
-        memcpy(v, (const char *)p->v_cache + page * vrow, (size_t)n * vrow);
-        k += (size_t)n * krow;
-        v += (size_t)n * vrow;
-        left -= n;
-    }
-}
-
-/* Each sequence's queries are its last tokens: the dense kernel's bottom-right causal mask
- * with Sq = queries and Skv = cached tokens is exactly that, and so are the variant's
- * positions. */
-static int attend(struct cpu_attention *dense, const struct paged_args *p, size_t es)
-{
-    const int64_t D = p->D, Dv = paged_dv(p);
-    const size_t krow = (size_t)(p->Hkv * D) * es, vrow = (size_t)(p->Hkv * Dv) * es;
-    char *k = malloc((size_t)p->max_kv_len * krow + 1);
-    char *v = malloc((size_t)p->max_kv_len * vrow + 1);
-    int rc = k && v ? 0 : -ENOMEM;
-    const int64_t qrow = p->Hq * D, orow = p->Hq * Dv;   /* elements per query token */
-    for (int64_t b = 0; b < p->B && rc == 0; b++) {
-        const int64_t q0 = p->q_indptr[b], nq = p->q_indptr[b + 1] - q0;
-        if (nq == 0)
-            continue;
-        gather(p, b, es, k, v);
-        const int64_t Skv = p->kv_len[b];
-        struct attn_args a = {
-            .dtype = p->dtype, .B = 1, .Hq = p->Hq, .Hkv = p->Hkv, .Sq = nq, .Skv = Skv, .D = D,
-            .Dv = Dv,
-            .q = (const char *)p->q + (size_t)(q0 * qrow) * es, .k = k, .v = v,
-            .out = (char *)p->out + (size_t)(q0 * orow) * es,
-            .q_st = {nq * qrow, D, qrow, 1},
-            .k_st = {Skv * p->Hkv * D, D, p->Hkv * D, 1},
-            .v_st = {Skv * p->Hkv * Dv, Dv, p->Hkv * Dv, 1},
-            .o_st = {nq * orow, Dv, orow, 1},
-            .causal = true, .scale = p->scale, .variant = p->variant,
-        };
-        rc = cpu_attention_run(dense, &a);
-    }
-    free(k);
-    free(v);
-    return rc;
-}
-
 static int paged_run(struct cpu_attention *dense, const struct paged_args *p)
 {
     const size_t es = p->dtype == GLLM_DTYPE_F32 ? 4 : 2;
@@ -94,7 +42,7 @@ static int paged_run(struct cpu_attention *dense, const struct paged_args *p)
         if (rc < 0)
             return rc;
     }
-    return attend(dense, p, es);
+    return cpu_attention_paged(dense, p);
 }
 
 /* Timed whole, as a GPU's events time its kernel (the dense runs inside have no timing). */
