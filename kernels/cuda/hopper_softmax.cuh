@@ -48,11 +48,13 @@ __device__ __forceinline__ void mask_tile(float (&s)[64], int n0, int Skv, int r
 // first row (the second is pos0 + 8), and the warpgroup's edges: a key tile inside [edge_lo,
 // edge_hi] (the last row's first key, the first row's last) is seen whole by every row of the
 // warpgroup, so it needs no mask. With xform (a soft-cap or ALiBi) every score is transformed
-// into log2 units, and the softmax's scale is 1.
+// into log2 units, and the softmax's scale is 1: cap2 tanh(s s_over) (cap2 = cap log2 e,
+// s_over = scale / cap) or s sc2 (sc2 = scale log2 e), plus slope2 (key - pos) (slope2 = the
+// slope times log2 e), the constants folded so that a score costs two FMAs (and the tanh).
 struct VarRows {
     const gllm_cuda_variant *v;
     int pos0, edge_lo, edge_hi;
-    float scale, cap, inv_cap, slope2;
+    float sc2, s_over, cap2, slope2;
     bool causal, xform;
 };
 
@@ -61,38 +63,49 @@ __device__ __forceinline__ VarRows var_rows(const gllm_cuda_variant *v, bool cau
                                             int first, int last, int Skv, float scale, int h)
 {
     VarRows r;
-    r.v = v, r.causal = causal, r.pos0 = pos0, r.scale = scale;
+    r.v = v, r.causal = causal, r.pos0 = pos0;
     r.edge_lo = var_keys(*v, causal, last, Skv).lo;
     r.edge_hi = var_keys(*v, causal, first, Skv).hi;
-    r.cap = v->soft_cap, r.inv_cap = r.cap > 0.f ? 1.f / r.cap : 0.f;
+    const float cap = v->soft_cap;
+    r.sc2 = scale * LOG2E;
+    r.s_over = cap > 0.f ? scale / cap : 0.f;
+    r.cap2 = cap * LOG2E;
     r.slope2 = v->alibi ? v->alibi[h] * LOG2E : 0.f;
-    r.xform = r.cap > 0.f || v->alibi;
+    r.xform = cap > 0.f || v->alibi;
     return r;
 }
 
-// mask_tile for a variant: keys outside each row's interval masked (the tail among them: a
-// row's interval ends before Skv), every score transformed where r.xform and XFORM (without
-// it, the kernel computes no transform: those of D = 64, where its registers spilled).
+// mask_tile for a variant: on a tile across an edge, keys outside each row's interval masked
+// (the tail among them: a row's interval ends before Skv); every score transformed where
+// r.xform and XFORM (without it, the kernel computes no transform: those of D = 64, where its
+// registers spilled). Edge and the transform's form are warpgroup-uniform branches.
 template <bool XFORM>
 __device__ __forceinline__ void var_tile(float (&s)[64], int n0, int Skv, const VarRows &r, int t,
                                          float masked)
 {
     const bool xform = XFORM && r.xform;
-    if (!xform && n0 >= r.edge_lo && n0 + HP_KEYS - 1 <= r.edge_hi)
+    const bool edge = n0 < r.edge_lo || n0 + HP_KEYS - 1 > r.edge_hi;
+    if (!xform && !edge)
         return;
+    const bool capped = r.cap2 > 0.f;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const int pos = r.pos0 + 8 * hr;
-        const VarKeys k = var_keys(*r.v, r.causal, pos, Skv);
+        const VarKeys k = edge ? var_keys(*r.v, r.causal, pos, Skv) : VarKeys{0, 0};
+        const float base = r.slope2 * (float)(n0 + 2 * t - pos);   // ALiBi at column 0
 #pragma unroll
         for (int n = 0; n < 16; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int i = 4 * n + 2 * hr + e, key = n0 + 8 * n + 2 * t + e;
                 float x = s[i];
-                if (xform)
-                    x = var_score(x, r.scale, r.cap, r.inv_cap, r.slope2, key - pos);
-                s[i] = key >= k.lo && key <= k.hi ? x : masked;
+                if (xform) {
+                    const float bias = fmaf(r.slope2, (float)(8 * n + e), base);
+                    x = capped ? fmaf(r.cap2, fast_tanh(x * r.s_over), bias) : fmaf(x, r.sc2, bias);
+                }
+                if (edge)
+                    x = key >= k.lo && key <= k.hi ? x : masked;
+                s[i] = x;
             }
     }
 }
