@@ -445,11 +445,17 @@ void dp_end_process(struct dp_proc *p, bool kill_first)
     p->pid = 0;
 }
 
-int dp_replace(struct dp_ctx *x, int dev, char *why, size_t len)
+/* A process that dies while its arenas are mapped again (killed from outside, the OOM
+ * killer) is the loss of that process, not of the device: another is started, this many
+ * times in all, before the reset counts as failed. */
+#define REPLACE_ATTEMPTS 3
+
+/* One replacement: *lost_new when the new process was lost while mapping the arenas. */
+static int replace_once(struct dp_ctx *x, int dev, char *why, size_t len, bool *lost_new)
 {
     struct dp_proc *p = &x->proc[dev];
+    *lost_new = false;
     mark_down(p, "being replaced after a fault");
-    const pid_t old = p->pid;
     dp_end_process(p, true);
     struct dp_hello hello;
     struct dp_proc fresh = {.ordinal = p->ordinal};
@@ -472,10 +478,29 @@ int dp_replace(struct dp_ctx *x, int dev, char *why, size_t len)
     }
     pthread_mutex_unlock(&x->maps_lock);
     if (r < 0) {
+        *lost_new = r == GLLM_EDEVLOST && atomic_load(&p->down);
+        char reason[160];
+        dp_down_reason(p, "", reason, sizeof reason);
         mark_down(p, "could not map the arenas again");
-        snprintf(why, len, "the new device process could not map the arenas (%s)",
-                 gllm_strerror(r));
+        snprintf(why, len, "the new device process could not map the arenas (%s: %s)",
+                 gllm_strerror(r), reason);
         return r;
+    }
+    return 0;
+}
+
+int dp_replace(struct dp_ctx *x, int dev, char *why, size_t len)
+{
+    struct dp_proc *p = &x->proc[dev];
+    const pid_t old = p->pid;
+    for (int attempt = 1;; attempt++) {
+        bool lost_new;
+        int r = replace_once(x, dev, why, len, &lost_new);
+        if (r == 0)
+            break;
+        if (!lost_new || attempt == REPLACE_ATTEMPTS)
+            return r;
+        log_warn("device %d: %s; starting another", dev, why);
     }
     log_info("device %d: process %ld replaced by %ld", dev, (long)old, (long)p->pid);
     return 0;
