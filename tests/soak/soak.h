@@ -126,6 +126,8 @@ long soak_proc_rss_kib(pid_t pid);
 pid_t soak_proc_child(pid_t pid);    /* a device process, or -1 */
 /* One status call on a fresh connection: 0 or the error. */
 int soak_status(const char *sock, gllm_status *st, uint64_t *dev_used);
+/* The device resets gllmd has made since it started (0 when it cannot be asked). */
+uint64_t soak_resets(const char *sock);
 
 /* ---- a client process (soak_worker.c) ---- */
 void soak_worker_main(int index, uint64_t seed, const char *sock);

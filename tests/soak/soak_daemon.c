@@ -188,3 +188,17 @@ int soak_status(const char *sock, gllm_status *st, uint64_t *dev_used)
     gllm_disconnect(c);
     return r;
 }
+
+uint64_t soak_resets(const char *sock)
+{
+    gllm_client *c;
+    if (gllm_connect(sock, &c) < 0)
+        return 0;
+    gllm_status st = GLLM_STATUS_INIT;
+    gllm_metrics m = GLLM_METRICS_INIT;
+    uint64_t n = 0;
+    if (gllm_status_get(c, &st) == 0 && gllm_status_metrics(c, &m) == 0)
+        n = m.device_resets;
+    gllm_disconnect(c);
+    return n;
+}

@@ -190,8 +190,10 @@ static void reap(struct soak_daemon *d, const char *gllmd, int clients, uint64_t
             d->pid = 0;
             soak_fail("gllmd died untold: status %d", WIFEXITED(st) ? WEXITSTATUS(st)
                                                                     : 128 + WTERMSIG(st));
+            atomic_store(&soak->hold, 1);
             if (soak_daemon_start(d, gllmd) < 0 || soak_daemon_ready(d) < 0)
                 soak_fail("gllmd could not be started again");
+            atomic_store(&soak->hold, 0);
             continue;
         }
         int i = slot_of(pid, clients);
@@ -406,9 +408,13 @@ int main(int argc, char **argv)
         if (system(cmd) != 0)
             fprintf(stderr, "gllm_soak: no log\n");
     }
-    unlink(log);
-    unlink(d.conf);
-    rmdir(d.dir);
+    if (atomic_load(&soak->failed)) {
+        fprintf(stderr, "gllm_soak: gllmd's whole log: %s\n", log);
+    } else {
+        unlink(log);
+        unlink(d.conf);
+        rmdir(d.dir);
+    }
     const double wall = (double)(soak_now_ms() - t0) / 1000;
 
     printf("jobs (submitted / ok / documented failures):\n");

@@ -182,8 +182,10 @@ static bool run_batch(struct soak_conn *sc, struct soak_slot *slot)
                 lost = true;
             } else {
                 soak_job_check(sc, j, st);
-                /* Exactly once: a claimed job is forgotten. */
-                const int again = gllm_job_poll(sc->c, j->id, NULL);
+                /* Exactly once: a claimed job is forgotten. (A job of a connection that
+                 * ended stays DISCONNECTED, unclaimed.) */
+                const int again = st == GLLM_EDISCONNECTED ? GLLM_ENOJOB
+                                                           : gllm_job_poll(sc->c, j->id, NULL);
                 if (again != GLLM_ENOJOB)
                     soak_fail("job id %llu answered again after its claim (%s)",
                               (unsigned long long)j->id, gllm_error_name(again));
