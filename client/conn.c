@@ -63,8 +63,11 @@ int conn_receive(gllm_client *c, bool block)
         ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | (block ? 0 : MSG_DONTWAIT));
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        /* gllmd gone with requests of ours unread: the kernel says ECONNRESET, not EOF. */
         if (n < 0)
-            return (errno == EAGAIN || errno == EWOULDBLOCK) ? 0 : -errno;
+            return errno == ECONNRESET || errno == EPIPE ? GLLM_EDISCONNECTED : -errno;
         const int fd = take_fd(&mh);
         if (n == 0) {
             if (fd >= 0)

@@ -21,7 +21,8 @@ int devproc_child_main(int argc, char **argv);
 /* Set by fault-injection builds (tests only) before either main: a device process then
  * honours GLLM_TEST_SLOW_MAP_MS and GLLM_TEST_SLOW_UNMAP_MS, which make mapping and unmapping
  * an arena of GLLM_TEST_SLOW_MAP_BYTES or more take that much longer, as pinning and
- * unpinning a large one do on a GPU's host. */
+ * unpinning a large one do on a GPU's host, and GLLM_TEST_SLOW_HELLO_MS, which delays its
+ * hello (a slow start, to be killed in). */
 extern bool devproc_test_hooks;
 
 #endif

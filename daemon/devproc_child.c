@@ -593,6 +593,13 @@ int devproc_child_main(int argc, char **argv)
 
     memset(ctl, 0, sizeof *ctl);
     ctl->op = DP_HELLO;
+    /* The test hook: a start made slower, so a test can end a process before its hello. */
+    const char *slow = devproc_test_hooks ? getenv("GLLM_TEST_SLOW_HELLO_MS") : NULL;
+    if (slow) {
+        const unsigned long long n = strtoull(slow, NULL, 10);
+        nanosleep(&(struct timespec){.tv_sec = (time_t)(n / 1000),
+                                     .tv_nsec = (long)(n % 1000) * 1000000L}, NULL);
+    }
     int r = backend_select(name, &cfg, &dp.be, ctl->why, sizeof ctl->why);
     ctl->status = r;
     if (r == 0) {

@@ -193,12 +193,20 @@ int dp_spawn(struct dp_ctx *x, struct dp_proc *p, const char *name, struct dp_he
         char how[64] = "did not answer";
         if (r == 0)
             snprintf(why, len, "%s", cm->why[0] ? cm->why : gllm_strerror(cm->status));
+        /* Gone before its hello, by a signal (killed from outside, the OOM killer): that
+         * process is lost, DEVLOST; one that said why it cannot open the device, or never
+         * answered, is the backend's failure. */
+        const bool died = r < 0 && r != -ETIMEDOUT;
         kill(pid, SIGKILL);
-        if (reap(pid, REAP_WAIT_MS, &st) && r < 0)
+        const bool reaped = reap(pid, REAP_WAIT_MS, &st);
+        if (reaped && r < 0)
             describe_status(st, how, sizeof how);
         if (r < 0)
             snprintf(why, len, "the device process %s", how);
-        r = r < 0 ? GLLM_EBACKEND : cm->status;
+        if (r == 0)
+            r = cm->status;
+        else
+            r = died && reaped && WIFSIGNALED(st) ? GLLM_EDEVLOST : GLLM_EBACKEND;
         goto fail;
     }
     *hello = cm->hello;
@@ -445,17 +453,26 @@ void dp_end_process(struct dp_proc *p, bool kill_first)
     p->pid = 0;
 }
 
-int dp_replace(struct dp_ctx *x, int dev, char *why, size_t len)
+/* A new process that dies by a signal before its hello or while its arenas are mapped again
+ * (killed from outside, the OOM killer) is the loss of that process, not of the device:
+ * another is started, this many times in all, before the reset counts as failed (the
+ * reset's own bound, sched_fault.c's guard, holds over them all). */
+#define REPLACE_ATTEMPTS 5
+
+/* One replacement: *lost_new when the new process was lost before it served. */
+static int replace_once(struct dp_ctx *x, int dev, char *why, size_t len, bool *lost_new)
 {
     struct dp_proc *p = &x->proc[dev];
+    *lost_new = false;
     mark_down(p, "being replaced after a fault");
-    const pid_t old = p->pid;
     dp_end_process(p, true);
     struct dp_hello hello;
     struct dp_proc fresh = {.ordinal = p->ordinal};
     int r = dp_spawn(x, &fresh, x->name, &hello, why, len);
-    if (r < 0)
+    if (r < 0) {
+        *lost_new = r == GLLM_EDEVLOST;
         return r;
+    }
     pthread_mutex_lock(&p->ctl_lock);
     p->pid = fresh.pid;
     p->ctl = fresh.ctl;
@@ -472,10 +489,29 @@ int dp_replace(struct dp_ctx *x, int dev, char *why, size_t len)
     }
     pthread_mutex_unlock(&x->maps_lock);
     if (r < 0) {
+        *lost_new = r == GLLM_EDEVLOST && atomic_load(&p->down);
+        char reason[160];
+        dp_down_reason(p, "", reason, sizeof reason);
         mark_down(p, "could not map the arenas again");
-        snprintf(why, len, "the new device process could not map the arenas (%s)",
-                 gllm_strerror(r));
+        snprintf(why, len, "the new device process could not map the arenas (%s: %s)",
+                 gllm_strerror(r), reason);
         return r;
+    }
+    return 0;
+}
+
+int dp_replace(struct dp_ctx *x, int dev, char *why, size_t len)
+{
+    struct dp_proc *p = &x->proc[dev];
+    const pid_t old = p->pid;
+    for (int attempt = 1;; attempt++) {
+        bool lost_new;
+        int r = replace_once(x, dev, why, len, &lost_new);
+        if (r == 0)
+            break;
+        if (!lost_new || attempt == REPLACE_ATTEMPTS)
+            return r;
+        log_warn("device %d: %s; starting another", dev, why);
     }
     log_info("device %d: process %ld replaced by %ld", dev, (long)old, (long)p->pid);
     return 0;

@@ -23,6 +23,10 @@
 #include "scheduler.h"
 
 #define DRAIN_POLL_MS 5
+/* Past the drain deadline, a client gets this long to read the replies already made for it;
+ * then a connection with nothing in flight and replies still unsent (a client that stopped
+ * reading) is closed, so that it cannot hold the stop up for ever. */
+#define DRAIN_UNREAD_GRACE_NS 1000000000ull
 
 /* mkdir -p for the socket's parent directory. */
 static int make_parent_dir(const char *path, mode_t mode)
@@ -137,6 +141,16 @@ static void stop_listening(struct server *srv)
 static void drain_check(uv_timer_t *t)
 {
     struct server *srv = t->data;
+    if (srv->drain_unread_ns && now_ns() >= srv->drain_unread_ns) {
+        for (struct channel *ch = srv->channels, *next; ch; ch = next) {
+            next = ch->next;
+            if (ch->session.inflight == 0 && !channel_idle(ch)) {
+                log_warn("drain: closing client %llu (pid %ld), which stopped reading its "
+                         "replies", (unsigned long long)ch->serial, (long)ch->pid);
+                channel_close(ch);
+            }
+        }
+    }
     for (const struct channel *ch = srv->channels; ch; ch = ch->next)
         if (!channel_idle(ch))
             return;
@@ -169,6 +183,7 @@ static void drain_deadline(uv_timer_t *t)
     log_warn("drain deadline (%u s) passed: cancelling %llu queued jobs", srv->drain_timeout_s,
              (unsigned long long)srv->stats.jobs_inflight);
     atomic_store(&srv->abort_jobs, true);
+    srv->drain_unread_ns = now_ns() + DRAIN_UNREAD_GRACE_NS;
 }
 
 void server_drain(struct server *srv, const char *who)

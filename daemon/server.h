@@ -45,6 +45,7 @@ struct server {
     uint32_t controls_inflight;   /* pool calls (pool_call.h) and teardowns on the thread pool */
     struct arena_reaper arena_reaper;   /* methods_reap_arena: registered arenas, device tensors */
     atomic_bool abort_jobs;       /* past the drain deadline: queued jobs are not run */
+    uint64_t drain_unread_ns;     /* then: clients not reading their replies are closed */
     struct conn_set conns;        /* the transport's: every connection, the receive buffers */
     struct channel *channels;     /* every client's RPC channel (channel.h) */
     /* Busy polling: while jobs run and for a moment after, the loop polls its sockets

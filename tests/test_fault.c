@@ -441,6 +441,93 @@ static void test_unmapping_holds_nobody(void **state)
     assert_int_equal(daemon_stop(&d), 0);
 }
 
+/* A replacement device process killed while it maps the arenas again (here inside a 32 MiB
+ * mapping the test hook makes 3 s slow) is that process lost, not the device: gllmd starts
+ * another, which maps them and serves, where it used to count the reset as failed and exit
+ * with status 3 (found by the soak, tests/soak/). */
+static void test_replacement_killed_while_mapping(void **state)
+{
+    (void)state;
+    struct daemon d;
+    start_slow_daemon(&d, "GLLM_TEST_SLOW_MAP_MS", "3000");
+    gllm_client *a = NULL, *b = NULL;
+    assert_int_equal(gllm_connect(d.socket, &a), 0);
+    gllm_memory *big;
+    assert_int_equal(gllm_arena_create(a, 32u << 20, &big), 0);
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    struct live_job j;
+    submit_jobs(b, &j, 1, &SPEC, 7);
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    assert_int_equal(gllm_job_wait(b, j.id, &res), 0);
+
+    const long first = daemon_child_pid(&d);
+    assert_true(first > 0);
+    assert_int_equal(kill((pid_t)first, SIGKILL), 0);
+    long second = -1;
+    for (int waited = 0; second < 0 || second == first; waited += 5) {
+        assert_true(waited < 10000);
+        sleep_ms(5);
+        second = daemon_child_pid(&d);
+    }
+    sleep_ms(500);                         /* the replacement is inside its 3 s mapping */
+    assert_int_equal(kill((pid_t)second, SIGKILL), 0);
+
+    /* B's job waits for the reset and runs on a third process. */
+    job_poison(&j);
+    assert_int_equal(gllm_attention_submit(b, &j.p, &j.id), 0);
+    assert_int_equal(gllm_job_wait(b, j.id, &res), 0);
+    assert_true(job_output_ok(&j));
+    assert_int_equal(wait_daemon_exit(&d, 0), -ETIMEDOUT);
+    const long third = daemon_child_pid(&d);
+    assert_true(third > 0 && third != first && third != second);
+    assert_int_equal(gllm_memory_release(j.arena), 0);
+    assert_int_equal(gllm_memory_release(big), 0);
+    gllm_disconnect(b);
+    gllm_disconnect(a);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
+/* The same with the replacement killed before its hello (the test hook holds every start
+ * 1.5 s): a process gone by a signal before it served is replaced too. */
+static void test_replacement_killed_before_hello(void **state)
+{
+    (void)state;
+    struct daemon d;
+    setenv("GLLM_TEST_SLOW_HELLO_MS", "1500", 1);
+    int started = start_fault_daemon(&d, "");
+    unsetenv("GLLM_TEST_SLOW_HELLO_MS");
+    assert_int_equal(started, 0);
+    gllm_client *b = NULL;
+    assert_int_equal(gllm_connect(d.socket, &b), 0);
+    struct live_job j;
+    submit_jobs(b, &j, 1, &SPEC, 9);
+    gllm_job_result res = GLLM_JOB_RESULT_INIT;
+    assert_int_equal(gllm_job_wait(b, j.id, &res), 0);
+
+    const long first = daemon_child_pid(&d);
+    assert_true(first > 0);
+    assert_int_equal(kill((pid_t)first, SIGKILL), 0);
+    long second = -1;
+    for (int waited = 0; second < 0 || second == first; waited += 5) {
+        assert_true(waited < 10000);
+        sleep_ms(5);
+        second = daemon_child_pid(&d);
+    }
+    sleep_ms(300);                         /* inside its 1.5 s start */
+    assert_int_equal(kill((pid_t)second, SIGKILL), 0);
+
+    job_poison(&j);
+    assert_int_equal(gllm_attention_submit(b, &j.p, &j.id), 0);
+    assert_int_equal(gllm_job_wait(b, j.id, &res), 0);
+    assert_true(job_output_ok(&j));
+    assert_int_equal(wait_daemon_exit(&d, 0), -ETIMEDOUT);
+    const long third = daemon_child_pid(&d);
+    assert_true(third > 0 && third != first && third != second);
+    assert_int_equal(gllm_memory_release(j.arena), 0);
+    gllm_disconnect(b);
+    assert_int_equal(daemon_stop(&d), 0);
+}
+
 /* A release gllmd answers debug_fault as an unknown method. */
 static void test_release_has_no_debug_fault(void **state)
 {
@@ -476,6 +563,8 @@ int main(void)
         cmocka_unit_test(test_release_has_no_debug_fault),
         cmocka_unit_test(test_registration_holds_nobody),
         cmocka_unit_test(test_unmapping_holds_nobody),
+        cmocka_unit_test(test_replacement_killed_while_mapping),
+        cmocka_unit_test(test_replacement_killed_before_hello),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

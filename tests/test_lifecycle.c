@@ -396,6 +396,102 @@ static void test_drain_deadline_cancels_queued_jobs(void **state)
     fprintf(stderr, "drain deadline: %d jobs finished, %d cancelled\n", done, cancelled);
 }
 
+/* gllmd's exit status within ms, or -ETIMEDOUT with it still running. */
+static int wait_exit_for(pid_t pid, int ms)
+{
+    for (int waited = 0; waited <= ms; waited += 5) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        sleep_ms(5);
+    }
+    return -ETIMEDOUT;
+}
+
+/* A client that sends and never reads cannot hold up the drain past its deadline: its
+ * replies fill gllmd's queue for it (gllmd stops reading it), and once drain_timeout_s has
+ * passed the drain closes it with its replies unsent, and gllmd exits 0. */
+static void test_drain_closes_clients_that_stop_reading(void **state)
+{
+    (void)state;
+    char conf[] = "/tmp/gllm-conf-XXXXXX";
+    int fd = mkstemp(conf);
+    assert_true(fd >= 0);
+    close(fd);
+    write_config(conf, "drain_timeout_s = 1\n");
+    const char *args[] = {"--config", conf, NULL};
+    struct daemon d;
+    assert_int_equal(daemon_start(&d, args), 0);
+    int deaf = raw_connect(d.socket);
+    raw_hello(deaf);
+    static struct proto_buf b;
+    int sent = 0;
+    for (uint64_t id = 10; id < 100000; id++, sent++) {
+        proto_buf_init(&b);
+        proto_pack_request(&b.pk, id, "status");
+        msgpack_pack_map(&b.pk, 0);
+        if (send_packet_fd(deaf, b.data, b.len, -1, MSG_DONTWAIT) != (ssize_t)b.len)
+            break;                /* gllmd stopped reading: its queue for us is full */
+    }
+    assert_true(sent > 100);
+    assert_true(sent < 99990);
+    /* Another client is served and goes; then the drain. */
+    gllm_status st = status_of(d.socket);
+    assert_true(st.clients >= 2);
+    assert_int_equal(kill(d.pid, SIGTERM), 0);
+    const int r = wait_exit_for(d.pid, 20000);
+    if (r == -ETIMEDOUT) {
+        kill(d.pid, SIGKILL);
+        waitpid(d.pid, NULL, 0);
+        fail_msg("gllmd did not exit within 20 s of SIGTERM with a client that stopped reading");
+    }
+    assert_int_equal(r, 0);
+    d.pid = 0;
+    /* Closed by gllmd: what was sent stays readable, then the end. */
+    char rx[256];
+    ssize_t n;
+    while ((n = recv(deaf, rx, sizeof rx, MSG_DONTWAIT)) > 0)
+        ;
+    assert_true(n == 0 || (n < 0 && errno == ECONNRESET));
+    close(deaf);
+    daemon_stop(&d);
+    unlink(conf);
+}
+
+/* A gllmd that dies with our requests unread makes the kernel answer ECONNRESET, not end of
+ * file; the library says GLLM_EDISCONNECTED for both, as documented. */
+static void test_daemon_killed_with_requests_unread(void **state)
+{
+    (void)state;
+    struct daemon d;
+    assert_int_equal(daemon_start(&d, NULL), 0);
+    gllm_client *c;
+    assert_int_equal(gllm_connect(d.socket, &c), 0);
+    gllm_client_set_wait_spin(c, 0);
+    gllm_memory *a;
+    assert_int_equal(gllm_arena_create(c, 4 * 16 * 64 * 4, &a), 0);
+    memset(gllm_memory_data(a), 0, 4 * 16 * 64 * 4);
+    gllm_attention_params p = {.size = sizeof p};
+    const int64_t shape[4] = {1, 1, 16, 64};
+    gllm_tensor_init(a, 0, GLLM_DTYPE_F32, 4, shape, &p.q);
+    gllm_tensor_init(a, 4096, GLLM_DTYPE_F32, 4, shape, &p.k);
+    gllm_tensor_init(a, 8192, GLLM_DTYPE_F32, 4, shape, &p.v);
+    gllm_tensor_init(a, 12288, GLLM_DTYPE_F32, 4, shape, &p.out);
+    /* Stopped, gllmd reads nothing: the job waits in its socket, and dies there. */
+    assert_int_equal(kill(d.pid, SIGSTOP), 0);
+    uint64_t job;
+    assert_int_equal(gllm_attention_submit(c, &p, &job), 0);
+    assert_int_equal(kill(d.pid, SIGKILL), 0);
+    assert_int_equal(waitpid(d.pid, NULL, 0), d.pid);
+    d.pid = 0;
+    assert_int_equal(gllm_job_wait(c, job, NULL), GLLM_EDISCONNECTED);
+    gllm_status st = GLLM_STATUS_INIT;
+    assert_int_equal(gllm_status_get(c, &st), GLLM_EDISCONNECTED);
+    gllm_memory_release(a);
+    gllm_disconnect(c);
+    daemon_stop(&d);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -407,6 +503,8 @@ int main(void)
         cmocka_unit_test(test_socket_activation),
         cmocka_unit_test(test_sigterm_with_several_clients),
         cmocka_unit_test(test_drain_deadline_cancels_queued_jobs),
+        cmocka_unit_test(test_drain_closes_clients_that_stop_reading),
+        cmocka_unit_test(test_daemon_killed_with_requests_unread),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
