@@ -618,10 +618,21 @@ static const struct var_case v_dv40_sinks = {.Dv = 40, .window = true, .window_l
 static const struct var_case v_gemma_dv = {.chunk = 16, .soft_cap = 0.75, .alibi = true,
                                            .Dv = 16};
 
+/* Windows, chunks and transforms over sequences of several 128-key tiles: the GPU kernels'
+ * tile ranges (the first and last tiles a block of rows reads) and edge masks. */
+static const struct var_case v_win130 = {.window = true, .window_left = 130, .window_right = -1};
+static const struct var_case v_chunk200_sinks = {.chunk = 200, .sinks = true};
+static const struct var_case v_gemma = {.window = true, .window_left = 200, .window_right = -1,
+                                        .soft_cap = 30.0, .alibi = true};
+
 static void test_dense_variants(void **state)
 {
     (void)state;
     static const struct dense_case cases[] = {
+        {GLLM_DTYPE_F16, 1, 4, 2, 520, 520, 128, true, true, BHSD, 0, &v_win130},
+        {GLLM_DTYPE_BF16, 1, 4, 1, 300, 700, 64, false, true, BSHD, 0, &v_chunk200_sinks},
+        {GLLM_DTYPE_BF16, 1, 2, 2, 400, 400, 128, true, true, BHSD, 0, &v_gemma},
+        {GLLM_DTYPE_F16, 1, 6, 2, 450, 450, 64, true, false, BHSD, 0, &v_gptoss},
         {GLLM_DTYPE_F16, 1, 4, 2, 100, 100, 64, true, true, BHSD, 0, &v_left16},
         {GLLM_DTYPE_BF16, 2, 4, 4, 70, 90, 64, false, true, BHSD, 0, &v_both8},
         {GLLM_DTYPE_F32, 1, 2, 1, 30, 30, 16, false, true, BHSD, 0, &v_self},

@@ -13,6 +13,7 @@
 #include "attention_params.h"
 #include "kernel_registry.h"
 #include "mma_common.cuh"
+#include "variant.cuh"
 
 namespace {
 
@@ -66,8 +67,14 @@ struct TileCopier {
 // fragment read from shared memory feeds 2 * MT tensor-core ops, so MT = 2 halves the
 // shared-memory traffic per flop. Q fragments are re-read from shared memory per tile
 // when MT > 1 (registers are short), kept in registers when MT == 1.
-template <typename T, int D, int WARPS, int MT, int BLOCK_N, bool CAUSAL>
-__device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
+//
+// VAR: var is the job's variant and p.causal its causality (CAUSAL is false). The block reads
+// the key tiles its rows' intervals (var_keys) span; a tile that crosses one of their edges is
+// masked per score, and with a soft-cap or ALiBi every score is transformed (var_score) into
+// log2 units, so the softmax's scale is 1. The sink joins each row at the end.
+template <typename T, int D, int WARPS, int MT, int BLOCK_N, bool CAUSAL, bool VAR = false>
+__device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p,
+                                                 const gllm_cuda_variant *var = nullptr)
 {
     constexpr int BLOCK_M = WARPS * MT * 16;
     constexpr int THREADS = WARPS * 32;
@@ -100,15 +107,24 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
     int n_end = Skv;
     if (CAUSAL)
         n_end = min(Skv, m0 + BLOCK_M + shift);
-    const int n_tiles = n_end > 0 ? (n_end + BLOCK_N - 1) / BLOCK_N : 0;
+    int j0 = 0;                          // the first key tile read
+    // VAR: the keys of the block's first and last rows (edges of every row's between them).
+    VarKeys first{0, Skv - 1}, last{0, Skv - 1};
+    if (VAR) {
+        first = var_keys(*var, p.causal, m0 + shift, Skv);
+        last = var_keys(*var, p.causal, min(m0 + BLOCK_M, Sq) - 1 + shift, Skv);
+        j0 = max(first.lo, 0) / BLOCK_N;
+        n_end = last.hi + 1;
+    }
+    const int n_tiles = n_end > j0 * BLOCK_N ? (n_end + BLOCK_N - 1) / BLOCK_N - j0 : 0;
 
     auto stage_k = [&](int st) { return sK0 + st * 2 * BLOCK_N * D; };
     auto stage_v = [&](int st) { return sK0 + st * 2 * BLOCK_N * D + BLOCK_N * D; };
     const TileCopier<D, BLOCK_N, THREADS> kv_copier;
     auto load_kv = [&](int tile) {
         if (tile < n_tiles) {
-            kv_copier.copy(smem_addr(stage_k(tile & 1)), K, p.k_st[2], tile * BLOCK_N, Skv);
-            kv_copier.copy(smem_addr(stage_v(tile & 1)), V, p.v_st[2], tile * BLOCK_N, Skv);
+            kv_copier.copy(smem_addr(stage_k(tile & 1)), K, p.k_st[2], (j0 + tile) * BLOCK_N, Skv);
+            kv_copier.copy(smem_addr(stage_v(tile & 1)), V, p.v_st[2], (j0 + tile) * BLOCK_N, Skv);
         }
         cp_async_commit();   // empty groups keep the wait_group arithmetic uniform
     };
@@ -132,7 +148,7 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
     // Measured on an H200: +3% non-causal, but -3 to -4% causal, whose masking code already
     // fills the registers (the 8 offsets push it into spills); causal kernels compute the
     // addresses per use instead.
-    constexpr bool PRE = !CAUSAL;
+    constexpr bool PRE = !CAUSAL && !VAR;
     const uint32_t sbase = smem_addr(smem_raw);
     uint32_t off_a[4], off_b[4];
 #pragma unroll
@@ -163,19 +179,28 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
         row_max[mi][0] = row_max[mi][1] = -INFINITY, row_sum[mi][0] = row_sum[mi][1] = 0.f;
     // A zero scale becomes the smallest normal float: the scores still vanish, but a masked
     // score (+-inf) times it stays infinite instead of turning into NaN.
-    const float qk_scale = p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;
+    // VAR with a soft-cap or ALiBi: scores arrive transformed, in log2 units.
+    const bool xform = VAR && (var->soft_cap > 0.f || var->alibi);
+    const float qk_scale = xform ? 1.f : p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;
     const bool pos_scale = qk_scale > 0.f;
     // Masked raw scores: whatever the scale's sign, scaled they become -inf.
     const float masked = pos_scale ? -INFINITY : INFINITY;
     // This thread's rows: row_base(mi) and row_base(mi) + 8.
     auto row_base = [&](int mi) { return m0 + (warp * MT + mi) * 16 + g; };
+    // VAR: the head's transforms (a row's keys are worked out where a tile needs them:
+    // kept in registers they cost the D = 64 kernel spills).
+    float cap = 0.f, inv_cap = 0.f, slope2 = 0.f;
+    if constexpr (VAR) {
+        cap = var->soft_cap, inv_cap = cap > 0.f ? 1.f / cap : 0.f;
+        slope2 = var->alibi ? var->alibi[h] * LOG2E : 0.f;
+    }
 
     // One tile. With PRE, ST (its stage) is a compile-time constant, so stage offsets fold
     // into the ldmatrix instructions and tiles run in pairs; otherwise it is j & 1 (two
     // copies of the body cost the causal kernels more registers than they save).
     auto tile = [&](auto stage, int j) {
         const int ST = stage_of(stage);
-        const int n0 = j * BLOCK_N;
+        const int n0 = (j0 + j) * BLOCK_N;
         // Tile j is in; every warp is past tile j - 1, so its stage takes tile j + 1 while
         // this one is used. One barrier per tile.
         load_kv(j + 1);
@@ -215,8 +240,30 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
             }
         }
 
-        // Mask the tail tile and, when causal, the tiles crossing the diagonal.
-        const bool need_mask = n0 + BLOCK_N > Skv || (CAUSAL && n0 + BLOCK_N - 1 > m0 + shift);
+        // Mask the tail tile and, when causal, the tiles crossing the diagonal; VAR: the tiles
+        // crossing a row's edge, and transform every score where the variant asks.
+        if constexpr (VAR) {
+            if (xform || n0 + BLOCK_N > Skv || n0 < last.lo || n0 + BLOCK_N - 1 > first.hi) {
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int hr = 0; hr < 2; hr++) {
+                        const int pos = row_base(mi) + 8 * hr + shift;
+                        const VarKeys k = var_keys(*var, p.causal, pos, Skv);
+#pragma unroll
+                        for (int nn = 0; nn < NN; nn++)
+#pragma unroll
+                            for (int e = 2 * hr; e < 2 * hr + 2; e++) {
+                                const int key = n0 + nn * 8 + 2 * t + (e & 1);
+                                float x = s[mi][nn][e];
+                                if (xform)
+                                    x = var_score(x, p.scale, cap, inv_cap, slope2, key - pos);
+                                s[mi][nn][e] = key >= k.lo && key <= k.hi ? x : masked;
+                            }
+                    }
+            }
+        }
+        const bool need_mask = !VAR && (n0 + BLOCK_N > Skv || (CAUSAL && n0 + BLOCK_N - 1 > m0 + shift));
         if (need_mask) {
 #pragma unroll
             for (int mi = 0; mi < MT; mi++)
@@ -331,7 +378,10 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
             sum += __shfl_xor_sync(0xffffffff, sum, 1);
             sum += __shfl_xor_sync(0xffffffff, sum, 2);
             const int row = row_base(mi) + 8 * hr;
-            const float inv = sum > 0.f ? 1.f / sum : 0.f;
+            float keep = 1.f, m = row_max[mi][hr];
+            if (VAR && var->sinks)
+                keep = var_join_sink(var->sinks[h] * LOG2E, m, sum);
+            const float inv = sum > 0.f ? keep / sum : 0.f;
             if (row < Sq) {
                 T *orow = O + (int64_t)row * p.o_st[2];
 #pragma unroll
@@ -341,7 +391,7 @@ __device__ __forceinline__ void attention_fwd_tc(const gllm_cuda_attn_params &p)
                 }
                 if (p.lse && t == 0)
                     p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
-                        sum > 0.f ? (row_max[mi][hr] + __log2f(sum)) * LN2 : -INFINITY;
+                        sum > 0.f ? (m + __log2f(sum)) * LN2 : -INFINITY;
             }
         }
 }
@@ -407,6 +457,77 @@ __device__ __forceinline__ void attention_fwd_generic(const gllm_cuda_attn_param
             sum > 0.f ? (mx + log2f(sum)) * LN2 : -INFINITY;
 }
 
+// The generic kernel with a variant and v's head dim Dv: each row walks only the keys its
+// interval holds (var_keys); exact tanh, the sink joined at the end.
+template <typename T>
+__device__ __forceinline__ void attention_fwd_generic_var(const gllm_cuda_attn_var_params &pv)
+{
+    const gllm_cuda_attn_params &p = pv.a;
+    const gllm_cuda_variant &v = pv.v;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t row = (int64_t)blockIdx.x * GLLM_CUDA_GENERIC_ROWS + warp;
+    const int bh = blockIdx.y;
+    const int b = bh / (int)p.Hq, h = bh % (int)p.Hq;
+    const int hk = h / (int)(p.Hq / p.Hkv);
+    if (row >= p.Sq)
+        return;
+    const int Dv = (int)pv.Dv;
+    const T *Q = reinterpret_cast<const T *>(p.q) + b * p.q_st[0] + h * p.q_st[1] + row * p.q_st[2];
+    const T *K = reinterpret_cast<const T *>(p.k) + b * p.k_st[0] + hk * p.k_st[1];
+    const T *V = reinterpret_cast<const T *>(p.v) + b * p.v_st[0] + hk * p.v_st[1];
+    constexpr int PER_LANE = 8;   // D, Dv <= 256
+    float q[PER_LANE], acc[PER_LANE];
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        const int d = lane + 32 * i;
+        q[i] = d < p.D ? Elem<T>::to_float(Q[d * p.q_st[3]]) : 0.f;
+        acc[i] = 0.f;
+    }
+    const int pos = (int)(row + p.Skv - p.Sq);
+    const VarKeys keys = var_keys(v, p.causal, pos, (int)p.Skv);
+    const float slope2 = v.alibi ? v.alibi[h] * LOG2E : 0.f;
+    float mx = -INFINITY, sum = 0.f;
+    for (int j = keys.lo; j <= keys.hi; j++) {
+        float dot = 0.f;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            const int d = lane + 32 * i;
+            if (d < p.D)
+                dot += q[i] * Elem<T>::to_float(K[j * p.k_st[2] + d * p.k_st[3]]);
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+            dot += __shfl_xor_sync(0xffffffff, dot, off);
+        float y = dot * p.scale;
+        if (v.soft_cap > 0.f)
+            y = v.soft_cap * tanhf(y / v.soft_cap);
+        const float x = fmaf(slope2, (float)(j - pos), y * LOG2E);
+        const float nmx = fmaxf(mx, x);
+        const float corr = exp2f(mx - nmx), pj = exp2f(x - nmx);
+        sum = sum * corr + pj;
+#pragma unroll
+        for (int i = 0; i < PER_LANE; i++) {
+            const int d = lane + 32 * i;
+            acc[i] = acc[i] * corr + (d < Dv ? pj * Elem<T>::to_float(V[j * p.v_st[2] + d * p.v_st[3]]) : 0.f);
+        }
+        mx = nmx;
+    }
+    float keep = 1.f;
+    if (v.sinks)
+        keep = var_join_sink(v.sinks[h] * LOG2E, mx, sum);
+    const float inv = sum > 0.f ? keep / sum : 0.f;
+    T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1] + row * p.o_st[2];
+#pragma unroll
+    for (int i = 0; i < PER_LANE; i++) {
+        const int d = lane + 32 * i;
+        if (d < Dv)
+            O[d * p.o_st[3]] = Elem<T>::from_float(acc[i] * inv);
+    }
+    if (p.lse && lane == 0)
+        p.lse[b * p.lse_st[0] + h * p.lse_st[1] + row * p.lse_st[2]] =
+            sum > 0.f ? (mx + log2f(sum)) * LN2 : -INFINITY;
+}
+
 } // namespace
 
 // Entry points, instantiated from the registry's rows (kernel_registry.h) and looked up by
@@ -424,5 +545,19 @@ __device__ __forceinline__ void attention_fwd_generic(const gllm_cuda_attn_param
         symbol(const gllm_cuda_attn_params p)                                                  \
     {                                                                                          \
         attention_fwd_generic<T>(p);                                                           \
+    }
+#define GLLM_CUDA_ENTRY_TC_VAR(T, D, FLAGS, symbol)                                            \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_TC_WARPS(D) * 32,                  \
+                                                 D == 64 ? 2 : 8 / GLLM_CUDA_TC_WARPS(D))      \
+        symbol(const gllm_cuda_attn_var_params pv)                                             \
+    {                                                                                          \
+        attention_fwd_tc<T, D, GLLM_CUDA_TC_WARPS(D), GLLM_CUDA_TC_MTILES, GLLM_CUDA_TC_KEYS(D), \
+                         false, true>(pv.a, &pv.v);                                            \
+    }
+#define GLLM_CUDA_ENTRY_GENERIC_VAR(T, D, FLAGS, symbol)                                       \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_GENERIC_ROWS * 32)                  \
+        symbol(const gllm_cuda_attn_var_params pv)                                             \
+    {                                                                                          \
+        attention_fwd_generic_var<T>(pv);                                                      \
     }
 GLLM_CUDA_DENSE_KERNELS(GLLM_CUDA_ENTRY)

@@ -189,6 +189,16 @@ typedef struct gllm_cuda_variant {
     const float *sinks;
 } gllm_cuda_variant;
 
+/* gllm_attn_tc_var_{f16,bf16}_d{64,128} (the tensor-core kernels with a variant, launched as
+ * they are, causality in a.causal) and gllm_attn_generic_var_{f32,f16,bf16} (the generic one
+ * with a variant and v's head dim Dv, 1 .. GLLM_CUDA_GENERIC_MAX_D; the TC forms take Dv = D):
+ * positions bottom-right aligned, query row r at r + Skv - Sq. */
+typedef struct gllm_cuda_attn_var_params {
+    gllm_cuda_attn_params a;
+    gllm_cuda_variant v;
+    int64_t Dv;
+} gllm_cuda_attn_var_params;
+
 /* gllm_paged_attn_var_{f16,bf16}_d{64,128}: the paged kernel with a variant, its plan uploaded
  * as the plain kernel's (no batch or single forms: a variant job is not the latency path yet). */
 typedef struct gllm_cuda_paged_var_params {

@@ -8,6 +8,8 @@
 /* A kernel's mode: how it is launched and what its parameter is (attention_params.h).
  *   TC             dense prefill on mma.sync tensor cores (attention_fwd.cu)
  *   GENERIC        dense, any layout and head dim up to GLLM_CUDA_GENERIC_MAX_D (the same)
+ *   TC_VAR         the TC kernels with a variant, causality read from the parameters
+ *   GENERIC_VAR    the GENERIC kernel with a variant and v's head dim
  *   HOPPER         dense prefill on wgmma, cp.async producer (attention_fwd_hopper.cu)
  *   HOPPER_TMA     the same with a TMA producer and tensor maps in its parameter
  *   PAGED          paged decode and prefill, the plan uploaded (paged_attention.cu)
@@ -24,6 +26,8 @@
 #define GLLM_CUDA_MODES(X)                                                                   \
     X(TC, GLLM_CUDA_TC_SMEM, ALL)                                                            \
     X(GENERIC, GLLM_CUDA_NO_SMEM, ALL)                                                       \
+    X(TC_VAR, GLLM_CUDA_TC_SMEM, ALL)                                                        \
+    X(GENERIC_VAR, GLLM_CUDA_NO_SMEM, ALL)                                                   \
     X(HOPPER, GLLM_CUDA_HP_SMEM, SM90A)                                                      \
     X(HOPPER_TMA, GLLM_CUDA_HP_SMEM, SM90A_TMA)                                              \
     X(PAGED, GLLM_CUDA_PAGED_SMEM, ALL)                                                      \
@@ -63,7 +67,14 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
     X(TC, BF16, 128, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_bf16_d128_causal)                    \
     X(GENERIC, F32, 0, 0, gllm_attn_generic_f32)                                             \
     X(GENERIC, F16, 0, 0, gllm_attn_generic_f16)                                             \
-    X(GENERIC, BF16, 0, 0, gllm_attn_generic_bf16)
+    X(GENERIC, BF16, 0, 0, gllm_attn_generic_bf16)                                           \
+    X(TC_VAR, F16, 64, 0, gllm_attn_tc_var_f16_d64)                                          \
+    X(TC_VAR, F16, 128, 0, gllm_attn_tc_var_f16_d128)                                        \
+    X(TC_VAR, BF16, 64, 0, gllm_attn_tc_var_bf16_d64)                                        \
+    X(TC_VAR, BF16, 128, 0, gllm_attn_tc_var_bf16_d128)                                      \
+    X(GENERIC_VAR, F32, 0, 0, gllm_attn_generic_var_f32)                                     \
+    X(GENERIC_VAR, F16, 0, 0, gllm_attn_generic_var_f16)                                     \
+    X(GENERIC_VAR, BF16, 0, 0, gllm_attn_generic_var_bf16)
 
 #define GLLM_CUDA_HOPPER_KERNELS(X)                                                          \
     X(HOPPER, F16, 128, 0, gllm_attn_fwd_hopper_f16_d128)                                    \

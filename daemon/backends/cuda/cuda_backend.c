@@ -13,15 +13,21 @@
 #include "cuda_share.h"
 #include "cuda_sync.h"
 #include "cuda_tma.h"
+#include "cuda_variant.h"
 #include "hopper_schedule.h"
 #include "strided.h"
 
 extern const struct backend_iface cuda_backend_iface;
 
-/* What the paged kernel's variant form computes (paged_attention.cu). */
+/* What the kernels' variant forms compute: the paged ones (paged_attention.cu) every field
+ * but Dv below D; the dense ones (attention_fwd.cu) that too, where the generic form takes v's
+ * head dim apart from q's. */
 #define PAGED_VARIANTS                                                                      \
     (GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP | GLLM_VARIANT_ALIBI |  \
      GLLM_VARIANT_SINKS)
+#define DENSE_VARIANTS (PAGED_VARIANTS | GLLM_VARIANT_HEAD_DIM_V)
+/* A dense job's tensors: q, k, v, out, lse, alibi slopes, sinks (attn_args.device_mask). */
+#define DENSE_TENSORS 7
 
 static const struct backend_device_iface cuda_device_iface;
 
@@ -61,10 +67,10 @@ static void cuda_close(struct backend *be)
     free(be);
 }
 
-/* Dense attention takes every head dim up to the generic kernel's; the paged kernels exist
- * for f16 and bf16 at head dims 64 and 128 (cuda_paged_check says so too), and their variant
- * form (paged_attention.cu) computes every field but Dv below D. Dense jobs compute no
- * variant yet: hello says so, and such jobs are refused before they reach here. */
+/* Dense attention takes every head dim up to the generic kernel's, and every variant (the
+ * tensor-core form at D 64 and 128, the generic one elsewhere and for Dv below D); the paged
+ * kernels exist for f16 and bf16 at head dims 64 and 128 (cuda_paged_check says so too), and
+ * their variant form (paged_attention.cu) computes every field but Dv below D. */
 static void cuda_declare(struct backend_caps *out)
 {
     const uint32_t half = 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16;
@@ -72,7 +78,8 @@ static void cuda_declare(struct backend_caps *out)
         .dtypes = 1u << GLLM_DTYPE_F32 | half,
         .max_head_dim = GLLM_CUDA_GENERIC_MAX_D,
         .modes = {
-            [GLLM_MODE_DENSE] = {.max_head_dim = GLLM_CUDA_GENERIC_MAX_D},
+            [GLLM_MODE_DENSE] = {.variants = DENSE_VARIANTS,
+                                 .max_head_dim = GLLM_CUDA_GENERIC_MAX_D},
             [GLLM_MODE_DECODE] = {.dtypes = half, .variants = PAGED_VARIANTS,
                                   .max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
             [GLLM_MODE_PREFILL] = {.dtypes = half, .variants = PAGED_VARIANTS,
@@ -187,7 +194,7 @@ static void cuda_host_unregister(struct backend *be, void *p)
 
 static bool tc_eligible(const struct attn_args *a)
 {
-    if (a->dtype == GLLM_DTYPE_F32 || (a->D != 64 && a->D != 128))
+    if (a->dtype == GLLM_DTYPE_F32 || (a->D != 64 && a->D != 128) || attn_dv(a) != a->D)
         return false;
     const int64_t *st[4] = {a->q_st, a->k_st, a->v_st, a->o_st};
     const void *ptr[4] = {a->q, a->k, a->v, a->out};
@@ -342,20 +349,27 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         return -E2BIG;                   /* grid.y limit */
 
     size_t es = a->dtype == GLLM_DTYPE_F32 ? 4 : 2;
-    const void *host[5] = {a->q, a->k, a->v, a->out, a->lse};
+    const struct attn_variant *var = &a->variant;
+    /* q, k, v, out, lse, then the variant's slopes and sinks: device_mask's bits. */
+    const void *host[DENSE_TENSORS] = {a->q, a->k, a->v, a->out, a->lse, var->alibi_slopes,
+                                       var->sinks};
+    const int64_t Dv = attn_dv(a);
     const int64_t qs[4] = {a->B, a->Hq, a->Sq, a->D}, ks[4] = {a->B, a->Hkv, a->Skv, a->D},
+                  vs[4] = {a->B, a->Hkv, a->Skv, Dv}, os[4] = {a->B, a->Hq, a->Sq, Dv},
                   ls[3] = {a->B, a->Hq, a->Sq};
-    size_t bytes[5] = {
+    const size_t head_floats = (size_t)a->Hq * 4;
+    size_t bytes[DENSE_TENSORS] = {
         strided_span_bytes(4, qs, a->q_st, es), strided_span_bytes(4, ks, a->k_st, es),
-        strided_span_bytes(4, ks, a->v_st, es), strided_span_bytes(4, qs, a->o_st, es),
+        strided_span_bytes(4, vs, a->v_st, es), strided_span_bytes(4, os, a->o_st, es),
         a->lse ? strided_span_bytes(3, ls, a->lse_st, 4) : 0,
+        var->alibi_slopes ? head_floats : 0, var->sinks ? head_floats : 0,
     };
     /* An output view with gaps is copied in first, so the gaps go back unchanged. */
-    bool copy_in[5] = {true, true, true, !strided_contiguous(4, qs, a->o_st),
-                       a->lse && !strided_contiguous(3, ls, a->lse_st)};
+    bool copy_in[DENSE_TENSORS] = {true, true, true, !strided_contiguous(4, os, a->o_st),
+                                   a->lse && !strided_contiguous(3, ls, a->lse_st), true, true};
     /* Device tensors are used where they are; arena tensors are staged in scratch. */
-    size_t off[5], total = 0;
-    for (int i = 0; i < 5; i++) {
+    size_t off[DENSE_TENSORS], total = 0;
+    for (int i = 0; i < DENSE_TENSORS; i++) {
         off[i] = total;
         if (a->device_mask & (1u << i))
             continue;
@@ -375,10 +389,10 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     uint64_t moved = 0;
     if (staged)
         d->cuEventRecord(sl->ev[EV_COPY_IN], ln->stream);
-    CUdeviceptr dptr[5];
-    for (int i = 0; i < 5; i++)
+    CUdeviceptr dptr[DENSE_TENSORS];
+    for (int i = 0; i < DENSE_TENSORS; i++)
         dptr[i] = (a->device_mask & (1u << i)) ? (CUdeviceptr)(uintptr_t)host[i] : ln->scratch + off[i];
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < DENSE_TENSORS; i++) {
         if (!bytes[i] || !copy_in[i] || (a->device_mask & (1u << i)))
             continue;
         if ((r = cuda_copy_htod(d, ln->scratch + off[i], host[i], bytes[i], ln->stream)))
@@ -403,13 +417,30 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     memcpy(p.lse_st, a->lse_st, sizeof p.lse_st);
     /* The job's variant as the registry's flags (kernel_registry.h). */
     const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
-    CUfunction hopper = cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, a->D, flags);
+    const bool plain = attn_variant_none(var) && Dv == a->D;
+    CUfunction hopper = plain ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, a->D, flags) : NULL;
     const unsigned heads = (unsigned)(a->B * a->Hq);
     CUfunction f;
     unsigned gx, gy, threads, smem;
     void *param = &p;
     gllm_cuda_hp_params hp;
-    if (tc_eligible(a) && hopper) {
+    gllm_cuda_attn_var_params vp;
+    if (!plain) {
+        /* A variant: the tensor-core form at D 64 and 128, else the generic one. */
+        vp.a = p, vp.Dv = Dv, param = &vp;
+        vp.v = cuda_variant_of(var, dptr[5], dptr[6]);
+        f = tc_eligible(a) ? cuda_kernel_find(x, GLLM_CUDA_MODE_TC_VAR, a->dtype, a->D, 0) : NULL;
+        if (f) {
+            const int64_t rows = GLLM_CUDA_TC_ROWS(a->D);
+            gx = (unsigned)((a->Sq + rows - 1) / rows), gy = heads;
+            threads = (unsigned)(GLLM_CUDA_TC_WARPS(a->D) * 32);
+            smem = (unsigned)GLLM_CUDA_TC_SMEM(a->D);
+        } else {
+            f = cuda_kernel_find(x, GLLM_CUDA_MODE_GENERIC_VAR, a->dtype, a->D, 0);
+            gx = (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS), gy = heads;
+            threads = GLLM_CUDA_GENERIC_ROWS * 32, smem = 0;
+        }
+    } else if (tc_eligible(a) && hopper) {
         /* Persistent: a block per SM (fewer when there are fewer tiles, or at D = 128 not
          * causal as few as its rounds need), each working through the schedule of
          * hopper_schedule.h. */

@@ -9,6 +9,7 @@
 #include "cuda_plan.h"
 #include "cuda_queue.h"
 #include "cuda_sync.h"
+#include "cuda_variant.h"
 #include "hopper_schedule.h"
 
 int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, size_t len)
@@ -391,13 +392,7 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         if (var) {
             const struct attn_variant *v = &p->variant;
             vp.p = k, param = &vp, mode = GLLM_CUDA_MODE_PAGED_VAR;
-            vp.v = (gllm_cuda_variant){
-                .window_left = v->window ? v->window_left : -1,
-                .window_right = v->window ? v->window_right : -1,
-                .chunk = (int32_t)v->chunk, .soft_cap = v->soft_cap,
-                .alibi = v->alibi_slopes ? (const float *)(uintptr_t)st[PG_ALIBI].dev : NULL,
-                .sinks = v->sinks ? (const float *)(uintptr_t)st[PG_SINKS].dev : NULL,
-            };
+            vp.v = cuda_variant_of(v, st[PG_ALIBI].dev, st[PG_SINKS].dev);
             if (single) {       /* B1 decode: the plan in the parameters, as without one */
                 sp.p = k, sp.sums = sums ? (float *)(uintptr_t)ln->sums : NULL;
                 svp.s = sp, svp.v = vp.v, svp.kv_begin = kv_begin1;
