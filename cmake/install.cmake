@@ -84,18 +84,20 @@ function(gllm_strip_more component file)
 endfunction()
 
 # --- daemon -----------------------------------------------------------------------------
-install(TARGETS gllmd gllmctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT daemon)
-gllm_strip_more(daemon ${CMAKE_INSTALL_BINDIR}/gllmd)
+# gllmd is a system daemon, in sbin as Debian puts them; gllmctl is for every user.
+install(TARGETS gllmd RUNTIME DESTINATION ${CMAKE_INSTALL_SBINDIR} COMPONENT daemon)
+install(TARGETS gllmctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT daemon)
+gllm_strip_more(daemon ${CMAKE_INSTALL_SBINDIR}/gllmd)
 gllm_strip_more(daemon ${CMAKE_INSTALL_BINDIR}/gllmctl)
 
 # The unit's ExecStart is the installed gllmd, which is known only when installing
 # (`cmake --install --prefix P`, or CPack's staging), so the unit is written then.
 set(_gllm_unit_out ${PROJECT_BINARY_DIR}/systemd/install/gllmd.service)
 install(CODE "
-  if(IS_ABSOLUTE \"${CMAKE_INSTALL_BINDIR}\")
-    set(GLLMD_PATH \"${CMAKE_INSTALL_BINDIR}/gllmd\")
+  if(IS_ABSOLUTE \"${CMAKE_INSTALL_SBINDIR}\")
+    set(GLLMD_PATH \"${CMAKE_INSTALL_SBINDIR}/gllmd\")
   else()
-    set(GLLMD_PATH \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_BINDIR}/gllmd\")
+    set(GLLMD_PATH \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_SBINDIR}/gllmd\")
   endif()
   configure_file(\"${PROJECT_SOURCE_DIR}/systemd/gllmd.service.in\" \"${_gllm_unit_out}\" @ONLY)
 " COMPONENT daemon)
@@ -128,6 +130,15 @@ install(FILES systemd/gllm.tmpfiles.conf DESTINATION ${GLLM_TMPFILESDIR}
 install(FILES systemd/gllmd.conf.example DESTINATION ${GLLM_DOCDIR_DAEMON} COMPONENT daemon)
 install(FILES kernels/prebuilt/MANIFEST DESTINATION ${GLLM_DOCDIR_DAEMON}
         RENAME kernel-manifest.txt COMPONENT daemon)
+
+# --- python: the gllm package (python/gllm), for Debian's python3 ----------------------------
+# Pure Python (ctypes over libgllm-client0), so the files are installed as they are; no
+# byte-code is shipped (python3 writes its own caches where it may).
+set(GLLM_PYTHONDIR "lib/python3/dist-packages" CACHE STRING
+    "where the gllm Python package goes (relative: under the install prefix)")
+set(GLLM_DOCDIR_PYTHON "${CMAKE_INSTALL_DATAROOTDIR}/doc/python3-gllm")
+install(DIRECTORY python/gllm DESTINATION ${GLLM_PYTHONDIR} COMPONENT python
+        FILES_MATCHING PATTERN "*.py" PATTERN "py.typed" PATTERN "__pycache__" EXCLUDE)
 
 # --- runtime and dev ----------------------------------------------------------------------
 install(TARGETS gllm-client EXPORT gllmTargets
@@ -226,7 +237,7 @@ install(FILES ${_m}/man8/gllmd.8.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man8 COM
 install(FILES ${_m}/man1/gllmctl.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT daemon)
 install(FILES ${_m}/man5/gllmd.conf.5.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man5 COMPONENT daemon)
 install(FILES ${_m}/man3/libgllm-client.3.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man3 COMPONENT dev)
-foreach(comp daemon runtime dev)
+foreach(comp daemon runtime dev python)
   string(TOUPPER ${comp} _c)
   install(FILES cmake/debian/copyright ${_d}/changelog.gz ${_d}/changelog.Debian.gz
           DESTINATION ${GLLM_DOCDIR_${_c}} COMPONENT ${comp})
@@ -240,3 +251,6 @@ install(FILES cmake/debian/libgllm-client0/lintian-overrides
 install(FILES cmake/debian/libgllm-client-dev/lintian-overrides
         DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides
         RENAME libgllm-client-dev COMPONENT dev)
+install(FILES cmake/debian/python3-gllm/lintian-overrides
+        DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/lintian/overrides
+        RENAME python3-gllm COMPONENT python)

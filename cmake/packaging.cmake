@@ -28,7 +28,7 @@ set(CPACK_SET_DESTDIR ON)
 set(CPACK_STRIP_FILES ON)
 set(CPACK_GENERATOR DEB TGZ)
 set(CPACK_OUTPUT_FILE_PREFIX ${PROJECT_BINARY_DIR}/packages)
-set(CPACK_COMPONENTS_ALL daemon runtime dev)
+set(CPACK_COMPONENTS_ALL daemon runtime dev python)
 
 # The archive: one tree, every component, named like the packages.
 set(CPACK_ARCHIVE_COMPONENT_INSTALL OFF)
@@ -84,5 +84,21 @@ libgllm-client connects a process to gllmd and submits attention jobs to it.
 This package holds the headers, the static library, the pkg-config file and
 the CMake package (find_package(gllm), targets gllm::client and
 gllm::client_static).")
+
+set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-gllm)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_ARCHITECTURE all)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SHLIBDEPS OFF)
+# The library is loaded with ctypes, found through ldconfig: the runtime package of this
+# version or later (the SONAME policy, docs/packaging.md). numpy for arenas as arrays;
+# torch is not in Debian 12.
+set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS
+    "python3:any (>= 3.8), libgllm-client${GLLM_SOVERSION} (>= ${_v})")
+set(CPACK_DEBIAN_PYTHON_PACKAGE_RECOMMENDS "python3-numpy")
+set(CPACK_DEBIAN_PYTHON_DESCRIPTION
+"Python client for the gllmd attention-kernel daemon
+The gllm package binds libgllm-client with ctypes: numpy arrays over
+shared-memory arenas, dense attention, the paged KV cache, and torch tensors
+in device memory shared with gllmd, ordered on the caller's CUDA stream.")
 
 include(CPack)

@@ -156,19 +156,46 @@ const struct backend_caps *backend_caps(const struct backend *be)
     return &be->caps;
 }
 
-void backend_mode_caps(const struct backend *be, struct proto_mode_caps *out)
+void backend_caps_modes(const struct backend_caps *caps, struct proto_mode_caps *out,
+                        uint32_t *dtypes)
 {
     for (int i = 0; i < GLLM_MODE_COUNT; i++) {
-        const struct backend_mode_caps *m = &be->caps.modes[i];
+        const struct backend_mode_caps *m = &caps->modes[i];
         struct proto_mode_caps c = {.variants = m->variants};
-        c.max_head_dim = (uint64_t)(m->max_head_dim > 0 ? m->max_head_dim : be->caps.max_head_dim);
+        c.max_head_dim = (uint64_t)(m->max_head_dim > 0 ? m->max_head_dim : caps->max_head_dim);
         c.n_head_dims = m->nhead_dims > 0 && m->nhead_dims <= GLLM_MAX_MODE_HEAD_DIMS
                             ? (uint32_t)m->nhead_dims : 0;
         c.has_head_dims = c.n_head_dims > 0;
         for (uint32_t d = 0; d < c.n_head_dims; d++)
             c.head_dims[d] = (uint64_t)m->head_dims[d];
         out[i] = c;
+        if (dtypes)
+            dtypes[i] = m->dtypes ? m->dtypes & caps->dtypes : caps->dtypes;
     }
+}
+
+void backend_mode_caps(const struct backend *be, struct proto_mode_caps *out, uint32_t *dtypes)
+{
+    backend_caps_modes(&be->caps, out, dtypes);
+}
+
+size_t backend_registered(void)
+{
+    return NREGISTRY;
+}
+
+bool backend_declared(size_t i, const char **name, bool *by_auto, struct backend_caps *caps)
+{
+    if (i >= NREGISTRY)
+        return false;
+    const struct backend_iface *b = registry[i];
+    *name = b->name;
+    *by_auto = !by_name_only(b);
+    memset(caps, 0, sizeof *caps);
+    if (b->api_version != BACKEND_API_VERSION || !b->declare)
+        return false;
+    b->declare(caps);
+    return true;
 }
 
 bool backend_has(const struct backend *be, uint32_t feature)

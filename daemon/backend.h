@@ -26,10 +26,18 @@ void backend_close(struct backend *be);
 const char *backend_name(const struct backend *be);
 int backend_device_count(const struct backend *be);
 const struct backend_caps *backend_caps(const struct backend *be);
-/* The backend's modes as hello reports them and jobs are checked against: a mode the backend
- * left zeroed is plain attention with head dims 1..caps.max_head_dim. */
+/* The backend's modes as hello reports them and jobs are checked against, and each mode's
+ * dtypes (dtypes NULL: not wanted): a mode the backend left zeroed is plain attention in the
+ * backend's dtypes with head dims 1..caps.max_head_dim. Arrays of GLLM_MODE_COUNT. */
 struct proto_mode_caps;
-void backend_mode_caps(const struct backend *be, struct proto_mode_caps *out);  /* [GLLM_MODE_COUNT] */
+void backend_mode_caps(const struct backend *be, struct proto_mode_caps *out, uint32_t *dtypes);
+void backend_caps_modes(const struct backend_caps *caps, struct proto_mode_caps *out,
+                        uint32_t *dtypes);
+/* The compiled-in backends, i in [0, backend_registered()), in order of preference: name,
+ * whether auto may pick it, and what it declares (backend_iface.declare) without a device.
+ * false (caps zeroed) when it declares nothing. */
+size_t backend_registered(void);
+bool backend_declared(size_t i, const char **name, bool *by_auto, struct backend_caps *caps);
 bool backend_has(const struct backend *be, uint32_t feature);
 
 int backend_device_info(struct backend *be, int dev, gllm_device_info *out);

@@ -86,6 +86,23 @@ bool job_injective(const struct proto_tensor *t)
     return true;
 }
 
+int job_mode_dtype_check(const struct job_caps *caps, gllm_mode mode, gllm_dtype dtype,
+                         char *err, size_t errlen)
+{
+    const uint32_t takes = caps->mode_dtypes[mode];
+    if (!takes || (takes & (1u << dtype)))
+        return 0;
+    char names[32] = "";
+    size_t used = 0;
+    for (int d = 0; d < 32 && used < sizeof names; d++)
+        if (takes & (1u << d))
+            used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", used ? ", " : "",
+                                     proto_dtype_name((gllm_dtype)d));
+    snprintf(err, errlen, "dtype %s: the %s backend's %s takes %s", proto_dtype_name(dtype),
+             caps->backend, proto_mode_name(mode), names);
+    return GLLM_EDTYPE;
+}
+
 static void copy_strides(int64_t *dst, const struct proto_tensor *t)
 {
     for (uint32_t i = 0; i < t->rank; i++)
@@ -123,6 +140,8 @@ int job_prepare_attention(struct job *job, const struct proto_attention *pa,
         snprintf(err, errlen, "dtype %s not supported by this backend", proto_dtype_name(q->dtype));
         return GLLM_EDTYPE;
     }
+    if ((rc = job_mode_dtype_check(caps, GLLM_MODE_DENSE, q->dtype, err, errlen)) < 0)
+        return rc;
     int64_t B = q->shape[0], Hq = q->shape[1], Sq = q->shape[2], D = q->shape[3];
     int64_t Hkv = k->shape[1], Skv = k->shape[2], Dv = v->shape[3];
     if (k->shape[0] != B || k->shape[3] != D || v->shape[0] != B || v->shape[1] != Hkv ||

@@ -79,6 +79,7 @@ struct job_caps {
     int max_head_dim;
     const char *backend;          /* its name, for errors */
     struct proto_mode_caps modes[GLLM_MODE_COUNT];  /* by gllm_mode: what hello reports */
+    uint32_t mode_dtypes[GLLM_MODE_COUNT];          /* by gllm_mode; 0: dtypes */
     uint64_t max_elements;        /* per tensor; 0 = no limit */
     uint32_t max_page_entries;    /* page-table entries, queries or new tokens of a paged job */
     bool reads_arena_tables;      /* the backend's: attention's kv_indices left in its arena */
@@ -109,6 +110,9 @@ struct job_variant {
 int job_variant_prepare(struct job_variant *jv, const struct proto_variant *pv, gllm_mode mode,
                         const struct job_caps *caps, const struct arena_table *arenas,
                         int64_t Hq, int64_t D, int64_t Dv, char *err, size_t errlen);
+/* 0 when mode takes dtype (caps.mode_dtypes), else GLLM_EDTYPE naming what it takes. */
+int job_mode_dtype_check(const struct job_caps *caps, gllm_mode mode, gllm_dtype dtype,
+                         char *err, size_t errlen);
 /* The scale a job runs with: the caller's, else 1/sqrt(D) of q's head dim. */
 static inline float job_scale(bool has_scale, double scale, int64_t D)
 {

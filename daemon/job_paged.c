@@ -200,6 +200,10 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
         snprintf(err, errlen, "dtype %s not supported by this backend", proto_dtype_name(kc->dtype));
         return GLLM_EDTYPE;
     }
+    /* An append copies rows in any dtype; attention takes its mode's. */
+    const gllm_mode mode = decode ? GLLM_MODE_DECODE : GLLM_MODE_PREFILL;
+    if (!append && (rc = job_mode_dtype_check(caps, mode, kc->dtype, err, errlen)) < 0)
+        return rc;
     const struct proto_tensor *vc = &pp->v_cache;
     if (kc->rank != 4 || vc->rank != 4 || memcmp(kc->shape, vc->shape, 3 * sizeof *kc->shape))
         return shape_err(err, errlen, "k_cache and v_cache", kc,
@@ -251,8 +255,7 @@ int job_prepare_paged(struct job *job, const struct proto_paged *pp,
             return Dv < 1 ? GLLM_ESHAPE : GLLM_EHEADDIM;
         }
     }
-    if (!append && (rc = job_variant_prepare(&jv, &pp->variant,
-                                             decode ? GLLM_MODE_DECODE : GLLM_MODE_PREFILL, caps,
+    if (!append && (rc = job_variant_prepare(&jv, &pp->variant, mode, caps,
                                              arenas, Hq, D, Dv, err, errlen)) < 0)
         return rc;
     for (int i = 0; i < jv.n; i++)

@@ -302,7 +302,7 @@ int server_init(struct server *srv, uv_loop_t *loop, struct backend *be,
     srv->caps.dtypes = backend_caps(be)->dtypes;
     srv->caps.max_head_dim = backend_caps(be)->max_head_dim;
     srv->caps.backend = backend_name(be);
-    backend_mode_caps(be, srv->caps.modes);
+    backend_mode_caps(be, srv->caps.modes, srv->caps.mode_dtypes);
     srv->caps.reads_arena_tables = backend_has(be, BACKEND_FEAT_ARENA_TABLES);
     srv->caps.max_elements = cfg->limits.max_elements;
     srv->caps.max_page_entries = cfg->limits.max_page_entries;

@@ -11,6 +11,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "backend.h"
+#include "capabilities.h"
 #include "config.h"
 #include "devproc.h"
 #include "log.h"
@@ -35,6 +36,7 @@ static void usage(FILE *f)
             "      --max-inflight N  jobs in flight per client (default 256)\n"
             "  -v, --verbose         log at debug level\n"
             "  -V, --version         print the version and the embedded kernels, and exit\n"
+            "      --capabilities    print what each compiled-in backend computes (JSON), and exit\n"
             "  -h, --help            print this help and exit\n\n"
             "Flags override the file. SIGHUP re-reads the file; SIGTERM drains and exits.\n",
             backend_names());
@@ -144,7 +146,7 @@ static int activated_socket(void)
 
 int main(int argc, char **argv)
 {
-    enum { OPT_MAX_INFLIGHT = 256, OPT_CHECK_CONFIG };
+    enum { OPT_MAX_INFLIGHT = 256, OPT_CHECK_CONFIG, OPT_CAPABILITIES };
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
         {"check-config", no_argument, NULL, OPT_CHECK_CONFIG},
@@ -154,6 +156,7 @@ int main(int argc, char **argv)
         {"max-inflight", required_argument, NULL, OPT_MAX_INFLIGHT},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
+        {"capabilities", no_argument, NULL, OPT_CAPABILITIES},
         {"help", no_argument, NULL, 'h'},
         {0},
     };
@@ -212,6 +215,7 @@ int main(int argc, char **argv)
                 printf("%s\n", desc);
             return 0;
         }
+        case OPT_CAPABILITIES: capabilities_print(stdout); return 0;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }

@@ -56,6 +56,42 @@ static void be_close(struct be *be)
     be->b = NULL;
 }
 
+/* Whether the open backend computes what it declares without a device (what gllmd
+ * --capabilities and docs/backends.md say): dtypes, max head dim and every mode. false with
+ * the first difference in why, or with why "none" for a backend that declares nothing. */
+static bool be_as_declared(const struct be *be, char *why, size_t len)
+{
+    const char *bname = backend_name(be->b);
+    for (size_t i = 0; i < backend_registered(); i++) {
+        const char *name;
+        bool by_auto;
+        struct backend_caps d;
+        if (!backend_declared(i, &name, &by_auto, &d)) {
+            if (strcmp(name, bname) == 0) {
+                snprintf(why, len, "none");
+                return false;
+            }
+            continue;
+        }
+        if (strcmp(name, bname) != 0)
+            continue;
+        const struct backend_caps *c = backend_caps(be->b);
+        if (d.dtypes != c->dtypes || d.max_head_dim != c->max_head_dim) {
+            snprintf(why, len, "dtypes %#x max_head_dim %d declared, %#x %d open", d.dtypes,
+                     d.max_head_dim, c->dtypes, c->max_head_dim);
+            return false;
+        }
+        for (int m = 0; m < GLLM_MODE_COUNT; m++)
+            if (memcmp(&d.modes[m], &c->modes[m], sizeof d.modes[m]) != 0) {
+                snprintf(why, len, "mode %s differs", proto_mode_name((gllm_mode)m));
+                return false;
+            }
+        return true;
+    }
+    snprintf(why, len, "not in the registry");
+    return false;
+}
+
 static bool be_has_dtype(const struct be *be, gllm_dtype dt)
 {
     return (backend_caps(be->b)->dtypes >> dt) & 1u;
@@ -70,7 +106,7 @@ static int be_max_head_dim(const struct be *be)
 static uint32_t be_variants(const struct be *be, gllm_mode mode, int64_t D, bool *head_dim_ok)
 {
     struct proto_mode_caps m[GLLM_MODE_COUNT];
-    backend_mode_caps(be->b, m);
+    backend_mode_caps(be->b, m, NULL);
     *head_dim_ok = proto_head_dim_ok(&m[mode], D);
     return m[mode].variants;
 }
@@ -1083,6 +1119,15 @@ static int group_close(void **state)
     return 0;
 }
 
+/* Open caps are the declaration (a device adds features and sharing, never compute). */
+static void test_caps_as_declared(void **state)
+{
+    (void)state;
+    char why[160] = "";
+    if (!be_as_declared(&cur, why, sizeof why))
+        fail_msg("[%s] open caps are not what it declares: %s", cur_name, why);
+}
+
 /* Each test skips, loudly, when its group's backend could not open. */
 #define BACKEND_TEST(fn)                                                                   \
     static void fn##_on_backend(void **state)                                              \
@@ -1104,6 +1149,7 @@ BACKEND_TEST(test_paged_decode)
 BACKEND_TEST(test_paged_prefill)
 BACKEND_TEST(test_paged_empty_sequence)
 BACKEND_TEST(test_paged_variants)
+BACKEND_TEST(test_caps_as_declared)
 
 int main(void)
 {
@@ -1118,6 +1164,7 @@ int main(void)
         cmocka_unit_test(test_paged_prefill_on_backend),
         cmocka_unit_test(test_paged_empty_sequence_on_backend),
         cmocka_unit_test(test_paged_variants_on_backend),
+        cmocka_unit_test(test_caps_as_declared_on_backend),
     };
     /* $GLLM_TEST_CPU_ISA: unset, every backend and the CPU at every level it runs; "best",
      * every backend and the CPU at its best level; a level's name, the CPU alone at that

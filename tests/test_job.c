@@ -317,6 +317,38 @@ static void test_page_table_copied_or_left(void **state)
     job_release_arenas(&job);
 }
 
+/* A mode may take fewer dtypes than the backend (CUDA's paged attention: f16 and bf16): its
+ * attention jobs in another are refused, naming what it takes; an append, a row copy, is
+ * not a mode's and goes through. */
+static void test_dtype_not_taken_by_mode(void **state)
+{
+    (void)state;
+    struct job_caps c = caps;
+    c.max_page_entries = 1024;
+    c.mode_dtypes[GLLM_MODE_DECODE] = 1u << GLLM_DTYPE_BF16;
+    char err[200];
+    struct job job;
+    struct proto_paged pp = paged_job(PROTO_DECODE, 7);     /* f16 */
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_paged(&job, &pp, &table, &c, err, sizeof err), GLLM_EDTYPE);
+    assert_non_null(strstr(err, "dtype f16: the test backend's decode takes bf16"));
+    pp = paged_job(PROTO_KV_APPEND, 7);
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_paged(&job, &pp, &table, &c, err, sizeof err), 0);
+    job_release_arenas(&job);
+    c.mode_dtypes[GLLM_MODE_DECODE] = 1u << GLLM_DTYPE_BF16 | 1u << GLLM_DTYPE_F16;
+    pp = paged_job(PROTO_DECODE, 7);
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_paged(&job, &pp, &table, &c, err, sizeof err), 0);
+    job_release_arenas(&job);
+
+    c.mode_dtypes[GLLM_MODE_DENSE] = 1u << GLLM_DTYPE_F32;
+    struct proto_attention pa = good_job();
+    memset(&job, 0, sizeof job);
+    assert_int_equal(job_prepare_attention(&job, &pa, &table, &c, err, sizeof err), GLLM_EDTYPE);
+    assert_non_null(strstr(err, "the test backend's dense takes f32"));
+}
+
 /* A backend refuses, through its capabilities, every variant field it does not compute and
  * every head dim its mode does not take, naming the field and itself; one that computes a
  * field gets it in the args. */
@@ -383,6 +415,7 @@ int main(void)
         cmocka_unit_test(test_strided_views_accepted),
         cmocka_unit_test(test_device_tensor_on_another_device),
         cmocka_unit_test(test_page_table_copied_or_left),
+        cmocka_unit_test(test_dtype_not_taken_by_mode),
         cmocka_unit_test(test_variants_against_capabilities),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -22,7 +22,7 @@ leaks=$(grep -rlF -e "$src" -e "$build" "$pc" "$libdir/cmake/gllm")
 if [ -n "$leaks" ]; then
   echo "FAIL: installed package files name the source or build tree: $leaks"; fail=1
 fi
-if ! grep -q "^ExecStart=$prefix/bin/gllmd\$" "$prefix/lib/systemd/system/gllmd.service"; then
+if ! grep -q "^ExecStart=$prefix/sbin/gllmd\$" "$prefix/lib/systemd/system/gllmd.service"; then
   echo "FAIL: the installed unit does not start the installed gllmd"; fail=1
 fi
 

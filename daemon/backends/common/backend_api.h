@@ -13,7 +13,7 @@
 
 /* Bumped when a vtable or an argument struct changes; the registry passes over a backend
  * built against another version. */
-#define BACKEND_API_VERSION 7   /* 7: variants, modes, struct backend_exec */
+#define BACKEND_API_VERSION 8   /* 8: declare, per-mode dtypes */
 
 /* ---- Logging: the daemon's logger, handed in through backend_config ---- */
 
@@ -294,9 +294,11 @@ struct backend_shared {
 };
 
 /* What one mode (gllm_mode: dense, paged decode, chunked prefill) computes: hello reports
- * it, job validation refuses what it lacks. A mode left zeroed by the backend is plain
- * attention with head dims 1..max_head_dim (backend.c fills it in). */
+ * its variants and head dims, job validation refuses what it lacks. A mode left zeroed by
+ * the backend is plain attention in the backend's dtypes with head dims 1..max_head_dim
+ * (backend.c fills it in). */
 struct backend_mode_caps {
+    uint32_t dtypes;            /* bit (1 << gllm_dtype) each; 0: the backend's dtypes */
     uint32_t variants;          /* GLLM_VARIANT_* */
     int max_head_dim;           /* q's head dim 1..max_head_dim, or one of head_dims */
     int nhead_dims;             /* > 0: only head_dims[0 .. nhead_dims) */
@@ -402,6 +404,11 @@ struct backend_iface {
     void (*close)(struct backend *be);  /* accepts NULL */
     /* Optional: one line for --version (what is embedded, e.g. kernel images). */
     const char *(*describe)(void);
+    /* What the backend computes wherever it opens, without a device: dtypes, max_head_dim
+     * and modes of *out (the rest zeroed). open starts its caps from the same declaration,
+     * so `gllmd --capabilities` and the table generated from it (docs/backends.md) say what
+     * hello will. NULL: the backend declares nothing before it opens. */
+    void (*declare)(struct backend_caps *out);
 };
 
 /* An open backend. */

@@ -70,6 +70,20 @@ static void cpu_close(struct backend *be)
     free(be);
 }
 
+/* The reference computes every variant field in every mode, in every dtype. */
+static void cpu_declare(struct backend_caps *out)
+{
+    const uint32_t every = GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP |
+                           GLLM_VARIANT_ALIBI | GLLM_VARIANT_SINKS | GLLM_VARIANT_HEAD_DIM_V;
+    *out = (struct backend_caps){
+        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
+        .max_head_dim = CPU_MAX_HEAD_DIM,
+    };
+    for (int m = 0; m < GLLM_MODE_COUNT; m++)
+        out->modes[m] = (struct backend_mode_caps){.variants = every,
+                                                   .max_head_dim = CPU_MAX_HEAD_DIM};
+}
+
 static int cpu_open(const struct backend_config *cfg, struct backend **out)
 {
     int threads = cfg->threads;
@@ -89,19 +103,10 @@ static int cpu_open(const struct backend_config *cfg, struct backend **out)
     be->present = 1;            /* one device whatever one_device says */
     cpu_ledger_init(&c->ledger);
     cpu_queues_init(&c->queues, run_op);
-    be->caps = (struct backend_caps){
-        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
-        .max_head_dim = CPU_MAX_HEAD_DIM,
-        .features = BACKEND_FEAT_SYNC | BACKEND_FEAT_QUEUES,
-        .share_kind = BACKEND_SHARE_MEMFD,
-        .share_granularity = cpu_share_granularity(),
-    };
-    /* The reference computes every variant field in every mode. */
-    const uint32_t every = GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP |
-                           GLLM_VARIANT_ALIBI | GLLM_VARIANT_SINKS | GLLM_VARIANT_HEAD_DIM_V;
-    for (int m = 0; m < GLLM_MODE_COUNT; m++)
-        be->caps.modes[m] = (struct backend_mode_caps){.variants = every,
-                                                       .max_head_dim = CPU_MAX_HEAD_DIM};
+    cpu_declare(&be->caps);
+    be->caps.features = BACKEND_FEAT_SYNC | BACKEND_FEAT_QUEUES;
+    be->caps.share_kind = BACKEND_SHARE_MEMFD;
+    be->caps.share_granularity = cpu_share_granularity();
     /* The kernel's ISA level: the newest this CPU runs, or the one GLLM_CPU_ISA forces
      * (tests run every level; a level this CPU lacks is refused, never run). */
     char why[160] = "";
@@ -384,4 +389,5 @@ const struct backend_iface cpu_backend_iface = {
     .probe = cpu_probe,
     .open = cpu_open,
     .close = cpu_close,
+    .declare = cpu_declare,
 };

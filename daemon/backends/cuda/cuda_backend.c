@@ -68,6 +68,27 @@ static void cuda_close(struct backend *be)
     free(be);
 }
 
+/* Dense attention takes every head dim up to the generic kernel's, and every variant (the
+ * tensor-core form at D 64 and 128, the generic one elsewhere and for Dv below D); the paged
+ * kernels exist for f16 and bf16 at head dims 64 and 128 (cuda_paged_check says so too), and
+ * their variant form (paged_attention.cu) computes every field but Dv below D. */
+static void cuda_declare(struct backend_caps *out)
+{
+    const uint32_t half = 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16;
+    *out = (struct backend_caps){
+        .dtypes = 1u << GLLM_DTYPE_F32 | half,
+        .max_head_dim = GLLM_CUDA_GENERIC_MAX_D,
+        .modes = {
+            [GLLM_MODE_DENSE] = {.variants = DENSE_VARIANTS,
+                                 .max_head_dim = GLLM_CUDA_GENERIC_MAX_D},
+            [GLLM_MODE_DECODE] = {.dtypes = half, .variants = PAGED_VARIANTS,
+                                  .max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
+            [GLLM_MODE_PREFILL] = {.dtypes = half, .variants = PAGED_VARIANTS,
+                                   .max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
+        },
+    };
+}
+
 static int cuda_open(const struct backend_config *cfg, struct backend **out)
 {
     char why[256];
@@ -109,23 +130,9 @@ static int cuda_open(const struct backend_config *cfg, struct backend **out)
     }
     be->ndevices = c->ndev;
     be->present = n;
-    /* Dense attention takes every head dim up to the generic kernel's, and every variant
-     * (the tensor-core form at D 64 and 128, the generic one elsewhere and for Dv below D);
-     * the paged kernels exist for 64 and 128 (cuda_paged_check says so too, for the dtypes),
-     * and their variant form computes every field but Dv below D. */
-    be->caps = (struct backend_caps){
-        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
-        .max_head_dim = GLLM_CUDA_GENERIC_MAX_D,
-        .features = BACKEND_FEAT_ARENA_TABLES |
-                    (cuda_sync_supported(d) ? BACKEND_FEAT_SYNC | BACKEND_FEAT_QUEUES : 0),
-        .modes = {
-            [GLLM_MODE_DENSE] = {.variants = DENSE_VARIANTS, .max_head_dim = GLLM_CUDA_GENERIC_MAX_D},
-            [GLLM_MODE_DECODE] = {.variants = PAGED_VARIANTS, .max_head_dim = 128,
-                                  .nhead_dims = 2, .head_dims = {64, 128}},
-            [GLLM_MODE_PREFILL] = {.variants = PAGED_VARIANTS, .max_head_dim = 128,
-                                   .nhead_dims = 2, .head_dims = {64, 128}},
-        },
-    };
+    cuda_declare(&be->caps);
+    be->caps.features = BACKEND_FEAT_ARENA_TABLES |
+                        (cuda_sync_supported(d) ? BACKEND_FEAT_SYNC | BACKEND_FEAT_QUEUES : 0);
     be->caps.share_granularity = cuda_share_granularity(c);
     be->caps.share_kind = be->caps.share_granularity ? BACKEND_SHARE_CUDA_VMM : BACKEND_SHARE_NONE;
     *out = be;
@@ -648,4 +655,5 @@ const struct backend_iface cuda_backend_iface = {
     .open = cuda_open,
     .close = cuda_close,
     .describe = cuda_images_line,
+    .declare = cuda_declare,
 };

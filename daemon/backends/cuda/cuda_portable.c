@@ -159,6 +159,16 @@ static void cp_close(struct backend *be)
     free(be);
 }
 
+/* The portable kernels: plain attention in every mode, head dims 1..PK_MAX_D (the zeroed
+ * modes say so). */
+static void cp_declare(struct backend_caps *out)
+{
+    *out = (struct backend_caps){
+        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
+        .max_head_dim = PK_MAX_D,
+    };
+}
+
 static int cp_open(const struct backend_config *cfg, struct backend **out)
 {
     char why[256];
@@ -197,11 +207,8 @@ static int cp_open(const struct backend_config *cfg, struct backend **out)
     }
     be->ndevices = c->ndev;
     be->present = n;
-    be->caps = (struct backend_caps){
-        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
-        .max_head_dim = PK_MAX_D,
-        .share_kind = BACKEND_SHARE_NONE,
-    };
+    cp_declare(&be->caps);
+    be->caps.share_kind = BACKEND_SHARE_NONE;
     *out = be;
     return 0;
 }
@@ -386,4 +393,5 @@ const struct backend_iface cuda_portable_backend_iface = {
     .open = cp_open,
     .close = cp_close,
     .describe = cp_describe,
+    .declare = cp_declare,
 };

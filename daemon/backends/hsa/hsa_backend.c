@@ -127,6 +127,16 @@ static void hsa_close(struct backend *be)
     free(be);
 }
 
+/* The portable kernels: plain attention in every mode, head dims 1..PK_MAX_D (the zeroed
+ * modes say so). */
+static void hsa_declare(struct backend_caps *out)
+{
+    *out = (struct backend_caps){
+        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
+        .max_head_dim = PK_MAX_D,
+    };
+}
+
 static int hsa_open(const struct backend_config *cfg, struct backend **out)
 {
     char why[256];
@@ -174,11 +184,8 @@ static int hsa_open(const struct backend_config *cfg, struct backend **out)
     }
     be->ndevices = c->ndev;
     be->present = s.ngpu;
-    be->caps = (struct backend_caps){
-        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
-        .max_head_dim = PK_MAX_D,
-        .share_kind = BACKEND_SHARE_NONE,
-    };
+    hsa_declare(&be->caps);
+    be->caps.share_kind = BACKEND_SHARE_NONE;
     *out = be;
     return 0;
 }
@@ -322,4 +329,5 @@ const struct backend_iface hsa_backend_iface = {
     .open = hsa_open,
     .close = hsa_close,
     .describe = hsaco_line,
+    .declare = hsa_declare,
 };

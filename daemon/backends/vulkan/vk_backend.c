@@ -103,6 +103,23 @@ static int open_gpu(struct vk_ctx *c, struct vk_gpu *g, const struct vk_phys *p,
     return rc;
 }
 
+/* What the shaders compute, device or not: f32, f16 and bf16, head dims to PK_MAX_D, every
+ * variant field in every mode; q's and v's head dims are one (no HEAD_DIM_V: the portable job
+ * logic has one D). */
+static void vk_declare(struct backend_caps *out)
+{
+    *out = (struct backend_caps){
+        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
+        .max_head_dim = PK_MAX_D,
+    };
+    for (int m = 0; m < GLLM_MODE_COUNT; m++)
+        out->modes[m] = (struct backend_mode_caps){
+            .variants = GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP |
+                        GLLM_VARIANT_ALIBI | GLLM_VARIANT_SINKS,
+            .max_head_dim = PK_MAX_D,
+        };
+}
+
 static int vk_open(const struct backend_config *cfg, struct backend **out)
 {
     char why[256];
@@ -149,20 +166,9 @@ static int vk_open(const struct backend_config *cfg, struct backend **out)
     }
     be->ndevices = c->ngpu;
     be->present = n;
-    be->caps = (struct backend_caps){
-        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
-        .max_head_dim = PK_MAX_D,
-        .features = BACKEND_FEAT_SYNC,
-        .share_kind = BACKEND_SHARE_NONE,
-    };
-    /* Every variant field in every mode; q's and v's head dims are one (no HEAD_DIM_V: the
-     * portable job logic has one D). */
-    for (int m = 0; m < GLLM_MODE_COUNT; m++)
-        be->caps.modes[m] = (struct backend_mode_caps){
-            .variants = GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP |
-                        GLLM_VARIANT_ALIBI | GLLM_VARIANT_SINKS,
-            .max_head_dim = PK_MAX_D,
-        };
+    vk_declare(&be->caps);
+    be->caps.features = BACKEND_FEAT_SYNC;
+    be->caps.share_kind = BACKEND_SHARE_NONE;
     *out = be;
     return 0;
 }
@@ -359,4 +365,5 @@ const struct backend_iface vulkan_backend_iface = {
     .open = vk_open,
     .close = vk_close,
     .describe = vk_spirv_line,
+    .declare = vk_declare,
 };
