@@ -9,7 +9,7 @@ PyTorch 2 has scaled_dot_product_attention (GQA through enable_gqa where it exis
 K and V expanded beforehand, outside the timing); PyTorch 1.13 has not, and is timed as its
 matmul + softmax + matmul composition (GQA as query groups against one K/V head, no copies).
 
-  bench/cpu_attention.py --threads 2 --out bench/results/cpu-attention-dev.json
+  bench/cpu_attention.py --threads 2 --out FILE
   GLLM_CPU_ISA=x86-64-v3 bench/cpu_attention.py ...   the kernel of one ISA level
 """
 import argparse
