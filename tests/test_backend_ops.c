@@ -1073,6 +1073,31 @@ static void test_paged_variants(void **state)
         run_paged(&cases[i], 40 + i);
 }
 
+/* The head dims of the models past 64 and 128 (Phi-3's 96, Gemma's 256, 80 and 192), plain
+ * and with the variants those models use: decode, chunked prefill, and one long sequence
+ * whose keys are split and merged. */
+static void test_paged_head_dims(void **state)
+{
+    (void)state;
+    static const int len1[] = {1, 17, 300, 90}, tail1[] = {1, 2, 5, 3}, q1[] = {1, 5, 40, 2};
+    static const int len5[] = {3000}, tail5[] = {3};
+    static const struct var_case v_phi3 = {.window = true, .window_left = 100, .window_right = -1};
+    static const struct var_case v_gemma2 = {.window = true, .window_left = 64, .window_right = -1,
+                                             .soft_cap = 0.5};
+    const struct paged_case cases[] = {
+        {"paged f16 GQA4 D96 page 16", GLLM_DTYPE_F16, 4, 8, 2, 96, 16, len1, tail1, NULL, NULL},
+        {"paged bf16 GQA4 D96 page 16", GLLM_DTYPE_BF16, 4, 8, 2, 96, 16, len1, tail1, q1, &v_phi3},
+        {"paged bf16 GQA2 D80 page 16", GLLM_DTYPE_BF16, 4, 4, 2, 80, 16, len1, tail1, q1, NULL},
+        {"paged f16 GQA2 D192 page 16", GLLM_DTYPE_F16, 4, 4, 2, 192, 16, len1, tail1, NULL, &v_sinks},
+        {"paged bf16 GQA2 D256 page 16", GLLM_DTYPE_BF16, 4, 4, 2, 256, 16, len1, tail1, NULL, NULL},
+        {"paged f16 GQA2 D256 page 16", GLLM_DTYPE_F16, 4, 4, 2, 256, 16, len1, tail1, q1, &v_gemma2},
+        {"paged bf16 GQA2 D256 page 16, one long", GLLM_DTYPE_BF16, 1, 4, 2, 256, 16, len5, tail5, NULL, NULL},
+        {"paged f16 GQA4 D96 page 16, one long", GLLM_DTYPE_F16, 1, 8, 2, 96, 16, len5, tail5, NULL, &v_gemma2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        run_paged(&cases[i], 60 + i);
+}
+
 /* ---- one group per compiled-in backend ---- */
 
 /* $GLLM_TEST_BACKEND names a backend that must open (the GPU machine sets it to cuda). */
@@ -1149,6 +1174,7 @@ BACKEND_TEST(test_paged_decode)
 BACKEND_TEST(test_paged_prefill)
 BACKEND_TEST(test_paged_empty_sequence)
 BACKEND_TEST(test_paged_variants)
+BACKEND_TEST(test_paged_head_dims)
 BACKEND_TEST(test_caps_as_declared)
 
 int main(void)
@@ -1164,6 +1190,7 @@ int main(void)
         cmocka_unit_test(test_paged_prefill_on_backend),
         cmocka_unit_test(test_paged_empty_sequence_on_backend),
         cmocka_unit_test(test_paged_variants_on_backend),
+        cmocka_unit_test(test_paged_head_dims_on_backend),
         cmocka_unit_test(test_caps_as_declared_on_backend),
     };
     /* $GLLM_TEST_CPU_ISA: unset, every backend and the CPU at every level it runs; "best",

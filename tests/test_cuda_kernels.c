@@ -1,6 +1,7 @@
 /* The kernel registry as the loader uses it (cuda_device.c), against a fake driver: each row
  * loaded by its symbol with its mode's shared memory, found by mode, dtype, head dim and flags,
- * and only where the GPU's image and the driver have its code; a refused kernel fails the open. */
+ * and only where the GPU's image and the driver have its code and the GPU the shared memory it
+ * needs; a refused kernel fails the open. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,11 +13,12 @@
 
 #include "cuda_device.h"
 
-#define MAX_FN 128
+#define MAX_FN 256
 
 /* What the fake driver was asked: each function by name, the shared memory allowed it. */
 static struct {
     int cc_major, cc_minor;
+    int smem_max;                  /* a block's opt-in shared memory; 0: the attribute fails */
     const char *refuse;            /* cuModuleGetFunction fails for this name */
     int nfn;
     char name[MAX_FN][64];
@@ -53,6 +55,10 @@ static CUresult f_mem(size_t *bytes, CUdevice dev)
 static CUresult f_attribute(int *v, int attr, CUdevice dev)
 {
     (void)dev;
+    if (attr == CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN) {
+        *v = fk.smem_max;
+        return fk.smem_max ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
+    }
     *v = attr == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR   ? fk.cc_major
          : attr == CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR ? fk.cc_minor
          : attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT     ? 132
@@ -173,8 +179,17 @@ static CUresult f_encode(CUtensorMap *map, int dtype, unsigned rank, void *base,
 
 static struct cuda_driver drv;
 
-/* Opens a fake GPU of compute capability major.minor into x; tma: the driver encodes maps. */
+/* Opens a fake GPU of compute capability major.minor into x; tma: the driver encodes maps.
+ * Its blocks may have what a GPU of that capability allows of shared memory (fk.smem_max
+ * set after this call is kept: a test of another amount sets it and calls reopen_fake). */
+static int reopen_fake(struct cuda_dev *x, int major, int minor, bool tma, char *why, size_t len);
 static int open_fake(struct cuda_dev *x, int major, int minor, bool tma, char *why, size_t len)
+{
+    fk.smem_max = major == 9 ? 232448 : major == 8 && minor == 0 ? 166912 : 101376;
+    return reopen_fake(x, major, minor, tma, why, len);
+}
+
+static int reopen_fake(struct cuda_dev *x, int major, int minor, bool tma, char *why, size_t len)
 {
     memset(&drv, 0, sizeof drv);
     drv.cuGetErrorName = f_error_text, drv.cuGetErrorString = f_error_text;
@@ -234,6 +249,15 @@ static void test_hopper(void **state)
            GLLM_CUDA_PAGED_SMEM(64));
     expect(&x, GLLM_CUDA_MODE_PAGED_SINGLE, GLLM_DTYPE_F16, 64, 0, "gllm_paged_attn_single_f16_d64",
            GLLM_CUDA_PAGED_SMEM(64));
+    /* Every paged head dim, in every form. */
+    expect(&x, GLLM_CUDA_MODE_PAGED, GLLM_DTYPE_BF16, 96, 0, "gllm_paged_attn_bf16_d96",
+           GLLM_CUDA_PAGED_SMEM(96));
+    expect(&x, GLLM_CUDA_MODE_PAGED_BATCH, GLLM_DTYPE_F16, 80, 0, "gllm_paged_attn_batch_f16_d80",
+           GLLM_CUDA_PAGED_SMEM(80));
+    expect(&x, GLLM_CUDA_MODE_PAGED_VAR, GLLM_DTYPE_BF16, 256, 0, "gllm_paged_attn_var_bf16_d256",
+           GLLM_CUDA_PAGED_SMEM(256));
+    expect(&x, GLLM_CUDA_MODE_PAGED_SINGLE_VAR, GLLM_DTYPE_F16, 192, 0,
+           "gllm_paged_attn_single_var_f16_d192", GLLM_CUDA_PAGED_SMEM(192));
     /* Rows of any head dim or dtype, without a shared-memory attribute. */
     expect(&x, GLLM_CUDA_MODE_GENERIC, GLLM_DTYPE_F32, 1, 0, "gllm_attn_generic_f32", 0);
     expect(&x, GLLM_CUDA_MODE_GENERIC, GLLM_DTYPE_BF16, 256, 0, "gllm_attn_generic_bf16", 0);
@@ -276,6 +300,27 @@ static void test_ampere(void **state)
     cuda_device_close(&drv, &x);
 }
 
+/* A GPU whose blocks get less shared memory than some kernels want (8.6: 99 KiB) serves
+ * with the rest; where the attribute cannot be read, every kernel is tried. */
+static void test_small_shared_memory(void **state)
+{
+    (void)state;
+    struct cuda_dev x;
+    char why[256] = "";
+    assert_int_equal(open_fake(&x, 8, 6, true, why, sizeof why), 0);
+    expect(&x, GLLM_CUDA_MODE_TC, GLLM_DTYPE_F16, 128, 0, "gllm_attn_fwd_f16_d128", GLLM_CUDA_TC_SMEM(128));
+    expect(&x, GLLM_CUDA_MODE_PAGED, GLLM_DTYPE_F16, 64, 0, "gllm_paged_attn_f16_d64",
+           GLLM_CUDA_PAGED_SMEM(64));
+    expect(&x, GLLM_CUDA_MODE_PAGED, GLLM_DTYPE_F16, 256, 0, "", 0);
+    expect(&x, GLLM_CUDA_MODE_PAGED_VAR, GLLM_DTYPE_BF16, 192, 0, "", 0);
+    cuda_device_close(&drv, &x);
+    fk.smem_max = 0;
+    assert_int_equal(reopen_fake(&x, 8, 6, true, why, sizeof why), 0);
+    expect(&x, GLLM_CUDA_MODE_PAGED, GLLM_DTYPE_F16, 256, 0, "gllm_paged_attn_f16_d256",
+           GLLM_CUDA_PAGED_SMEM(256));
+    cuda_device_close(&drv, &x);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -294,6 +339,7 @@ int main(void)
         cmocka_unit_test(test_hopper),
         cmocka_unit_test(test_no_tma),
         cmocka_unit_test(test_ampere),
+        cmocka_unit_test(test_small_shared_memory),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

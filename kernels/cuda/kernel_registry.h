@@ -127,7 +127,23 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
     X(PAGED_SINGLE_VAR, F16, 64, 0, gllm_paged_attn_single_var_f16_d64)                      \
     X(PAGED_SINGLE_VAR, F16, 128, 0, gllm_paged_attn_single_var_f16_d128)                    \
     X(PAGED_SINGLE_VAR, BF16, 64, 0, gllm_paged_attn_single_var_bf16_d64)                    \
-    X(PAGED_SINGLE_VAR, BF16, 128, 0, gllm_paged_attn_single_var_bf16_d128)
+    X(PAGED_SINGLE_VAR, BF16, 128, 0, gllm_paged_attn_single_var_bf16_d128)                   \
+    GLLM_CUDA_PAGED_DIM(X, 80)                                                               \
+    GLLM_CUDA_PAGED_DIM(X, 96)                                                               \
+    GLLM_CUDA_PAGED_DIM(X, 192)                                                              \
+    GLLM_CUDA_PAGED_DIM(X, 256)
+/* The other head dims' paged kernels, every form and both dtypes of one head dim a row. */
+#define GLLM_CUDA_PAGED_DIM(X, D)                                                            \
+    GLLM_CUDA_PAGED_DIM_T(X, F16, f16, D)                                                    \
+    GLLM_CUDA_PAGED_DIM_T(X, BF16, bf16, D)
+#define GLLM_CUDA_PAGED_DIM_T(X, T, t, D)                                                    \
+    X(PAGED, T, D, 0, gllm_paged_attn_##t##_d##D)                                            \
+    X(PAGED_BATCH, T, D, 0, gllm_paged_attn_batch_##t##_d##D)                                \
+    X(PAGED_SINGLE, T, D, 0, gllm_paged_attn_single_##t##_d##D)                              \
+    X(PAGED_VAR, T, D, 0, gllm_paged_attn_var_##t##_d##D)                                    \
+    X(PAGED_SINGLE_VAR, T, D, 0, gllm_paged_attn_single_var_##t##_d##D)
+/* Head dims with paged kernels: the daemon's capabilities and checks read this list. */
+#define GLLM_CUDA_PAGED_HEAD_DIMS {64, 80, 96, 128, 192, 256}
 
 #define GLLM_CUDA_PAGED_PREFILL_KERNELS(X)                                                   \
     X(PAGED_PREFILL, F16, 128, 0, gllm_paged_prefill_hopper_f16_d128)                        \

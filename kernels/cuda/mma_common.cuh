@@ -94,11 +94,19 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p)
 }
 
 // Tiles are [rows][D] with 16-byte chunks swizzled (chunk ^ row % 8), so the 8 rows one
-// ldmatrix reads fall in 8 different bank groups.
+// ldmatrix reads fall in 8 different bank groups. A row of D / 8 chunks that is not a
+// multiple of 8 (D 80, 96) swizzles its last, partial group of 2 or 4 chunks within itself
+// (chunk ^ row % 2 or % 4), so no chunk leaves its row; its ldmatrix reads conflict at most
+// 2-way there.
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk)
 {
-    return row * D + ((chunk ^ (row & 7)) << 3);
+    constexpr int CH = D / 8, FULL = CH & ~7, TAIL = CH - FULL;
+    static_assert(D % 16 == 0 && (TAIL & (TAIL - 1)) == 0, "a tail group of 0, 2 or 4 chunks");
+    if constexpr (TAIL == 0)
+        return row * D + ((chunk ^ (row & 7)) << 3);
+    else
+        return row * D + ((chunk < FULL ? chunk ^ (row & 7) : chunk ^ (row & (TAIL - 1))) << 3);
 }
 
 } // namespace

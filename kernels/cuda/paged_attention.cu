@@ -270,17 +270,21 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
                 slope[hr] = var->alibi[head0 + r % hpc] * LOG2E;
         }
     }
-    uint32_t qf[DK][4];
+    // Q's fragments stay in registers up to D 128; above, they are read from shared memory
+    // at each k-step (64 more registers at D 256 would spill the accumulators, and the
+    // reads cost nothing a memory-bound loop waits for).
+    constexpr bool Q_REGS = D <= 128;
+    uint32_t qf[Q_REGS ? DK : 1][4];
 
     for (int j = 0; j < n_tiles; j++) {
         cp_async_wait_stages();                // tile j (and Q) landed, for this thread
         __syncthreads();                       // ... for all; all are done with tile j - 1
         load(j + PG_STAGES - 1);               // into the stage tile j - 1 used
         fetch_pages(j + PG_STAGES);
-        if (j == 0) {
+        if (Q_REGS && j == 0) {
 #pragma unroll
             for (int kk = 0; kk < DK; kk++)
-                ldmatrix_x4(qf[kk], smem_addr(sQ + swz<D>(lr + 8 * (lm & 1), kk * 2 + (lm >> 1))));
+                ldmatrix_x4(qf[Q_REGS ? kk : 0], smem_addr(sQ + swz<D>(lr + 8 * (lm & 1), kk * 2 + (lm >> 1))));
         }
         const T *sK = sKV + (j % PG_STAGES) * 2 * PG_KEYS * D, *sV = sK + PG_KEYS * D;
         const int kw = warp * 16;              // this warp's keys within the stage
@@ -289,9 +293,12 @@ __device__ __forceinline__ void paged_attention(const gllm_cuda_paged_params &p,
 #pragma unroll
         for (int kk = 0; kk < DK; kk++) {
             uint32_t kf[4];
+            if (!Q_REGS)
+                ldmatrix_x4(qf[0], smem_addr(sQ + swz<D>(lr + 8 * (lm & 1), kk * 2 + (lm >> 1))));
+            const uint32_t *qk = qf[Q_REGS ? kk : 0];
             ldmatrix_x4(kf, smem_addr(sK + swz<D>(kw + lr + 8 * (lm >> 1), kk * 2 + (lm & 1))));
-            mma16816<T>(s[0], qf[kk], kf);
-            mma16816<T>(s[1], qf[kk], kf + 2);
+            mma16816<T>(s[0], qk, kf);
+            mma16816<T>(s[1], qk, kf + 2);
         }
         const int key0 = w.kv0 + j * PG_KEYS + kw;
         float tile_max[2] = {-INFINITY, -INFINITY};

@@ -70,8 +70,8 @@ static void cuda_close(struct backend *be)
 
 /* Dense attention takes every head dim up to the generic kernel's, and every variant (the
  * tensor-core form at D 64 and 128, the generic one elsewhere and for Dv below D); the paged
- * kernels exist for f16 and bf16 at head dims 64 and 128 (cuda_paged_check says so too), and
- * their variant form (paged_attention.cu) computes every field but Dv below D. */
+ * kernels exist for f16 and bf16 at GLLM_CUDA_PAGED_HEAD_DIMS (cuda_paged_check says so too),
+ * and their variant form (paged_attention.cu) computes every field but Dv below D. */
 static void cuda_declare(struct backend_caps *out)
 {
     const uint32_t half = 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16;
@@ -82,9 +82,11 @@ static void cuda_declare(struct backend_caps *out)
             [GLLM_MODE_DENSE] = {.variants = DENSE_VARIANTS,
                                  .max_head_dim = GLLM_CUDA_GENERIC_MAX_D},
             [GLLM_MODE_DECODE] = {.dtypes = half, .variants = PAGED_VARIANTS,
-                                  .max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
+                                  .max_head_dim = 256, .nhead_dims = 6,
+                                  .head_dims = GLLM_CUDA_PAGED_HEAD_DIMS},
             [GLLM_MODE_PREFILL] = {.dtypes = half, .variants = PAGED_VARIANTS,
-                                   .max_head_dim = 128, .nhead_dims = 2, .head_dims = {64, 128}},
+                                   .max_head_dim = 256, .nhead_dims = 6,
+                                   .head_dims = GLLM_CUDA_PAGED_HEAD_DIMS},
         },
     };
 }

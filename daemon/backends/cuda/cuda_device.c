@@ -78,9 +78,12 @@ CUfunction cuda_kernel_find(const struct cuda_dev *x, enum gllm_cuda_mode mode, 
 
 /* Every kernel of the registry whose image this GPU loaded (sm90a: the sm_90a one; tma: and
  * the driver encodes tensor maps), with its dynamic shared memory allowed, into x->kernels
- * grouped by mode; nonzero with why filled in when the driver refuses one. */
+ * grouped by mode; nonzero with why filled in when the driver refuses one. A kernel needing
+ * more shared memory than a block may have here (smem_max; the paged ones at D 256 want
+ * 200 KiB, a 9.0 GPU's 227 but not an 8.6's 99) is left out, as one of an image the GPU
+ * did not load: its jobs are refused by name, and the GPU serves the rest. */
 static int load_kernels(const struct cuda_driver *d, struct cuda_dev *x, bool sm90a, bool tma,
-                        char *why, size_t len)
+                        int smem_max, char *why, size_t len)
 {
     _Static_assert(GLLM_CUDA_KERNEL_COUNT < 256, "mode_at is 8-bit");
     int n = 0;
@@ -96,9 +99,9 @@ static int load_kernels(const struct cuda_driver *d, struct cuda_dev *x, bool sm
             struct cuda_kernel *k = &x->kernels[n++];
             *k = (struct cuda_kernel){.dtype = (int16_t)r->dtype, .D = (uint16_t)r->D,
                                       .flags = r->flags};
-            if (!here)
-                continue;
             const int smem = mode_smem(r->mode, r->D);
+            if (!here || (smem_max > 0 && smem > smem_max))
+                continue;
             char buf[128];
             CUresult e;
             if ((e = d->cuModuleGetFunction(&k->f, x->mod, r->name)) ||
@@ -351,7 +354,11 @@ int cuda_device_open(const struct cuda_driver *d, int ordinal, struct cuda_dev *
      * driver that encodes tensor maps (else the cp.async producer serves alone, and paged
      * prefill runs on the paged kernel). */
     const bool sm90a = strncmp(info->image, "sm_90a", 6) == 0;
-    if (load_kernels(d, x, sm90a, sm90a && d->cuTensorMapEncodeTiled != NULL, why, len))
+    int smem_max = 0;      /* unknown: every kernel is tried, and a refusal says which */
+    if (d->cuDeviceGetAttribute(&smem_max, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                x->dev) != CUDA_SUCCESS)
+        smem_max = 0;
+    if (load_kernels(d, x, sm90a, sm90a && d->cuTensorMapEncodeTiled != NULL, smem_max, why, len))
         return GLLM_EBACKEND;
     /* What the paged kernels need from the device: the SM count for planning, whether a
      * registered host pointer serves as it is. */

@@ -22,9 +22,13 @@ int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, 
                  p->dtype == GLLM_DTYPE_F32 ? "f32" : "this dtype");
         return GLLM_EDTYPE;
     }
-    if (p->D != 64 && p->D != 128) {
-        snprintf(why, len, "the CUDA backend's paged attention takes head dims 64 and 128, not %lld",
-                 (long long)p->D);
+    static const int dims[] = GLLM_CUDA_PAGED_HEAD_DIMS;
+    bool have = false;
+    for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
+        have |= p->D == dims[i];
+    if (!have) {
+        snprintf(why, len, "the CUDA backend's paged attention takes head dims 64, 80, 96, 128, "
+                 "192 and 256, not %lld", (long long)p->D);
         return GLLM_EHEADDIM;
     }
     const void *ptr[4] = {p->k_cache, p->v_cache, p->q, p->out};
@@ -405,6 +409,12 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
             mode = GLLM_CUDA_MODE_PAGED_SINGLE;
         }
         CUfunction f = cuda_kernel_find(x, mode, p->dtype, p->D, 0);
+        if (!f) {           /* left out at load: more shared memory than this GPU gives */
+            snprintf(p->exec.why, p->exec.why_len,
+                     "GPU %d has too little shared memory for the paged kernels at head dim %lld",
+                     x->ordinal, (long long)p->D);
+            return GLLM_EHEADDIM;
+        }
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);     /* the events hold only the launch */
         r = cuda_launch(d, x, ln, f, (unsigned)nwork, (unsigned)t.gy, GLLM_CUDA_PAGED_THREADS,
                         (unsigned)GLLM_CUDA_PAGED_SMEM(p->D), param);
