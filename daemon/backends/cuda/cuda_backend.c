@@ -27,6 +27,7 @@ extern const struct backend_iface cuda_backend_iface;
     (GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP | GLLM_VARIANT_ALIBI |  \
      GLLM_VARIANT_SINKS)
 #define DENSE_VARIANTS (PAGED_VARIANTS | GLLM_VARIANT_HEAD_DIM_V)
+#define PAGED_NHEAD_DIMS ((int)(sizeof((int[])GLLM_CUDA_PAGED_HEAD_DIMS) / sizeof(int)))
 /* A dense job's tensors: q, k, v, out, lse, alibi slopes, sinks (attn_args.device_mask). */
 #define DENSE_TENSORS 7
 
@@ -82,10 +83,10 @@ static void cuda_declare(struct backend_caps *out)
             [GLLM_MODE_DENSE] = {.variants = DENSE_VARIANTS,
                                  .max_head_dim = GLLM_CUDA_GENERIC_MAX_D},
             [GLLM_MODE_DECODE] = {.dtypes = half, .variants = PAGED_VARIANTS,
-                                  .max_head_dim = 256, .nhead_dims = 6,
+                                  .max_head_dim = 256, .nhead_dims = PAGED_NHEAD_DIMS,
                                   .head_dims = GLLM_CUDA_PAGED_HEAD_DIMS},
             [GLLM_MODE_PREFILL] = {.dtypes = half, .variants = PAGED_VARIANTS,
-                                   .max_head_dim = 256, .nhead_dims = 6,
+                                   .max_head_dim = 256, .nhead_dims = PAGED_NHEAD_DIMS,
                                    .head_dims = GLLM_CUDA_PAGED_HEAD_DIMS},
         },
     };

@@ -27,8 +27,12 @@ int cuda_paged_check(struct backend *be, const struct paged_args *p, char *why, 
     for (size_t i = 0; i < sizeof dims / sizeof *dims; i++)
         have |= p->D == dims[i];
     if (!have) {
-        snprintf(why, len, "the CUDA backend's paged attention takes head dims 64, 80, 96, 128, "
-                 "192 and 256, not %lld", (long long)p->D);
+        char list[64];
+        size_t n = 0;
+        for (size_t i = 0; i < sizeof dims / sizeof *dims && n < sizeof list; i++)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%d", i ? " " : "", dims[i]);
+        snprintf(why, len, "the CUDA backend's paged attention takes head dims %s, not %lld", list,
+                 (long long)p->D);
         return GLLM_EHEADDIM;
     }
     const void *ptr[4] = {p->k_cache, p->v_cache, p->q, p->out};
