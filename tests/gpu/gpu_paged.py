@@ -2,7 +2,7 @@
 """Paged KV cache on the GPU machine: gllmd's decode and prefill vs PyTorch float64 on random page
 tables, then decode bandwidth against PyTorch SDPA (cuDNN, FA2) and a device-to-device copy, in one run.
 
-Usage: gpu_paged.py --socket PATH [--out DIR] [--iters N] [--shapes B:L,B:L...]
+Usage: gpu_paged.py --socket PATH [--out DIR] [--iters N] [--shapes B:L[:D[:HQ:HKV]],...]
 Writes DIR/gpu_paged.json, a gllm-bench-run/1 document (bench/SCHEMA.md) with the
 correctness cases beside it. GLLM_BENCH_SLOWDOWN=F (a test hook of the regression gate)
 reports gllm's kernel times as (1 + F) times what was measured; the peers' are left alone.
@@ -496,9 +496,9 @@ def main():
     ap.add_argument("--skip-check", action="store_true")
     ap.add_argument("--repeat-only", type=int, default=0, metavar="N",
                     help="only run one B1 decode N times and count the different outputs")
-    ap.add_argument("--shapes", default="64:4096,1:8192", metavar="B:L,...",
-                    help="decode shapes to time (Hq 32, Hkv 8, D 128, f16, pages of 16); "
-                         "the default is issue 4's pair")
+    ap.add_argument("--shapes", default="64:4096,1:8192", metavar="B:L[:D[:HQ:HKV]],...",
+                    help="decode shapes to time (f16, pages of 16; Hq 32, Hkv 8 and D 128 unless "
+                         "given); the default is issue 4's pair")
     ap.add_argument("--prefill-shapes", default="8:0:2048,8:1536:512,32:0:512",
                     metavar="B:PREFIX:NEW[:PAGE[:D]],...",
                     help="chunked prefills to time (Hq 32, Hkv 8, bf16, pages of 16 and D 128 "
@@ -533,6 +533,16 @@ def main():
                   (4, 16, 2, 64, 16, "bf16")]:
             total += 1
             passed += check(client, g, *c, True, True, results, min_len=1000, max_len=3000)
+        # The head dims other than 64 and 128 (Phi-3's 96, Gemma's 256, 80 and 192), decode and
+        # prefill, short and long, GQA 1 to 8.
+        for c, lens in [((3, 32, 32, 96, 16, "bf16"), (1, 900)), ((4, 16, 8, 256, 16, "bf16"), (1, 900)),
+                        ((2, 32, 8, 80, 64, "f16"), (1, 900)), ((3, 16, 2, 192, 16, "f16"), (1, 900)),
+                        ((2, 16, 8, 256, 16, "f16"), (1000, 3000)),
+                        ((2, 32, 32, 96, 16, "bf16"), (1000, 3000))]:
+            for prefill in (False, True):
+                total += 1
+                passed += check(client, g, *c, prefill, True, results, min_len=lens[0],
+                                max_len=lens[1])
         # The same with a page number past the pool first, found by the kernel (the table is
         # on the device): D 128 and D 64 (the Hopper paged prefill's two producers).
         for c in [(4, 32, 8, 128, 16, "bf16"), (3, 16, 4, 64, 16, "f16")]:
@@ -595,8 +605,9 @@ def main():
     d2d = d2d_gbps(args.iters)
     print(f"PyTorch device-to-device copy: {d2d:.0f} GB/s (read + written)", flush=True)
     for shape in args.shapes.split(","):
-        B, L = (int(v) for v in shape.split(":"))
-        bench(client, g, B, 32, 8, L, 128, 16, args.iters, rows, d2d)
+        B, L, *rest = (int(v) for v in shape.split(":"))
+        D, Hq, Hkv = (rest + [128, 32, 8][len(rest):])[:3]
+        bench(client, g, B, Hq, Hkv, L, D, 16, args.iters, rows, d2d)
     var_rows, var_ok = [], True
     if "variants" in client.caps.get("capabilities", {}).get("decode", {}) and \
             "window" in client.caps["capabilities"]["decode"]["variants"]:
