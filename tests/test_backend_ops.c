@@ -643,6 +643,25 @@ static const struct var_case v_dv64 = {.Dv = 64};
 static const struct var_case v_gemma = {.window = true, .window_left = 200, .window_right = -1,
                                         .soft_cap = 30.0, .alibi = true};
 
+/* Head dims above 128 (Gemma's 256; 160 and 192, and D 192 with Dv 128, which a GPU may pad
+ * onto its D 256 kernel): several 128-row query tiles and 64-key tiles, causal with fewer and
+ * with more queries than keys (rows that see no key), GQA, every layout, a negative scale. */
+static void test_dense_wide_head_dims(void **state)
+{
+    (void)state;
+    static const struct dense_case cases[] = {
+        {GLLM_DTYPE_F16, 2, 4, 2, 300, 300, 256, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 2, 1, 200, 333, 256, false, true, BSHD, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 4, 4, 260, 130, 256, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_F16, 1, 8, 2, 129, 700, 256, true, false, PADDED, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 2, 1, 70, 70, 256, true, true, BHSD, -0.05, NULL},
+        {GLLM_DTYPE_F16, 1, 4, 2, 200, 200, 192, true, true, BHSD, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 2, 1, 150, 180, 160, false, true, BSHD, 0, NULL},
+        {GLLM_DTYPE_BF16, 1, 4, 1, 257, 257, 192, true, true, BHSD, 0, &v_dv128},
+    };
+    RUN_DENSE(cases, 350);
+}
+
 static void test_dense_variants(void **state)
 {
     (void)state;
@@ -1167,6 +1186,7 @@ static void test_caps_as_declared(void **state)
 BACKEND_TEST(test_dense_dtypes_and_masks)
 BACKEND_TEST(test_dense_gqa_and_lengths)
 BACKEND_TEST(test_dense_head_dims)
+BACKEND_TEST(test_dense_wide_head_dims)
 BACKEND_TEST(test_dense_strided_views)
 BACKEND_TEST(test_dense_variants)
 BACKEND_TEST(test_copies)
@@ -1183,6 +1203,7 @@ int main(void)
         cmocka_unit_test(test_dense_dtypes_and_masks_on_backend),
         cmocka_unit_test(test_dense_gqa_and_lengths_on_backend),
         cmocka_unit_test(test_dense_head_dims_on_backend),
+        cmocka_unit_test(test_dense_wide_head_dims_on_backend),
         cmocka_unit_test(test_dense_strided_views_on_backend),
         cmocka_unit_test(test_dense_variants_on_backend),
         cmocka_unit_test(test_copies_on_backend),

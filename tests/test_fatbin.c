@@ -135,7 +135,7 @@ static void test_hopper_code(void **state)
             assert_int_equal(c.local, 0);
         kernels++;
     }
-    assert_int_equal(kernels, 28);   /* 24 dense (TMA, cp.async, variants), 4 paged */
+    assert_int_equal(kernels, 32);   /* 24 dense (TMA, cp.async, variants), 4 paged, 4 D 256 */
 }
 
 static const char *const registry[] = {

@@ -51,34 +51,6 @@
 namespace {
 
 #ifdef GLLM_HAVE_WGMMA
-// The producer warpgroup's copy of rows [row0, row0 + ROWS) of one head into a swizzled
-// [ROWS][D] tile; rows >= nrows or below 0 (a causal head's first m-tile, m_pad) are zeros.
-// Thread i copies 16-byte column i % (D / 8) of rows i / (D / 8) + (128 / (D / 8)) k: one
-// swizzle offset for all its rows.
-template <int D, int ROWS, typename T>
-__device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t row_stride, int row0,
-                                          int nrows, int i)
-{
-    constexpr int CHUNKS = D / 8, STEP = 128 / CHUNKS;   // 16-byte columns, rows per pass
-    const int r0 = i / CHUNKS, c = i % CHUNKS;
-    const T *src = base + (int64_t)(row0 + r0) * row_stride + c * 8;
-    const int64_t step = (int64_t)STEP * row_stride;
-    const uint32_t soff = tile + hp_offset<ROWS>(r0, c * 8);
-    // One pointer walked down the rows, hidden from the optimiser at each step: the
-    // producer runs on Hp::PRODUCER registers, and the per-row offsets (it * step) that
-    // the compiler would otherwise hoist out of the tile loop, 16 64-bit values per copy,
-    // spill there.
-    int rows_left = nrows - (row0 + r0);
-#pragma unroll
-    for (int it = 0; it < ROWS / STEP; it++) {
-        const bool ok = rows_left > 0 && rows_left <= nrows;       // 0 <= row < nrows
-        cp_async16(soff + it * STEP * 128, ok ? src : base, ok ? 16 : 0);
-        src += step;
-        asm volatile("" : "+l"(src));
-        rows_left -= STEP;
-    }
-}
-
 // The block's tiles in schedule order (see hopper_schedule.h), one at a time: next() gives
 // the head and m-tile of the next one, false when there is none; done() says whether the one
 // just given was the block's last. Producer and consumers walk the same sequence: the whole

@@ -4,3 +4,4 @@
 #include "paged_attention.cu"
 #include "paged_prefill_hopper.cu"
 #include "pad_rows.cu"
+#include "attention_fwd_hopper_wide.cu"

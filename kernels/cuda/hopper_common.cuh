@@ -52,6 +52,43 @@ template <int D, int STAGES_ = GLLM_CUDA_HP_STAGES(D)> struct Hp {
                   "setmaxnreg budget");
 };
 
+#ifdef GLLM_HAVE_WGMMA
+// The producer warpgroup's copy of rows [row0, row0 + ROWS) of one head into a swizzled
+// [ROWS][D] tile; rows >= nrows or below 0 (a causal head's first m-tile, m_pad) are zeros.
+// Thread i copies 16-byte column i % TPR (and, at D = 256, that one plus 16: CPR of them) of
+// rows i / TPR + STEP k, TPR = min(D / 8, 16): a pass covers a multiple of 8 rows, so one
+// swizzle offset serves all its rows.
+template <int D, int ROWS, typename T>
+__device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t row_stride, int row0,
+                                          int nrows, int i)
+{
+    constexpr int CHUNKS = D / 8;                        // 16-byte columns
+    constexpr int TPR = CHUNKS < 16 ? CHUNKS : 16;       // threads per row
+    constexpr int STEP = 128 / TPR, CPR = CHUNKS / TPR;  // rows per pass, columns per thread
+    static_assert(CHUNKS % TPR == 0 && STEP % 8 == 0 && ROWS % STEP == 0, "tile shape");
+    const int r0 = i / TPR, c = i % TPR;
+    const T *src = base + (int64_t)(row0 + r0) * row_stride + c * 8;
+    const int64_t step = (int64_t)STEP * row_stride;
+    const uint32_t soff = tile + hp_offset<ROWS>(r0, c * 8);
+    // One pointer walked down the rows, hidden from the optimiser at each step: the
+    // producer runs on Hp::PRODUCER registers, and the per-row offsets (it * step) that
+    // the compiler would otherwise hoist out of the tile loop, 16 64-bit values per copy,
+    // spill there.
+    int rows_left = nrows - (row0 + r0);
+#pragma unroll
+    for (int it = 0; it < ROWS / STEP; it++) {
+        const bool ok = rows_left > 0 && rows_left <= nrows;       // 0 <= row < nrows
+#pragma unroll
+        for (int k = 0; k < CPR; k++)                    // column TPR k: 2 k column blocks on
+            cp_async16(soff + it * STEP * 128 + k * 2 * ROWS * 128, ok ? src + k * 128 : base,
+                       ok ? 16 : 0);
+        src += step;
+        asm volatile("" : "+l"(src));
+        rows_left -= STEP;
+    }
+}
+#endif
+
 } // namespace
 
 #endif

@@ -36,9 +36,11 @@ __device__ __forceinline__ uint64_t desc_k_major(uint32_t saddr)
 // MN-major (V tile as B of P V: keys are the K dimension, the head dim is N and
 // contiguous): column blocks of 64 (the N atoms) 16 KiB apart (unused at D = 64), 8-key
 // groups 1024 apart.
+// BLOCK: the bytes from one column block to the next (a tile's keys times 128).
+template <uint32_t BLOCK = 16384>
 __device__ __forceinline__ uint64_t desc_mn_major(uint32_t saddr)
 {
-    return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(16384 >> 4) << 16) |
+    return (uint64_t)((saddr >> 4) & 0x3FFF) | ((uint64_t)(BLOCK >> 4) << 16) |
            ((uint64_t)(1024 >> 4) << 32) | (1ull << 62);
 }
 
@@ -68,10 +70,11 @@ __device__ __forceinline__ void pin(float (&r)[N])
 }
 // The same for P, wgmma's A operand from registers: it is read after the instruction has
 // issued too, so P stays untouched until the wait that follows its wgmma.
-__device__ __forceinline__ void pin(uint32_t (&r)[8][4])
+template <int R>
+__device__ __forceinline__ void pin(uint32_t (&r)[R][4])
 {
 #pragma unroll
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < R; i++)
 #pragma unroll
         for (int k = 0; k < 4; k++)
             asm volatile("" : "+r"(r[i][k])::"memory");
@@ -327,6 +330,20 @@ WGMMA_RS_M64N64K16(__nv_bfloat16, "bf16")
     }
 WGMMA_SS_M64N128K16(__half, "f16")
 WGMMA_SS_M64N128K16(__nv_bfloat16, "bf16")
+
+// The same with N = 64 (Q K^T over 64-key tiles, attention_fwd_hopper_wide.cu).
+#define WGMMA_SS_M64N64K16(T, PTX)                                                             \
+    __device__ __forceinline__ void wgmma_ss_m64n64k16(Tag<T>, float (&d)[32], uint64_t desc_a,   \
+                                                       uint64_t desc_b, int scale_d)           \
+    {                                                                                          \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                              \
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32." PTX "." PTX " {"            \
+                     WG_ACC32_TEXT "}, %32, %33, p, 1, 1, 0, 0;\n}\n"                          \
+                     : WG_ACC32_OPS(d)                                                         \
+                     : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                \
+    }
+WGMMA_SS_M64N64K16(__half, "f16")
+WGMMA_SS_M64N64K16(__nv_bfloat16, "bf16")
 
 #endif // GLLM_HAVE_WGMMA
 

@@ -11,14 +11,14 @@ namespace {
 #ifdef GLLM_HAVE_WGMMA
 // The largest (MAX) or smallest score of each of a thread's two rows, across the 4 lanes
 // that share them; a uniform branch picks the direction, not a select per score.
-template <bool MAX>
-__device__ __forceinline__ void row_extreme(const float (&s)[64], float (&out)[2])
+template <bool MAX, int N>
+__device__ __forceinline__ void row_extreme(const float (&s)[N], float (&out)[2])
 {
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         float x = s[2 * hr];
 #pragma unroll
-        for (int n = 0; n < 16; n++)
+        for (int n = 0; n < N / 4; n++)
             x = MAX ? fmaxf(x, fmaxf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]))
                     : fminf(x, fminf(s[4 * n + 2 * hr], s[4 * n + 2 * hr + 1]));
         const float y = __shfl_xor_sync(0xffffffff, x, 1);
@@ -29,14 +29,16 @@ __device__ __forceinline__ void row_extreme(const float (&s)[64], float (&out)[2
 }
 
 // Mask the tail tile (keys >= Skv) and, causal, the tiles crossing this warpgroup's
-// diagonal (row sees keys <= row + shift). row0: this thread's first row.
-template <bool CAUSAL>
-__device__ __forceinline__ void mask_tile(float (&s)[64], int n0, int Skv, int r_wg, int row0,
+// diagonal (row sees keys <= row + shift). row0: this thread's first row. A tile of N
+// scores a thread holds 2 N keys (HP_KEYS at N = 64).
+template <bool CAUSAL, int N>
+__device__ __forceinline__ void mask_tile(float (&s)[N], int n0, int Skv, int r_wg, int row0,
                                           int shift, int t, float masked)
 {
-    if (n0 + HP_KEYS > Skv || (CAUSAL && n0 + HP_KEYS - 1 > r_wg + shift)) {
+    constexpr int KEYS = 2 * N;
+    if (n0 + KEYS > Skv || (CAUSAL && n0 + KEYS - 1 > r_wg + shift)) {
 #pragma unroll
-        for (int i = 0; i < 64; i++) {
+        for (int i = 0; i < N; i++) {
             const int key = n0 + (i / 4) * 8 + 2 * t + (i & 1);
             if (key >= Skv || (CAUSAL && key > row0 + 8 * ((i >> 1) & 1) + shift))
                 s[i] = masked;
@@ -115,7 +117,8 @@ __device__ __forceinline__ void var_tile(float (&s)[64], int n0, int Skv, const 
 // in the walk). rescale_to_max takes the tile's row maxima and moves the references, rescaling
 // row_sum at once; it returns whether O must be multiplied by scale_o (warp-uniform). exp_tile
 // leaves exp2(s * qk_scale - reference) in s and adds them to sum, row by row.
-__device__ __forceinline__ bool rescale_to_max(const float (&s)[64], float (&row_max)[2],
+template <int N>
+__device__ __forceinline__ bool rescale_to_max(const float (&s)[N], float (&row_max)[2],
                                                float (&row_sum)[2], float (&scale_o)[2],
                                                float qk_scale, bool pos_scale, float slack)
 {
@@ -147,11 +150,12 @@ __device__ __forceinline__ float exp_ref(float row_max)
 }
 
 // exp2(s * qk_scale - ref) in s, row by row, each added to its row's sum.
-__device__ __forceinline__ void exp_tile_ref(float (&s)[64], const float (&ref)[2], float qk_scale,
+template <int N>
+__device__ __forceinline__ void exp_tile_ref(float (&s)[N], const float (&ref)[2], float qk_scale,
                                              float (&sum)[2])
 {
 #pragma unroll
-    for (int n = 0; n < 16; n++) {
+    for (int n = 0; n < N / 4; n++) {
         s[4 * n] = fast_exp2(fmaf(s[4 * n], qk_scale, -ref[0]));
         s[4 * n + 1] = fast_exp2(fmaf(s[4 * n + 1], qk_scale, -ref[0]));
         s[4 * n + 2] = fast_exp2(fmaf(s[4 * n + 2], qk_scale, -ref[1]));
@@ -161,7 +165,8 @@ __device__ __forceinline__ void exp_tile_ref(float (&s)[64], const float (&ref)[
     }
 }
 
-__device__ __forceinline__ void exp_tile(float (&s)[64], const float (&row_max)[2], float qk_scale,
+template <int N>
+__device__ __forceinline__ void exp_tile(float (&s)[N], const float (&row_max)[2], float qk_scale,
                                          float (&sum)[2])
 {
     const float ref[2] = {exp_ref(row_max[0]), exp_ref(row_max[1])};
@@ -169,7 +174,8 @@ __device__ __forceinline__ void exp_tile(float (&s)[64], const float (&row_max)[
 }
 
 // Both, for a tile whose maxima are taken first; row_sum gets the tile's sums.
-__device__ __forceinline__ bool softmax_tile(float (&s)[64], float (&row_max)[2],
+template <int N>
+__device__ __forceinline__ bool softmax_tile(float (&s)[N], float (&row_max)[2],
                                              float (&row_sum)[2], float (&scale_o)[2],
                                              float qk_scale, bool pos_scale)
 {
@@ -194,12 +200,12 @@ __device__ __forceinline__ void rescale_o(float (&o)[D / 2], const float (&scale
 }
 
 // P (the exponentials in s) as wgmma's A fragments: the accumulator layout of an m64n128
-// tile is, 16 keys at a time, the A layout of an m64k16 one.
-template <typename T>
-__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&pf)[8][4])
+// (m64n64) tile is, 16 keys at a time, the A layout of an m64k16 one.
+template <typename T, int N>
+__device__ __forceinline__ void pack_p(const float (&s)[N], uint32_t (&pf)[N / 8][4])
 {
 #pragma unroll
-    for (int n = 0; n < 16; n++) {
+    for (int n = 0; n < N / 4; n++) {
         pf[n / 2][(n & 1) * 2] = Elem<T>::pack(s[4 * n], s[4 * n + 1]);
         pf[n / 2][(n & 1) * 2 + 1] = Elem<T>::pack(s[4 * n + 2], s[4 * n + 3]);
     }

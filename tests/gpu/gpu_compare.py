@@ -398,6 +398,8 @@ def main():
                     "(B = 16384 / S), hidden 2048 (H = 2048 / D), S 512 to 16k, D 64 and 128, "
                     "causal and not, f16 and bf16, and GQA 4:1 and 8:1; each shape checked "
                     "in float64 (batch 0, first and last head) before it is timed")
+    ap.add_argument("--shapes", default=None, metavar="B:H:S:D:DTYPE[:causal][:kvN],...",
+                    help="these bench shapes in place of the four standard ones (kvN: N KV heads)")
     ap.add_argument("--sustained", type=float, default=0.0, metavar="SECONDS",
                     help="also time gllm and cuDNN under a sustained load, each for SECONDS "
                     "twice in turn (0.2 to 10; the xcuDNNs column): the GPU's clock after a "
@@ -458,6 +460,13 @@ def main():
         (1, 4, 4, 130, 250, 128, "f16", False, None, True, 1200.0),
         (1, 8, 8, 600, 1500, 128, "f16", False, None, False, -160.0),
         (2, 8, 2, 500, 1500, 128, "bf16", False, None, True, 160.0),   # the cp.async kernel
+        # D = 256 (its Hopper kernel of 64-key tiles), and 192 and 160 padded onto it: GQA,
+        # ragged tails, one key, causal with Skv < Sq, a head stride of 0, growing scores
+        (2, 8, 2, 200, 333, 256, "bf16", False), (1, 8, 8, 129, 1, 256, "f16", False),
+        (1, 4, 4, 1000, 300, 256, "f16", True), (1, 4, 2, 700, 1100, 256, "bf16", True, -0.5),
+        (2, 8, 4, 300, 500, 256, "f16", True, None, True),
+        (1, 8, 8, 1024, 1024, 256, "f16", False, None, False, 160.0),
+        (1, 4, 2, 300, 300, 192, "bf16", True), (1, 4, 4, 257, 400, 160, "f16", False),
     ]
     for _ in range(6):   # fresh random shapes every run
         r = [int(x) for x in torch.randint(1, 700, (2,), generator=rng)]
@@ -479,6 +488,12 @@ def main():
         shapes = [(s, None) for s in prefill_shapes.STANDARD]
         if args.sweep:
             shapes = prefill_shapes.sweep()
+        if args.shapes:
+            shapes = []
+            for spec in args.shapes.split(","):
+                B, H, S, D, dt, *rest = spec.split(":")
+                hkv = next((int(x[2:]) for x in rest if x.startswith("kv")), None)
+                shapes.append(((int(B), int(H), int(S), int(D), dt, "causal" in rest), hkv))
         for shape, hkv in shapes:
             B, H, S, D, dt, c = shape
             if args.match and not re.search(args.match, shape_name(B, H, hkv or H, S, D, dt, c)):

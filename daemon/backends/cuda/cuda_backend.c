@@ -196,9 +196,11 @@ static void cuda_host_unregister(struct backend *be, void *p)
     cuda_unpin(c->d, &c->pins, p);
 }
 
-static bool tc_eligible(const struct attn_args *a)
+/* Whether a's tensors are laid out as the tensor-core and Hopper kernels copy them: f16 or
+ * bf16, Dv = D, 16-byte rows. */
+static bool tc_layout(const struct attn_args *a)
 {
-    if (a->dtype == GLLM_DTYPE_F32 || (a->D != 64 && a->D != 128) || attn_dv(a) != a->D)
+    if (a->dtype == GLLM_DTYPE_F32 || attn_dv(a) != a->D)
         return false;
     const int64_t *st[4] = {a->q_st, a->k_st, a->v_st, a->o_st};
     const void *ptr[4] = {a->q, a->k, a->v, a->out};
@@ -213,6 +215,11 @@ static bool tc_eligible(const struct attn_args *a)
                 return false;
     }
     return true;
+}
+
+static bool tc_eligible(const struct attn_args *a)
+{
+    return (a->D == 64 || a->D == 128) && tc_layout(a);
 }
 
 static int cuda_dev_alloc(struct backend *be, int dev, size_t bytes, void **out)
@@ -435,6 +442,10 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
     const bool plain = attn_variant_none(var) && (dp || Dv == a->D);
     CUfunction hopper = plain ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, D, flags) : NULL;
+    /* D 256 (and, padded, 129 to 255) on Hopper: a kernel of its own (64-key tiles). */
+    CUfunction wide = plain && D == 256 && (dp || tc_layout(a))
+                          ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_WIDE, a->dtype, D, flags)
+                          : NULL;
     const unsigned heads = (unsigned)(a->B * a->Hq);
     CUfunction f;
     unsigned gx, gy, threads, smem;
@@ -472,6 +483,10 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
             gx = (unsigned)((a->Sq + GLLM_CUDA_GENERIC_ROWS - 1) / GLLM_CUDA_GENERIC_ROWS), gy = heads;
             threads = GLLM_CUDA_GENERIC_ROWS * 32, smem = 0;
         }
+    } else if (wide) {
+        f = wide;
+        gx = (unsigned)((a->Sq + GLLM_CUDA_HPW_ROWS - 1) / GLLM_CUDA_HPW_ROWS), gy = heads;
+        threads = GLLM_CUDA_HPW_THREADS, smem = (unsigned)GLLM_CUDA_HPW_SMEM(D);
     } else if (tc && hopper) {
         /* Persistent: a block per SM (fewer when there are fewer tiles, or at D = 128 not
          * causal as few as its rounds need), each working through the schedule of

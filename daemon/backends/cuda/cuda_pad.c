@@ -8,11 +8,19 @@ int64_t cuda_pad_dim(const struct cuda_dev *x, const struct attn_args *a)
     if (!cuda_kernel_find(x, GLLM_CUDA_MODE_PAD, a->dtype, 0, 0))
         return 0;
     const int64_t dv = attn_dv(a);
-    if (a->dtype == GLLM_DTYPE_F32 || a->D > 128 || ((a->D == 64 || a->D == 128) && dv == a->D))
+    if (a->dtype == GLLM_DTYPE_F32 || ((a->D == 64 || a->D == 128 || a->D == 256) && dv == a->D))
         return 0;
     if (a->q_st[3] != 1 || a->k_st[3] != 1 || a->v_st[3] != 1 || a->o_st[3] != 1)
         return 0;
-    return a->D <= 64 ? 64 : 128;
+    if (a->D <= 128)
+        return a->D <= 64 ? 64 : 128;
+    /* Above 128: onto the Hopper D 256 kernel where there is one, for plain jobs (it has no
+     * variant form; a variant runs on the generic kernel unpadded). */
+    const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
+    return attn_variant_none(&a->variant) &&
+                   cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_WIDE, a->dtype, 256, flags)
+               ? 256
+               : 0;
 }
 
 static size_t padded_bytes(int64_t B, int64_t H, int64_t S, int64_t dp)
