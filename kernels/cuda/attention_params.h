@@ -63,7 +63,7 @@ typedef struct gllm_cuda_attn_params {
  * slack, Q, GLLM_CUDA_HPW_STAGES stages of K and V tiles of GLLM_CUDA_HPW_KEYS keys). The
  * tensor-core kernels' layout needs. */
 #define GLLM_CUDA_HPW_ROWS 128
-#define GLLM_CUDA_HPW_KEYS 64
+#define GLLM_CUDA_HPW_KEYS 80
 #define GLLM_CUDA_HPW_STAGES 2
 #define GLLM_CUDA_HPW_THREADS (GLLM_CUDA_HPW_ROWS * 2 + 128)
 #define GLLM_CUDA_HPW_SMEM(D) \
