@@ -408,8 +408,8 @@ __device__ __forceinline__ void attention_fwd_hopper(const gllm_cuda_attn_params
     // Consumers: warpgroup wg takes query rows [m0 + 64 wg, m0 + 64 wg + 64) of each tile.
     regs_inc<S::CONSUMER>();
     Consumer c = consumer_setup<D, D == 64 || !CAUSAL>(p.scale, s_q, s_kv);
-    if (VAR && GLLM_CUDA_HP_VAR_XFORM(D) && (var->soft_cap > 0.f || var->alibi))
-        c.qk_scale = 1.f, c.pos_scale = true, c.masked = -INFINITY;   // var_tile's log2 units
+    if (VAR && (var->soft_cap > 0.f || var->alibi))
+        c.qk_scale = var_xform_scale(*var), c.pos_scale = true, c.masked = -INFINITY;  // var_tile
     const int wg = c.wg, wrow = c.wrow, g = c.g, t = c.t;
     const bool o_thread = threadIdx.x % 128 == 0;    // issues the warpgroup's O stores
     uint32_t base = 0;                               // K/V loads of the block's earlier tiles

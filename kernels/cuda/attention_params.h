@@ -213,10 +213,7 @@ typedef struct gllm_cuda_attn_var_params {
 
 /* gllm_attn_fwd_hopper_var_{f16,bf16}_d{64,128}[_causal] (sm_90a image only): the TMA kernels
  * with a variant, launched as they are on gllm_cuda_hp_grid's blocks, hp.split zeroed (the
- * variant kernels split no unit). At D = 64 they compute windows, chunks and sinks but no
- * soft-cap or ALiBi (GLLM_CUDA_HP_VAR_XFORM: with them, the three consumer warpgroups' 160
- * registers spilled 160-196 bytes); such jobs take the tensor-core form. */
-#define GLLM_CUDA_HP_VAR_XFORM(D) ((D) == 128)
+ * variant kernels split no unit). */
 typedef struct gllm_cuda_hp_var_params {
     gllm_cuda_hp_params hp;
     gllm_cuda_variant v;

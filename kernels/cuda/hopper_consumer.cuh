@@ -282,7 +282,7 @@ __device__ __forceinline__ void key_rest(const KeyWalk &w, float (&s)[64], float
         o[i] = 0.f;
     auto mask = [&](int j) {                           // key tile j's masked scores
         if constexpr (VAR)
-            var_tile<GLLM_CUDA_HP_VAR_XFORM(D)>(s, (w.k0 + j) * HP_KEYS, w.Skv, *w.var, w.t, w.masked);
+            var_tile(s, (w.k0 + j) * HP_KEYS, w.Skv, *w.var, w.t, w.masked);
         else
             mask_tile<CAUSAL>(s, (w.k0 + j) * HP_KEYS, w.Skv, w.r_wg, w.row0, w.shift, w.t,
                               w.masked);

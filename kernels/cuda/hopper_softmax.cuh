@@ -50,15 +50,22 @@ __device__ __forceinline__ void mask_tile(float (&s)[N], int n0, int Skv, int r_
 // first row (the second is pos0 + 8), and the warpgroup's edges: a key tile inside [edge_lo,
 // edge_hi] (the last row's first key, the first row's last) is seen whole by every row of the
 // warpgroup, so it needs no mask. With xform (a soft-cap or ALiBi) every score is transformed
-// into log2 units, and the softmax's scale is 1: cap2 tanh(s s_over) (cap2 = cap log2 e,
-// s_over = scale / cap) or s sc2 (sc2 = scale log2 e), plus slope2 (key - pos) (slope2 = the
-// slope times log2 e), the constants folded so that a score costs two FMAs (and the tanh).
+// into log2 units, up to the softmax's scale (var_xform_scale): a soft-cap alone leaves
+// tanh(s s_over) (s_over = scale / cap) and the scale is cap2 = cap log2 e, folded into the
+// exponential's FMA; with ALiBi the score becomes cap2 tanh(s s_over) or s sc2 (sc2 = scale
+// log2 e), plus slope2 (key - pos) (slope2 = the slope times log2 e), and the scale is 1.
 struct VarRows {
     const gllm_cuda_variant *v;
     int pos0, edge_lo, edge_hi;
     float sc2, s_over, cap2, slope2;
-    bool causal, xform;
+    bool causal, cap, alibi;
 };
+
+// The softmax's scale of the scores var_tile has transformed (above).
+__device__ __forceinline__ float var_xform_scale(const gllm_cuda_variant &v)
+{
+    return v.alibi ? 1.f : v.soft_cap * LOG2E;
+}
 
 // The rows of warpgroup positions [first, last] (this thread's first at pos0), head h.
 __device__ __forceinline__ VarRows var_rows(const gllm_cuda_variant *v, bool causal, int pos0,
@@ -73,43 +80,68 @@ __device__ __forceinline__ VarRows var_rows(const gllm_cuda_variant *v, bool cau
     r.s_over = cap > 0.f ? scale / cap : 0.f;
     r.cap2 = cap * LOG2E;
     r.slope2 = v->alibi ? v->alibi[h] * LOG2E : 0.f;
-    r.xform = cap > 0.f || v->alibi;
+    r.cap = cap > 0.f;
+    r.alibi = v->alibi != nullptr;
     return r;
 }
 
-// mask_tile for a variant: on a tile across an edge, keys outside each row's interval masked
-// (the tail among them: a row's interval ends before Skv); every score transformed where
-// r.xform and XFORM (without it, the kernel computes no transform: those of D = 64, where its
-// registers spilled). Edge and the transform's form are warpgroup-uniform branches.
-template <bool XFORM>
-__device__ __forceinline__ void var_tile(float (&s)[64], int n0, int Skv, const VarRows &r, int t,
-                                         float masked)
+// Every score of a tile transformed (VarRows), one form per instance: the loop has no branch,
+// so the compiler interleaves the scores' tanh and FMAs. With the form chosen per score inside
+// one loop it did not: each score's tanh waited on the last, among branches (0.40x of the
+// plain kernel's speed).
+template <bool CAP, bool ALIBI>
+__device__ __forceinline__ void var_xform(float (&s)[64], int n0, const VarRows &r, int t)
 {
-    const bool xform = XFORM && r.xform;
-    const bool edge = n0 < r.edge_lo || n0 + HP_KEYS - 1 > r.edge_hi;
-    if (!xform && !edge)
-        return;
-    const bool capped = r.cap2 > 0.f;
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
-        const int pos = r.pos0 + 8 * hr;
-        const VarKeys k = edge ? var_keys(*r.v, r.causal, pos, Skv) : VarKeys{0, 0};
-        const float base = r.slope2 * (float)(n0 + 2 * t - pos);   // ALiBi at column 0
+        const float base = r.slope2 * (float)(n0 + 2 * t - r.pos0 - 8 * hr);  // ALiBi at column 0
 #pragma unroll
         for (int n = 0; n < 16; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int i = 4 * n + 2 * hr + e, key = n0 + 8 * n + 2 * t + e;
-                float x = s[i];
-                if (xform) {
-                    const float bias = fmaf(r.slope2, (float)(8 * n + e), base);
-                    x = capped ? fmaf(r.cap2, fast_tanh(x * r.s_over), bias) : fmaf(x, r.sc2, bias);
-                }
-                if (edge)
-                    x = key >= k.lo && key <= k.hi ? x : masked;
+                const int i = 4 * n + 2 * hr + e;
+                float x = CAP ? fast_tanh(s[i] * r.s_over) : s[i];
+                if (ALIBI)
+                    x = fmaf(x, CAP ? r.cap2 : r.sc2, fmaf(r.slope2, (float)(8 * n + e), base));
                 s[i] = x;
             }
     }
+}
+
+// The scores of keys outside each row's interval masked, on a tile across an edge (the tail
+// among them: a row's interval ends before Skv). A score's key is n0 + 2 t + c for a
+// compile-time c, so each is two compares against the row's bounds moved by n0 + 2 t.
+__device__ __forceinline__ void var_mask(float (&s)[64], int n0, int Skv, const VarRows &r, int t,
+                                         float masked)
+{
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const VarKeys k = var_keys(*r.v, r.causal, r.pos0 + 8 * hr, Skv);
+        const int lo = k.lo - n0 - 2 * t, hi = k.hi - n0 - 2 * t;
+#pragma unroll
+        for (int n = 0; n < 16; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int i = 4 * n + 2 * hr + e, c = 8 * n + e;
+                s[i] = c >= lo && c <= hi ? s[i] : masked;
+            }
+    }
+}
+
+// mask_tile for a variant: every score transformed where r has a transform, then on a tile
+// across an edge the keys outside each row's interval masked. The transform's form and the
+// edge are warpgroup-uniform branches, each around a whole tile's loop.
+__device__ __forceinline__ void var_tile(float (&s)[64], int n0, int Skv, const VarRows &r, int t,
+                                         float masked)
+{
+    if (r.cap && r.alibi)
+        var_xform<true, true>(s, n0, r, t);
+    else if (r.cap)
+        var_xform<true, false>(s, n0, r, t);
+    else if (r.alibi)
+        var_xform<false, true>(s, n0, r, t);
+    if (n0 < r.edge_lo || n0 + HP_KEYS - 1 > r.edge_hi)
+        var_mask(s, n0, Skv, r, t, masked);
 }
 
 // Online softmax of one score tile, base 2, with attention_fwd.cu's lazy rescale: the

@@ -129,7 +129,8 @@ class Spec:
         return p
 
 
-# Issue 54's peers on an H200: D128 causal and each variant alone; GPT-OSS's local layers; Gemma's
+# Issue 54's peers on an H200: D128 causal and each variant alone, soft-cap with ALiBi, the
+# transforms at D64; GPT-OSS's local layers; Gemma's
 # D256, plain causal and its local layers (window 1024 + soft-cap 50).
 PRESETS = {
     "causal": "B2:H32:S4096:D128:bf16:causal",
@@ -137,6 +138,9 @@ PRESETS = {
     "softcap": "B2:H32:S4096:D128:bf16:causal:cap50",
     "alibi": "B2:H32:S4096:D128:bf16:causal:alibi",
     "chunk": "B2:H32:S4096:D128:bf16:causal:chunk1024",
+    "softcap-alibi": "B2:H32:S4096:D128:bf16:causal:cap50:alibi",
+    "d64-softcap": "B4:H32:S4096:D64:f16:causal:cap50",
+    "d64-alibi": "B4:H32:S4096:D64:bf16:alibi",
     "gptoss": "B2:H64:Hkv8:S4096:D64:bf16:causal:wl127:sinks",
     "d256": "B4:H16:S8192:D256:bf16:causal",
     "d256-window-softcap": "B4:H16:S8192:D256:bf16:causal:wl1023:cap50",

@@ -458,10 +458,8 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
          * D 64 and 128, else the generic one. */
         vp.a = p, vp.Dv = dp ? dp : Dv, param = &vp;
         vp.v = cuda_variant_of(var, dptr[5], dptr[6]);
-        const bool xform = var->soft_cap > 0.0f || var->alibi_slopes;
-        CUfunction hvar = tc && (GLLM_CUDA_HP_VAR_XFORM(D) || !xform)
-                              ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_VAR, a->dtype, D, flags)
-                              : NULL;
+        CUfunction hvar = tc ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_VAR, a->dtype, D, flags)
+                             : NULL;
         if (hvar) {
             memset(&hv, 0, sizeof hv);
             hv.hp.a = p, hv.v = vp.v;
