@@ -662,6 +662,30 @@ static void test_dense_wide_head_dims(void **state)
     RUN_DENSE(cases, 350);
 }
 
+static const struct var_case v_win300_cap = {.window = true, .window_left = 300,
+                                             .window_right = -1, .soft_cap = 50.0};
+
+/* Variants at head dims above 128 (Gemma 2 and 3's local layers: D 256, window, soft-cap):
+ * windows across several 80-key tiles whose first tile differs between a block's two halves,
+ * rows that see no key, a bidirectional window, chunks with sinks, D 192 padded onto 256. */
+
+static void test_dense_wide_variants(void **state)
+{
+    (void)state;
+    static const struct dense_case cases[] = {
+        {GLLM_DTYPE_F16, 1, 4, 2, 600, 600, 256, true, true, BHSD, 0, &v_win130},
+        {GLLM_DTYPE_BF16, 1, 2, 1, 700, 700, 256, true, true, BSHD, 0, &v_win300_cap},
+        {GLLM_DTYPE_BF16, 1, 4, 4, 300, 700, 256, false, true, BHSD, 0, &v_chunk200_sinks},
+        {GLLM_DTYPE_BF16, 1, 2, 1, 400, 400, 256, true, true, BHSD, 0, &v_gemma},
+        {GLLM_DTYPE_F16, 1, 4, 2, 300, 200, 256, true, true, PADDED, 0, &v_win60_sinks},
+        {GLLM_DTYPE_F16, 1, 4, 2, 260, 260, 256, false, true, BHSD, 0, &v_both8},
+        {GLLM_DTYPE_BF16, 1, 4, 4, 200, 260, 256, true, true, BHSD, -0.05, &v_cap20_alibi},
+        {GLLM_DTYPE_F16, 1, 4, 2, 450, 450, 192, true, false, BHSD, 0, &v_gptoss},
+        {GLLM_DTYPE_BF16, 1, 4, 1, 257, 300, 192, false, true, BSHD, 0, &v_mixed},
+    };
+    RUN_DENSE(cases, 360);
+}
+
 static void test_dense_variants(void **state)
 {
     (void)state;
@@ -1189,6 +1213,7 @@ BACKEND_TEST(test_dense_head_dims)
 BACKEND_TEST(test_dense_wide_head_dims)
 BACKEND_TEST(test_dense_strided_views)
 BACKEND_TEST(test_dense_variants)
+BACKEND_TEST(test_dense_wide_variants)
 BACKEND_TEST(test_copies)
 BACKEND_TEST(test_paged_decode)
 BACKEND_TEST(test_paged_prefill)
@@ -1206,6 +1231,7 @@ int main(void)
         cmocka_unit_test(test_dense_wide_head_dims_on_backend),
         cmocka_unit_test(test_dense_strided_views_on_backend),
         cmocka_unit_test(test_dense_variants_on_backend),
+        cmocka_unit_test(test_dense_wide_variants_on_backend),
         cmocka_unit_test(test_copies_on_backend),
         cmocka_unit_test(test_paged_decode_on_backend),
         cmocka_unit_test(test_paged_prefill_on_backend),

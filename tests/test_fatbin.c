@@ -97,7 +97,10 @@ static struct sm90_counts sm90_count(const unsigned char *code, size_t size)
  * memory but the TMA ones at D = 128 not causal: their second walk, over the split units, has
  * ptxas keep a few words of the schedule in local memory, stored once and read at tile
  * boundaries, never in a key loop (up to 40 instructions, measured level on shapes it does not
- * split); the paged prefill at D = 64 keeps a 4-byte spill in its producer. */
+ * split); the paged prefill at D = 64 keeps a 4-byte spill in its producer; the D = 256
+ * variant kernels keep 16 bytes of their consumers' state (beside O's 128 registers a thread)
+ * in local memory, read twice a key tile of 80 x 256 (at most 20 instructions; soft-cap there
+ * ran at 0.88x of the plain kernel, a 4095-key window at 0.96x). */
 static void test_hopper_code(void **state)
 {
     (void)state;
@@ -131,11 +134,13 @@ static void test_hopper_code(void **state)
             assert_true(c.local <= 2);
         else if (strstr(sec, "hopper_tma_") && len > 5 && !strcmp(sec + len - 5, "_d128"))
             assert_true(c.local <= 40);
+        else if (strstr(sec, "hopper_wide_var_"))
+            assert_true(c.local <= 20);
         else
             assert_int_equal(c.local, 0);
         kernels++;
     }
-    assert_int_equal(kernels, 32);   /* 24 dense (TMA, cp.async, variants), 4 paged, 4 D 256 */
+    assert_int_equal(kernels, 36);   /* 24 dense (TMA, cp.async, variants), 4 paged, 8 D 256 */
 }
 
 static const char *const registry[] = {

@@ -16,6 +16,11 @@
 // tile j's softmax run while P V is on the tensor cores. A block takes one 128-row tile of one
 // head, the heaviest (causal) tiles first.
 //
+// VAR (a window, a chunk, a soft-cap, ALiBi, sinks: Gemma 2 and 3's local layers): the block
+// reads the key tiles its rows' intervals span (var_keys), each warpgroup computes those its own
+// rows span and only waits for and releases the others, and scores are transformed and masked
+// by var_tile, as the D = 64/128 variant kernel does; the sink joins each row at the end.
+//
 // Built for every target of the fatbin, but its body exists only in the sm_90a image: the
 // daemon launches it only on compute capability 9.0 with that image loaded.
 #include "hopper_consumer.cuh"
@@ -23,8 +28,9 @@
 namespace {
 
 #ifdef GLLM_HAVE_WGMMA
-template <typename T, bool CAUSAL, int D>
-__device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &p)
+template <typename T, bool CAUSAL, int D, bool VAR>
+__device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &p,
+                                                   const gllm_cuda_variant *var)
 {
     constexpr int ROWS = GLLM_CUDA_HPW_ROWS, KEYS = GLLM_CUDA_HPW_KEYS;
     constexpr int STAGES = GLLM_CUDA_HPW_STAGES, THREADS = GLLM_CUDA_HPW_THREADS;
@@ -50,9 +56,18 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
     const int m0 = (num_m - 1 - (int)blockIdx.x) * ROWS;       // heaviest (causal) tiles first
     const int bh = (int)blockIdx.y, b = bh / (int)p.Hq, h = bh % (int)p.Hq;
     const int hk = h / (int)(p.Hq / p.Hkv);
-    // Key tiles the block reads: causal, those with a key <= its last row + shift.
-    const int n_end = CAUSAL ? max(0, min(Skv, m0 + ROWS + shift)) : Skv;
-    const int n_tiles = (n_end + KEYS - 1) / KEYS;
+    // Key tiles the block reads, [k_first, k_first + n_tiles): causal, those with a key <= its
+    // last row + shift; with a variant, those its first row's to its last row's intervals span.
+    int k_first = 0, n_tiles;
+    if constexpr (VAR) {
+        const int lo = var_keys(*var, CAUSAL, m0 + shift, Skv).lo;
+        const int hi = var_keys(*var, CAUSAL, min(m0 + ROWS, Sq) - 1 + shift, Skv).hi;
+        k_first = lo / KEYS;
+        n_tiles = hi >= k_first * KEYS ? hi / KEYS + 1 - k_first : 0;
+    } else {
+        const int n_end = CAUSAL ? max(0, min(Skv, m0 + ROWS + shift)) : Skv;
+        n_tiles = (n_end + KEYS - 1) / KEYS;
+    }
     if (threadIdx.x == 0) {
         for (int i = 0; i < 2 * STAGES; i++) {
             mbar_init(full0 + 8 * i, 128);
@@ -76,7 +91,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
             const uint32_t sk = s_kv + st * 2 * KV_TILE;
             if (j >= STAGES)
                 mbar_wait(kv_bar<STAGES>(empty0, st, 0), phase);
-            copy_tile<D, KEYS>(sk, K, p.k_st[2], j * KEYS, Skv, i);
+            copy_tile<D, KEYS>(sk, K, p.k_st[2], (k_first + j) * KEYS, Skv, i);
             cp_async_commit();
             if (pend >= 0) {
                 asm volatile("cp.async.wait_group 1;\n" ::: "memory");
@@ -86,7 +101,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
             }
             if (j >= STAGES)
                 mbar_wait(kv_bar<STAGES>(empty0, st, 1), phase);
-            copy_tile<D, KEYS>(sk + KV_TILE, V, p.v_st[2], j * KEYS, Skv, i);
+            copy_tile<D, KEYS>(sk + KV_TILE, V, p.v_st[2], (k_first + j) * KEYS, Skv, i);
             cp_async_commit();
             pend = (int)st;
             if (j == 0) {
@@ -104,9 +119,10 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
         return;
     }
 
-    // Consumers: warpgroup wg takes query rows [m0 + 64 wg, m0 + 64 wg + 64). It computes key
-    // tiles [0, n_mine) (causal: up to its last row's diagonal; none for rows past Sq) and only
-    // waits for and releases the rest of the block's, which the other warpgroup still reads.
+    // Consumers: warpgroup wg takes query rows [m0 + 64 wg, m0 + 64 wg + 64). It computes the
+    // block's key tiles [c_first, c_end) (causal: up to its last row's diagonal; with a variant,
+    // its rows' intervals; none for rows past Sq) and only waits for and releases the rest,
+    // which the other warpgroup still reads.
     regs_inc<CONSUMER>();
     // The warpgroup broadcast from lane 0, so that what derives from it (the descriptors of its
     // Q rows, stage 0's K, K-major, and V, MN-major) stays in uniform registers.
@@ -116,15 +132,27 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
     const uint64_t dv0 = desc_mn_major<BLOCK>(s_kv + KV_TILE);
     // As attention_fwd.cu: a zero scale becomes the smallest normal float, masked scores are
     // -inf once scaled whatever the scale's sign.
-    const float qk_scale = p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;
+    // var_tile leaves transformed scores in units of var_xform_scale.
+    const bool xform = VAR && (var->soft_cap > 0.f || var->alibi);
+    const float qk_scale = xform ? var_xform_scale(*var) : p.scale != 0.f ? p.scale * LOG2E : FLT_MIN;
     const bool pos_scale = qk_scale > 0.f;
     const float masked = pos_scale ? -INFINITY : INFINITY;
     const int r_wg = m0 + wg * 64, row0 = r_wg + (warp % 4) * 16 + (lane >> 2);
-    const int last_key = r_wg + 63 + shift;
-    const int n_mine = r_wg >= Sq       ? 0
-                       : !CAUSAL        ? n_tiles
-                       : last_key < 0   ? 0
-                                        : min(n_tiles, last_key / KEYS + 1);
+    int c_first = 0, c_end;
+    [[maybe_unused]] VarRows vr;
+    if constexpr (VAR) {
+        const int first = r_wg + shift, last = min(r_wg + 63, Sq - 1) + shift;
+        const int lo = var_keys(*var, CAUSAL, first, Skv).lo, hi = var_keys(*var, CAUSAL, last, Skv).hi;
+        c_first = lo / KEYS - k_first;
+        c_end = r_wg >= Sq || hi < lo ? c_first : min(n_tiles, hi / KEYS + 1 - k_first);
+        vr = var_rows(var, CAUSAL, row0 + shift, first, last, Skv, p.scale, h);
+    } else {
+        const int last_key = r_wg + 63 + shift;
+        c_end = r_wg >= Sq     ? 0
+                : !CAUSAL      ? n_tiles
+                : last_key < 0 ? 0
+                               : min(n_tiles, last_key / KEYS + 1);
+    }
     auto full = [&](int j, int v) {
         mbar_wait(kv_bar<STAGES>(full0, (uint32_t)j % STAGES, v), ((uint32_t)j / STAGES) & 1);
     };
@@ -165,26 +193,37 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
         wg_commit();
     };
     auto mask = [&](int j) {
-        mask_tile<CAUSAL>(s, j * KEYS, Skv, r_wg, row0, shift, t, masked);
+        if constexpr (VAR)
+            var_tile(s, (k_first + j) * KEYS, Skv, vr, t, masked);
+        else
+            mask_tile<CAUSAL>(s, j * KEYS, Skv, r_wg, row0, shift, t, masked);
     };
+    auto drain = [&](int j) {                            // a tile the other warpgroup computes
+        full(j, 0);
+        release(j, 0);
+        full(j, 1);
+        release(j, 1);
+    };
+    for (int j = 0; j < c_first; j++)
+        drain(j);
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, scale_o[2];
 #pragma unroll
     for (int i = 0; i < D / 2; i++)
         o[i] = 0.f;
-    if (n_mine > 0) {
+    if (c_end > c_first) {
 #pragma unroll
         for (int i = 0; i < KEYS / 2; i++)               // defined before the wgmma reads them
             s[i] = 0.f;
-        full(0, 0);
-        issue_qk(0);
+        full(c_first, 0);
+        issue_qk(c_first);
         wg_wait<0>();
         pin(s);
-        release(0, 0);
-        mask(0);
+        release(c_first, 0);
+        mask(c_first);
         softmax_tile(s, row_max, row_sum, scale_o, qk_scale, pos_scale);   // O is 0
         pack_p<T>(s, pf);
         bool pending = false;                            // O owes scale_o before its next P V
-        for (int j = 1; j < n_mine; j++) {
+        for (int j = c_first + 1; j < c_end; j++) {
             full(j, 0);
             full(j - 1, 1);
             issue_qk(j);
@@ -202,21 +241,17 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
             release(j - 1, 1);
             pack_p<T>(s, pf);
         }
-        full(n_mine - 1, 1);
+        full(c_end - 1, 1);
         if (pending)
             rescale_o<D>(o, scale_o);
-        issue_pv(n_mine - 1);
+        issue_pv(c_end - 1);
         wg_wait<0>();
         pin(o);
         pin(pf);
-        release(n_mine - 1, 1);
+        release(c_end - 1, 1);
     }
-    for (int j = n_mine; j < n_tiles; j++) {
-        full(j, 0);
-        release(j, 0);
-        full(j, 1);
-        release(j, 1);
-    }
+    for (int j = max(c_first, c_end); j < n_tiles; j++)
+        drain(j);
 
     // The epilogue as the D = 64 kernel's: lse, then O from registers, 16 bytes a lane.
     T *O = reinterpret_cast<T *>(p.out) + b * p.o_st[0] + h * p.o_st[1];
@@ -226,10 +261,13 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
         sum += __shfl_xor_sync(0xffffffff, sum, 1);
         sum += __shfl_xor_sync(0xffffffff, sum, 2);
         const int row = row0 + 8 * hr;
-        const float inv = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+        float m = row_max[hr], keep = 1.f;
+        if (VAR && var->sinks)
+            keep = var_join_sink(var->sinks[h] * LOG2E, m, sum);
+        const float inv = sum > 0.f ? keep * __fdividef(1.f, sum) : 0.f;
         if (row < Sq && p.lse && t == 0)
             p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
-                sum > 0.f ? (row_max[hr] + __log2f(sum)) * LN2 : -INFINITY;
+                sum > 0.f ? (m + __log2f(sum)) * LN2 : -INFINITY;
         store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv, t, row < Sq);
     }
 }
@@ -238,9 +276,11 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
 } // namespace
 
 #ifdef GLLM_HAVE_WGMMA
-#define HPW_BODY(T, CAUSAL, D) attention_fwd_wide<T, CAUSAL, D>(p)
+#define HPW_BODY(T, CAUSAL, D) attention_fwd_wide<T, CAUSAL, D, false>(p, nullptr)
+#define HPW_VAR_BODY(T, CAUSAL, D) attention_fwd_wide<T, CAUSAL, D, true>(vp.a, &vp.v)
 #else
 #define HPW_BODY(T, CAUSAL, D) __trap()  // never launched off sm_90a (see the header comment)
+#define HPW_VAR_BODY(T, CAUSAL, D) __trap()
 #endif
 #define GLLM_CUDA_ENTRY_HOPPER_WIDE(T, D, FLAGS, symbol)                                       \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HPW_THREADS, 1)                     \
@@ -249,3 +289,12 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
         HPW_BODY(T, GLLM_CUDA_KF_HAS(FLAGS, CAUSAL), D);                                       \
     }
 GLLM_CUDA_HOPPER_WIDE_KERNELS(GLLM_CUDA_ENTRY)
+
+// GLLM_CUDA_ENTRY_HOPPER_WIDE_VAR: the same with a variant (vp.Dv is D: Dv below D is padded).
+#define GLLM_CUDA_ENTRY_HOPPER_WIDE_VAR(T, D, FLAGS, symbol)                                   \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HPW_THREADS, 1)                     \
+        symbol(const __grid_constant__ gllm_cuda_attn_var_params vp)                           \
+    {                                                                                          \
+        HPW_VAR_BODY(T, GLLM_CUDA_KF_HAS(FLAGS, CAUSAL), D);                                   \
+    }
+GLLM_CUDA_HOPPER_WIDE_VAR_KERNELS(GLLM_CUDA_ENTRY)

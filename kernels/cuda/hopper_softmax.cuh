@@ -89,14 +89,14 @@ __device__ __forceinline__ VarRows var_rows(const gllm_cuda_variant *v, bool cau
 // so the compiler interleaves the scores' tanh and FMAs. With the form chosen per score inside
 // one loop it did not: each score's tanh waited on the last, among branches (0.40x of the
 // plain kernel's speed).
-template <bool CAP, bool ALIBI>
-__device__ __forceinline__ void var_xform(float (&s)[64], int n0, const VarRows &r, int t)
+template <bool CAP, bool ALIBI, int N>
+__device__ __forceinline__ void var_xform(float (&s)[N], int n0, const VarRows &r, int t)
 {
 #pragma unroll
     for (int hr = 0; hr < 2; hr++) {
         const float base = r.slope2 * (float)(n0 + 2 * t - r.pos0 - 8 * hr);  // ALiBi at column 0
 #pragma unroll
-        for (int n = 0; n < 16; n++)
+        for (int n = 0; n < N / 4; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int i = 4 * n + 2 * hr + e;
@@ -111,7 +111,8 @@ __device__ __forceinline__ void var_xform(float (&s)[64], int n0, const VarRows 
 // The scores of keys outside each row's interval masked, on a tile across an edge (the tail
 // among them: a row's interval ends before Skv). A score's key is n0 + 2 t + c for a
 // compile-time c, so each is two compares against the row's bounds moved by n0 + 2 t.
-__device__ __forceinline__ void var_mask(float (&s)[64], int n0, int Skv, const VarRows &r, int t,
+template <int N>
+__device__ __forceinline__ void var_mask(float (&s)[N], int n0, int Skv, const VarRows &r, int t,
                                          float masked)
 {
 #pragma unroll
@@ -119,7 +120,7 @@ __device__ __forceinline__ void var_mask(float (&s)[64], int n0, int Skv, const 
         const VarKeys k = var_keys(*r.v, r.causal, r.pos0 + 8 * hr, Skv);
         const int lo = k.lo - n0 - 2 * t, hi = k.hi - n0 - 2 * t;
 #pragma unroll
-        for (int n = 0; n < 16; n++)
+        for (int n = 0; n < N / 4; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int i = 4 * n + 2 * hr + e, c = 8 * n + e;
@@ -130,8 +131,10 @@ __device__ __forceinline__ void var_mask(float (&s)[64], int n0, int Skv, const 
 
 // mask_tile for a variant: every score transformed where r has a transform, then on a tile
 // across an edge the keys outside each row's interval masked. The transform's form and the
-// edge are warpgroup-uniform branches, each around a whole tile's loop.
-__device__ __forceinline__ void var_tile(float (&s)[64], int n0, int Skv, const VarRows &r, int t,
+// edge are warpgroup-uniform branches, each around a whole tile's loop. A tile of N scores a
+// thread holds 2 N keys (HP_KEYS at N = 64).
+template <int N>
+__device__ __forceinline__ void var_tile(float (&s)[N], int n0, int Skv, const VarRows &r, int t,
                                          float masked)
 {
     if (r.cap && r.alibi)
@@ -140,7 +143,7 @@ __device__ __forceinline__ void var_tile(float (&s)[64], int n0, int Skv, const 
         var_xform<true, false>(s, n0, r, t);
     else if (r.alibi)
         var_xform<false, true>(s, n0, r, t);
-    if (n0 < r.edge_lo || n0 + HP_KEYS - 1 > r.edge_hi)
+    if (n0 < r.edge_lo || n0 + 2 * N - 1 > r.edge_hi)
         var_mask(s, n0, Skv, r, t, masked);
 }
 

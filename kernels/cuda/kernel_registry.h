@@ -21,7 +21,8 @@
  *   PAGED_PREFILL  chunked prefill over the paged cache on wgmma (paged_prefill_hopper.cu)
  *   APPEND         new K and V rows into the paged cache (paged_attention.cu)
  *   PAD            rows copied with zeros to a wider pitch, or back (pad_rows.cu)
- *   HOPPER_WIDE    dense prefill on wgmma at D 256, 64-key tiles (attention_fwd_hopper_wide.cu)
+ *   HOPPER_WIDE    dense prefill on wgmma at D 256, 80-key tiles (attention_fwd_hopper_wide.cu)
+ *   HOPPER_WIDE_VAR  the HOPPER_WIDE kernels with a variant
  * X(mode, smem, image): the dynamic shared memory its kernels are allowed, by head dim, and
  * which loaded image holds their code: ALL, SM90A (wgmma: elsewhere the entry point traps and
  * is never loaded) or SM90A_TMA (and a driver that encodes tensor maps, cuda_tma.h). */
@@ -42,7 +43,8 @@
     X(PAGED_PREFILL, GLLM_CUDA_PP_SMEM, SM90A_TMA)                                           \
     X(APPEND, GLLM_CUDA_NO_SMEM, ALL)                                                        \
     X(PAD, GLLM_CUDA_NO_SMEM, ALL)                                                           \
-    X(HOPPER_WIDE, GLLM_CUDA_HPW_SMEM, SM90A)
+    X(HOPPER_WIDE, GLLM_CUDA_HPW_SMEM, SM90A)                                                \
+    X(HOPPER_WIDE_VAR, GLLM_CUDA_HPW_SMEM, SM90A)
 
 enum gllm_cuda_mode {
 #define GLLM_CUDA_MODE_ENUM(mode, smem, image) GLLM_CUDA_MODE_##mode,
@@ -161,13 +163,22 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
     X(HOPPER_WIDE, BF16, 256, 0, gllm_attn_fwd_hopper_wide_bf16_d256)                        \
     X(HOPPER_WIDE, BF16, 256, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_wide_bf16_d256_causal)
 
+#define GLLM_CUDA_HOPPER_WIDE_VAR_KERNELS(X)                                                 \
+    X(HOPPER_WIDE_VAR, F16, 256, 0, gllm_attn_fwd_hopper_wide_var_f16_d256)                  \
+    X(HOPPER_WIDE_VAR, F16, 256, GLLM_CUDA_KF_CAUSAL,                                        \
+      gllm_attn_fwd_hopper_wide_var_f16_d256_causal)                                         \
+    X(HOPPER_WIDE_VAR, BF16, 256, 0, gllm_attn_fwd_hopper_wide_var_bf16_d256)                \
+    X(HOPPER_WIDE_VAR, BF16, 256, GLLM_CUDA_KF_CAUSAL,                                       \
+      gllm_attn_fwd_hopper_wide_var_bf16_d256_causal)
+
 #define GLLM_CUDA_KERNELS(X)                                                                 \
     GLLM_CUDA_DENSE_KERNELS(X)                                                               \
     GLLM_CUDA_HOPPER_KERNELS(X)                                                              \
     GLLM_CUDA_PAGED_KERNELS(X)                                                               \
     GLLM_CUDA_PAGED_PREFILL_KERNELS(X)                                                       \
     GLLM_CUDA_PAD_KERNELS(X)                                                                 \
-    GLLM_CUDA_HOPPER_WIDE_KERNELS(X)
+    GLLM_CUDA_HOPPER_WIDE_KERNELS(X)                                                         \
+    GLLM_CUDA_HOPPER_WIDE_VAR_KERNELS(X)
 
 #define GLLM_CUDA_KERNEL_ONE(mode, dtype, D, flags, symbol) +1
 enum { GLLM_CUDA_KERNEL_COUNT = 0 GLLM_CUDA_KERNELS(GLLM_CUDA_KERNEL_ONE) };

@@ -130,8 +130,8 @@ class Spec:
 
 
 # Issue 54's peers on an H200: D128 causal and each variant alone, soft-cap with ALiBi, the
-# transforms at D64; GPT-OSS's local layers; Gemma's
-# D256, plain causal and its local layers (window 1024 + soft-cap 50).
+# transforms at D64; GPT-OSS's local layers; Gemma's D256: plain causal, its global layers
+# (soft-cap 50) and its local ones (window 1024 + soft-cap 50).
 PRESETS = {
     "causal": "B2:H32:S4096:D128:bf16:causal",
     "window": "B2:H32:S4096:D128:bf16:causal:wl1023",
@@ -143,6 +143,7 @@ PRESETS = {
     "d64-alibi": "B4:H32:S4096:D64:bf16:alibi",
     "gptoss": "B2:H64:Hkv8:S4096:D64:bf16:causal:wl127:sinks",
     "d256": "B4:H16:S8192:D256:bf16:causal",
+    "d256-softcap": "B4:H16:S8192:D256:bf16:causal:cap50",
     "d256-window-softcap": "B4:H16:S8192:D256:bf16:causal:wl1023:cap50",
 }
 # --smoke: every variant alone and in pairs, both head dims, GQA, and the bottom-right

@@ -442,9 +442,11 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
     const bool plain = attn_variant_none(var) && (dp || Dv == a->D);
     CUfunction hopper = plain ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, D, flags) : NULL;
-    /* D 256 (and, padded, 129 to 255) on Hopper: a kernel of its own (64-key tiles). */
-    CUfunction wide = plain && D == 256 && (dp || tc_layout(a))
-                          ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_WIDE, a->dtype, D, flags)
+    /* D 256 (and, padded, 129 to 255) on Hopper: a kernel of its own, with a variant form. */
+    CUfunction wide = D == 256 && (dp || (tc_layout(a) && Dv == a->D))
+                          ? cuda_kernel_find(x, plain ? GLLM_CUDA_MODE_HOPPER_WIDE
+                                                      : GLLM_CUDA_MODE_HOPPER_WIDE_VAR,
+                                             a->dtype, D, flags)
                           : NULL;
     const unsigned heads = (unsigned)(a->B * a->Hq);
     CUfunction f;
@@ -454,12 +456,13 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     gllm_cuda_attn_var_params vp;
     gllm_cuda_hp_var_params hv;
     if (!plain) {
-        /* A variant: the Hopper form where its tensor maps encode, else the tensor-core one at
-         * D 64 and 128, else the generic one. */
+        /* A variant: D 256's Hopper form, the D 64/128 one where its tensor maps encode, else
+         * the tensor-core one at D 64 and 128, else the generic one. */
         vp.a = p, vp.Dv = dp ? dp : Dv, param = &vp;
         vp.v = cuda_variant_of(var, dptr[5], dptr[6]);
-        CUfunction hvar = tc ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_VAR, a->dtype, D, flags)
-                             : NULL;
+        CUfunction hvar = tc && !wide
+                              ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_VAR, a->dtype, D, flags)
+                              : NULL;
         if (hvar) {
             memset(&hv, 0, sizeof hv);
             hv.hp.a = p, hv.v = vp.v;
@@ -467,7 +470,11 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
                 hvar = NULL;                 /* the TC form below, as a refused map's job does */
         }
         f = tc ? cuda_kernel_find(x, GLLM_CUDA_MODE_TC_VAR, a->dtype, D, 0) : NULL;
-        if (hvar) {
+        if (wide) {
+            f = wide;
+            gx = (unsigned)((a->Sq + GLLM_CUDA_HPW_ROWS - 1) / GLLM_CUDA_HPW_ROWS), gy = heads;
+            threads = GLLM_CUDA_HPW_THREADS, smem = (unsigned)GLLM_CUDA_HPW_SMEM(D);
+        } else if (hvar) {
             f = hvar, param = &hv;
             gx = (unsigned)gllm_cuda_hp_grid(a->Sq, D, a->B * a->Hq, x->sm_count), gy = 1;
             threads = (unsigned)GLLM_CUDA_HP_THREADS(D), smem = (unsigned)GLLM_CUDA_HP_SMEM(D);

@@ -14,13 +14,12 @@ int64_t cuda_pad_dim(const struct cuda_dev *x, const struct attn_args *a)
         return 0;
     if (a->D <= 128)
         return a->D <= 64 ? 64 : 128;
-    /* Above 128: onto the Hopper D 256 kernel where there is one, for plain jobs (it has no
-     * variant form; a variant runs on the generic kernel unpadded). */
+    /* Above 128: onto the Hopper D 256 kernel (or its variant form) where there is one. */
     const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
-    return attn_variant_none(&a->variant) &&
-                   cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_WIDE, a->dtype, 256, flags)
-               ? 256
-               : 0;
+    const enum gllm_cuda_mode wide = attn_variant_none(&a->variant)
+                                         ? GLLM_CUDA_MODE_HOPPER_WIDE
+                                         : GLLM_CUDA_MODE_HOPPER_WIDE_VAR;
+    return cuda_kernel_find(x, wide, a->dtype, 256, flags) ? 256 : 0;
 }
 
 static size_t padded_bytes(int64_t B, int64_t H, int64_t S, int64_t dp)
