@@ -60,6 +60,14 @@ if [ -z "${GPU_CHECK_PAGED_ONLY:-}" ]; then
   python3 "$here/dense_variants.py" --socket "$sock" --out "$out" ${DENSE_VARIANTS_ARGS:-} 2>&1 | tee "$out/dense_variants.log"
   if [ "${PIPESTATUS[0]}" = 0 ]; then note "ok   dense variants: $(grep '^correctness' "$out/dense_variants.log")"
   else note "FAIL dense variants: $(grep '^correctness' "$out/dense_variants.log" || tail -1 "$out/dense_variants.log") (see dense_variants.log)"; fails=$((fails + 1)); fi
+  # Real models: transformers' own modelling code of seven families routed to this gllmd
+  # (gllm.integrations.transformers) against its float32 and bf16 paths (hf_models.json).
+  if python3 -c "import transformers" 2> /dev/null; then
+    if GLLM_LIBRARY="$build/libgllm-client.so" python3 "$here/hf_models.py" --socket "$sock" \
+         --out "$out" > "$out/hf_models.log" 2>&1
+    then note "ok   real models: $(grep '^models' "$out/hf_models.log")"
+    else note "FAIL real models: $(grep '^models' "$out/hf_models.log" || tail -1 "$out/hf_models.log") (see hf_models.log)"; fails=$((fails + 1)); fi
+  else note "SKIP real models: no transformers here"; fi
 fi
 # GPU_CHECK_SWEEP=1: FlashAttention-3's sweep as well (about two minutes), then issue 19's
 # prefill targets judged from it and the results above (prefill_targets.py). A target missed

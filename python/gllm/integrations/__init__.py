@@ -1,0 +1,1 @@
+"""Adapters that route other libraries' attention through gllmd (transformers)."""
