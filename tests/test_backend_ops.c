@@ -658,12 +658,21 @@ static void test_dense_wide_head_dims(void **state)
         {GLLM_DTYPE_F16, 1, 4, 2, 200, 200, 192, true, true, BHSD, 0, NULL},
         {GLLM_DTYPE_BF16, 1, 2, 1, 150, 180, 160, false, true, BSHD, 0, NULL},
         {GLLM_DTYPE_BF16, 1, 4, 1, 257, 257, 192, true, true, BHSD, 0, &v_dv128},
+        /* DeepSeek's Dqk 192 / Dv 128 (a kernel of its own on Hopper): GQA, every layout,
+         * Sq > Skv, not causal, a negative scale */
+        {GLLM_DTYPE_F16, 2, 4, 2, 300, 300, 192, true, true, BHSD, 0, &v_dv128},
+        {GLLM_DTYPE_BF16, 1, 4, 4, 260, 130, 192, true, true, BSHD, 0, &v_dv128},
+        {GLLM_DTYPE_F16, 1, 8, 2, 129, 700, 192, false, true, PADDED, 0, &v_dv128},
+        {GLLM_DTYPE_BF16, 1, 2, 1, 70, 90, 192, false, true, BHSD, -0.05, &v_dv128},
     };
     RUN_DENSE(cases, 350);
 }
 
 static const struct var_case v_win300_cap = {.window = true, .window_left = 300,
                                              .window_right = -1, .soft_cap = 50.0};
+static const struct var_case v_dv128_win_sinks = {.Dv = 128, .window = true, .window_left = 100,
+                                                  .window_right = -1, .soft_cap = 30.0,
+                                                  .sinks = true};
 
 /* Variants at head dims above 128 (Gemma 2 and 3's local layers: D 256, window, soft-cap):
  * windows across several 80-key tiles whose first tile differs between a block's two halves,
@@ -682,6 +691,8 @@ static void test_dense_wide_variants(void **state)
         {GLLM_DTYPE_BF16, 1, 4, 4, 200, 260, 256, true, true, BHSD, -0.05, &v_cap20_alibi},
         {GLLM_DTYPE_F16, 1, 4, 2, 450, 450, 192, true, false, BHSD, 0, &v_gptoss},
         {GLLM_DTYPE_BF16, 1, 4, 1, 257, 300, 192, false, true, BSHD, 0, &v_mixed},
+        {GLLM_DTYPE_F16, 1, 4, 2, 350, 350, 192, true, true, BHSD, 0, &v_dv128_win_sinks},
+        {GLLM_DTYPE_BF16, 1, 2, 2, 200, 330, 192, false, true, BSHD, 0, &v_dv128_win_sinks},
     };
     RUN_DENSE(cases, 360);
 }

@@ -140,7 +140,7 @@ static void test_hopper_code(void **state)
             assert_int_equal(c.local, 0);
         kernels++;
     }
-    assert_int_equal(kernels, 36);   /* 24 dense (TMA, cp.async, variants), 4 paged, 8 D 256 */
+    assert_int_equal(kernels, 44);   /* 24 dense (TMA, cp.async, variants), 4 paged, 16 wide */
 }
 
 static const char *const registry[] = {

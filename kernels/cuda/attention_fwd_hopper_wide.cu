@@ -1,4 +1,5 @@
-// Hopper prefill at head dim 256 (Gemma 2 and 3, and head dims padded onto it): wgmma, sm_90a.
+// Hopper prefill at head dim 256 (Gemma 2 and 3, and head dims padded onto it) and at Dqk 192
+// with Dv 128 (DeepSeek's prefill): wgmma, sm_90a.
 //
 // Why a kernel of its own. The D = 64/128 kernel (attention_fwd_hopper.cu) walks key tiles of
 // 128: at D = 256 one K or V tile is 64 KiB, so Q and two stages would need 320 KiB of shared
@@ -14,7 +15,8 @@
 // free of each other (so one's softmax runs under the other's GEMMs as they drift), and inside
 // each the FlashAttention-3 pipeline: tile j's S = Q K^T issued before tile j - 1's O += P V,
 // tile j's softmax run while P V is on the tensor cores. A block takes one 128-row tile of one
-// head, the heaviest (causal) tiles first.
+// head, the heaviest (causal) tiles first. DV, V's head dim, may be below D (192 / 128: Q K^T
+// over three 64-column blocks, P V over one 128-column one; K and V tiles of their own sizes).
 //
 // VAR (a window, a chunk, a soft-cap, ALiBi, sinks: Gemma 2 and 3's local layers): the block
 // reads the key tiles its rows' intervals span (var_keys), each warpgroup computes those its own
@@ -28,15 +30,17 @@
 namespace {
 
 #ifdef GLLM_HAVE_WGMMA
-template <typename T, bool CAUSAL, int D, bool VAR>
+template <typename T, bool CAUSAL, int D, int DV, bool VAR>
 __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &p,
                                                    const gllm_cuda_variant *var)
 {
     constexpr int ROWS = GLLM_CUDA_HPW_ROWS, KEYS = GLLM_CUDA_HPW_KEYS;
     constexpr int STAGES = GLLM_CUDA_HPW_STAGES, THREADS = GLLM_CUDA_HPW_THREADS;
-    constexpr uint32_t KV_TILE = KEYS * D * 2;       // bytes of one K or V tile
+    constexpr uint32_t K_TILE = KEYS * D * 2, V_TILE = KEYS * DV * 2;   // bytes of a K, a V tile
+    constexpr uint32_t STAGE = K_TILE + V_TILE;
     constexpr uint32_t BLOCK = KEYS * 128;           // one 64-column block of such a tile
-    static_assert(D % 128 == 0 && ROWS == 128 && (KEYS == 64 || KEYS == 80), "tile shapes below");
+    static_assert(D % 64 == 0 && DV % 128 == 0 && DV <= D && ROWS == 128 &&
+                      (KEYS == 64 || KEYS == 80), "tile shapes below");
     // setmaxnreg as Hp's: 168 a thread at launch, the producer down to 32, the consumers up to
     // what that frees (232).
     constexpr int START = 65536 / THREADS / 8 * 8, PRODUCER = 32;
@@ -47,7 +51,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
     // have landed), empty K, empty V (both consumer warpgroups' 256 threads are done with it).
     __shared__ __align__(8) uint64_t bars[4 * STAGES];
     const uint32_t s_q = (smem_addr(smem_raw) + 1023u) & ~1023u;   // swizzle atoms: 1 KiB
-    const uint32_t s_kv = s_q + ROWS * D * 2;        // stage s: K at s_kv + 2s tiles, V after
+    const uint32_t s_kv = s_q + ROWS * D * 2;        // stage s: K at s_kv + s STAGE, V after
     const uint32_t full0 = smem_addr(&bars[0]), empty0 = kv_bar<STAGES>(full0, 0, 2);
 
     const int warp = threadIdx.x / 32;
@@ -88,7 +92,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
         int pend = -1;
         for (int j = 0; j < n_tiles; j++) {
             const uint32_t st = (uint32_t)j % STAGES, phase = ((uint32_t)j / STAGES - 1) & 1;
-            const uint32_t sk = s_kv + st * 2 * KV_TILE;
+            const uint32_t sk = s_kv + st * STAGE;
             if (j >= STAGES)
                 mbar_wait(kv_bar<STAGES>(empty0, st, 0), phase);
             copy_tile<D, KEYS>(sk, K, p.k_st[2], (k_first + j) * KEYS, Skv, i);
@@ -101,7 +105,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
             }
             if (j >= STAGES)
                 mbar_wait(kv_bar<STAGES>(empty0, st, 1), phase);
-            copy_tile<D, KEYS>(sk + KV_TILE, V, p.v_st[2], (k_first + j) * KEYS, Skv, i);
+            copy_tile<DV, KEYS>(sk + K_TILE, V, p.v_st[2], (k_first + j) * KEYS, Skv, i);
             cp_async_commit();
             pend = (int)st;
             if (j == 0) {
@@ -129,7 +133,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
     const int lane = threadIdx.x % 32, wg = __shfl_sync(0xffffffff, warp / 4, 0);
     const int t = lane & 3;
     const uint64_t dq = desc_k_major(s_q + (uint32_t)wg * 64 * 128), dk0 = desc_k_major(s_kv);
-    const uint64_t dv0 = desc_mn_major<BLOCK>(s_kv + KV_TILE);
+    const uint64_t dv0 = desc_mn_major<BLOCK>(s_kv + K_TILE);
     // As attention_fwd.cu: a zero scale becomes the smallest normal float, masked scores are
     // -inf once scaled whatever the scale's sign.
     // var_tile leaves transformed scores in units of var_xform_scale.
@@ -159,11 +163,11 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
     auto release = [&](int j, int v) {
         mbar_arrive(kv_bar<STAGES>(empty0, (uint32_t)j % STAGES, v));
     };
-    float s[KEYS / 2], o[D / 2];
+    float s[KEYS / 2], o[DV / 2];
     uint32_t pf[KEYS / 16][4];
     // S = Q K^T of key tile j (Q's and K's 64-column blocks ROWS and KEYS rows of 128 bytes).
     auto issue_qk = [&](int j) {
-        const uint64_t dk = desc_add(dk0, (uint32_t)j % STAGES * 2 * KV_TILE);
+        const uint64_t dk = desc_add(dk0, (uint32_t)j % STAGES * STAGE);
         pin(s);
         wg_fence();
 #pragma unroll
@@ -181,13 +185,13 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
     // O += P V of key tile j: per 16 keys, one m64n128 wgmma per 128 columns of O (the
     // accumulator of columns 128 q.. is o[64 q..], the layout store_o_row reads).
     auto issue_pv = [&](int j) {
-        const uint64_t dv = desc_add(dv0, (uint32_t)j % STAGES * 2 * KV_TILE);
+        const uint64_t dv = desc_add(dv0, (uint32_t)j % STAGES * STAGE);
         pin(o);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < KEYS / 16; kk++)
 #pragma unroll
-            for (int q = 0; q < D / 128; q++)
+            for (int q = 0; q < DV / 128; q++)
                 wgmma_rs<1>(Tag<T>(), *reinterpret_cast<float(*)[64]>(&o[64 * q]), pf[kk],
                             desc_add(dv, (uint32_t)kk * 2048 + (uint32_t)q * 2 * BLOCK), 1);
         wg_commit();
@@ -208,7 +212,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
         drain(j);
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, scale_o[2];
 #pragma unroll
-    for (int i = 0; i < D / 2; i++)
+    for (int i = 0; i < DV / 2; i++)
         o[i] = 0.f;
     if (c_end > c_first) {
 #pragma unroll
@@ -228,7 +232,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
             full(j - 1, 1);
             issue_qk(j);
             if (pending)
-                rescale_o<D>(o, scale_o);
+                rescale_o<DV>(o, scale_o);
             issue_pv(j - 1);
             wg_wait<1>();                                // S of j is in; P V of j - 1 may not be
             pin(s);
@@ -243,7 +247,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
         }
         full(c_end - 1, 1);
         if (pending)
-            rescale_o<D>(o, scale_o);
+            rescale_o<DV>(o, scale_o);
         issue_pv(c_end - 1);
         wg_wait<0>();
         pin(o);
@@ -268,7 +272,7 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
         if (row < Sq && p.lse && t == 0)
             p.lse[b * p.lse_st[0] + h * p.lse_st[1] + (int64_t)row * p.lse_st[2]] =
                 sum > 0.f ? (m + __log2f(sum)) * LN2 : -INFINITY;
-        store_o_row<T, D>(O + (int64_t)row * p.o_st[2], o, hr, inv, t, row < Sq);
+        store_o_row<T, DV>(O + (int64_t)row * p.o_st[2], o, hr, inv, t, row < Sq);
     }
 }
 #endif // GLLM_HAVE_WGMMA
@@ -276,8 +280,9 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
 } // namespace
 
 #ifdef GLLM_HAVE_WGMMA
-#define HPW_BODY(T, CAUSAL, D) attention_fwd_wide<T, CAUSAL, D, false>(p, nullptr)
-#define HPW_VAR_BODY(T, CAUSAL, D) attention_fwd_wide<T, CAUSAL, D, true>(vp.a, &vp.v)
+#define HPW_BODY(T, CAUSAL, D) attention_fwd_wide<T, CAUSAL, D, GLLM_CUDA_HPW_DV(D), false>(p, nullptr)
+#define HPW_VAR_BODY(T, CAUSAL, D) \
+    attention_fwd_wide<T, CAUSAL, D, GLLM_CUDA_HPW_DV(D), true>(vp.a, &vp.v)
 #else
 #define HPW_BODY(T, CAUSAL, D) __trap()  // never launched off sm_90a (see the header comment)
 #define HPW_VAR_BODY(T, CAUSAL, D) __trap()
@@ -290,7 +295,8 @@ __device__ __forceinline__ void attention_fwd_wide(const gllm_cuda_attn_params &
     }
 GLLM_CUDA_HOPPER_WIDE_KERNELS(GLLM_CUDA_ENTRY)
 
-// GLLM_CUDA_ENTRY_HOPPER_WIDE_VAR: the same with a variant (vp.Dv is D: Dv below D is padded).
+// GLLM_CUDA_ENTRY_HOPPER_WIDE_VAR: the same with a variant (vp.Dv is GLLM_CUDA_HPW_DV(D): other
+// Dv below D are padded).
 #define GLLM_CUDA_ENTRY_HOPPER_WIDE_VAR(T, D, FLAGS, symbol)                                   \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HPW_THREADS, 1)                     \
         symbol(const __grid_constant__ gllm_cuda_attn_var_params vp)                           \

@@ -57,17 +57,20 @@ typedef struct gllm_cuda_attn_params {
 #define GLLM_CUDA_PP_O_TILE(D) GLLM_CUDA_HP_O_TILE(D)
 #define GLLM_CUDA_PP_SMEM(D) GLLM_CUDA_HP_SMEM(D)
 
-/* Hopper kernels gllm_attn_fwd_hopper_wide_{f16,bf16}_d256[_causal] (sm_90a image only,
- * attention_fwd_hopper_wide.cu): grid (ceil(Sq / GLLM_CUDA_HPW_ROWS), B * Hq), block
- * GLLM_CUDA_HPW_THREADS, dynamic shared memory GLLM_CUDA_HPW_SMEM(D) (1 KiB of alignment
- * slack, Q, GLLM_CUDA_HPW_STAGES stages of K and V tiles of GLLM_CUDA_HPW_KEYS keys). The
- * tensor-core kernels' layout needs. */
+/* Hopper kernels gllm_attn_fwd_hopper_wide_{f16,bf16}_d256[_causal] and _d192v128 (sm_90a
+ * image only, attention_fwd_hopper_wide.cu): grid (ceil(Sq / GLLM_CUDA_HPW_ROWS), B * Hq),
+ * block GLLM_CUDA_HPW_THREADS, dynamic shared memory GLLM_CUDA_HPW_SMEM(D) (1 KiB of
+ * alignment slack, Q, GLLM_CUDA_HPW_STAGES stages of K and V tiles of GLLM_CUDA_HPW_KEYS
+ * keys). The tensor-core kernels' layout needs. V's head dim is GLLM_CUDA_HPW_DV(D): D at
+ * 256, 128 at D 192 (DeepSeek's prefill: Dqk 192 = 128 + 64 rotary, Dv 128). */
 #define GLLM_CUDA_HPW_ROWS 128
 #define GLLM_CUDA_HPW_KEYS 80
 #define GLLM_CUDA_HPW_STAGES 2
 #define GLLM_CUDA_HPW_THREADS (GLLM_CUDA_HPW_ROWS * 2 + 128)
-#define GLLM_CUDA_HPW_SMEM(D) \
-    (1024 + (GLLM_CUDA_HPW_ROWS + 2 * GLLM_CUDA_HPW_STAGES * GLLM_CUDA_HPW_KEYS) * (D) * 2)
+#define GLLM_CUDA_HPW_DV(D) ((D) == 192 ? 128 : (D))
+#define GLLM_CUDA_HPW_SMEM(D)                                   \
+    (1024 + (GLLM_CUDA_HPW_ROWS * (D) +                         \
+             GLLM_CUDA_HPW_STAGES * GLLM_CUDA_HPW_KEYS * ((D) + GLLM_CUDA_HPW_DV(D))) * 2)
 
 /* The split units of a dense Hopper launch (hopper_schedule.h, gllm_cuda_hp_split_of): their key
  * tiles each (0: none split), all of them, and a divider by the first (n / d by a

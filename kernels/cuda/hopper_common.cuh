@@ -55,15 +55,16 @@ template <int D, int STAGES_ = GLLM_CUDA_HP_STAGES(D)> struct Hp {
 #ifdef GLLM_HAVE_WGMMA
 // The producer warpgroup's copy of rows [row0, row0 + ROWS) of one head into a swizzled
 // [ROWS][D] tile; rows >= nrows or below 0 (a causal head's first m-tile, m_pad) are zeros.
-// Thread i copies 16-byte column i % TPR (and, at D = 256, that one plus 16: CPR of them) of
-// rows i / TPR + STEP k, TPR = min(D / 8, 16): a pass covers a multiple of 8 rows, so one
-// swizzle offset serves all its rows.
+// Thread i copies 16-byte column i % TPR (and, at D = 256, that one plus 16; at D = 192, plus 8
+// and 16: CPR of them) of rows i / TPR + STEP k, TPR = min(D / 8, 16), 8 where 16 does not
+// divide D / 8: a pass covers a multiple of 8 rows, so one swizzle offset serves all its rows.
 template <int D, int ROWS, typename T>
 __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t row_stride, int row0,
                                           int nrows, int i)
 {
     constexpr int CHUNKS = D / 8;                        // 16-byte columns
-    constexpr int TPR = CHUNKS < 16 ? CHUNKS : 16;       // threads per row
+    constexpr int TPR = CHUNKS < 16 ? CHUNKS : CHUNKS % 16 ? 8 : 16;   // threads per row
+    constexpr int KBLK = TPR / 8;                        // 64-column blocks from a column to the next
     constexpr int STEP = 128 / TPR, CPR = CHUNKS / TPR;  // rows per pass, columns per thread
     static_assert(CHUNKS % TPR == 0 && STEP % 8 == 0 && ROWS % STEP == 0, "tile shape");
     const int r0 = i / TPR, c = i % TPR;
@@ -79,9 +80,9 @@ __device__ __forceinline__ void copy_tile(uint32_t tile, const T *base, int64_t 
     for (int it = 0; it < ROWS / STEP; it++) {
         const bool ok = rows_left > 0 && rows_left <= nrows;       // 0 <= row < nrows
 #pragma unroll
-        for (int k = 0; k < CPR; k++)                    // column TPR k: 2 k column blocks on
-            cp_async16(soff + it * STEP * 128 + k * 2 * ROWS * 128, ok ? src + k * 128 : base,
-                       ok ? 16 : 0);
+        for (int k = 0; k < CPR; k++)                    // column TPR k: KBLK k column blocks on
+            cp_async16(soff + it * STEP * 128 + k * KBLK * ROWS * 128,
+                       ok ? src + k * TPR * 8 : base, ok ? 16 : 0);
         src += step;
         asm volatile("" : "+l"(src));
         rows_left -= STEP;

@@ -21,7 +21,8 @@
  *   PAGED_PREFILL  chunked prefill over the paged cache on wgmma (paged_prefill_hopper.cu)
  *   APPEND         new K and V rows into the paged cache (paged_attention.cu)
  *   PAD            rows copied with zeros to a wider pitch, or back (pad_rows.cu)
- *   HOPPER_WIDE    dense prefill on wgmma at D 256, 80-key tiles (attention_fwd_hopper_wide.cu)
+ *   HOPPER_WIDE    dense prefill on wgmma at D 256, and Dqk 192 with Dv 128 (GLLM_CUDA_HPW_DV),
+ *                  80-key tiles (attention_fwd_hopper_wide.cu)
  *   HOPPER_WIDE_VAR  the HOPPER_WIDE kernels with a variant
  * X(mode, smem, image): the dynamic shared memory its kernels are allowed, by head dim, and
  * which loaded image holds their code: ALL, SM90A (wgmma: elsewhere the entry point traps and
@@ -161,7 +162,12 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
     X(HOPPER_WIDE, F16, 256, 0, gllm_attn_fwd_hopper_wide_f16_d256)                          \
     X(HOPPER_WIDE, F16, 256, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_wide_f16_d256_causal) \
     X(HOPPER_WIDE, BF16, 256, 0, gllm_attn_fwd_hopper_wide_bf16_d256)                        \
-    X(HOPPER_WIDE, BF16, 256, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_wide_bf16_d256_causal)
+    X(HOPPER_WIDE, BF16, 256, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_wide_bf16_d256_causal) \
+    X(HOPPER_WIDE, F16, 192, 0, gllm_attn_fwd_hopper_wide_f16_d192v128)                      \
+    X(HOPPER_WIDE, F16, 192, GLLM_CUDA_KF_CAUSAL, gllm_attn_fwd_hopper_wide_f16_d192v128_causal) \
+    X(HOPPER_WIDE, BF16, 192, 0, gllm_attn_fwd_hopper_wide_bf16_d192v128)                    \
+    X(HOPPER_WIDE, BF16, 192, GLLM_CUDA_KF_CAUSAL,                                           \
+      gllm_attn_fwd_hopper_wide_bf16_d192v128_causal)
 
 #define GLLM_CUDA_HOPPER_WIDE_VAR_KERNELS(X)                                                 \
     X(HOPPER_WIDE_VAR, F16, 256, 0, gllm_attn_fwd_hopper_wide_var_f16_d256)                  \
@@ -169,7 +175,13 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
       gllm_attn_fwd_hopper_wide_var_f16_d256_causal)                                         \
     X(HOPPER_WIDE_VAR, BF16, 256, 0, gllm_attn_fwd_hopper_wide_var_bf16_d256)                \
     X(HOPPER_WIDE_VAR, BF16, 256, GLLM_CUDA_KF_CAUSAL,                                       \
-      gllm_attn_fwd_hopper_wide_var_bf16_d256_causal)
+      gllm_attn_fwd_hopper_wide_var_bf16_d256_causal)                                        \
+    X(HOPPER_WIDE_VAR, F16, 192, 0, gllm_attn_fwd_hopper_wide_var_f16_d192v128)              \
+    X(HOPPER_WIDE_VAR, F16, 192, GLLM_CUDA_KF_CAUSAL,                                        \
+      gllm_attn_fwd_hopper_wide_var_f16_d192v128_causal)                                     \
+    X(HOPPER_WIDE_VAR, BF16, 192, 0, gllm_attn_fwd_hopper_wide_var_bf16_d192v128)            \
+    X(HOPPER_WIDE_VAR, BF16, 192, GLLM_CUDA_KF_CAUSAL,                                       \
+      gllm_attn_fwd_hopper_wide_var_bf16_d192v128_causal)
 
 #define GLLM_CUDA_KERNELS(X)                                                                 \
     GLLM_CUDA_DENSE_KERNELS(X)                                                               \

@@ -197,10 +197,10 @@ static void cuda_host_unregister(struct backend *be, void *p)
 }
 
 /* Whether a's tensors are laid out as the tensor-core and Hopper kernels copy them: f16 or
- * bf16, Dv = D, 16-byte rows. */
-static bool tc_layout(const struct attn_args *a)
+ * bf16, 16-byte rows, and V's head dim dv. */
+static bool tc_layout_dv(const struct attn_args *a, int64_t dv)
 {
-    if (a->dtype == GLLM_DTYPE_F32 || attn_dv(a) != a->D)
+    if (a->dtype == GLLM_DTYPE_F32 || attn_dv(a) != dv)
         return false;
     const int64_t *st[4] = {a->q_st, a->k_st, a->v_st, a->o_st};
     const void *ptr[4] = {a->q, a->k, a->v, a->out};
@@ -215,6 +215,11 @@ static bool tc_layout(const struct attn_args *a)
                 return false;
     }
     return true;
+}
+
+static bool tc_layout(const struct attn_args *a)
+{
+    return tc_layout_dv(a, a->D);
 }
 
 static bool tc_eligible(const struct attn_args *a)
@@ -440,14 +445,17 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     const bool tc = dp || tc_eligible(a);
     /* The job's variant as the registry's flags (kernel_registry.h). */
     const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
-    const bool plain = attn_variant_none(var) && (dp || Dv == a->D);
+    /* D 256 (and, padded, 129 to 255) and Dqk 192 with Dv 128 on Hopper: a kernel of its own,
+     * with a variant form. */
+    const bool wide_dims = D == 256 ? dp || tc_layout(a)
+                                    : D == 192 && !dp && tc_layout_dv(a, GLLM_CUDA_HPW_DV(192));
+    CUfunction wide = wide_dims ? cuda_kernel_find(x, attn_variant_none(var)
+                                                          ? GLLM_CUDA_MODE_HOPPER_WIDE
+                                                          : GLLM_CUDA_MODE_HOPPER_WIDE_VAR,
+                                                  a->dtype, D, flags)
+                                : NULL;
+    const bool plain = attn_variant_none(var) && (dp || Dv == a->D || wide);
     CUfunction hopper = plain ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, D, flags) : NULL;
-    /* D 256 (and, padded, 129 to 255) on Hopper: a kernel of its own, with a variant form. */
-    CUfunction wide = D == 256 && (dp || (tc_layout(a) && Dv == a->D))
-                          ? cuda_kernel_find(x, plain ? GLLM_CUDA_MODE_HOPPER_WIDE
-                                                      : GLLM_CUDA_MODE_HOPPER_WIDE_VAR,
-                                             a->dtype, D, flags)
-                          : NULL;
     const unsigned heads = (unsigned)(a->B * a->Hq);
     CUfunction f;
     unsigned gx, gy, threads, smem;

@@ -14,11 +14,14 @@ int64_t cuda_pad_dim(const struct cuda_dev *x, const struct attn_args *a)
         return 0;
     if (a->D <= 128)
         return a->D <= 64 ? 64 : 128;
-    /* Above 128: onto the Hopper D 256 kernel (or its variant form) where there is one. */
+    /* Above 128: onto the Hopper D 256 kernel (or its variant form) where there is one, but
+     * Dqk 192 with Dv 128, which has a kernel of its own there. */
     const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
     const enum gllm_cuda_mode wide = attn_variant_none(&a->variant)
                                          ? GLLM_CUDA_MODE_HOPPER_WIDE
                                          : GLLM_CUDA_MODE_HOPPER_WIDE_VAR;
+    if (a->D == 192 && dv == GLLM_CUDA_HPW_DV(192) && cuda_kernel_find(x, wide, a->dtype, 192, flags))
+        return 0;
     return cuda_kernel_find(x, wide, a->dtype, 256, flags) ? 256 : 0;
 }
 
