@@ -60,6 +60,11 @@ if [ -z "${GPU_CHECK_PAGED_ONLY:-}" ]; then
   python3 "$here/dense_variants.py" --socket "$sock" --out "$out" ${DENSE_VARIANTS_ARGS:-} 2>&1 | tee "$out/dense_variants.log"
   if [ "${PIPESTATUS[0]}" = 0 ]; then note "ok   dense variants: $(grep '^correctness' "$out/dense_variants.log")"
   else note "FAIL dense variants: $(grep '^correctness' "$out/dense_variants.log" || tail -1 "$out/dense_variants.log") (see dense_variants.log)"; fails=$((fails + 1)); fi
+  # Dv below Dqk (DeepSeek's 192 / 128): float64 checks, then speed against cuDNN.
+  if GLLM_LIBRARY="$build/libgllm-client.so" python3 "$here/dv_prefill.py" --socket "$sock" \
+       --out "$out" > "$out/dv_prefill.log" 2>&1
+  then note "ok   Dqk 192 / Dv 128 prefill: $(grep '^correctness' "$out/dv_prefill.log")"
+  else note "FAIL Dqk 192 / Dv 128 prefill (see dv_prefill.log)"; fails=$((fails + 1)); fi
   # Real models: transformers' own modelling code of seven families routed to this gllmd
   # (gllm.integrations.transformers) against its float32 and bf16 paths (hf_models.json).
   if python3 -c "import transformers" 2> /dev/null; then
