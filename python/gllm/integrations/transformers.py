@@ -94,9 +94,9 @@ def attention_forward(module: Any, query: Any, key: Any, value: Any, attention_m
     dt = query.dtype
     q, k, v, out = st.take(dt, query.device, ((B, Hq, Sq, D), (B, Hkv, Skv, D),
                                              (B, Hkv, Skv, Dv), (B, Hq, Sq, Dv)))
-    q.copy_(query)
+    q.copy_(query)                 # copy_ makes them contiguous and of dtype dt
     k.copy_(key)
-    v.copy_(value.to(dt))
+    v.copy_(value)
     kw: Dict[str, Any] = {}
     if sliding_window:
         # transformers' window: key j is seen from query i when i - j < sliding_window
@@ -114,7 +114,7 @@ def _sinks(st: _Staging, s_aux: Any, Hq: int, device: Any) -> Any:
     import torch
     # f32 of its own (the flat buffers are per dtype); a parameter, copied each call
     buf, = st.take(torch.float32, device, ((Hq,),), slot="sinks")
-    buf.copy_(s_aux.detach().reshape(Hq).to(torch.float32))
+    buf.copy_(s_aux.detach().reshape(Hq))   # copy_ converts the dtype
     return buf
 
 
