@@ -2,7 +2,7 @@
  * host (pk_emu.h, 32-wide waves as on NVIDIA): devices opened and passed over, the kernels
  * found by name, launches (grid, block, parameters), scratch, copies and failures, and its
  * results against the CPU backend's for dense attention (host and device tensors) and paged
- * decode and prefill. */
+ * decode and prefill, plain and with a variant (its slopes and sinks on the device too). */
 #define PK_WAVE 32
 #include "pk_emu.h"
 
@@ -162,7 +162,19 @@ static double max_diff_f16(const std::vector<uint16_t> &a, const std::vector<uin
     return worst;
 }
 
-static void dense(struct backend *gpu, struct backend *cpu, bool on_device)
+/* Gemma's and GPT-OSS's fields and more at once: a window, a soft-cap, ALiBi and sinks
+ * (slopes and sinks in device memory too when the tensors are). */
+static const float var_slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f};
+static const float var_sinks[4] = {1.5f, -0.5f, 0.25f, 2.0f};
+static struct attn_variant some_variant(const float *slopes, const float *sinks)
+{
+    struct attn_variant v = {};
+    v.window = true, v.window_left = 6, v.window_right = -1, v.soft_cap = 1.5f;
+    v.alibi_slopes = slopes, v.sinks = sinks;
+    return v;
+}
+
+static void dense(struct backend *gpu, struct backend *cpu, bool on_device, bool variant)
 {
     enum { B = 2, H = 4, HKV = 2, SQ = 7, SKV = 20, D = 64 };
     std::vector<uint16_t> q = f16_random(B * H * SQ * D, 1), k = f16_random(B * HKV * SKV * D, 2),
@@ -175,6 +187,8 @@ static void dense(struct backend *gpu, struct backend *cpu, bool on_device)
     memcpy(a.q_st, qs, sizeof qs), memcpy(a.o_st, qs, sizeof qs);
     memcpy(a.k_st, ks, sizeof ks), memcpy(a.v_st, ks, sizeof ks);
     a.lse_st[0] = H * SQ, a.lse_st[1] = SQ, a.lse_st[2] = 1;
+    if (variant)
+        a.variant = some_variant(var_slopes, var_sinks);
     struct attn_args c = a;
     c.q = q.data(), c.k = k.data(), c.v = v.data(), c.out = ref.data(), c.lse = ref_lse.data();
     CHECK(cpu->device->attention(cpu, 0, &c) == 0);
@@ -183,12 +197,13 @@ static void dense(struct backend *gpu, struct backend *cpu, bool on_device)
         CHECK(gpu->device->attention(gpu, 0, &a) == 0);
     } else {
         /* Device tensors, filled and read through the backend's copies. */
-        void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL;
+        void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL, *dlse = NULL, *dheads = NULL;
         const size_t qb = q.size() * 2, kb = k.size() * 2;
         CHECK(gpu->device->alloc(gpu, 0, qb, &dq) == 0 && gpu->device->alloc(gpu, 0, kb, &dk) == 0 &&
               gpu->device->alloc(gpu, 0, kb, &dv) == 0 && gpu->device->alloc(gpu, 0, qb, &dout) == 0 &&
-              gpu->device->alloc(gpu, 0, lse.size() * 4, &dlse) == 0);
-        if (!dq || !dk || !dv || !dout || !dlse)
+              gpu->device->alloc(gpu, 0, lse.size() * 4, &dlse) == 0 &&
+              gpu->device->alloc(gpu, 0, 2 * H * sizeof(float), &dheads) == 0);
+        if (!dq || !dk || !dv || !dout || !dlse || !dheads)
             return;
         struct copy_args cp = {};
         cp.to_device = true;
@@ -198,14 +213,23 @@ static void dense(struct backend *gpu, struct backend *cpu, bool on_device)
         CHECK(gpu->device->copy(gpu, 0, &cp) == 0);
         cp.dst = dv, cp.src = v.data();
         CHECK(gpu->device->copy(gpu, 0, &cp) == 0);
+        /* The slopes and the sinks side by side in one device buffer. */
+        float heads[2 * H];
+        memcpy(heads, var_slopes, sizeof var_slopes), memcpy(heads + H, var_sinks, sizeof var_sinks);
+        cp.dst = dheads, cp.src = heads, cp.bytes = sizeof heads;
+        CHECK(gpu->device->copy(gpu, 0, &cp) == 0);
         a.q = dq, a.k = dk, a.v = dv, a.out = dout, a.lse = (float *)dlse, a.device_mask = 0x1f;
+        if (variant) {
+            a.variant = some_variant((const float *)dheads, (const float *)dheads + H);
+            a.device_mask |= 0x60;                       /* bits 5, 6: slopes, sinks */
+        }
         CHECK(gpu->device->attention(gpu, 0, &a) == 0);
         cp.to_device = false;
         cp.dst = out.data(), cp.src = dout, cp.bytes = qb;
         CHECK(gpu->device->copy(gpu, 0, &cp) == 0);
         cp.dst = lse.data(), cp.src = dlse, cp.bytes = lse.size() * 4;
         CHECK(gpu->device->copy(gpu, 0, &cp) == 0);
-        for (void *p : {dq, dk, dv, dout, dlse})
+        for (void *p : {dq, dk, dv, dout, dlse, dheads})
             gpu->device->free(gpu, 0, p);
     }
     CHECK(fk.last_bx == 128 && fk.last_smem == 0);      /* four 32-wide warps, static LDS */
@@ -213,12 +237,13 @@ static void dense(struct backend *gpu, struct backend *cpu, bool on_device)
     double el = 0;
     for (size_t i = 0; i < lse.size(); i++)
         el = fabs(lse[i] - ref_lse[i]) > el ? fabs(lse[i] - ref_lse[i]) : el;
-    printf("%s dense f16 GQA causal, %s tensors: max |diff| vs the CPU backend %.2e, lse %.2e\n",
-           e < 2e-3 && el < 1e-4 ? "ok  " : "FAIL", on_device ? "device" : "host", e, el);
+    printf("%s dense f16 GQA causal%s, %s tensors: max |diff| vs the CPU backend %.2e, lse %.2e\n",
+           e < 2e-3 && el < 1e-4 ? "ok  " : "FAIL", variant ? " window cap alibi sinks" : "",
+           on_device ? "device" : "host", e, el);
     failures += !(e < 2e-3 && el < 1e-4);
 }
 
-static void paged(struct backend *gpu, struct backend *cpu, bool prefill)
+static void paged(struct backend *gpu, struct backend *cpu, bool prefill, bool variant)
 {
     enum { B = 3, HQ = 4, HKV = 2, D = 128, PS = 16, PAGES = 12 };
     const int32_t len[B] = {40, 1, 33}, indptr[B + 1] = {0, 3, 4, 7}, indices[7] = {11, 2, 5, 0, 7, 3, 9};
@@ -233,14 +258,16 @@ static void paged(struct backend *gpu, struct backend *cpu, bool prefill)
     p.q = q.data(), p.nq = nq, p.kv_indptr = indptr, p.kv_indices = indices, p.kv_len = len;
     p.q_indptr = qptr, p.max_kv_len = 40, p.max_q_len = prefill ? 10 : 1, p.scale = 0.088f;
     p.causal = true;
+    if (variant)
+        p.variant = some_variant(var_slopes, var_sinks);
     struct paged_args c = p;
     c.out = ref.data();
     p.out = out.data();
     CHECK(cpu->device->paged(cpu, 0, &c) == 0);
     CHECK(gpu->device->paged(gpu, 0, &p) == 0);
     const double e = max_diff_f16(out, ref);
-    printf("%s paged %s: max |diff| vs the CPU backend %.2e\n", e < 2e-3 ? "ok  " : "FAIL",
-           prefill ? "chunked prefill" : "decode", e);
+    printf("%s paged %s%s: max |diff| vs the CPU backend %.2e\n", e < 2e-3 ? "ok  " : "FAIL",
+           prefill ? "chunked prefill" : "decode", variant ? " window cap alibi sinks" : "", e);
     failures += !(e < 2e-3);
 }
 
@@ -266,10 +293,12 @@ int main(void)
     CHECK(strcmp(info.image, "portable sm_90 SASS") == 0 && info.cc_major == 9);
     CHECK(strcmp(gpu->iface->name, "cuda-portable") == 0 && gpu->caps.max_head_dim == 256);
 
-    dense(gpu, cpu, false);
-    dense(gpu, cpu, true);
-    paged(gpu, cpu, false);
-    paged(gpu, cpu, true);
+    for (bool variant : {false, true}) {
+        dense(gpu, cpu, false, variant);
+        dense(gpu, cpu, true, variant);
+        paged(gpu, cpu, false, variant);
+        paged(gpu, cpu, true, variant);
+    }
 
     /* Failures: no memory for a bigger scratch, a launch the driver refuses. */
     std::vector<uint16_t> big(1 << 20);

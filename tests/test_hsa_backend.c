@@ -560,8 +560,10 @@ static void test_open_failures(void **state)
     struct backend *be = NULL;
     /* Each failure passes the only GPU over, so open fails, leaving nothing behind. */
     bool *breaks[] = {&fk.fail_queue, &fk.fail_load, &fk.short_kernarg, &fk.no_cpu};
+    char needs[48];
+    snprintf(needs, sizeof needs, "gllmd needs %zu bytes", sizeof(struct pk_attn_params));
     const char *reason[] = {"creating a 1024-packet queue", "loading the gfx90a code object",
-                            "gllmd needs 224 bytes", ""};
+                            needs, ""};
     for (int i = 0; i < 4; i++) {
         logged[0] = '\0';
         *breaks[i] = true;

@@ -16,13 +16,26 @@
 /* Threads of an append workgroup, whatever the wave size. */
 #define PK_APPEND_THREADS 256
 
-/* Device addresses travel as uint64_t so C and C++ see one layout. */
+/* The attention variant (backend_api.h's struct attn_variant) as the kernels read it, in
+ * both parameter structs: 32 bytes, no padding. A field at its "none" value costs nothing
+ * but a few uniform instructions, so one kernel serves plain and variant jobs. */
+struct pk_variant {
+    uint64_t alibi, sinks;            /* f32 [Hq] device addresses; 0: none */
+    int32_t window_left, window_right;   /* -1: no edge on that side */
+    int32_t chunk;                    /* 0: none */
+    float soft_cap;                   /* 0: none */
+};
+
+/* Device addresses travel as uint64_t so C and C++ see one layout; every field sits at a
+ * multiple of its size, so no compiler pads either struct. */
 struct pk_attn_params {
     uint64_t q, k, v, out, lse;       /* lse 0: not wanted */
     int64_t q_st[4], k_st[4], v_st[4], o_st[4], lse_st[3];   /* elements, [b, h, s, d] */
     int32_t B, Hq, Hkv, Sq, Skv, D;
     float scale_log2;                 /* softmax scale times log2(e): scores in base 2 */
     int32_t causal;                   /* bottom-right: row i sees keys j <= i + Skv - Sq */
+    int32_t Dv;                       /* v's and out's head dim, 1..D */
+    struct pk_variant var;            /* row i is at position i + Skv - Sq */
 };
 
 /* Paged KV: caches [num_pages, page_size, Hkv, D], q/out [nq, Hq, D], k_new/v_new
@@ -35,6 +48,7 @@ struct pk_paged_params {
     int32_t B, Hq, Hkv, D, page_size, nnew;
     float scale_log2;
     int32_t elem_bytes;               /* append: 2 or 4 */
+    struct pk_variant var;            /* attention: a query is at its token's position */
 };
 
 #endif

@@ -173,6 +173,23 @@ PK_INLINE void pk_store(float *p, float x) { *p = x; }
 PK_INLINE void pk_store(pk_f16 *p, float x) { pk_f16_store(&p->bits, x); }
 PK_INLINE void pk_store(pk_bf16 *p, float x) { pk_bf16_store(&p->bits, x); }
 
+/* tanh from exp2 alone (AMD builds have no device libraries, so no tanhf): (1 - e^-2a) /
+ * (1 + e^-2a) for a = |x|, and near 0, where 1 - e^-2a would lose its digits, the Taylor
+ * series to x^7 (below 2^-3 its next term is under 1e-9 of the value). */
+PK_INLINE float pk_tanh(float x)
+{
+    const float a = x < 0.0f ? -x : x;
+    float t;
+    if (a < 0.125f) {
+        const float a2 = a * a;
+        t = a * (1.0f + a2 * (-1.0f / 3.0f + a2 * (2.0f / 15.0f + a2 * (-17.0f / 315.0f))));
+    } else {
+        const float e = pk_exp2(-2.8853900817779268f * a);   /* e^-2a: 2 log2(e) a */
+        t = (1.0f - e) / (1.0f + e);
+    }
+    return x < 0.0f ? -t : t;
+}
+
 /* Sum over the wave, every lane getting the total (xor butterfly). */
 PK_INLINE float pk_wave_sum(float v)
 {

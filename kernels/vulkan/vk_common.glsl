@@ -33,7 +33,7 @@ layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer Pag
 // The attention variant (daemon/backends/common/backend_api.h, struct attn_variant), VARIANT_AT
 // bytes after either parameter block: ALiBi slopes and sinks as addresses of [Hq] f32 (0:
 // none), window edges (-1: none on that side), the chunk (0: none), the soft cap (0: none).
-#define VARIANT_AT 256
+#define VARIANT_AT 320
 layout(buffer_reference, std430, buffer_reference_align = 8) readonly buffer VariantParams {
     uint64_t alibi, sinks;
     int window_left, window_right;

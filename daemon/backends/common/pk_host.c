@@ -101,6 +101,30 @@ static int stage_out(struct stage *s, int32_t *bad)
     return rc;
 }
 
+/* The variant's [Hq] slopes and sinks join the job's tensors (host ones staged, device ones
+ * as they are: on_dev says which); *ia and *is are their places, -1 for none. */
+static void stage_variant(struct stage *s, const struct attn_variant *v, int64_t Hq,
+                          bool alibi_on_dev, bool sinks_on_dev, int *ia, int *is)
+{
+    const size_t bytes = (size_t)Hq * sizeof(float);
+    *ia = v->alibi_slopes ? stage_add(s, v->alibi_slopes, bytes, alibi_on_dev, true, false) : -1;
+    *is = v->sinks ? stage_add(s, v->sinks, bytes, sinks_on_dev, true, false) : -1;
+}
+
+/* The variant as the kernels read it (pk_params.h), from a staged job. */
+static struct pk_variant kernel_variant(const struct stage *s, const struct attn_variant *v,
+                                        int ia, int is)
+{
+    return (struct pk_variant){
+        .alibi = ia >= 0 ? stage_addr(s, ia) : 0,
+        .sinks = is >= 0 ? stage_addr(s, is) : 0,
+        .window_left = v->window ? v->window_left : -1,
+        .window_right = v->window ? v->window_right : -1,
+        .chunk = (int32_t)v->chunk,
+        .soft_cap = v->soft_cap,
+    };
+}
+
 static unsigned block_threads(const struct pk_device *d)
 {
     return (unsigned)(PK_WAVES * d->wave);
@@ -108,7 +132,8 @@ static unsigned block_threads(const struct pk_device *d)
 
 int pk_attention(const struct pk_device *d, const struct attn_args *a)
 {
-    if (a->D < 1 || a->D > PK_MAX_D)
+    const int64_t Dv = attn_dv(a);
+    if (a->D < 1 || a->D > PK_MAX_D || Dv < 1 || Dv > a->D)
         return GLLM_EHEADDIM;
     if (a->Hkv < 1 || a->Hq % a->Hkv != 0)
         return GLLM_ESHAPE;
@@ -120,18 +145,21 @@ int pk_attention(const struct pk_device *d, const struct attn_args *a)
         return -E2BIG;
     const size_t es = elem_bytes(a->dtype);
     const int64_t qs[4] = {a->B, a->Hq, a->Sq, a->D}, ks[4] = {a->B, a->Hkv, a->Skv, a->D},
+                  vs[4] = {a->B, a->Hkv, a->Skv, Dv}, os[4] = {a->B, a->Hq, a->Sq, Dv},
                   ls[3] = {a->B, a->Hq, a->Sq};
     struct stage s = {.d = d};
     /* An output view with gaps is copied in first, so the gaps go back unchanged. */
     const uint32_t on_dev = a->device_mask;
     int iq = stage_add(&s, a->q, strided_span_bytes(4, qs, a->q_st, es), on_dev & 1, true, false);
     int ik = stage_add(&s, a->k, strided_span_bytes(4, ks, a->k_st, es), on_dev & 2, true, false);
-    int iv = stage_add(&s, a->v, strided_span_bytes(4, ks, a->v_st, es), on_dev & 4, true, false);
-    int io = stage_add(&s, a->out, strided_span_bytes(4, qs, a->o_st, es), on_dev & 8,
-                       !strided_contiguous(4, qs, a->o_st), true);
+    int iv = stage_add(&s, a->v, strided_span_bytes(4, vs, a->v_st, es), on_dev & 4, true, false);
+    int io = stage_add(&s, a->out, strided_span_bytes(4, os, a->o_st, es), on_dev & 8,
+                       !strided_contiguous(4, os, a->o_st), true);
     int il = a->lse ? stage_add(&s, a->lse, strided_span_bytes(3, ls, a->lse_st, 4), on_dev & 16,
                                 !strided_contiguous(3, ls, a->lse_st), true)
                     : -1;
+    int ia, is;
+    stage_variant(&s, &a->variant, a->Hq, on_dev & 32, on_dev & 64, &ia, &is);
     int rc = stage_in(&s);
     if (rc < 0)
         return rc;
@@ -140,7 +168,7 @@ int pk_attention(const struct pk_device *d, const struct attn_args *a)
         .out = stage_addr(&s, io), .lse = il >= 0 ? stage_addr(&s, il) : 0,
         .B = (int32_t)a->B, .Hq = (int32_t)a->Hq, .Hkv = (int32_t)a->Hkv, .Sq = (int32_t)a->Sq,
         .Skv = (int32_t)a->Skv, .D = (int32_t)a->D, .scale_log2 = a->scale * LOG2E,
-        .causal = a->causal,
+        .causal = a->causal, .Dv = (int32_t)Dv, .var = kernel_variant(&s, &a->variant, ia, is),
     };
     memcpy(p.q_st, a->q_st, sizeof p.q_st);
     memcpy(p.k_st, a->k_st, sizeof p.k_st);
@@ -168,6 +196,11 @@ int pk_paged_check(const struct paged_args *p, char *why, size_t len)
     if (p->D < 1 || p->D > PK_MAX_D) {
         snprintf(why, len, "head dim %lld: the portable kernels take 1..%d", (long long)p->D, PK_MAX_D);
         return GLLM_EHEADDIM;
+    }
+    if (p->Dv && p->Dv != p->D) {
+        snprintf(why, len, "v's head dim %lld differs from k's (%lld): the portable paged kernel "
+                 "takes one head dim", (long long)p->Dv, (long long)p->D);
+        return GLLM_EVARIANT;
     }
     if (p->indices_in_arena) {
         snprintf(why, len, "page tables must be copied by the daemon for this backend");
@@ -216,6 +249,9 @@ int pk_paged(const struct pk_device *d, const struct paged_args *p)
                        !append && p->indices_on_device, true, false);
     int il = stage_add(&s, p->kv_len, (size_t)p->B * sizeof(int32_t), false, true, false);
     int iq = stage_add(&s, p->q_indptr, ptrs, false, true, false);
+    int ia = -1, is = -1;
+    if (!append)
+        stage_variant(&s, &p->variant, p->Hq, m & (1u << PG_ALIBI), m & (1u << PG_SINKS), &ia, &is);
     if ((rc = stage_in(&s)) < 0)
         return rc;
     struct pk_paged_params k = {
@@ -228,6 +264,7 @@ int pk_paged(const struct pk_device *d, const struct paged_args *p)
         .B = (int32_t)p->B, .Hq = (int32_t)p->Hq, .Hkv = (int32_t)p->Hkv, .D = (int32_t)p->D,
         .page_size = (int32_t)p->page_size, .nnew = (int32_t)p->nnew,
         .scale_log2 = p->scale * LOG2E, .elem_bytes = (int32_t)es,
+        .var = kernel_variant(&s, &p->variant, ia, is),
     };
     if (append) {
         const uint64_t elems = (uint64_t)p->nnew * (uint64_t)(p->Hkv * p->D);

@@ -7,6 +7,12 @@
 #include "pk_params.h"
 #include "vk_job.h"
 
+/* A slot holds either parameter block, then the variant at VK_VARIANT_AT. */
+_Static_assert(sizeof(struct pk_attn_params) <= VK_VARIANT_AT &&
+                   sizeof(struct pk_paged_params) <= VK_VARIANT_AT &&
+                   VK_VARIANT_AT + sizeof(struct vk_variant) <= VK_PARAM_SLOT_BYTES,
+               "a parameter slot holds a parameter block and the variant");
+
 static int fail(struct vk_gpu *g, const char *what, VkResult r)
 {
     if (r == VK_ERROR_DEVICE_LOST)

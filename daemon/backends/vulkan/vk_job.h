@@ -15,10 +15,11 @@
 
 /* Parameter blocks per command buffer; past it, a flush. A slot holds the kernel's
  * parameters (pk_attn_params or pk_paged_params, at most VK_VARIANT_AT bytes) and, at
- * VK_VARIANT_AT, the job's variant (kernels/vulkan/vk_common.glsl's VariantParams). */
+ * VK_VARIANT_AT, the job's variant (kernels/vulkan/vk_common.glsl's VariantParams; its
+ * VARIANT_AT is the same number). */
 #define VK_PARAM_SLOTS 64
 #define VK_PARAM_SLOT_BYTES 512
-#define VK_VARIANT_AT 256
+#define VK_VARIANT_AT 320
 
 struct vk_variant {
     uint64_t alibi, sinks;          /* device addresses of [Hq] f32; 0: none */
