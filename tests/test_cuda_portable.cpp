@@ -293,6 +293,12 @@ int main(void)
     CHECK(strcmp(info.image, "portable sm_90 SASS") == 0 && info.cc_major == 9);
     CHECK(strcmp(gpu->iface->name, "cuda-portable") == 0 && gpu->caps.max_head_dim == 256);
 
+    const uint32_t every = GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP |
+                           GLLM_VARIANT_ALIBI | GLLM_VARIANT_SINKS;
+    CHECK(gpu->caps.modes[GLLM_MODE_DENSE].variants == (every | GLLM_VARIANT_HEAD_DIM_V));
+    CHECK(gpu->caps.modes[GLLM_MODE_DECODE].variants == every &&
+          gpu->caps.modes[GLLM_MODE_PREFILL].variants == every);
+
     for (bool variant : {false, true}) {
         dense(gpu, cpu, false, variant);
         dense(gpu, cpu, true, variant);

@@ -550,6 +550,12 @@ static void test_open_devices(void **state)
     assert_int_equal(be->device->info(be, 2, &info), -ENODEV);
     assert_int_equal(be->caps.max_head_dim, 256);
     assert_int_equal(be->caps.features & BACKEND_FEAT_SYNC, 0);
+    /* Every variant field in every mode; v's head dim below q's in dense attention only. */
+    const uint32_t every = GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP |
+                           GLLM_VARIANT_ALIBI | GLLM_VARIANT_SINKS;
+    assert_int_equal(be->caps.modes[GLLM_MODE_DENSE].variants, every | GLLM_VARIANT_HEAD_DIM_V);
+    assert_int_equal(be->caps.modes[GLLM_MODE_DECODE].variants, every);
+    assert_int_equal(be->caps.modes[GLLM_MODE_PREFILL].variants, every);
     hsa_backend_iface.close(be);
     assert_released();
 }

@@ -125,6 +125,21 @@ static struct pk_variant kernel_variant(const struct stage *s, const struct attn
     };
 }
 
+void pk_declare(struct backend_caps *out)
+{
+    const uint32_t every = GLLM_VARIANT_WINDOW | GLLM_VARIANT_CHUNK | GLLM_VARIANT_SOFT_CAP |
+                           GLLM_VARIANT_ALIBI | GLLM_VARIANT_SINKS;
+    *out = (struct backend_caps){
+        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
+        .max_head_dim = PK_MAX_D,
+        .modes = {
+            [GLLM_MODE_DENSE] = {.variants = every | GLLM_VARIANT_HEAD_DIM_V},
+            [GLLM_MODE_DECODE] = {.variants = every},
+            [GLLM_MODE_PREFILL] = {.variants = every},
+        },
+    };
+}
+
 static unsigned block_threads(const struct pk_device *d)
 {
     return (unsigned)(PK_WAVES * d->wave);

@@ -45,6 +45,11 @@ struct pk_device {
  * the two variants take the same jobs). */
 #define PK_MAX_GRID_Y 65535
 
+/* What the portable kernels compute, as both backends that run them declare it: f32, f16
+ * and bf16, head dims 1..PK_MAX_D, every variant field in every mode, and v's head dim below
+ * q's in dense attention (the paged kernel's caches take one head dim). */
+void pk_declare(struct backend_caps *out);
+
 /* Dense attention; GLLM_EHEADDIM past PK_MAX_D, -E2BIG past the grid's limits. */
 int pk_attention(const struct pk_device *d, const struct attn_args *a);
 /* Paged append or attention; GLLM_EBOUNDS (why filled) when a page number read on the

@@ -127,14 +127,10 @@ static void hsa_close(struct backend *be)
     free(be);
 }
 
-/* The portable kernels: plain attention in every mode, head dims 1..PK_MAX_D (the zeroed
- * modes say so). */
+/* What the portable kernels compute (pk_declare), as cuda-portable declares it too. */
 static void hsa_declare(struct backend_caps *out)
 {
-    *out = (struct backend_caps){
-        .dtypes = 1u << GLLM_DTYPE_F32 | 1u << GLLM_DTYPE_F16 | 1u << GLLM_DTYPE_BF16,
-        .max_head_dim = PK_MAX_D,
-    };
+    pk_declare(out);
 }
 
 static int hsa_open(const struct backend_config *cfg, struct backend **out)
