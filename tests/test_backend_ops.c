@@ -1152,6 +1152,39 @@ static void test_paged_head_dims(void **state)
         run_paged(&cases[i], 60 + i);
 }
 
+/* Chunked prefill long enough for the CUDA backend's Hopper paged prefill (at least 64
+ * queries a sequence on average, half of its whole tiles' scores used), with the variants of
+ * the models that run it: windows from mid-tile, Gemma's window with a soft-cap, GPT-OSS's
+ * with sinks, a chunk, ALiBi with a soft-cap, sinks alone; ragged, pages cutting the tiles.
+ * CUDA only: the other backends compute these jobs on the paths test_paged_variants covers,
+ * and at this size their float64 checks took minutes of CI's time (the CPU at every level,
+ * Vulkan on lavapipe, the sanitizer builds). */
+static void test_paged_prefill_long_variants(void **state)
+{
+    (void)state;
+    if (strcmp(cur_name, "cuda") != 0) {
+        skip_case("paged prefill, long", "sized for the CUDA backend's Hopper paged prefill");
+        return;
+    }
+    static const int len[] = {1000, 200}, tail[] = {3, 16}, q[] = {500, 150};
+    static const struct var_case v_win300 = {.window = true, .window_left = 300, .window_right = -1};
+    static const struct var_case v_gemma_local = {.window = true, .window_left = 600,
+                                                  .window_right = -1, .soft_cap = 0.5};
+    static const struct var_case v_oss = {.window = true, .window_left = 500, .window_right = -1,
+                                          .sinks = true};
+    static const struct var_case v_chunk768 = {.chunk = 768};
+    const struct paged_case cases[] = {
+        {"paged prefill f16 GQA2 D128 page 16, long", GLLM_DTYPE_F16, 2, 2, 1, 128, 16, len, tail, q, &v_win300},
+        {"paged prefill bf16 GQA2 D128 page 64, long", GLLM_DTYPE_BF16, 2, 4, 2, 128, 64, len, tail, q, &v_gemma_local},
+        {"paged prefill bf16 GQA2 D64 page 32, long", GLLM_DTYPE_BF16, 2, 2, 1, 64, 32, len, tail, q, &v_oss},
+        {"paged prefill f16 MHA D64 page 16, long", GLLM_DTYPE_F16, 2, 2, 2, 64, 16, len, tail, q, &v_cap20_alibi},
+        {"paged prefill bf16 GQA2 D128 page 128, long", GLLM_DTYPE_BF16, 2, 2, 1, 128, 128, len, tail, q, &v_chunk768},
+        {"paged prefill f16 GQA2 D128 page 16, long", GLLM_DTYPE_F16, 2, 2, 1, 128, 16, len, tail, q, &v_sinks},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        run_paged(&cases[i], 80 + i);
+}
+
 /* ---- one group per compiled-in backend ---- */
 
 /* $GLLM_TEST_BACKEND names a backend that must open (the GPU machine sets it to cuda). */
@@ -1231,6 +1264,7 @@ BACKEND_TEST(test_paged_prefill)
 BACKEND_TEST(test_paged_empty_sequence)
 BACKEND_TEST(test_paged_variants)
 BACKEND_TEST(test_paged_head_dims)
+BACKEND_TEST(test_paged_prefill_long_variants)
 BACKEND_TEST(test_caps_as_declared)
 
 int main(void)
@@ -1249,6 +1283,7 @@ int main(void)
         cmocka_unit_test(test_paged_empty_sequence_on_backend),
         cmocka_unit_test(test_paged_variants_on_backend),
         cmocka_unit_test(test_paged_head_dims_on_backend),
+        cmocka_unit_test(test_paged_prefill_long_variants_on_backend),
         cmocka_unit_test(test_caps_as_declared_on_backend),
     };
     /* $GLLM_TEST_CPU_ISA: unset, every backend and the CPU at every level it runs; "best",

@@ -222,6 +222,14 @@ typedef struct gllm_cuda_hp_var_params {
     gllm_cuda_variant v;
 } gllm_cuda_hp_var_params;
 
+/* gllm_paged_prefill_hopper_var_{f16,bf16}_d{64,128} (sm_90a image only): the Hopper paged
+ * prefill with a variant, launched as it is; an item's key tiles start at the tile of the
+ * first key its first token sees. */
+typedef struct gllm_cuda_pp_var_params {
+    gllm_cuda_pp_params pp;
+    gllm_cuda_variant v;
+} gllm_cuda_pp_var_params;
+
 /* gllm_paged_attn_var_{f16,bf16}_d{64,128}: the paged kernel with a variant, its plan uploaded
  * as the plain kernel's (no batch or single forms: a variant job is not the latency path yet). */
 typedef struct gllm_cuda_paged_var_params {

@@ -19,6 +19,7 @@
  *   PAGED_VAR      the PAGED kernel with a variant (window, chunk, soft-cap, ALiBi, sinks)
  *   PAGED_SINGLE_VAR  the PAGED_SINGLE kernel with one
  *   PAGED_PREFILL  chunked prefill over the paged cache on wgmma (paged_prefill_hopper.cu)
+ *   PAGED_PREFILL_VAR  the PAGED_PREFILL kernels with a variant
  *   APPEND         new K and V rows into the paged cache (paged_attention.cu)
  *   PAD            rows copied with zeros to a wider pitch, or back (pad_rows.cu)
  *   HOPPER_WIDE    dense prefill on wgmma at D 256, and Dqk 192 with Dv 128 (GLLM_CUDA_HPW_DV),
@@ -42,6 +43,7 @@
     X(PAGED_VAR, GLLM_CUDA_PAGED_SMEM, ALL)                                                  \
     X(PAGED_SINGLE_VAR, GLLM_CUDA_PAGED_SMEM, ALL)                                           \
     X(PAGED_PREFILL, GLLM_CUDA_PP_SMEM, SM90A_TMA)                                           \
+    X(PAGED_PREFILL_VAR, GLLM_CUDA_PP_SMEM, SM90A_TMA)                                       \
     X(APPEND, GLLM_CUDA_NO_SMEM, ALL)                                                        \
     X(PAD, GLLM_CUDA_NO_SMEM, ALL)                                                           \
     X(HOPPER_WIDE, GLLM_CUDA_HPW_SMEM, SM90A)                                                \
@@ -154,7 +156,11 @@ enum gllm_cuda_image { GLLM_CUDA_IMAGE_ALL, GLLM_CUDA_IMAGE_SM90A, GLLM_CUDA_IMA
     X(PAGED_PREFILL, F16, 128, 0, gllm_paged_prefill_hopper_f16_d128)                        \
     X(PAGED_PREFILL, BF16, 128, 0, gllm_paged_prefill_hopper_bf16_d128)                      \
     X(PAGED_PREFILL, F16, 64, 0, gllm_paged_prefill_hopper_f16_d64)                          \
-    X(PAGED_PREFILL, BF16, 64, 0, gllm_paged_prefill_hopper_bf16_d64)
+    X(PAGED_PREFILL, BF16, 64, 0, gllm_paged_prefill_hopper_bf16_d64)                        \
+    X(PAGED_PREFILL_VAR, F16, 128, 0, gllm_paged_prefill_hopper_var_f16_d128)                \
+    X(PAGED_PREFILL_VAR, BF16, 128, 0, gllm_paged_prefill_hopper_var_bf16_d128)              \
+    X(PAGED_PREFILL_VAR, F16, 64, 0, gllm_paged_prefill_hopper_var_f16_d64)                  \
+    X(PAGED_PREFILL_VAR, BF16, 64, 0, gllm_paged_prefill_hopper_var_bf16_d64)
 
 #define GLLM_CUDA_PAD_KERNELS(X) X(PAD, ANY, 0, 0, gllm_pad_rows)
 

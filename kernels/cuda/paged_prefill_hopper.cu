@@ -64,33 +64,42 @@
 // tiles compute needed by a query (cuda_plan.c: a long prompt batched with many decode steps
 // would otherwise give each step a 128-row tile over its whole context); else the paged kernel.
 //
+// Variants (the PAGED_PREFILL_VAR kernels): as in the dense variant kernels, an item's key
+// tiles start at the tile of the first key its first token sees (a window's or a chunk's
+// start: the tiles before it are never loaded), a warpgroup computes up to the tile of its
+// last token's last key, and the consumers mask and transform the scores (var_tile) on the
+// exact walk; the sink joins each row at the epilogue. The last tile is the item's last
+// token's, as without a variant (the mask is causal), so the tail zeroing is unchanged.
+//
 // Registers: the same plan as the dense kernel (Hp: the producer gives all but 32 back).
 #include "hopper_consumer.cuh"
 
 namespace {
 
 #ifdef GLLM_HAVE_WGMMA
-// What a unit's walk needs of its item: h, the item, and its key tiles (n_tiles: up to the last
-// key any token sees), the last one's keys (tail_rows, 1..128; tail: fewer than 128, so its V
-// rows past the sequence's end are zeroed).
+// What a unit's walk needs of its item: h, the item, and its key tiles (n_tiles from tile k0:
+// up to the last key any token sees), the last one's keys (tail_rows, 1..128; tail: fewer
+// than 128, so its V rows past the sequence's end are zeroed).
 struct PpUnit {
     int h;
     gllm_cuda_pp_work w;
-    int n_tiles, tail_rows;
+    int k0, n_tiles, tail_rows;
     bool tail;
 };
 
 // hq: p.Hq as a gllm_cuda_fastdiv (the division sat between two units, as the dense kernel's
-// did).
+// did). var: the variant (VAR kernels), else null.
 __device__ __forceinline__ PpUnit pp_unit(const gllm_cuda_pp_params &p, int u,
-                                          const gllm_cuda_pp_work &w, gllm_cuda_fastdiv hq)
+                                          const gllm_cuda_pp_work &w, gllm_cuda_fastdiv hq,
+                                          const gllm_cuda_variant *var)
 {
     PpUnit x;
     x.h = u < 0 ? 0 : u - (int)gllm_cuda_fastdiv_div(hq, (uint32_t)u) * p.Hq;
     x.w = w;
     const int n_end = min(w.kv_len, w.pos0 + w.nq);   // one past the last key any token sees
-    x.n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS;
-    x.tail_rows = w.kv_len - (x.n_tiles - 1) * HP_KEYS;
+    x.k0 = var ? var_keys(*var, true, w.pos0, w.kv_len).lo / HP_KEYS : 0;
+    x.n_tiles = (n_end + HP_KEYS - 1) / HP_KEYS - x.k0;
+    x.tail_rows = w.kv_len - (x.k0 + x.n_tiles - 1) * HP_KEYS;
     x.tail = x.tail_rows < HP_KEYS;
     return x;
 }
@@ -103,8 +112,9 @@ __device__ __forceinline__ gllm_cuda_pp_work pp_work_of(const gllm_cuda_pp_param
                   : gllm_cuda_pp_work{0, 0, 0, 0, 0};
 }
 
-template <typename T, int D>
-__device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &p)
+template <typename T, int D, bool VAR>
+__device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &p,
+                                                     const gllm_cuda_variant *var)
 {
     using S = Hp<D, GLLM_CUDA_PP_STAGES(D)>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -154,7 +164,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         // The producer runs stages ahead of the consumers, so it reads each unit's item when
         // it comes to it (its registers are few).
         for (int r = 0, u; (u = gllm_cuda_pp_unit(r, x, grid, p.units)) >= 0; r++) {
-            const PpUnit un = pp_unit(p, u, pp_work_of(p, u, hq), hq);
+            const PpUnit un = pp_unit(p, u, pp_work_of(p, u, hq), hq, var);
             const gllm_cuda_pp_work &w = un.w;
             const int seq_pages = (w.kv_len + ps - 1) / ps, hk = un.h / p.group;
             // Q will wait for q_empty, near the end of the previous unit: until then it comes
@@ -167,7 +177,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             // lane 0 arrives once every lane's box is announced, and (K warps) adds Q's block
             // to the unit's first tile once the consumers are done with the previous Q.
             auto fetch = [&](int j) {
-                const int pgi = j * per_tile + lane;
+                const int pgi = (un.k0 + j) * per_tile + lane;
                 return lane < per_tile && pgi < seq_pages ? (uint32_t)p.kv_indices[w.page0 + pgi]
                                                           : 0u;
             };
@@ -180,7 +190,7 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
                                          ? tail_bar
                                          : kv_bar<S::STAGES>(full0, st, v);
                 const uint32_t dst = s_kv + st * 2 * S::KV_TILE + (uint32_t)v * S::KV_TILE;
-                const int npg = min(per_tile, seq_pages - j * per_tile);
+                const int npg = min(per_tile, seq_pages - (un.k0 + j) * per_tile);
                 if (lane < npg) {
                     if (my_pg >= p.num_pages) {
                         *p.bad_page = 1;
@@ -233,7 +243,9 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
 
     // Consumers: warpgroup wg takes the unit's tokens [64 wg, 64 wg + 64).
     regs_inc<S::CONSUMER>();
-    const Consumer c = consumer_setup<D>(p.scale, s_q, s_kv);
+    Consumer c = consumer_setup<D>(p.scale, s_q, s_kv);
+    if (VAR && (var->soft_cap > 0.f || var->alibi))
+        c.qk_scale = var_xform_scale(*var), c.pos_scale = true, c.masked = -INFINITY;  // var_tile
     const int wg = c.wg, wrow = c.wrow, t = c.t;
     const bool o_thread = threadIdx.x % 128 == 0;    // issues the warpgroup's O stores
     uint32_t base = 0;                               // K/V loads of the block's earlier units
@@ -241,15 +253,24 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
     // n_tiles it only waits for and releases, as in the dense kernel.
     const int r_wg = wg * 64, row0 = r_wg + wrow + c.g;
     auto walk_of = [&](const PpUnit &x) {
-        const int n_mine =
-            r_wg >= x.w.nq ? 0 : min(x.n_tiles, (r_wg + 63 + x.w.pos0) / HP_KEYS + 1);
-        return key_walk(c, n_mine, x.n_tiles, full0, base, x.w.kv_len, r_wg, row0, x.w.pos0);
+        int n_mine;
+        if constexpr (VAR) {                         // up to the tile of its last token's last key
+            const int hi = var_keys(*var, true, min(r_wg + 63, x.w.nq - 1) + x.w.pos0,
+                                    x.w.kv_len).hi;
+            n_mine = r_wg >= x.w.nq || hi < x.k0 * HP_KEYS
+                         ? 0
+                         : min(x.n_tiles, hi / HP_KEYS + 1 - x.k0);
+        } else {
+            n_mine = r_wg >= x.w.nq ? 0 : min(x.n_tiles, (r_wg + 63 + x.w.pos0) / HP_KEYS + 1);
+        }
+        return key_walk(c, n_mine, x.n_tiles, full0, base, x.w.kv_len, r_wg, row0, x.w.pos0,
+                        x.k0);
     };
     // As in the dense kernel, a unit's first turn is the previous unit's final turn, its
     // epilogue run under the first Q K^T. The unit after the next one's item is read ahead, so
     // that its load is not on the path either.
     int u = gllm_cuda_pp_unit(0, x, grid, p.units);
-    PpUnit cur = pp_unit(p, u, pp_work_of(p, u, hq), hq);
+    PpUnit cur = pp_unit(p, u, pp_work_of(p, u, hq), hq, var);
     bool have = u >= 0;
     PingPong<S::PINGPONG> turns{wg, have};           // run on across units
     u = gllm_cuda_pp_unit(1, x, grid, p.units);
@@ -270,10 +291,13 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             float sum = row_sum[hr];
             sum += __shfl_xor_sync(0xffffffff, sum, 1);
             sum += __shfl_xor_sync(0xffffffff, sum, 2);
+            float m = row_max[hr], keep = 1.f;
+            if (VAR && var->sinks)
+                keep = var_join_sink(var->sinks[cur.h] * LOG2E, m, sum);
             // A row with keys sums to at least 1 (its reference maximum's exp2(0)), so the
             // approximate reciprocal's 2 ulp lie far below the output's precision (the IEEE
             // division's call sat between two tiles).
-            inv[hr] = sum > 0.f ? __fdividef(1.f, sum) : 0.f;
+            inv[hr] = sum > 0.f ? keep * __fdividef(1.f, sum) : 0.f;
         }
         // The warpgroup's 64 rows are all the item's: O through shared memory and a TMA store
         // as in the dense kernel, sent by one thread while the warpgroup goes on to the
@@ -304,13 +328,19 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
         if (!S::CROSS)
             key_first<T, D, S::STAGES, S::CROSS>(walk_of(cur), s, turns);
         const bool more = u >= 0;
-        nxt = pp_unit(p, u, w_next, hq);
+        nxt = pp_unit(p, u, w_next, hq, var);
         u = gllm_cuda_pp_unit(r, x, grid, p.units);
         w_next = pp_work_of(p, u, hq);
         // The dense kernel's walk over the key tiles, causal over the cache.
-        const KeyWalk wc = walk_of(cur);
-        key_rest<T, D, true, S::STAGES, S::CROSS>(wc, s, o, row_max, row_sum, owed, turns, !more,
-                                                  q_empty);
+        KeyWalk wc = walk_of(cur);
+        [[maybe_unused]] VarRows vr;                 // VAR: the walk's rows (wc.var)
+        if constexpr (VAR) {
+            const int first = r_wg + cur.w.pos0, last = min(r_wg + 63, cur.w.nq - 1) + cur.w.pos0;
+            vr = var_rows(var, true, row0 + cur.w.pos0, first, last, cur.w.kv_len, p.scale, cur.h);
+            wc.var = &vr;
+        }
+        key_rest<T, D, true, S::STAGES, S::CROSS, S::PINGPONG, VAR>(wc, s, o, row_max, row_sum,
+                                                                    owed, turns, !more, q_empty);
         base += (uint32_t)cur.n_tiles;
         key_end<T, D, S::STAGES, S::CROSS>(wc, walk_of(nxt), more, s, o, owed, turns, epilogue);
         epilogue_out();
@@ -325,14 +355,22 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
 } // namespace
 
 #ifdef GLLM_HAVE_WGMMA
-#define PP_BODY(T, D) paged_prefill_hopper<T, D>(p)
+#define PP_BODY(T, D) paged_prefill_hopper<T, D, false>(p, nullptr)
+#define PP_VAR_BODY(T, D) paged_prefill_hopper<T, D, true>(pv.pp, &pv.v)
 #else
 #define PP_BODY(T, D) __trap()  // never launched off sm_90a
+#define PP_VAR_BODY(T, D) __trap()
 #endif
 #define GLLM_CUDA_ENTRY_PAGED_PREFILL(T, D, FLAGS, symbol)                                     \
     extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
         symbol(const __grid_constant__ gllm_cuda_pp_params p)                                  \
     {                                                                                          \
         PP_BODY(T, D);                                                                         \
+    }
+#define GLLM_CUDA_ENTRY_PAGED_PREFILL_VAR(T, D, FLAGS, symbol)                                 \
+    extern "C" __global__ void __launch_bounds__(GLLM_CUDA_HP_THREADS(D), 1)                   \
+        symbol(const __grid_constant__ gllm_cuda_pp_var_params pv)                             \
+    {                                                                                          \
+        PP_VAR_BODY(T, D);                                                                     \
     }
 GLLM_CUDA_PAGED_PREFILL_KERNELS(GLLM_CUDA_ENTRY)

@@ -65,6 +65,12 @@ if [ -z "${GPU_CHECK_PAGED_ONLY:-}" ]; then
        --out "$out" > "$out/dv_prefill.log" 2>&1
   then note "ok   Dqk 192 / Dv 128 prefill: $(grep '^correctness' "$out/dv_prefill.log")"
   else note "FAIL Dqk 192 / Dv 128 prefill (see dv_prefill.log)"; fails=$((fails + 1)); fi
+  # Chunked prefill with variants over the paged cache (the Hopper paged prefill's variant
+  # form) against float64, timed against plain chunked prefill and the dense variant kernel.
+  if python3 "$here/paged_prefill_variants.py" --socket "$sock" --out "$out" \
+       > "$out/paged_prefill_variants.log" 2>&1
+  then note "ok   paged prefill variants: $(grep '^correctness' "$out/paged_prefill_variants.log")"
+  else note "FAIL paged prefill variants (see paged_prefill_variants.log)"; fails=$((fails + 1)); fi
   # Real models: transformers' own modelling code of seven families routed to this gllmd
   # (gllm.integrations.transformers) against its float32 and bf16 paths (hf_models.json).
   if python3 -c "import transformers" 2> /dev/null; then

@@ -118,11 +118,18 @@ struct staged {
  * was enqueued: the job goes to the paged kernel instead. */
 #define PP_REFUSED 1
 
+/* The Hopper paged prefill's mode for job p: its variant form when p has a variant. */
+static enum gllm_cuda_mode pp_mode(const struct paged_args *p)
+{
+    return attn_variant_none(&p->variant) ? GLLM_CUDA_MODE_PAGED_PREFILL
+                                          : GLLM_CUDA_MODE_PAGED_PREFILL_VAR;
+}
+
 /* Work items of the Hopper paged prefill for this job on this device, or 0: the paged kernel. */
 static int64_t pp_wanted(const struct cuda_dev *x, const struct paged_args *p)
 {
-    if (!PP_HOPPER_ON || p->op != PAGED_ATTEND || !attn_variant_none(&p->variant) ||
-        !cuda_kernel_find(x, GLLM_CUDA_MODE_PAGED_PREFILL, p->dtype, p->D, 0))
+    if (!PP_HOPPER_ON || p->op != PAGED_ATTEND ||
+        !cuda_kernel_find(x, pp_mode(p), p->dtype, p->D, 0))
         return 0;
     return pp_items(p);
 }
@@ -360,13 +367,18 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         pp.Hq = (int32_t)p->Hq, pp.group = (int32_t)(p->Hq / p->Hkv);
         pp.page_size = (int32_t)p->page_size, pp.scale = p->scale;
         pp.units = (int32_t)(nwork * p->Hq);
+        gllm_cuda_pp_var_params pv = {.pp = pp};
+        void *param = &pp;
+        if (var) {
+            pv.v = cuda_variant_of(&p->variant, st[PG_ALIBI].dev, st[PG_SINKS].dev);
+            param = &pv;
+        }
         *sl->bad_page = 0;      /* the launch orders this store before the kernel's reads */
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
-        r = cuda_launch(d, x, ln,
-                        cuda_kernel_find(x, GLLM_CUDA_MODE_PAGED_PREFILL, p->dtype, p->D, 0),
+        r = cuda_launch(d, x, ln, cuda_kernel_find(x, pp_mode(p), p->dtype, p->D, 0),
                         (unsigned)gllm_cuda_persistent_grid(pp.units, x->sm_count), 1,
                         (unsigned)GLLM_CUDA_HP_THREADS(p->D),
-                        (unsigned)GLLM_CUDA_PP_SMEM(p->D), &pp);
+                        (unsigned)GLLM_CUDA_PP_SMEM(p->D), param);
     } else {
         const CUdeviceptr dwork = up + tab_bytes;
         gllm_cuda_paged_params k = {

@@ -85,12 +85,16 @@ void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_
 int64_t pp_items(const struct paged_args *p)
 {
     if (p->op != PAGED_ATTEND || (p->dtype != GLLM_DTYPE_F16 && p->dtype != GLLM_DTYPE_BF16) ||
-        (p->D != 64 && p->D != 128) || p->page_size < GLLM_CUDA_PP_MIN_PAGE ||
+        (p->D != 64 && p->D != 128) || (p->Dv != 0 && p->Dv != p->D) ||
+        p->page_size < GLLM_CUDA_PP_MIN_PAGE ||
         p->page_size > GLLM_CUDA_HP_KEYS || GLLM_CUDA_HP_KEYS % p->page_size != 0 ||
         p->B < 1 || p->nq < (int64_t)PP_MIN_Q_PER_SEQ * p->B || p->nq > INT32_MAX ||
         p->num_pages < 1 || p->num_pages > INT32_MAX || p->Hq > INT32_MAX)
         return 0;
-    const int64_t rows = GLLM_CUDA_HP_ROWS(p->D);
+    const int64_t rows = GLLM_CUDA_HP_ROWS(p->D), keys = GLLM_CUDA_HP_KEYS;
+    /* A window or chunk: an item's tiles start at its first token's first key's, and each
+     * token's keys are counted one by one (a host loop over the job's tokens). */
+    const bool masks = !attn_variant_none(&p->variant);
     int64_t n = 0, used = 0, computed = 0;     /* scores: needed, and computed in whole tiles */
     for (int64_t b = 0; b < p->B; b++) {
         const int64_t qn = p->q_indptr[b + 1] - p->q_indptr[b], kv = p->kv_len[b];
@@ -98,9 +102,15 @@ int64_t pp_items(const struct paged_args *p)
             return 0;
         for (int64_t first = 0; first < qn; first += rows, n++) {
             const int64_t nq = qn - first < rows ? qn - first : rows, pos0 = kv - qn + first;
-            used += nq * (pos0 + 1) + nq * (nq - 1) / 2;
-            computed += (pos0 + nq + GLLM_CUDA_HP_KEYS - 1) / GLLM_CUDA_HP_KEYS *
-                        GLLM_CUDA_HP_KEYS * rows;
+            int64_t k0 = 0;
+            if (masks) {
+                k0 = paged_kv_begin(p, (int32_t)pos0) / keys;
+                for (int64_t i = pos0; i < pos0 + nq; i++)
+                    used += i + 1 - paged_kv_begin(p, (int32_t)i);
+            } else {
+                used += nq * (pos0 + 1) + nq * (nq - 1) / 2;
+            }
+            computed += ((pos0 + nq + keys - 1) / keys - k0) * keys * rows;
         }
     }
     return n <= PP_MAX_ITEMS && n * p->Hq <= INT32_MAX && used * 100 >= computed * PP_MIN_USED_PCT

@@ -45,13 +45,15 @@ void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_
 /* ... and when at least this share (percent) of the scores its whole tiles compute are ones a
  * query needs: a batch that mixes a long prefill with many decode steps at long contexts would
  * give each decode step a 128-row tile streaming every key of its sequence (1 row in 128 used),
- * and stays on the paged kernel. A causal prompt from an empty prefix uses about 90%. */
+ * and stays on the paged kernel. A causal prompt from an empty prefix uses about 90%. With a
+ * window or chunk the tiles start at each item's first key and the keys are counted token by
+ * token: a window much narrower than a tile (128 keys) uses too few and stays there too. */
 #define PP_MIN_USED_PCT 50
 /* The most work items (the kernel's units, items times Hq, must stay within int32 too). */
 #define PP_MAX_ITEMS 65535
 
 /* The Hopper paged prefill's work items for an attention job whose shape it takes (dtype
- * f16/bf16, D 64 or 128, page_size a power of two from GLLM_CUDA_PP_MIN_PAGE to
+ * f16/bf16, D 64 or 128, Dv = D, page_size a power of two from GLLM_CUDA_PP_MIN_PAGE to
  * GLLM_CUDA_HP_KEYS, at least PP_MIN_Q_PER_SEQ query tokens per sequence on average and
  * PP_MIN_USED_PCT of the computed scores used, every sequence's queries within its keys, at
  * most PP_MAX_ITEMS items and items times Hq within int32): their count, else 0. The
