@@ -1153,7 +1153,7 @@ static void test_paged_head_dims(void **state)
 }
 
 /* Chunked prefill long enough for the CUDA backend's Hopper paged prefill (at least 64
- * queries a sequence on average, half of its whole tiles' scores used), with the variants of
+ * queries a sequence on average, a fifth of its whole tiles' scores used), with the variants of
  * the models that run it: windows from mid-tile, Gemma's window with a soft-cap, GPT-OSS's
  * with sinks, a chunk, ALiBi with a soft-cap, sinks alone; ragged, pages cutting the tiles.
  * CUDA only: the other backends compute these jobs on the paths test_paged_variants covers,

@@ -243,13 +243,16 @@ static void test_pp_items(void **state)
     assert_int_equal(pp_items(&j.p), 0);
 
     /* Decode-like: fewer than PP_MIN_Q_PER_SEQ queries per sequence on average. */
-    const int dlen[3] = {500, 600, 700}, dqn[3] = {1, 100, 90};
+    const int dlen[3] = {4000, 600, 700}, dqn[3] = {1, 100, 90};
     make(&j, 3, 32, 8, dlen, dqn);
     j.p.dtype = GLLM_DTYPE_F16, j.p.nq = 191, j.p.num_pages = 1000;
     assert_int_equal(pp_items(&j.p), 0);
-    /* 64 on average but 47% of the computed scores used (the one-token sequence's tile). */
+    /* 64 on average but 17% of the computed scores used (the one-token sequence's tile over
+     * its 4000 keys); with that sequence at 500 keys, 47%: taken. */
     j.q_indptr[3] = 192, j.p.nq = 192;
     assert_int_equal(pp_items(&j.p), 0);
+    j.kv_len[0] = 500;
+    assert_int_equal(pp_items(&j.p), 3);
     /* Without it, 64%. */
     const int elen[2] = {600, 700}, eqn[2] = {100, 91};
     make(&j, 2, 32, 8, elen, eqn);
@@ -259,16 +262,29 @@ static void test_pp_items(void **state)
     j.kv_len[0] = 50;
     assert_int_equal(pp_items(&j.p), 0);
 
-    /* A long prompt with a few decode steps at long contexts: taken; with many, not. */
+    /* A long prompt with a few decode steps at long contexts: taken (71% used); with many,
+     * not (17%). */
     static int mlen[64], mqn[64];
     mlen[0] = mqn[0] = 4096;
     for (int b = 1; b < 64; b++)
-        mlen[b] = 2048, mqn[b] = 1;
+        mlen[b] = 8192, mqn[b] = 1;
     make(&j, 4, 32, 8, mlen, mqn);
     j.p.dtype = GLLM_DTYPE_BF16, j.p.nq = 4096 + 3, j.p.num_pages = 100000;
     assert_int_equal(pp_items(&j.p), 32 + 3);
     make(&j, 41, 32, 8, mlen, mqn);
     j.p.nq = 4096 + 40, j.p.dtype = GLLM_DTYPE_BF16, j.p.num_pages = 100000;
+    assert_int_equal(pp_items(&j.p), 0);
+
+    /* A window: the tiles from each item's first key. 1024 keys: 89% used, taken; 16 keys:
+     * 6% (each 128-row item still spans two tiles), not; Dv other than D: not. */
+    const int wlen[1] = {4096}, wqn[1] = {2048};
+    make(&j, 1, 32, 8, wlen, wqn);
+    j.p.dtype = GLLM_DTYPE_BF16, j.p.nq = 2048, j.p.num_pages = 1000;
+    j.p.variant = (struct attn_variant){.window = true, .window_left = 1023, .window_right = -1};
+    assert_int_equal(pp_items(&j.p), 16);
+    j.p.variant.window_left = 15;
+    assert_int_equal(pp_items(&j.p), 0);
+    j.p.variant.window_left = 1023, j.p.Dv = 64;
     assert_int_equal(pp_items(&j.p), 0);
 }
 

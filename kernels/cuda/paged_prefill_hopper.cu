@@ -60,7 +60,7 @@
 //
 // Eligibility (cuda_paged.c): the sm_90a image and cuTensorMapEncodeTiled, f16/bf16, D 64 or
 // 128, page_size 16..128 dividing 128, the maps encoded, on average at least PP_MIN_Q_PER_SEQ
-// (64) query tokens per sequence, and at least PP_MIN_USED_PCT (50%) of the scores its whole
+// (64) query tokens per sequence, and at least PP_MIN_USED_PCT (20%) of the scores its whole
 // tiles compute needed by a query (cuda_plan.c: a long prompt batched with many decode steps
 // would otherwise give each step a 128-row tile over its whole context); else the paged kernel.
 //
