@@ -1155,7 +1155,8 @@ static void test_paged_head_dims(void **state)
 /* Chunked prefill long enough for the CUDA backend's Hopper paged prefill (at least 64
  * queries a sequence on average, a fifth of its whole tiles' scores used), with the variants of
  * the models that run it: windows from mid-tile, Gemma's window with a soft-cap, GPT-OSS's
- * with sinks, a chunk, ALiBi with a soft-cap, sinks alone; ragged, pages cutting the tiles.
+ * with sinks, a chunk, ALiBi with a soft-cap, sinks alone, and head dims 96 and 80 (padded
+ * onto its D = 128 kernel); ragged, pages cutting the tiles.
  * CUDA only: the other backends compute these jobs on the paths test_paged_variants covers,
  * and at this size their float64 checks took minutes of CI's time (the CPU at every level,
  * Vulkan on lavapipe, the sanitizer builds). */
@@ -1180,6 +1181,10 @@ static void test_paged_prefill_long_variants(void **state)
         {"paged prefill f16 MHA D64 page 16, long", GLLM_DTYPE_F16, 2, 2, 2, 64, 16, len, tail, q, &v_cap20_alibi},
         {"paged prefill bf16 GQA2 D128 page 128, long", GLLM_DTYPE_BF16, 2, 2, 1, 128, 128, len, tail, q, &v_chunk768},
         {"paged prefill f16 GQA2 D128 page 16, long", GLLM_DTYPE_F16, 2, 2, 1, 128, 16, len, tail, q, &v_sinks},
+        /* Phi-3's head dim and 80, padded onto the D = 128 kernel by its tensor maps. */
+        {"paged prefill bf16 GQA2 D96 page 16, long", GLLM_DTYPE_BF16, 2, 4, 2, 96, 16, len, tail, q, NULL},
+        {"paged prefill f16 GQA2 D96 page 32, long", GLLM_DTYPE_F16, 2, 2, 1, 96, 32, len, tail, q, &v_win300},
+        {"paged prefill bf16 MHA D80 page 16, long", GLLM_DTYPE_BF16, 2, 2, 2, 80, 16, len, tail, q, &v_oss},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         run_paged(&cases[i], 80 + i);

@@ -219,7 +219,13 @@ static void test_pp_items(void **state)
     assert_int_equal(pp_items(&j.p), 16 + 8);             /* 128-token items at D = 128 */
     j.p.D = 64;
     assert_int_equal(pp_items(&j.p), 11 + 6);             /* 192 at D = 64 */
-    j.p.D = 96;
+    j.p.D = 96;                                            /* on the D = 128 kernel */
+    assert_int_equal(pp_items(&j.p), 16 + 8);
+    j.p.D = 80;
+    assert_int_equal(pp_items(&j.p), 16 + 8);
+    j.p.D = 100;                                           /* rows not 16-byte multiples */
+    assert_int_equal(pp_items(&j.p), 0);
+    j.p.D = 256;
     assert_int_equal(pp_items(&j.p), 0);
     j.p.D = 128;
     static const int64_t pages[][2] = {{8, 0}, {16, 24}, {32, 24}, {64, 24}, {128, 24}, {48, 0},

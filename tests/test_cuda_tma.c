@@ -134,8 +134,8 @@ static void test_left_to_cp_async(void **state)
     memcpy(st, good, sizeof st);
     st[0] = (int64_t)1 << 39;                      /* 2^40 bytes */
     assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, dims, st, 128), -EOPNOTSUPP);
-    const int64_t d96[4] = {2, 4, 256, 96};        /* not whole 64-column boxes */
-    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, d96, good, 128), -EOPNOTSUPP);
+    const int64_t d100[4] = {2, 4, 256, 100};      /* 200-byte rows: not 16-byte multiples */
+    assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, d100, good, 128), -EOPNOTSUPP);
     const int64_t s_long[4] = {2, 4, (int64_t)1 << 33, 128};
     assert_int_equal(cuda_tma_map(&drv, &map, false, BASE, s_long, good, 128), -EOPNOTSUPP);
     assert_int_equal(fk.calls, 0);
@@ -431,7 +431,7 @@ static void test_pp_params(void **state)
                *out = (const void *)((uintptr_t)BASE + 0x3000000);
     /* K misaligned: Q is encoded, then the call stops at K, so fk holds Q's arguments. */
     assert_int_equal(cuda_tma_pp_params(&drv, &pp, true, q, out, 3000, 32, (const char *)k + 8, v,
-                                        500, 16, 8, 128, NULL),
+                                        500, 16, 8, 128, 128, NULL),
                      -EOPNOTSUPP);
     assert_int_equal(fk.calls, 1);
     assert_ptr_equal(fk.base, q);
@@ -444,7 +444,7 @@ static void test_pp_params(void **state)
 
     fk.calls = 0;
     assert_int_equal(cuda_tma_pp_params(&drv, &pp, true, q, out, 3000, 32, k, v, 500, 16, 8, 64,
-                                        NULL),
+                                        64, NULL),
                      0);
     assert_int_equal(fk.calls, 3);                 /* D = 64: no O map */
     assert_int_equal(pp.k_map.opaque[0], 0x7a000002u);
@@ -461,7 +461,7 @@ static void test_pp_params(void **state)
     /* D = 128: a fourth map, O's, over out with q's shape and strides and 64-token boxes. */
     fk.calls = 0;
     assert_int_equal(cuda_tma_pp_params(&drv, &pp, false, q, out, 3000, 32, k, v, 500, 16, 8, 128,
-                                        NULL),
+                                        128, NULL),
                      0);
     assert_int_equal(fk.calls, 4);
     assert_ptr_equal(fk.base, out);
@@ -472,6 +472,27 @@ static void test_pp_params(void **state)
     assert_int_equal(fk.dtype, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
     assert_int_equal(offsetof(gllm_cuda_pp_params, o_map), 384);
     assert_true(sizeof(gllm_cuda_pp_params) <= 4096);       /* the kernel parameter limit */
+
+    /* D = 96 on the D = 128 kernel: the maps over 96 columns (the boxes past them read zeros),
+     * Q's boxes and O's map as the kernel's. */
+    fk.calls = 0;
+    assert_int_equal(cuda_tma_pp_params(&drv, &pp, true, q, out, 3000, 32, k, v, 500, 16, 8, 96,
+                                        128, NULL),
+                     0);
+    assert_int_equal(fk.calls, 4);
+    const unsigned long long want_q96[4] = {96, 3000, 32, 1};
+    assert_memory_equal(fk.dims, want_q96, sizeof want_q96);
+    assert_memory_equal(fk.box, want_obox, sizeof want_obox);
+    /* The dense kernels' maps still take whole boxes only. */
+    static gllm_cuda_hp_params hp;
+    hp.a = (gllm_cuda_attn_params){.q = BASE, .k = BASE, .v = BASE,
+                                   .out = (void *)(uintptr_t)BASE, .B = 1, .Hq = 1, .Hkv = 1,
+                                   .Sq = 128, .Skv = 128, .D = 96,
+                                   .q_st = {128 * 96, 128 * 96, 96, 1},
+                                   .k_st = {128 * 96, 128 * 96, 96, 1},
+                                   .v_st = {128 * 96, 128 * 96, 96, 1},
+                                   .o_st = {128 * 96, 128 * 96, 96, 1}};
+    assert_int_equal(cuda_tma_hp_params(&drv, &hp, true, NULL), -EOPNOTSUPP);
 }
 
 /* Units split by keys (D = 128, not causal, units of at least GLLM_CUDA_HP_SPLIT_MIN_KEYS key

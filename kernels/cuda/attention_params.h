@@ -139,6 +139,9 @@ typedef struct gllm_cuda_pp_params {
     int32_t Hq, group, page_size;
     float scale;
     int32_t units;        /* work items times Hq */
+    int32_t head_dim;     /* the tensors' D: the kernel's, or below it (80 and 96 on the D 128
+                           * kernel), the maps' columns past it reading as zeros and out's
+                           * rows head_dim apart, its columns past head_dim never written */
 } gllm_cuda_pp_params;
 
 /* Generic kernels gllm_attn_generic_{f32,f16,bf16}: any strides, D <= 256; grid

@@ -545,9 +545,10 @@ __device__ __forceinline__ void key_end(const KeyWalk &c, const KeyWalk &n, bool
 // H100 at D = 128: 8-byte pairs +6-8% at S512 against 4-byte stores, 16-byte blocks another
 // +1-3% at S512-1k; at D = 64 the pairs lost 2% at S4096, the 16-byte blocks gained 1-3%
 // everywhere up to S4096.)
-template <typename T, int D>
+// CLIP: only the columns below cols are written (a head dim padded onto the kernel's D).
+template <typename T, int D, bool CLIP = false>
 __device__ __forceinline__ void store_o_row(T *orow, const float (&o)[D / 2], int hr, float inv,
-                                            int t, bool write)
+                                            int t, bool write, int cols = D)
 {
     static_assert(D % 32 == 0, "blocks are transposed four at a time");
     const bool odd = t & 1, high = t & 2;
@@ -570,8 +571,9 @@ __device__ __forceinline__ void store_o_row(T *orow, const float (&o)[D / 2], in
                                      __shfl_xor_sync(0xffffffff, send.y, 2));
         const uint4 row = high ? make_uint4(got.x, got.y, y.x, y.y)
                                : make_uint4(x.x, x.y, got.x, got.y);
-        if (write)
-            *reinterpret_cast<uint4 *>(orow + 8 * (n + (high ? 2 : 0) + (odd ? 1 : 0))) = row;
+        const int col = 8 * (n + (high ? 2 : 0) + (odd ? 1 : 0));
+        if (write && (!CLIP || col < cols))
+            *reinterpret_cast<uint4 *>(orow + col) = row;
     }
 }
 

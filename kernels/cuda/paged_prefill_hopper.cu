@@ -1,5 +1,5 @@
-// Hopper chunked prefill over the paged KV cache: D = 64 and 128, causal over the cache, wgmma
-// with a TMA producer (sm_90a only).
+// Hopper chunked prefill over the paged KV cache: D = 64 and 128, and 80 and 96 on the D = 128
+// kernel, causal over the cache, wgmma with a TMA producer (sm_90a only).
 //
 // The paged kernel (paged_attention.cu) is built for decode: 16 (token, head) rows per block,
 // mma.sync, split-KV. A prefill chunk of thousands of tokens per sequence runs it far below the
@@ -58,8 +58,13 @@
 // Epilogue: at D = 128 a warpgroup whose 64 rows are all the item's stores O through shared
 // memory and a TMA store, as the dense kernel (+2-6%); the others store from registers.
 //
+// Head dims below the kernel's (p.head_dim: 80 and 96 on the D = 128 kernel) are padded by the
+// maps, not copied: their boxes run past the tensors' last column, and TMA reads those columns
+// as zeros (Q and K's add nothing to a score, V's make O columns that are not stored: the O
+// map clips them, the register stores skip them).
+//
 // Eligibility (cuda_paged.c): the sm_90a image and cuTensorMapEncodeTiled, f16/bf16, D 64 or
-// 128, page_size 16..128 dividing 128, the maps encoded, on average at least PP_MIN_Q_PER_SEQ
+// 128 (80, 96: pp_kernel_dim), page_size 16..128 dividing 128, the maps encoded, on average at least PP_MIN_Q_PER_SEQ
 // (64) query tokens per sequence, and at least PP_MIN_USED_PCT (20%) of the scores its whole
 // tiles compute needed by a query (cuda_plan.c: a long prompt batched with many decode steps
 // would otherwise give each step a 128-row tile over its whole context); else the paged kernel.
@@ -312,13 +317,13 @@ __device__ __forceinline__ void paged_prefill_hopper(const gllm_cuda_pp_params &
             send_o_tile<D>(s_o + (uint32_t)wg * 64 * D * 2, o_thread, &p.o_map, w.q0 + r_wg,
                            cur.h, 0);
         } else {
-            T *O = reinterpret_cast<T *>(p.out) + (int64_t)cur.h * D;
-            const int64_t o_row = (int64_t)p.Hq * D;
+            T *O = reinterpret_cast<T *>(p.out) + (int64_t)cur.h * p.head_dim;
+            const int64_t o_row = (int64_t)p.Hq * p.head_dim;
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
                 const int row = row0 + 8 * hr;
-                store_o_row<T, D>(O + (int64_t)(w.q0 + row) * o_row, o, hr, inv[hr], t,
-                                  row < w.nq);
+                store_o_row<T, D, true>(O + (int64_t)(w.q0 + row) * o_row, o, hr, inv[hr], t,
+                                        row < w.nq, p.head_dim);
             }
         }
     };

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Chunked prefill with attention variants over the paged cache (windows, chunks, soft-cap,
-ALiBi, sinks): gllmd's output against float64, then its kernel time against gllm's plain
+ALiBi, sinks) and at head dims padded onto the Hopper kernel's (96, 80; plain or with a
+variant): gllmd's output against float64, then its kernel time against gllm's plain
 chunked prefill of the same tokens and gllm's dense kernel with the same variant on the same
 tokens (K and V gathered dense), in one run.
 
@@ -28,7 +29,8 @@ from gpu_paged import TOL, TORCH, Paged, gather, make_tables, upload  # noqa: E4
 
 DEFAULT = ("8:0:2048:128:bf16:wl1023,8:2048:2048:128:bf16:wl1023:cap50,"
            "8:2048:2048:128:bf16:wl4095,8:0:2048:128:bf16:chunk1024,8:2048:2048:64:bf16:wl1023:sinks,"
-           "8:0:2048:128:f16:cap50,8:1536:512:128:bf16:alibi")
+           "8:0:2048:128:f16:cap50,8:1536:512:128:bf16:alibi,8:2048:2048:64:bf16:wl127:sinks,"
+           "8:0:2048:96:bf16,8:2048:2048:96:bf16:wl2047,8:0:2048:80:f16")
 HQ, HKV, PS = 32, 8, 16
 
 

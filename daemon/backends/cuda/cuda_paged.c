@@ -128,8 +128,8 @@ static enum gllm_cuda_mode pp_mode(const struct paged_args *p)
 /* Work items of the Hopper paged prefill for this job on this device, or 0: the paged kernel. */
 static int64_t pp_wanted(const struct cuda_dev *x, const struct paged_args *p)
 {
-    if (!PP_HOPPER_ON || p->op != PAGED_ATTEND ||
-        !cuda_kernel_find(x, pp_mode(p), p->dtype, p->D, 0))
+    if (!PP_HOPPER_ON || p->op != PAGED_ATTEND || !pp_kernel_dim(p->D) ||
+        !cuda_kernel_find(x, pp_mode(p), p->dtype, pp_kernel_dim(p->D), 0))
         return 0;
     return pp_items(p);
 }
@@ -306,7 +306,7 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
             d, &pp, p->dtype == GLLM_DTYPE_BF16, (const void *)(uintptr_t)st[PG_Q].dev,
             (const void *)(uintptr_t)st[PG_OUT].dev, p->nq, p->Hq,
             (const void *)(uintptr_t)st[PG_KCACHE].dev, (const void *)(uintptr_t)st[PG_VCACHE].dev,
-            p->num_pages, p->page_size, p->Hkv, p->D, &x->pp_tma);
+            p->num_pages, p->page_size, p->Hkv, p->D, pp_kernel_dim(p->D), &x->pp_tma);
         if (tr != 0) {
             if (tr == -EINVAL && !x->tma_refused) {
                 x->tma_refused = true;
@@ -367,6 +367,8 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         pp.Hq = (int32_t)p->Hq, pp.group = (int32_t)(p->Hq / p->Hkv);
         pp.page_size = (int32_t)p->page_size, pp.scale = p->scale;
         pp.units = (int32_t)(nwork * p->Hq);
+        pp.head_dim = (int32_t)p->D;
+        const int kd = pp_kernel_dim(p->D);       /* 80 and 96 padded onto 128 by the maps */
         gllm_cuda_pp_var_params pv = {.pp = pp};
         void *param = &pp;
         if (var) {
@@ -375,10 +377,10 @@ static int paged_enqueue_as(struct cuda_ctx *c, struct cuda_dev *x, struct cuda_
         }
         *sl->bad_page = 0;      /* the launch orders this store before the kernel's reads */
         d->cuEventRecord(sl->ev[EV_KERNEL], ln->stream);
-        r = cuda_launch(d, x, ln, cuda_kernel_find(x, pp_mode(p), p->dtype, p->D, 0),
+        r = cuda_launch(d, x, ln, cuda_kernel_find(x, pp_mode(p), p->dtype, kd, 0),
                         (unsigned)gllm_cuda_persistent_grid(pp.units, x->sm_count), 1,
-                        (unsigned)GLLM_CUDA_HP_THREADS(p->D),
-                        (unsigned)GLLM_CUDA_PP_SMEM(p->D), param);
+                        (unsigned)GLLM_CUDA_HP_THREADS(kd), (unsigned)GLLM_CUDA_PP_SMEM(kd),
+                        param);
     } else {
         const CUdeviceptr dwork = up + tab_bytes;
         gllm_cuda_paged_params k = {

@@ -82,16 +82,23 @@ void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_
     *nwork = nw, *ncomb = nc, *nparts = np;
 }
 
+int pp_kernel_dim(int64_t D)
+{
+    if (D == 64 || D == 128)
+        return (int)D;
+    return D > 64 && D < 128 && D % 8 == 0 ? 128 : 0;
+}
+
 int64_t pp_items(const struct paged_args *p)
 {
     if (p->op != PAGED_ATTEND || (p->dtype != GLLM_DTYPE_F16 && p->dtype != GLLM_DTYPE_BF16) ||
-        (p->D != 64 && p->D != 128) || (p->Dv != 0 && p->Dv != p->D) ||
+        !pp_kernel_dim(p->D) || (p->Dv != 0 && p->Dv != p->D) ||
         p->page_size < GLLM_CUDA_PP_MIN_PAGE ||
         p->page_size > GLLM_CUDA_HP_KEYS || GLLM_CUDA_HP_KEYS % p->page_size != 0 ||
         p->B < 1 || p->nq < (int64_t)PP_MIN_Q_PER_SEQ * p->B || p->nq > INT32_MAX ||
         p->num_pages < 1 || p->num_pages > INT32_MAX || p->Hq > INT32_MAX)
         return 0;
-    const int64_t rows = GLLM_CUDA_HP_ROWS(p->D), keys = GLLM_CUDA_HP_KEYS;
+    const int64_t rows = GLLM_CUDA_HP_ROWS(pp_kernel_dim(p->D)), keys = GLLM_CUDA_HP_KEYS;
     /* A window or chunk: an item's tiles start at its first token's first key's, and each
      * token's keys are counted one by one (a host loop over the job's tokens). */
     const bool masks = !attn_variant_none(&p->variant);
@@ -120,7 +127,7 @@ int64_t pp_items(const struct paged_args *p)
 
 void pp_plan(const struct paged_args *p, gllm_cuda_pp_work *work)
 {
-    const int32_t rows = GLLM_CUDA_HP_ROWS(p->D);
+    const int32_t rows = GLLM_CUDA_HP_ROWS(pp_kernel_dim(p->D));
     int64_t n = 0;
     for (int32_t k = 0, more = 1; more; k++) {
         more = 0;

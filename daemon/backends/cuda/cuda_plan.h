@@ -55,14 +55,19 @@ void paged_plan(const struct paged_args *p, const struct paged_tiling *t, int64_
 /* The most work items (the kernel's units, items times Hq, must stay within int32 too). */
 #define PP_MAX_ITEMS 65535
 
+/* The head dim of the Hopper paged prefill kernel that takes head dim D: 64 and 128 their own,
+ * 80 and 96 (any multiple of 8 between: 16-byte rows) 128's, padded by its tensor maps (the
+ * columns past D read as zeros, not stored); else 0. */
+int pp_kernel_dim(int64_t D);
 /* The Hopper paged prefill's work items for an attention job whose shape it takes (dtype
- * f16/bf16, D 64 or 128, Dv = D, page_size a power of two from GLLM_CUDA_PP_MIN_PAGE to
+ * f16/bf16, pp_kernel_dim(D), Dv = D, page_size a power of two from GLLM_CUDA_PP_MIN_PAGE to
  * GLLM_CUDA_HP_KEYS, at least PP_MIN_Q_PER_SEQ query tokens per sequence on average and
  * PP_MIN_USED_PCT of the computed scores used, every sequence's queries within its keys, at
  * most PP_MAX_ITEMS items and items times Hq within int32): their count, else 0. The
  * device's part (the sm_90a image, tensor maps) is cuda_paged.c's. */
 int64_t pp_items(const struct paged_args *p);
-/* Writes pp_items(p) items, each up to GLLM_CUDA_HP_ROWS(p->D) query tokens of one sequence:
+/* Writes pp_items(p) items, each up to GLLM_CUDA_HP_ROWS(pp_kernel_dim(p->D)) query tokens of
+ * one sequence:
  * round k takes every sequence's k-th m-tile from its last (the causal limit makes the last
  * the heaviest), so the items run heaviest first. */
 void pp_plan(const struct paged_args *p, gllm_cuda_pp_work *work);

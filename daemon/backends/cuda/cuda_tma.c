@@ -15,7 +15,7 @@ int cuda_tma_map(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf16, co
                  const int64_t dims[4], const int64_t st[4], unsigned box_rows)
 {
     if (!d->cuTensorMapEncodeTiled || (uintptr_t)base % 16 != 0 || st[3] != 1 ||
-        dims[3] % GLLM_CUDA_HP_BOX_COLS != 0)
+        dims[3] % 8 != 0)
         return -EOPNOTSUPP;
     /* The driver's order is innermost first: D, S, H, B. */
     const int order[4] = {3, 2, 1, 0};
@@ -94,6 +94,8 @@ int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, boo
                        struct cuda_tma_cache *cache)
 {
     const gllm_cuda_attn_params *p = &hp->a;
+    if (p->D % GLLM_CUDA_HP_BOX_COLS != 0)
+        return -EOPNOTSUPP;                 /* the dense kernels' boxes tile D exactly */
     const int64_t qd[4] = {p->B, p->Hq, p->Sq, p->D}, kd[4] = {p->B, p->Hkv, p->Skv, p->D};
     gllm_cuda_tmap *maps[4] = {&hp->q_map, &hp->k_map, &hp->v_map, &hp->o_map};
     const void *base[4] = {p->q, p->k, p->v, p->out};
@@ -110,7 +112,7 @@ int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, boo
 int cuda_tma_pp_params(const struct cuda_driver *d, gllm_cuda_pp_params *pp, bool bf16,
                        const void *q, const void *out, int64_t nq, int64_t Hq, const void *k,
                        const void *v, int64_t num_pages, int64_t page_size, int64_t Hkv,
-                       int64_t D, struct cuda_tma_cache *cache)
+                       int64_t D, int64_t kernel_D, struct cuda_tma_cache *cache)
 {
     const int64_t qd[4] = {1, Hq, nq, D}, qs[4] = {nq * Hq * D, D, Hq * D, 1};
     const int64_t kd[4] = {num_pages, Hkv, page_size, D},
@@ -118,8 +120,9 @@ int cuda_tma_pp_params(const struct cuda_driver *d, gllm_cuda_pp_params *pp, boo
     gllm_cuda_tmap *maps[4] = {&pp->q_map, &pp->k_map, &pp->v_map, &pp->o_map};
     const void *base[4] = {q, k, v, out};
     const int64_t *dims[4] = {qd, kd, kd, qd}, *st[4] = {qs, ks, ks, qs};
-    const unsigned rows[4] = {GLLM_CUDA_HP_ROWS(D), (unsigned)page_size, (unsigned)page_size,
-                              GLLM_CUDA_HP_O_ROWS};
+    const unsigned rows[4] = {GLLM_CUDA_HP_ROWS(kernel_D), (unsigned)page_size,
+                              (unsigned)page_size, GLLM_CUDA_HP_O_ROWS};
     /* O's map only where the kernel stores O with TMA. */
-    return maps_cached(d, GLLM_CUDA_PP_O_TILE(D) ? 4 : 3, maps, bf16, base, dims, st, rows, cache);
+    return maps_cached(d, GLLM_CUDA_PP_O_TILE(kernel_D) ? 4 : 3, maps, bf16, base, dims, st, rows,
+                       cache);
 }

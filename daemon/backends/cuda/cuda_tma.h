@@ -11,9 +11,10 @@
 /* Encodes into map the tensor map of a [B, H, S, D] tensor (dims in that order) of 16-bit
  * elements at base, strides in elements: 4-D (D, S, H, B) with byte strides, boxes of
  * GLLM_CUDA_HP_BOX_COLS columns by box_rows rows, the 128-byte swizzle, L2 promotion by 256
- * bytes, rows outside the tensor read as zeros. Returns 0; -EOPNOTSUPP where TMA cannot take
- * the tensor (no cuTensorMapEncodeTiled in the driver, base not 16-byte aligned, D not a
- * multiple of GLLM_CUDA_HP_BOX_COLS, D-stride not 1, a stride not a positive multiple of 16
+ * bytes, rows and columns outside the tensor read as zeros (a box may run past D: the paged
+ * prefill pads D 80 and 96 so) and are not written by stores. Returns 0; -EOPNOTSUPP where TMA
+ * cannot take the tensor (no cuTensorMapEncodeTiled in the driver, base not 16-byte aligned,
+ * rows of D elements not a multiple of 16 bytes, D-stride not 1, a stride not a positive multiple of 16
  * bytes below 2^40 on a dimension longer than 1, a dimension past 2^32); -EINVAL where the
  * driver refused the map. */
 int cuda_tma_map(const struct cuda_driver *d, gllm_cuda_tmap *map, bool bf16, const void *base,
@@ -41,13 +42,14 @@ struct cuda_tma_cache {
 int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
                        struct cuda_tma_cache *cache);
 
-/* pp's q_map, k_map, v_map and (where GLLM_CUDA_PP_O_TILE(D)) o_map (attention_params.h,
+/* pp's q_map, k_map, v_map and (where GLLM_CUDA_PP_O_TILE(kernel_D)) o_map (attention_params.h,
  * gllm_cuda_pp_params) for q and out [nq, Hq, D] at q and out and the pools [num_pages,
- * page_size, Hkv, D] at k and v: Q boxes GLLM_CUDA_HP_ROWS(D) tokens, O GLLM_CUDA_HP_O_ROWS, K
- * and V boxes one page (page_size rows); cached as cuda_tma_hp_params's. */
+ * page_size, Hkv, D] at k and v, for the kernel of head dim kernel_D (D or above it: the boxes
+ * past D read zeros): Q boxes GLLM_CUDA_HP_ROWS(kernel_D) tokens, O GLLM_CUDA_HP_O_ROWS, K and
+ * V boxes one page (page_size rows); cached as cuda_tma_hp_params's. */
 int cuda_tma_pp_params(const struct cuda_driver *d, gllm_cuda_pp_params *pp, bool bf16,
                        const void *q, const void *out, int64_t nq, int64_t Hq, const void *k,
                        const void *v, int64_t num_pages, int64_t page_size, int64_t Hkv,
-                       int64_t D, struct cuda_tma_cache *cache);
+                       int64_t D, int64_t kernel_D, struct cuda_tma_cache *cache);
 
 #endif
