@@ -396,11 +396,20 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
      * of or behind the kernel. */
     const bool staged = total > 0;
     /* A head dim the tensor-core kernels lack (to 128) runs on theirs, padded in scratch
-     * after the staged tensors (cuda_pad.h). */
+     * after the staged tensors (cuda_pad.h); but D 80 to 127 (16-byte rows, Dv = D) on the
+     * D 128 TMA kernels is padded by their tensor maps, with no copies (pad_maps: a box past
+     * the last column reads zeros, O's map clips it). */
     const int64_t dp = cuda_pad_dim(x, a);
+    const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;   /* kernel_registry.h */
+    const bool pad_maps =
+        dp == 128 && a->D > 64 && Dv == a->D && tc_layout(a) &&
+        cuda_kernel_find(x, attn_variant_none(var) ? GLLM_CUDA_MODE_HOPPER_TMA
+                                                   : GLLM_CUDA_MODE_HOPPER_VAR,
+                         a->dtype, 128, flags);
+    const int64_t pad = pad_maps ? 0 : dp;
     const size_t pad_at = total;
-    if (dp)
-        total += cuda_pad_bytes(a, dp);
+    if (pad)
+        total += cuda_pad_bytes(a, pad);
     if (total > 0) {
         int rc = cuda_ensure_scratch(c, x, ln, total);
         if (rc < 0)
@@ -439,34 +448,46 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     memcpy(p.lse_st, a->lse_st, sizeof p.lse_st);
     /* Padded, the kernels see p as cuda_pad_view makes it (job keeps the tensors' own). */
     const gllm_cuda_attn_params job = p;
-    if (dp)
-        p = cuda_pad_view(a, &job, dp, ln->scratch + pad_at);
-    const int64_t D = p.D;
-    const bool tc = dp || tc_eligible(a);
-    /* The job's variant as the registry's flags (kernel_registry.h). */
-    const unsigned flags = a->causal ? GLLM_CUDA_KF_CAUSAL : 0;
+    if (pad)
+        p = cuda_pad_view(a, &job, pad, ln->scratch + pad_at);
+    gllm_cuda_hp_params hp;
+    /* pad_maps: the maps of the tensors as they are; where the driver refuses them (it has
+     * not been seen to), the generic kernel, which takes any head dim. */
+    bool mapped = false;
+    if (pad_maps) {
+        memset(&hp, 0, sizeof hp);
+        hp.a = p;
+        mapped = cuda_tma_hp_params_as(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma, 128) == 0;
+        if (!mapped && !x->tma_refused) {
+            x->tma_refused = true;
+            backend_logf(&c->log, BACKEND_LOG_WARNING,
+                         "cuda: GPU %d: the driver refused a tensor map for a prefill at D %lld; "
+                         "such jobs run on the generic kernel", x->ordinal, (long long)a->D);
+        }
+    }
+    const int64_t D = mapped ? 128 : p.D;
+    const bool tc = mapped || pad || tc_eligible(a);
     /* D 256 (and, padded, 129 to 255) and Dqk 192 with Dv 128 on Hopper: a kernel of its own,
      * with a variant form. */
-    const bool wide_dims = D == 256 ? dp || tc_layout(a)
-                                    : D == 192 && !dp && tc_layout_dv(a, GLLM_CUDA_HPW_DV(192));
+    const bool wide_dims = D == 256 ? pad || tc_layout(a)
+                                    : D == 192 && !pad && tc_layout_dv(a, GLLM_CUDA_HPW_DV(192));
     CUfunction wide = wide_dims ? cuda_kernel_find(x, attn_variant_none(var)
                                                           ? GLLM_CUDA_MODE_HOPPER_WIDE
                                                           : GLLM_CUDA_MODE_HOPPER_WIDE_VAR,
                                                   a->dtype, D, flags)
                                 : NULL;
-    const bool plain = attn_variant_none(var) && (dp || Dv == a->D || wide);
+    const bool plain = attn_variant_none(var) && (pad || Dv == a->D || wide);
     CUfunction hopper = plain ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER, a->dtype, D, flags) : NULL;
     const unsigned heads = (unsigned)(a->B * a->Hq);
     CUfunction f;
     unsigned gx, gy, threads, smem;
     void *param = &p;
-    gllm_cuda_hp_params hp;
     gllm_cuda_attn_var_params vp;
     gllm_cuda_hp_var_params hv;
     if (!plain) {
         /* A variant: D 256's Hopper form, the D 64/128 one where its tensor maps encode, else
          * the tensor-core one at D 64 and 128, else the generic one. */
-        vp.a = p, vp.Dv = dp ? dp : Dv, param = &vp;
+        vp.a = p, vp.Dv = pad ? pad : Dv, param = &vp;
         vp.v = cuda_variant_of(var, dptr[5], dptr[6]);
         CUfunction hvar = tc && !wide
                               ? cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_VAR, a->dtype, D, flags)
@@ -474,7 +495,7 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         if (hvar) {
             memset(&hv, 0, sizeof hv);
             hv.hp.a = p, hv.v = vp.v;
-            if (cuda_tma_hp_params(d, &hv.hp, a->dtype == GLLM_DTYPE_BF16, &x->tma) != 0)
+            if (cuda_tma_hp_params_as(d, &hv.hp, a->dtype == GLLM_DTYPE_BF16, &x->tma, D) != 0)
                 hvar = NULL;                 /* the TC form below, as a refused map's job does */
         }
         f = tc ? cuda_kernel_find(x, GLLM_CUDA_MODE_TC_VAR, a->dtype, D, 0) : NULL;
@@ -513,7 +534,7 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         CUfunction tma = cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_TMA, a->dtype, D, flags);
         if (tma) {
             hp.a = p;
-            const int tr = cuda_tma_hp_params(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma);
+            const int tr = cuda_tma_hp_params_as(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma, D);
             if (tr == 0) {
                 f = tma, param = &hp;
                 const int sr = prefill_split(c, x, ln, a, gx, &hp);
@@ -543,11 +564,11 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
      * its inputs and copies its output back, within the kernel's time. */
     r = CUDA_SUCCESS;
     for (uint32_t i = 0; i < attn_runs(a) && !r; i++) {
-        if (dp && (r = cuda_pad_in(d, x, ln, a, &job, &p)))
+        if (pad && (r = cuda_pad_in(d, x, ln, a, &job, &p)))
             break;
         if ((r = cuda_launch(d, x, ln, f, gx, gy, threads, smem, param)))
             break;
-        if (dp)
+        if (pad)
             r = cuda_pad_out(d, x, ln, a, &p, &job);
     }
     if (r)

@@ -11,7 +11,8 @@
 /* The head dim a's rows are zero-padded to on x (64, 128 or, for a plain job where the Hopper
  * D 256 kernel is loaded, 256: pad_rows.cu says why that computes the same attention), or 0
  * when a runs as it is: f16 and bf16, D up to 256 and not 64, 128 or 256, or Dv below D; each
- * tensor's d-stride 1. */
+ * tensor's d-stride 1. (Where it is 128 and the D 128 TMA kernels take the job, cuda_backend.c
+ * pads with their tensor maps instead, and nothing here runs.) */
 int64_t cuda_pad_dim(const struct cuda_dev *x, const struct attn_args *a);
 
 /* The scratch bytes of the padded q, k, v and out at head dim dp (each 256-byte aligned). */

@@ -90,21 +90,27 @@ static int maps_cached(const struct cuda_driver *d, int n, gllm_cuda_tmap *const
     return 0;
 }
 
-int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
-                       struct cuda_tma_cache *cache)
+int cuda_tma_hp_params_as(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
+                          struct cuda_tma_cache *cache, int64_t kernel_D)
 {
     const gllm_cuda_attn_params *p = &hp->a;
-    if (p->D % GLLM_CUDA_HP_BOX_COLS != 0)
-        return -EOPNOTSUPP;                 /* the dense kernels' boxes tile D exactly */
+    if (kernel_D % GLLM_CUDA_HP_BOX_COLS != 0 || p->D > kernel_D)
+        return -EOPNOTSUPP;
     const int64_t qd[4] = {p->B, p->Hq, p->Sq, p->D}, kd[4] = {p->B, p->Hkv, p->Skv, p->D};
     gllm_cuda_tmap *maps[4] = {&hp->q_map, &hp->k_map, &hp->v_map, &hp->o_map};
     const void *base[4] = {p->q, p->k, p->v, p->out};
     const int64_t *dims[4] = {qd, kd, kd, qd}, *st[4] = {p->q_st, p->k_st, p->v_st, p->o_st};
-    const unsigned rows[4] = {GLLM_CUDA_HP_ROWS(p->D), GLLM_CUDA_HP_KEYS, GLLM_CUDA_HP_KEYS,
+    const unsigned rows[4] = {GLLM_CUDA_HP_ROWS(kernel_D), GLLM_CUDA_HP_KEYS, GLLM_CUDA_HP_KEYS,
                               GLLM_CUDA_HP_O_ROWS};
     /* O's map only where the kernel stores O with TMA. */
-    return maps_cached(d, GLLM_CUDA_HP_O_TILE(p->D) ? 4 : 3, maps, bf16, base, dims, st, rows,
+    return maps_cached(d, GLLM_CUDA_HP_O_TILE(kernel_D) ? 4 : 3, maps, bf16, base, dims, st, rows,
                        cache);
+}
+
+int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
+                       struct cuda_tma_cache *cache)
+{
+    return cuda_tma_hp_params_as(d, hp, bf16, cache, hp->a.D);
 }
 
 /* Each tensor as cuda_tma_map's [B, H, S, D]: q as [1, Hq, nq, D] (a token's rows Hq * D apart,

@@ -41,6 +41,11 @@ struct cuda_tma_cache {
  * cuda_tma_map's. */
 int cuda_tma_hp_params(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
                        struct cuda_tma_cache *cache);
+/* The same for the kernel of head dim kernel_D (a multiple of GLLM_CUDA_HP_BOX_COLS) and
+ * tensors of hp->a.D up to it: boxes past D read zeros and O's map clips them, which pads D 80
+ * to 127 onto the D 128 kernels with no copies. cuda_tma_hp_params is kernel_D = hp->a.D. */
+int cuda_tma_hp_params_as(const struct cuda_driver *d, gllm_cuda_hp_params *hp, bool bf16,
+                          struct cuda_tma_cache *cache, int64_t kernel_D);
 
 /* pp's q_map, k_map, v_map and (where GLLM_CUDA_PP_O_TILE(kernel_D)) o_map (attention_params.h,
  * gllm_cuda_pp_params) for q and out [nq, Hq, D] at q and out and the pools [num_pages,
