@@ -180,6 +180,36 @@ def alibi_slopes(H):
     return torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)], dtype=torch.float32)
 
 
+def head_tables(client, H, gen):
+    """The per-head tensors of a variant: ALiBi slopes (alibi_slopes) at offset 0 and sinks in
+    [-2, 6] (at the top, heavier than a window of 128 keys' own weight) at 4 H of an arena of
+    their own. Returns (arena, slopes, sinks)."""
+    slopes = alibi_slopes(H)
+    sinks = torch.rand(H, generator=gen) * 8 - 2
+    small = Arena(client, 4096 + 8 * H)
+    small.view(0, "f32", (H,))[...] = slopes.numpy()
+    small.view(4 * H, "f32", (H,))[...] = sinks.numpy()
+    return small, slopes, sinks
+
+
+def variant_request(spec, small, H):
+    """spec's variant fields as a request's keys, the slopes and sinks in small (head_tables)."""
+    p = {}
+    if spec.wl >= 0:
+        p["window_left"] = spec.wl
+    if spec.wr >= 0:
+        p["window_right"] = spec.wr
+    if spec.chunk:
+        p["attention_chunk"] = spec.chunk
+    if spec.cap:
+        p["logits_soft_cap"] = spec.cap
+    if spec.alibi:
+        p["alibi_slopes"] = Client.tensor(small, 0, "f32", (H,))
+    if spec.sinks:
+        p["sinks"] = Client.tensor(small, 4 * H, "f32", (H,))
+    return p
+
+
 def reference(spec, q, k, v, heads, slopes, sinks, device):
     """float64 out and lse of batch 0's given query heads: q [len(heads), Sq, D], k and v their
     KV heads' rows. The scaled score, soft-capped, plus ALiBi's slope * (j - i), masked; the
@@ -241,30 +271,14 @@ class VariantJob:
         self.k, self.v = (torch.randn(spec.B, spec.Hkv, spec.Skv, spec.D, generator=gen).to(dt)
                           for _ in range(2))
         self.job.fill(self.q, self.k, self.v)
-        self.slopes = alibi_slopes(spec.H)
-        # sinks in [-2, 6]: at the top, heavier than a window of 128 keys' own weight
-        self.sinks = torch.rand(spec.H, generator=gen) * 8 - 2
-        self.small = Arena(client, 4096 + 8 * spec.H)
-        self.small.view(0, "f32", (spec.H,))[...] = self.slopes.numpy()
-        self.small.view(4 * spec.H, "f32", (spec.H,))[...] = self.sinks.numpy()
+        self.small, self.slopes, self.sinks = head_tables(client, spec.H, gen)
 
     def params(self, spec, lse=False):
         """The attention request for spec (this job's shape, any subset of its variant)."""
         p = dict(self.job.params, causal=spec.causal)
         if not lse:
             del p["lse"]
-        if spec.wl >= 0:
-            p["window_left"] = spec.wl
-        if spec.wr >= 0:
-            p["window_right"] = spec.wr
-        if spec.chunk:
-            p["attention_chunk"] = spec.chunk
-        if spec.cap:
-            p["logits_soft_cap"] = spec.cap
-        if spec.alibi:
-            p["alibi_slopes"] = Client.tensor(self.small, 0, "f32", (spec.H,))
-        if spec.sinks:
-            p["sinks"] = Client.tensor(self.small, 4 * spec.H, "f32", (spec.H,))
+        p.update(variant_request(spec, self.small, spec.H))
         return p
 
     def heads(self):

@@ -412,51 +412,82 @@ def upload(pg, t):
     return dt
 
 
+def kernel_ms(client, method, params, iters):
+    """The median of gllm's kernel times (kernel_ns) over iters calls, after two untimed."""
+    for _ in range(2):
+        client.call(method, params)
+    return float(np.median([client.call(method, params)["kernel_ns"] / 1e6 for _ in range(iters)]))
+
+
+class PrefillJob:
+    """B sequences of prefix + new tokens in shuffled pages of ps, q for the new tokens and out,
+    all in device tensors (no copies in a timed job): params is the chunked prefill's request.
+    q is N(0, 1) times q_scale. extra_bytes: arena room the caller takes for itself."""
+
+    def __init__(self, client, g, B, prefix, new, Hq, Hkv, D, ps, dtype, q_scale=None,
+                 extra_bytes=0):
+        self.B, self.prefix, self.new, self.Hq, self.Hkv, self.D = B, prefix, new, Hq, Hkv, D
+        self.dtype, self.L = dtype, prefix + new
+        L, N = self.L, B * new
+        P = B * ((L + ps - 1) // ps)
+        tb = N * Hq * D * 2
+        self.pg = pg = Paged(client, P, ps, Hkv, D, dtype, extra_bytes + 2 * tb +
+                             4 * B * L * Hkv * D * 2 + 16 * (P + 4 * B))
+        self.kpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
+        self.vpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
+        pg.upload_pool(pg.kc, self.kpool)
+        pg.upload_pool(pg.vc, self.vpool)
+        self.indptr, self.indices, last = make_tables([L] * B, ps, P, g)
+        q = torch.randn(N, Hq, D, generator=g)
+        if q_scale is not None:
+            q *= q_scale
+        self.q = q.to(TORCH[dtype])
+        self.qdt = upload(pg, self.q)
+        self.odt = client.call("dtensor_create", {"bytes": tb})["dtensor"]
+        pg.extra.append(self.odt)
+        kc, vc = pg.pools()
+        self.params = {"k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32(self.indptr),
+                       "kv_indices": pg.i32_device(self.indices), "kv_last_page_len": pg.i32(last),
+                       "q": {"dtensor": self.qdt, "offset": 0, "dtype": dtype, "shape": [N, Hq, D]},
+                       "out": {"dtensor": self.odt, "offset": 0, "dtype": dtype,
+                               "shape": [N, Hq, D]},
+                       "qo_indptr": pg.i32([b * new for b in range(B + 1)])}
+
+    def seq_kv(self, b):
+        """Sequence b's K and V, [L, Hkv, D] each."""
+        return (gather(self.kpool, self.indices, self.indptr, b, self.L),
+                gather(self.vpool, self.indices, self.indptr, b, self.L))
+
+    def dense(self):
+        """The same tokens for the dense kernel: q [B, Hq, new, D] over the packed rows, K and V
+        [B, Hkv, L, D] gathered from the pages and uploaded, causal aligned bottom-right
+        (Sq < Skv). Returns the request and the gathered K and V."""
+        B, Hq, Hkv, new, D, L, dt = self.B, self.Hq, self.Hkv, self.new, self.D, self.L, self.dtype
+        kv = [self.seq_kv(b) for b in range(B)]
+        kd = torch.stack([k for k, _ in kv]).permute(0, 2, 1, 3).contiguous()
+        vd = torch.stack([v for _, v in kv]).permute(0, 2, 1, 3).contiguous()
+        kdt, vdt = upload(self.pg, kd), upload(self.pg, vd)
+        rows = [new * Hq * D, D, Hq * D, 1]
+        req = {"q": {"dtensor": self.qdt, "offset": 0, "dtype": dt, "shape": [B, Hq, new, D],
+                     "strides": rows},
+               "k": {"dtensor": kdt, "offset": 0, "dtype": dt, "shape": [B, Hkv, L, D]},
+               "v": {"dtensor": vdt, "offset": 0, "dtype": dt, "shape": [B, Hkv, L, D]},
+               "out": {"dtensor": self.odt, "offset": 0, "dtype": dt, "shape": [B, Hq, new, D],
+                       "strides": rows},
+               "causal": True}
+        return req, kd, vd
+
+
 def bench_prefill(client, g, B, prefix, new, Hq, Hkv, D, ps, dtype, iters, rows):
     """Chunked prefill of `new` tokens per sequence over a cached prefix of `prefix`, kernel
     against kernel: gllm's paged prefill, gllm's dense kernel on the same tokens (q as a
     strided view of the same buffer, K and V gathered dense), and cuDNN from a CUDA graph.
     Everything in device tensors: no copies in the timed jobs."""
-    L = prefix + new
-    P = B * ((L + ps - 1) // ps)
-    N = B * new
-    tb = N * Hq * D * 2
-    pg = Paged(client, P, ps, Hkv, D, dtype, 2 * tb + 4 * B * L * Hkv * D * 2 + 16 * (P + 4 * B))
-    kpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
-    vpool = torch.randn(P, ps, Hkv, D, generator=g).to(TORCH[dtype])
-    pg.upload_pool(pg.kc, kpool)
-    pg.upload_pool(pg.vc, vpool)
-    indptr, indices, last = make_tables([L] * B, ps, P, g)
-    q = torch.randn(N, Hq, D, generator=g).to(TORCH[dtype])
-    qdt = upload(pg, q)
-    odt = pg.c.call("dtensor_create", {"bytes": tb})["dtensor"]
-    pg.extra.append(odt)
-    kc, vc = pg.pools()
-    params = {"k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32(indptr),
-              "kv_indices": pg.i32_device(indices), "kv_last_page_len": pg.i32(last),
-              "q": {"dtensor": qdt, "offset": 0, "dtype": dtype, "shape": [N, Hq, D]},
-              "out": {"dtensor": odt, "offset": 0, "dtype": dtype, "shape": [N, Hq, D]},
-              "qo_indptr": pg.i32([b * new for b in range(B + 1)])}
-    for _ in range(2):
-        client.call("attention_prefill", params)
-    paged = float(np.median([client.call("attention_prefill", params)["kernel_ns"] / 1e6
-                             for _ in range(iters)]))
-    # the same tokens for the dense kernel: q [B, Hq, new, D] over the packed rows, K and V
-    # [B, Hkv, L, D] gathered from the pages; causal aligned bottom-right (Sq < Skv)
-    kd = torch.stack([gather(kpool, indices, indptr, b, L) for b in range(B)]).permute(0, 2, 1, 3).contiguous()
-    vd = torch.stack([gather(vpool, indices, indptr, b, L) for b in range(B)]).permute(0, 2, 1, 3).contiguous()
-    kdt, vdt = upload(pg, kd), upload(pg, vd)
-    dense = {"q": {"dtensor": qdt, "offset": 0, "dtype": dtype, "shape": [B, Hq, new, D],
-                   "strides": [new * Hq * D, D, Hq * D, 1]},
-             "k": {"dtensor": kdt, "offset": 0, "dtype": dtype, "shape": [B, Hkv, L, D]},
-             "v": {"dtensor": vdt, "offset": 0, "dtype": dtype, "shape": [B, Hkv, L, D]},
-             "out": {"dtensor": odt, "offset": 0, "dtype": dtype, "shape": [B, Hq, new, D],
-                     "strides": [new * Hq * D, D, Hq * D, 1]},
-             "causal": True}
-    for _ in range(2):
-        client.call("attention", dense)
-    dense_ms = float(np.median([client.call("attention", dense)["kernel_ns"] / 1e6
-                                for _ in range(iters)]))
+    job = PrefillJob(client, g, B, prefix, new, Hq, Hkv, D, ps, dtype)
+    pg, q, L = job.pg, job.q, job.L
+    paged = kernel_ms(client, "attention_prefill", job.params, iters)
+    dense, kd, vd = job.dense()
+    dense_ms = kernel_ms(client, "attention", dense, iters)
     qt = q.cuda().view(B, new, Hq, D).transpose(1, 2)
     kt, vt = kd.cuda(), vd.cuda()
     mask = (torch.arange(L, device="cuda")[None, :] <=

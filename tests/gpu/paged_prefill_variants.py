@@ -23,9 +23,9 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import benchrun  # noqa: E402
-from dense_variants import Spec, alibi_slopes  # noqa: E402
-from gllm_raw import Arena, Client  # noqa: E402
-from gpu_paged import TOL, TORCH, Paged, gather, make_tables, upload  # noqa: E402
+from dense_variants import Spec, head_tables, variant_request  # noqa: E402
+from gllm_raw import Client  # noqa: E402
+from gpu_paged import TOL, TORCH, PrefillJob, kernel_ms  # noqa: E402
 
 DEFAULT = ("8:0:2048:128:bf16:wl1023,8:2048:2048:128:bf16:wl1023:cap50,"
            "8:2048:2048:128:bf16:wl4095,8:0:2048:128:bf16:chunk1024,8:2048:2048:64:bf16:wl1023:sinks,"
@@ -75,43 +75,14 @@ def reference(spec, q, k, v, mask, slopes, sinks, heads):
 def run(client, g, text, iters, rows, cases):
     spec, prefix, new = parse(text)
     B, D, dtype, L = spec.B, spec.D, spec.dtype, prefix + new
-    P = B * ((L + PS - 1) // PS)
     N = B * new
     tb = N * HQ * D * 2
-    pg = Paged(client, P, PS, HKV, D, dtype, 3 * tb + 4 * B * L * HKV * D * 2 + 16 * (P + 4 * B))
-    kpool = torch.randn(P, PS, HKV, D, generator=g).to(TORCH[dtype])
-    vpool = torch.randn(P, PS, HKV, D, generator=g).to(TORCH[dtype])
-    pg.upload_pool(pg.kc, kpool)
-    pg.upload_pool(pg.vc, vpool)
-    indptr, indices, last = make_tables([L] * B, PS, P, g)
-    q = torch.randn(N, HQ, D, generator=g)
-    if spec.cap:
-        q *= 0.6 * spec.cap            # scores the cap changes (dense_variants.py says why)
-    q = q.to(TORCH[dtype])
-    qdt = upload(pg, q)
-    odt = pg.c.call("dtensor_create", {"bytes": tb})["dtensor"]
-    pg.extra.append(odt)
-    slopes, sinks = alibi_slopes(HQ), torch.rand(HQ, generator=g) * 8 - 2
-    small = Arena(client, 4096 + 8 * HQ)
-    small.view(0, "f32", (HQ,))[...] = slopes.numpy()
-    small.view(4 * HQ, "f32", (HQ,))[...] = sinks.numpy()
-    kc, vc = pg.pools()
-    var = {}
-    if spec.wl >= 0:
-        var["window_left"] = spec.wl
-    if spec.chunk:
-        var["attention_chunk"] = spec.chunk
-    if spec.cap:
-        var["logits_soft_cap"] = spec.cap
-    if spec.alibi:
-        var["alibi_slopes"] = Client.tensor(small, 0, "f32", (HQ,))
-    if spec.sinks:
-        var["sinks"] = Client.tensor(small, 4 * HQ, "f32", (HQ,))
-    plain = {"k_cache": kc, "v_cache": vc, "kv_indptr": pg.i32(indptr),
-             "kv_indices": pg.i32_device(indices), "kv_last_page_len": pg.i32(last),
-             "q": {"dtensor": qdt, "offset": 0, "dtype": dtype, "shape": [N, HQ, D]},
-             "out": {"dtensor": odt, "offset": 0, "dtype": dtype, "shape": [N, HQ, D]},
-             "qo_indptr": pg.i32([b * new for b in range(B + 1)])}
+    # scores the cap changes (dense_variants.py says why); room for the checked output
+    job = PrefillJob(client, g, B, prefix, new, HQ, HKV, D, PS, dtype,
+                     q_scale=0.6 * spec.cap if spec.cap else None, extra_bytes=tb)
+    pg, q = job.pg, job.q
+    small, slopes, sinks = head_tables(client, HQ, g)
+    plain, var = job.params, variant_request(spec, small, HQ)
     paged = dict(plain, **var)
     name = f"prefill B{B} Hq{HQ} Hkv{HKV} prefix {prefix} new {new} D{D} {dtype} page {PS}" + \
         spec.name()[len(Spec(spec.text).strip(masks=True).name()):]
@@ -126,8 +97,7 @@ def run(client, g, text, iters, rows, cases):
     mask = visible(spec, L, new)
     err, heads = 0.0, (0, HQ - 1)
     for b in range(B):
-        k = gather(kpool, indices, indptr, b, L)
-        v = gather(vpool, indices, indptr, b, L)
+        k, v = job.seq_kv(b)
         want = reference(spec, q[b * new:(b + 1) * new], k, v, mask, slopes, sinks, heads)
         for h in heads:
             ref = want[h]
@@ -137,25 +107,10 @@ def run(client, g, text, iters, rows, cases):
     print(f"{'ok  ' if ok else 'FAIL'} {name}: rel err {err:.2e} (tol {TOL[dtype]:g})", flush=True)
     cases.append({"case": name, "rel_err": err, "ok": ok})
 
-    def kernel_ms(method, params):
-        for _ in range(2):
-            client.call(method, params)
-        return float(np.median([client.call(method, params)["kernel_ns"] / 1e6
-                                for _ in range(iters)]))
-
-    t_var = kernel_ms("attention_prefill", paged)
-    t_plain = kernel_ms("attention_prefill", plain)
-    kd = torch.stack([gather(kpool, indices, indptr, b, L) for b in range(B)]).permute(0, 2, 1, 3).contiguous()
-    vd = torch.stack([gather(vpool, indices, indptr, b, L) for b in range(B)]).permute(0, 2, 1, 3).contiguous()
-    kdt, vdt = upload(pg, kd), upload(pg, vd)
-    dense = dict({"q": {"dtensor": qdt, "offset": 0, "dtype": dtype, "shape": [B, HQ, new, D],
-                        "strides": [new * HQ * D, D, HQ * D, 1]},
-                  "k": {"dtensor": kdt, "offset": 0, "dtype": dtype, "shape": [B, HKV, L, D]},
-                  "v": {"dtensor": vdt, "offset": 0, "dtype": dtype, "shape": [B, HKV, L, D]},
-                  "out": {"dtensor": odt, "offset": 0, "dtype": dtype, "shape": [B, HQ, new, D],
-                          "strides": [new * HQ * D, D, HQ * D, 1]},
-                  "causal": True}, **var)
-    t_dense = kernel_ms("attention", dense)
+    t_var = kernel_ms(client, "attention_prefill", paged, iters)
+    t_plain = kernel_ms(client, "attention_prefill", plain, iters)
+    dense, _, _ = job.dense()
+    t_dense = kernel_ms(client, "attention", dict(dense, **var), iters)
     kept = float(mask.sum()) * B * HQ
     kept_plain = float(visible(Spec(spec.text).strip(masks=True), L, new).sum()) * B * HQ
     row = {"shape": name, "paged_ms": t_var, "plain_paged_ms": t_plain, "dense_ms": t_dense,
