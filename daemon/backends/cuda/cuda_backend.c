@@ -451,8 +451,9 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
     if (pad)
         p = cuda_pad_view(a, &job, pad, ln->scratch + pad_at);
     gllm_cuda_hp_params hp;
-    /* pad_maps: the maps of the tensors as they are; where the driver refuses them (it has
-     * not been seen to), the generic kernel, which takes any head dim. */
+    /* pad_maps: the maps of the tensors as they are, encoded once here for the kernel below;
+     * where the driver refuses them (it has not been seen to), the generic kernel, which takes
+     * any head dim. */
     bool mapped = false;
     if (pad_maps) {
         memset(&hp, 0, sizeof hp);
@@ -494,9 +495,14 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
                               : NULL;
         if (hvar) {
             memset(&hv, 0, sizeof hv);
-            hv.hp.a = p, hv.v = vp.v;
-            if (cuda_tma_hp_params_as(d, &hv.hp, a->dtype == GLLM_DTYPE_BF16, &x->tma, D) != 0)
-                hvar = NULL;                 /* the TC form below, as a refused map's job does */
+            hv.v = vp.v;
+            if (mapped) {
+                hv.hp = hp;
+            } else {
+                hv.hp.a = p;
+                if (cuda_tma_hp_params(d, &hv.hp, a->dtype == GLLM_DTYPE_BF16, &x->tma) != 0)
+                    hvar = NULL;             /* the TC form below, as a refused map's job does */
+            }
         }
         f = tc ? cuda_kernel_find(x, GLLM_CUDA_MODE_TC_VAR, a->dtype, D, 0) : NULL;
         if (wide) {
@@ -533,8 +539,10 @@ static int attention_enqueue(struct cuda_ctx *c, struct cuda_dev *x, struct cuda
         /* The TMA producer where the driver encodes maps of these tensors; else cp.async. */
         CUfunction tma = cuda_kernel_find(x, GLLM_CUDA_MODE_HOPPER_TMA, a->dtype, D, flags);
         if (tma) {
-            hp.a = p;
-            const int tr = cuda_tma_hp_params_as(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma, D);
+            if (!mapped)
+                hp.a = p;
+            const int tr =
+                mapped ? 0 : cuda_tma_hp_params(d, &hp, a->dtype == GLLM_DTYPE_BF16, &x->tma);
             if (tr == 0) {
                 f = tma, param = &hp;
                 const int sr = prefill_split(c, x, ln, a, gx, &hp);
