@@ -109,6 +109,18 @@ struct attn_variant {
     const float *sinks;                 /* [Hq] f32, or NULL */
 };
 
+/* v's window edges as the kernels read them: -1 for no edge, and for both with the window
+ * off (window_left and window_right are then not read). */
+static inline int32_t attn_window_left(const struct attn_variant *v)
+{
+    return v->window ? v->window_left : -1;
+}
+
+static inline int32_t attn_window_right(const struct attn_variant *v)
+{
+    return v->window ? v->window_right : -1;
+}
+
 /* Whether v asks for anything beyond plain (causal or full) attention. */
 static inline bool attn_variant_none(const struct attn_variant *v)
 {

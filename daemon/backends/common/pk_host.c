@@ -118,8 +118,8 @@ static struct pk_variant kernel_variant(const struct stage *s, const struct attn
     return (struct pk_variant){
         .alibi = ia >= 0 ? stage_addr(s, ia) : 0,
         .sinks = is >= 0 ? stage_addr(s, is) : 0,
-        .window_left = v->window ? v->window_left : -1,
-        .window_right = v->window ? v->window_right : -1,
+        .window_left = attn_window_left(v),
+        .window_right = attn_window_right(v),
         .chunk = (int32_t)v->chunk,
         .soft_cap = v->soft_cap,
     };

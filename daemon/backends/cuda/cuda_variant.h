@@ -12,8 +12,8 @@ static inline gllm_cuda_variant cuda_variant_of(const struct attn_variant *v, ui
                                                 uint64_t sinks)
 {
     return (gllm_cuda_variant){
-        .window_left = v->window ? v->window_left : -1,
-        .window_right = v->window ? v->window_right : -1,
+        .window_left = attn_window_left(v),
+        .window_right = attn_window_right(v),
         .chunk = (int32_t)v->chunk,
         .soft_cap = v->soft_cap,
         .alibi = v->alibi_slopes ? (const float *)(uintptr_t)alibi : NULL,
